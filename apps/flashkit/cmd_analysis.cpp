@@ -1,0 +1,4 @@
+#include "commands.hpp"
+namespace flashkit::cli {
+void add_analysis_commands(CLI::App&) {}
+}  // namespace flashkit::cli

@@ -1,0 +1,11 @@
+// Each CLI subcommand lives in its own file and registers itself on the root app here.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace flashkit::cli {
+
+void add_bench_command(CLI::App& app);     // cmd_bench.cpp: flashkit bench attention
+void add_info_command(CLI::App& app);      // main.cpp: flashkit info
+void add_analysis_commands(CLI::App& app); // cmd_analysis.cpp: flashkit roofline | cost | profile
+
+}  // namespace flashkit::cli

@@ -1,0 +1,43 @@
+// flashkit command-line entry point: subcommands register themselves (commands.hpp); every error is
+// reported as one line on stderr with a non-zero exit status.
+#include <cstdio>
+#include <iostream>
+
+#include "commands.hpp"
+#include "flashkit/flashkit.hpp"
+
+namespace flashkit::cli {
+
+void add_info_command(CLI::App& app) {
+  auto* info = app.add_subcommand("info", "Print build and machine information");
+  info->callback([] {
+    std::cout << build_info() << "\n"
+              << "cpu isa:        " << cpu_isa() << "\n"
+              << "threads:        " << num_threads() << "\n"
+              << "cuda devices:   " << cuda_device_count() << "\n"
+              << "physical memory " << physical_memory_bytes() / (1 << 20) << " MiB\n";
+  });
+}
+
+}  // namespace flashkit::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"flashkit: IO-aware attention kernels and a transformer engine for CPUs and NVIDIA GPUs"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(flashkit::version()));
+  flashkit::cli::add_info_command(app);
+  flashkit::cli::add_bench_command(app);
+  flashkit::cli::add_analysis_commands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const flashkit::Error& e) {
+    std::cerr << "flashkit: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "flashkit: error: " << e.what() << "\n";
+    return 3;
+  }
+  return 0;
+}

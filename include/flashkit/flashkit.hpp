@@ -1,0 +1,7 @@
+// Umbrella header for the C++ API.
+#pragma once
+#include "flashkit/attention.hpp"
+#include "flashkit/dtype.hpp"
+#include "flashkit/error.hpp"
+#include "flashkit/runtime.hpp"
+#include "flashkit/tensor.hpp"

@@ -1,0 +1,25 @@
+// Process-wide runtime settings: threads, CPU features, memory limits, build info.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace flashkit {
+
+// Threads used by CPU kernels (default: FLASHKIT_NUM_THREADS, else OpenMP's default).
+int num_threads();
+void set_num_threads(int n);
+
+// The SIMD level CPU kernels dispatch to: "avx512", "avx2" or "scalar".
+// FLASHKIT_CPU_ISA=scalar|avx2|avx512 forces a lower level (for testing every path).
+std::string cpu_isa();
+
+// Upper bound on workspace one call may allocate: FLASHKIT_MAX_WORKSPACE_BYTES if set, else 80% of
+// the machine's physical memory. Larger requests fail with Status::out_of_memory before allocating.
+int64_t max_workspace_bytes();
+int64_t physical_memory_bytes();
+
+int cuda_device_count();  // 0 without CUDA support or device
+std::string build_info();  // version, compiler, ISA, CUDA
+const char* version();
+
+}  // namespace flashkit

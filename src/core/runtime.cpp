@@ -1,0 +1,111 @@
+#include "flashkit/runtime.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "flashkit/error.hpp"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#ifndef FLASHKIT_VERSION
+#define FLASHKIT_VERSION "0.1.0"
+#endif
+
+namespace flashkit {
+
+namespace {
+int env_int(const char* name, int fallback) {
+  const char* s = std::getenv(name);
+  if (!s || !*s) return fallback;
+  char* end = nullptr;
+  long v = std::strtol(s, &end, 10);
+  return (end && *end == 0 && v > 0) ? int(v) : fallback;
+}
+
+int default_threads() {
+#ifdef _OPENMP
+  return env_int("FLASHKIT_NUM_THREADS", omp_get_max_threads());
+#else
+  return 1;
+#endif
+}
+
+std::atomic<int> g_threads{0};
+}  // namespace
+
+int num_threads() {
+  int n = g_threads.load();
+  if (n == 0) {
+    n = default_threads();
+    g_threads.store(n);
+  }
+  return n;
+}
+
+void set_num_threads(int n) {
+  if (n < 1 || n > 4096) fail(Status::invalid_argument, "num_threads: expected 1..4096, got " + std::to_string(n));
+  g_threads.store(n);
+}
+
+std::string cpu_isa() {
+  static const std::string isa = [] {
+    int level = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) level = 1;
+    if (level == 1 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+      level = 2;
+#endif
+    if (const char* force = std::getenv("FLASHKIT_CPU_ISA")) {
+      std::string f = force;
+      int want = f == "scalar" ? 0 : f == "avx2" ? 1 : f == "avx512" ? 2 : level;
+      if (want < level) level = want;
+    }
+    return std::string(level == 2 ? "avx512" : level == 1 ? "avx2" : "scalar");
+  }();
+  return isa;
+}
+
+int64_t physical_memory_bytes() {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return (pages > 0 && page > 0) ? int64_t(pages) * page : int64_t(8) << 30;
+}
+
+int64_t max_workspace_bytes() {
+  if (const char* s = std::getenv("FLASHKIT_MAX_WORKSPACE_BYTES")) {
+    char* end = nullptr;
+    long long v = std::strtoll(s, &end, 10);
+    if (end && *end == 0 && v > 0) return v;
+  }
+  return physical_memory_bytes() / 10 * 8;
+}
+
+const char* version() { return FLASHKIT_VERSION; }
+
+#ifndef FLASHKIT_WITH_CUDA
+int cuda_device_count() { return 0; }
+#endif
+
+std::string build_info() {
+  std::string s = std::string("flashkit ") + version() + " (";
+#if defined(__clang__)
+  s += "clang " __clang_version__;
+#elif defined(__GNUC__)
+  s += "gcc " + std::to_string(__GNUC__) + "." + std::to_string(__GNUC_MINOR__);
+#endif
+  s += ", cpu isa " + cpu_isa() + ", threads " + std::to_string(num_threads());
+#ifdef FLASHKIT_WITH_CUDA
+  s += ", cuda devices " + std::to_string(cuda_device_count());
+#else
+  s += ", built without CUDA";
+#endif
+  return s + ")";
+}
+
+}  // namespace flashkit

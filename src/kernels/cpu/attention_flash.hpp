@@ -1,0 +1,27 @@
+// CPU flash attention: block sizes (shared by the kernels and the cost model) and per-ISA entry points.
+#pragma once
+#include <cstdint>
+
+#include "kernels/attention_args.hpp"
+
+namespace flashkit::kernels {
+
+struct FlashBlocks {
+  int64_t bq, bk;  // query rows and keys per tile
+};
+
+// Q, O, K^T, V and S tiles of a forward work item take (2 bq d + 2 bk d + bq bk) * 4 bytes:
+// 80 KiB at d=64, 288 KiB at d=256 with bq=32 -- inside a 512 KiB-1 MiB L2 per core.
+inline FlashBlocks flash_cpu_blocks(int64_t head_dim) { return {head_dim <= 128 ? 64 : 32, 64}; }
+
+#define FK_DECLARE_FLASH_ISA(isa)                          \
+  namespace isa {                                          \
+  void flash_forward(const AttentionFwdArgs& a);           \
+  void flash_backward(const AttentionBwdArgs& g);          \
+  }
+FK_DECLARE_FLASH_ISA(scalar)
+FK_DECLARE_FLASH_ISA(avx2)
+FK_DECLARE_FLASH_ISA(avx512)
+#undef FK_DECLARE_FLASH_ISA
+
+}  // namespace flashkit::kernels

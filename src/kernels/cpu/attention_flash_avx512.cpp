@@ -1,0 +1,21 @@
+// The CPU flash kernels compiled for one instruction set (avx512); see attention_flash.inc.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <new>
+#include <vector>
+
+#include "core/convert.hpp"
+#include "flashkit/runtime.hpp"
+#include "kernels/cpu/attention_flash.hpp"
+
+namespace flashkit::kernels::avx512 {
+#include "kernels/cpu/simd_avx512.hpp"
+#include "kernels/cpu/flash_tiles.inc"
+#include "kernels/cpu/attention_flash.inc"
+}  // namespace flashkit::kernels::avx512

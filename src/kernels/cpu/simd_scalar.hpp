@@ -1,0 +1,15 @@
+// Portable fallback: one lane. Included inside an ISA namespace by attention_flash_scalar.cpp.
+using vf = float;
+constexpr int W = 1;
+inline vf vzero() { return 0.f; }
+inline vf vload(const float* p) { return *p; }
+inline void vstore(float* p, vf v) { *p = v; }
+inline vf vset1(float x) { return x; }
+inline vf vfma(vf a, vf b, vf c) { return a * b + c; }
+inline vf vmul(vf a, vf b) { return a * b; }
+inline vf vadd(vf a, vf b) { return a + b; }
+inline vf vsub(vf a, vf b) { return a - b; }
+inline vf vmax(vf a, vf b) { return a > b ? a : b; }
+inline float hsum(vf v) { return v; }
+inline float hmax(vf v) { return v; }
+inline vf vexp2(vf x) { return x < -126.f ? 0.f : std::exp2(x); }
