@@ -62,6 +62,7 @@ void check_tensor(const TensorView& t, const char* name, std::initializer_list<i
       bad(std::string(name) + ": expected shape " + dims(want) + " " + layout + ", got " + t.shape_str());
     ++d;
   }
+  if (t.numel() == 0) return;  // an empty tensor (e.g. varlen with no tokens) has no meaningful strides
   for (d = 0; d < t.ndim; ++d)
     if (t.strides[d] < 0 || (t.strides[d] == 0 && t.shape[d] > 1))
       bad(std::string(name) + ": stride of dimension " + std::to_string(d) + " must be positive, got " +
@@ -139,7 +140,7 @@ AttentionFwdArgs validate_common(const TensorView& q, const TensorView& k, const
         "); use cu_seqlens for batches with empty sequences");
   check_tensor(lse, "lse", {B, H, Sq}, "[batch, heads, seqlen_q]");
   if (lse.dtype != DType::f32) bad("lse: dtype must be f32, got " + std::string(dtype_name(lse.dtype)));
-  if (!lse.is_contiguous()) bad("lse: must be contiguous");
+  if (lse.numel() > 0 && !lse.is_contiguous()) bad("lse: must be contiguous");
   if (lse.device != q.device || lse.device_index != q.device_index) bad("lse: must be on the same device as q");
 
   if (!std::isfinite(opts.scale) || opts.scale < 0)

@@ -12,7 +12,7 @@ struct FlashBlocks {
 
 // Q, O, K^T, V and S tiles of a forward work item take (2 bq d + 2 bk d + bq bk) * 4 bytes:
 // 80 KiB at d=64, 288 KiB at d=256 with bq=32 -- inside a 512 KiB-1 MiB L2 per core.
-inline FlashBlocks flash_cpu_blocks(int64_t head_dim) { return {head_dim <= 128 ? 64 : 32, 64}; }
+inline FlashBlocks flash_cpu_blocks(int64_t head_dim) { return {head_dim <= 128 ? 128 : 64, 64}; }
 
 #define FK_DECLARE_FLASH_ISA(isa)                          \
   namespace isa {                                          \

@@ -13,3 +13,5 @@ inline vf vmax(vf a, vf b) { return a > b ? a : b; }
 inline float hsum(vf v) { return v; }
 inline float hmax(vf v) { return v; }
 inline vf vexp2(vf x) { return x < -126.f ? 0.f : std::exp2(x); }
+inline void load_row(const void* src, DType dt, float* dst, int64_t n) { row_to_f32(src, dt, dst, n); }
+inline void store_row(const float* src, DType dt, void* dst, int64_t n) { row_from_f32(src, dt, dst, n); }

@@ -1,10 +1,25 @@
 // CUDA runtime glue: device discovery, checked copies, and the CUDA entry points of ops dispatch.
+//   impl automatic/flash -> FlashAttention-2 kernels (flash_fwd.cuh, flash_bwd.cuh); seqlen_q <= 16 takes the
+//                           split-KV decode path (flash-decoding) with the GQA group packed into the row tile.
+//   impl standard        -> the cuBLAS baseline (standard.cu).
+// Kernels run on the calling thread's stream (fk_cuda_set_stream; default: the legacy default stream).
+// check_finite is not implemented on CUDA (it would cost a pass over q/k/v); CUDA calls ignore it.
+// Supported dtypes on CUDA: bf16 and f16. head_dim: any multiple of 8 up to 256, padded up to 64/128/256
+// inside the kernels (zero-filled loads, masked stores).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "flashkit/error.hpp"
+#include "flashkit/flashkit.h"
 #include "flashkit/runtime.hpp"
+#include "kernels/cuda/flash_api.hpp"
 #include "ops/cuda_dispatch.hpp"
 
 namespace flashkit {
@@ -13,6 +28,7 @@ namespace {
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail(Status::device_error, std::string(what) + ": " + cudaGetErrorString(e));
 }
+thread_local cudaStream_t g_stream = nullptr;
 }  // namespace
 
 int cuda_device_count() {
@@ -29,11 +45,273 @@ void cuda_copy_to_host(void* dst, const void* src, size_t bytes, int device_inde
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy(cu_seqlens)");
 }
 
-void cuda_attention_forward(const kernels::AttentionFwdArgs&, AttentionImpl, bool, OpCost*) {
-  fail(Status::unsupported, "CUDA attention kernels are not built yet in this version");
+namespace {
+
+using kernels::AttentionBwdArgs;
+using kernels::AttentionFwdArgs;
+using kernels::AttentionShape;
+using kernels::AttnOperand;
+
+struct Workspace {
+  void* p = nullptr;
+  cudaStream_t s;
+  Workspace(size_t bytes, cudaStream_t stream) : s(stream) {
+    if (bytes) check(cudaMallocAsync(&p, bytes, stream), "cudaMallocAsync(attention workspace)");
+  }
+  ~Workspace() {
+    if (p) cudaFreeAsync(p, s);
+  }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+};
+
+int dpad_of(int64_t d) { return d <= 64 ? 64 : (d <= 128 ? 128 : 256); }
+
+void require_16bit(DType t) {
+  if (t != DType::bf16 && t != DType::f16)
+    fail(Status::unsupported, "q: CUDA attention kernels take bf16 or f16 tensors, got " + std::string(dtype_name(t)) +
+                                  " (convert, or use CPU tensors)");
 }
-void cuda_attention_backward(const kernels::AttentionBwdArgs&, AttentionImpl, bool, OpCost*) {
-  fail(Status::unsupported, "CUDA attention kernels are not built yet in this version");
+
+std::vector<int32_t> host_cu_seqlens(const AttentionShape& s) {
+  std::vector<int32_t> h;
+  if (!s.varlen()) return h;
+  h.resize(size_t(2 * (s.batch + 1)));
+  check(cudaMemcpy(h.data(), s.cu_seqlens_q, size_t(s.batch + 1) * 4, cudaMemcpyDeviceToHost), "cudaMemcpy(cu_seqlens_q)");
+  check(cudaMemcpy(h.data() + s.batch + 1, s.cu_seqlens_k, size_t(s.batch + 1) * 4, cudaMemcpyDeviceToHost),
+        "cudaMemcpy(cu_seqlens_k)");
+  return h;
+}
+
+int64_t batch_slots(const AttentionShape& s) { return s.varlen() ? 1 : s.batch; }
+int64_t num_rows(const AttentionShape& s) { return batch_slots(s) * s.heads * s.seqlen_q; }
+
+// The kernels load and store 16-byte chunks: operands need 16-byte aligned rows. Others are repacked.
+bool aligned(const AttnOperand& t) {
+  return (reinterpret_cast<uintptr_t>(t.data) % 16 == 0) && t.stride_b % 8 == 0 && t.stride_s % 8 == 0 &&
+         t.stride_h % 8 == 0;
+}
+
+struct Repack {
+  std::vector<Workspace*> bufs;
+  ~Repack() {
+    for (auto* b : bufs) delete b;
+  }
+  // Replaces `t` by a contiguous copy when it is not aligned; copy_in copies the data.
+  AttnOperand make(const AttnOperand& t, int64_t B, int64_t S, int64_t H, int64_t D, bool copy_in, cudaStream_t st) {
+    if (aligned(t)) return t;
+    auto* w = new Workspace(size_t(B * S * H * D) * 2, st);
+    bufs.push_back(w);
+    AttnOperand c{w->p, S * H * D, H * D, D};
+    if (copy_in) cuda::copy_operand16(c.data, c, t.data, t, B, S, H, D, st);
+    return c;
+  }
+};
+
+// Key blocks a forward tile of BM rows visits, summed over tiles and sequences (for the FLOP count).
+double fwd_tile_pairs(const AttentionShape& sh, const kernels::AttentionMask& m, const std::vector<int32_t>& cu, int BM,
+                      int BN) {
+  double pairs = 0;
+  for (int64_t b = 0; b < sh.batch; ++b) {
+    int64_t nq = sh.seqlen_q, nk = sh.seqlen_k;
+    if (sh.varlen()) {
+      nq = cu[b + 1] - cu[b];
+      nk = cu[sh.batch + 1 + b + 1] - cu[sh.batch + 1 + b];
+    }
+    for (int64_t m0 = 0; m0 < nq; m0 += BM) {
+      const int64_t i1 = std::min(m0 + BM, nq) - 1;
+      const int64_t lo = m.lo(m0, nq, nk), hi = m.hi(i1, nq, nk);
+      if (hi > lo) pairs += double((hi + BN - 1) / BN - lo / BN);
+    }
+    if (!sh.varlen()) {
+      pairs *= double(sh.batch);
+      break;
+    }
+  }
+  return pairs;
+}
+
+double operand_bytes(const AttentionShape& s, bool kv) {
+  return double(batch_slots(s)) * (kv ? s.seqlen_k * s.kv_heads : s.seqlen_q * s.heads) * s.head_dim * 2;
+}
+
+}  // namespace
+
+void cuda_attention_forward(const AttentionFwdArgs& a0, AttentionImpl impl, bool /*check_finite*/, OpCost* cost) {
+  require_16bit(a0.dtype);
+  const cudaStream_t stream = g_stream;
+  const AttentionShape& sh = a0.shape;
+  const std::vector<int32_t> cu = host_cu_seqlens(sh);
+  const double qb = operand_bytes(sh, false), kvb = operand_bytes(sh, true);
+  const double rows = double(num_rows(sh));
+  OpCost c;
+  if (impl == AttentionImpl::standard) {
+    c.workspace_bytes = cuda::standard_forward(a0, cu.data(), stream);
+    double nn = 0;
+    for (int64_t b = 0; b < sh.batch; ++b)
+      nn += sh.varlen() ? double(cu[b + 1] - cu[b]) * double(cu[sh.batch + 2 + b] - cu[sh.batch + 1 + b])
+                        : double(sh.seqlen_q) * double(sh.seqlen_k);
+    nn *= double(sh.heads);
+    c.flops = 4.0 * nn * double(sh.head_dim);
+    c.bytes_read = qb + 2 * kvb + nn * 4 /*S*/ + nn * 2 /*P*/;
+    c.bytes_written = qb + rows * 4 + nn * 4 + nn * 2;
+    c.model = "cuda standard: q,k,v read once, o,lse written once, S (f32) and P (16-bit) each written and read once";
+    c.kernel = "cuda.standard.cublas";
+    if (cost) *cost = c;
+    return;
+  }
+  if (sh.max_seqlen_q == 0) {
+    if (cost) *cost = c;
+    return;
+  }
+  const int D = dpad_of(sh.head_dim);
+  AttentionFwdArgs a = a0;
+  Repack rp;
+  const int64_t B = batch_slots(sh);
+  a.q = rp.make(a0.q, B, sh.seqlen_q, sh.heads, sh.head_dim, true, stream);
+  a.k = rp.make(a0.k, B, sh.seqlen_k, sh.kv_heads, sh.head_dim, true, stream);
+  a.v = rp.make(a0.v, B, sh.seqlen_k, sh.kv_heads, sh.head_dim, true, stream);
+  a.o = rp.make(a0.o, B, sh.seqlen_q, sh.heads, sh.head_dim, false, stream);
+
+  cuda::FwdParams p;
+  p.a = a;
+  p.num_rows = num_rows(sh);
+  const bool decode = sh.max_seqlen_q <= 16;
+  std::unique_ptr<Workspace> part;
+  const int BN = decode ? (D == 256 ? 32 : 64) : (D == 256 ? 32 : 64);
+  if (decode) {
+    p.pack_gqa = true;
+    int dev = 0, sms = 132;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+    const int64_t mtiles = (sh.group() * sh.max_seqlen_q + 15) / 16;
+    const int64_t base = mtiles * sh.kv_heads * sh.batch;
+    const int64_t nblocks = (sh.max_seqlen_k + BN - 1) / BN;
+    int64_t splits = (int64_t(sms) * 6 + base - 1) / base;
+    splits = std::min<int64_t>({splits, std::max<int64_t>(1, nblocks / 4), 128});
+    p.num_splits = int(std::max<int64_t>(1, splits));
+    if (p.num_splits > 1) {
+      part = std::make_unique<Workspace>(size_t(p.num_splits) * size_t(p.num_rows) * (D * 4 + 4), stream);
+      p.o_part = static_cast<float*>(part->p);
+      p.lse_part = p.o_part + size_t(p.num_splits) * p.num_rows * D;
+    }
+  }
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    if (decode) {
+      if (D == 64) cuda::launch_flash_decode<T, 64>(p, stream);
+      else if (D == 128) cuda::launch_flash_decode<T, 128>(p, stream);
+      else cuda::launch_flash_decode<T, 256>(p, stream);
+    } else {
+      if (D == 64) cuda::launch_flash_fwd<T, 64>(p, stream);
+      else if (D == 128) cuda::launch_flash_fwd<T, 128>(p, stream);
+      else cuda::launch_flash_fwd<T, 256>(p, stream);
+    }
+  };
+  if (a.dtype == DType::bf16) run(__nv_bfloat16{});
+  else run(__half{});
+  if (p.num_splits > 1) cuda::launch_split_combine(p, D, stream);
+  if (a.o.data != a0.o.data) cuda::copy_operand16(a0.o.data, a0.o, a.o.data, a.o, B, sh.seqlen_q, sh.heads, sh.head_dim, stream);
+
+  const int BM = decode ? 16 : 64;
+  const double pairs = decode ? 0 : fwd_tile_pairs(sh, a.mask, cu, BM, BN);
+  c.flops = decode ? 4.0 * double(sh.batch) * sh.kv_heads * double((sh.group() * sh.max_seqlen_q + 15) / 16 * 16) *
+                         double(sh.max_seqlen_k) * D
+                   : 4.0 * pairs * sh.heads * BM * BN * D;
+  c.bytes_read = qb + 2 * kvb;
+  c.bytes_written = qb + rows * 4;
+  if (p.num_splits > 1) {
+    const double pb = double(p.num_splits) * rows * (D * 4 + 4);
+    c.bytes_written += pb;
+    c.bytes_read += pb;
+    c.workspace_bytes = pb;
+  }
+  c.model = "cuda flash: q,k,v read once and o,lse written once (K/V re-reads across query tiles assumed served by L2)" +
+            std::string(p.num_splits > 1 ? "; plus split-KV partials (f32) written and read once" : "");
+  c.kernel = std::string(decode ? "cuda.flash.decode" : "cuda.flash.fwd") + ".sm80mma." +
+             (a.dtype == DType::bf16 ? "bf16" : "f16") + ".d" + std::to_string(D) +
+             (p.num_splits > 1 ? ".splits" + std::to_string(p.num_splits) : "");
+  if (cost) *cost = c;
+}
+
+void cuda_attention_backward(const AttentionBwdArgs& g0, AttentionImpl impl, bool /*check_finite*/, OpCost* cost) {
+  require_16bit(g0.fwd.dtype);
+  const cudaStream_t stream = g_stream;
+  const AttentionShape& sh = g0.fwd.shape;
+  const std::vector<int32_t> cu = host_cu_seqlens(sh);
+  const double qb = operand_bytes(sh, false), kvb = operand_bytes(sh, true);
+  const double rows = double(num_rows(sh));
+  OpCost c;
+  if (impl == AttentionImpl::standard) {
+    c.workspace_bytes = cuda::standard_backward(g0, cu.data(), stream);
+    double nn = 0;
+    for (int64_t b = 0; b < sh.batch; ++b)
+      nn += sh.varlen() ? double(cu[b + 1] - cu[b]) * double(cu[sh.batch + 2 + b] - cu[sh.batch + 1 + b])
+                        : double(sh.seqlen_q) * double(sh.seqlen_k);
+    nn *= double(sh.heads);
+    c.flops = 10.0 * nn * double(sh.head_dim);
+    c.bytes_read = 3 * qb + 2 * kvb + rows * 4 + nn * (4 + 4 + 4 + 4 + 2 + 2 + 2);
+    c.bytes_written = qb + 2 * kvb + nn * (4 + 4 + 2 + 4 + 2);
+    c.model = "cuda standard backward: inputs read once, grads written once, S/dP (f32) and P/dS (16-bit) "
+              "materialized and re-read by each consumer";
+    c.kernel = "cuda.standard.cublas";
+    if (cost) *cost = c;
+    return;
+  }
+  const int D = dpad_of(sh.head_dim);
+  AttentionBwdArgs g = g0;
+  Repack rp;
+  const int64_t B = batch_slots(sh);
+  g.fwd.q = rp.make(g0.fwd.q, B, sh.seqlen_q, sh.heads, sh.head_dim, true, stream);
+  g.fwd.k = rp.make(g0.fwd.k, B, sh.seqlen_k, sh.kv_heads, sh.head_dim, true, stream);
+  g.fwd.v = rp.make(g0.fwd.v, B, sh.seqlen_k, sh.kv_heads, sh.head_dim, true, stream);
+  g.fwd.o = rp.make(g0.fwd.o, B, sh.seqlen_q, sh.heads, sh.head_dim, true, stream);
+  g.dout = rp.make(g0.dout, B, sh.seqlen_q, sh.heads, sh.head_dim, true, stream);
+  g.dq = rp.make(g0.dq, B, sh.seqlen_q, sh.heads, sh.head_dim, false, stream);
+  g.dk = rp.make(g0.dk, B, sh.seqlen_k, sh.kv_heads, sh.head_dim, false, stream);
+  g.dv = rp.make(g0.dv, B, sh.seqlen_k, sh.kv_heads, sh.head_dim, false, stream);
+
+  cuda::BwdParams p;
+  p.g = g;
+  p.num_rows = num_rows(sh);
+  const size_t acc_bytes = size_t(p.num_rows) * D * 4, dsum_bytes = size_t(p.num_rows) * 4;
+  Workspace ws(acc_bytes + dsum_bytes, stream);
+  p.dq_accum = static_cast<float*>(ws.p);
+  p.dsum = reinterpret_cast<float*>(static_cast<char*>(ws.p) + acc_bytes);
+  if (acc_bytes) check(cudaMemsetAsync(p.dq_accum, 0, acc_bytes, stream), "cudaMemsetAsync(dq accumulator)");
+  cuda::launch_bwd_preprocess(p, stream);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    if (D == 64) cuda::launch_flash_bwd<T, 64>(p, stream);
+    else if (D == 128) cuda::launch_flash_bwd<T, 128>(p, stream);
+    else cuda::launch_flash_bwd<T, 256>(p, stream);
+  };
+  if (g.fwd.dtype == DType::bf16) run(__nv_bfloat16{});
+  else run(__half{});
+  cuda::launch_bwd_postprocess(p, D, stream);
+  if (g.dq.data != g0.dq.data) cuda::copy_operand16(g0.dq.data, g0.dq, g.dq.data, g.dq, B, sh.seqlen_q, sh.heads, sh.head_dim, stream);
+  if (g.dk.data != g0.dk.data) cuda::copy_operand16(g0.dk.data, g0.dk, g.dk.data, g.dk, B, sh.seqlen_k, sh.kv_heads, sh.head_dim, stream);
+  if (g.dv.data != g0.dv.data) cuda::copy_operand16(g0.dv.data, g0.dv, g.dv.data, g.dv, B, sh.seqlen_k, sh.kv_heads, sh.head_dim, stream);
+
+  const int BM = 64, BN = D == 256 ? 64 : 128;
+  const double pairs = fwd_tile_pairs(sh, g.fwd.mask, cu, BM, BN);
+  c.flops = 10.0 * pairs * sh.heads * BM * BN * D;  // 5 GEMMs of 2 flops per MAC
+  c.bytes_read = 3 * qb + 2 * kvb + rows * 4 + qb /*o in preprocess*/ + rows * D * 4 /*dq accum*/;
+  c.bytes_written = qb + 2 * kvb + rows * 4 /*dsum*/ + rows * D * 4 /*dq accumulator, atomics assumed L2-merged*/;
+  c.workspace_bytes = double(acc_bytes + dsum_bytes);
+  c.model = "cuda flash backward: q,k,v,o,dout,lse read once, dq,dk,dv written once, plus the f32 dq accumulator "
+            "(written once, read once) and rowsum(dO*O); K/V-tile re-reads and dq atomics assumed served by L2";
+  c.kernel = std::string("cuda.flash.bwd.sm80mma.") + (g.fwd.dtype == DType::bf16 ? "bf16" : "f16") + ".d" +
+             std::to_string(D);
+  if (cost) *cost = c;
 }
 
 }  // namespace flashkit
+
+// Sets the CUDA stream the calling thread's flashkit CUDA calls launch on (NULL: the legacy default stream).
+// Used by python/flashkit/torch.py to honour torch.cuda.current_stream().
+extern "C" FK_API int32_t fk_cuda_set_stream(void* stream) {
+  flashkit::g_stream = static_cast<cudaStream_t>(stream);
+  return 0;
+}
+extern "C" FK_API void* fk_cuda_get_stream(void) { return flashkit::g_stream; }

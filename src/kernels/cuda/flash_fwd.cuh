@@ -1,0 +1,327 @@
+// FlashAttention-2 forward on mma.sync tensor cores (sm_80+): one CTA per (query tile, head, sequence).
+// Each warp owns 16 query rows; K/V tiles of BN keys stream through a two-stage cp.async pipeline in
+// swizzled shared memory; S = QK^T and O += PV run as m16n8k16 MMAs with f32 accumulators; the softmax is
+// online, in log2 units with the scale folded in (one FFMA + ex2 per score). Included by the per-(dtype,
+// head_dim) instantiation files only.
+#pragma once
+#include <cmath>
+
+#include "flashkit/error.hpp"
+#include "kernels/cuda/flash_api.hpp"
+#include "kernels/cuda/flash_common.cuh"
+
+namespace flashkit::cuda {
+
+template <typename T, int D, int BN, int NW, bool QREG>
+__global__ void __launch_bounds__(NW * 32) flash_fwd_kernel(const FwdParams p) {
+  using Op = MmaOp<T>;
+  constexpr int BM = 16 * NW, NT = NW * 32, CH = D / 8;
+  constexpr int NTILE = BN / 8, DTILE = D / 8;
+  constexpr uint32_t kStage = BN * D * 2;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t sQ = smem_u32(smem);
+  const uint32_t sK0 = sQ + BM * D * 2;
+  const uint32_t sV0 = sK0 + 2 * kStage;
+
+  const kernels::AttentionFwdArgs& a = p.a;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int mblocks = gridDim.x / p.num_splits;
+  const int split = blockIdx.x / mblocks;
+  const int mb = mblocks - 1 - int(blockIdx.x % mblocks);  // longest (causal) tiles first
+  const kernels::SeqRange sr = kernels::seq_range(a.shape, blockIdx.z);
+  const int64_t nq = sr.nq, nk = sr.nk;
+  const int group = int(a.shape.heads / a.shape.kv_heads);
+  const bool pack = p.pack_gqa;
+  const int64_t rows = pack ? group * nq : nq;
+  const int64_t m0 = int64_t(mb) * BM;
+  if (m0 >= rows) return;
+  const int hblk = blockIdx.y;  // query head, or KV head when packing the group
+  const int kvh = pack ? hblk : hblk / group;
+  const int dreal = int(a.shape.head_dim);
+
+  auto row_head = [&](int64_t r, int64_t& h, int64_t& i) {
+    if (pack) {
+      h = int64_t(kvh) * group + r / nq;
+      i = r % nq;
+    } else {
+      h = hblk;
+      i = r;
+    }
+  };
+
+  // Key blocks this tile needs: the union of its rows' visible ranges.
+  const int64_t r_last = (m0 + BM < rows ? m0 + BM : rows) - 1;
+  int64_t imin, imax;
+  if (!pack) {
+    imin = m0;
+    imax = r_last;
+  } else if (m0 / nq != r_last / nq) {
+    imin = 0;
+    imax = nq - 1;
+  } else {
+    imin = m0 % nq;
+    imax = r_last % nq;
+  }
+  const int64_t klo = a.mask.lo(imin, nq, nk), khi = a.mask.hi(imax, nq, nk);
+  const int64_t lo_max = a.mask.lo(imax, nq, nk), hi_min = a.mask.hi(imin, nq, nk);
+  int nb_begin = 0, nb_end = 0;
+  if (khi > klo) {
+    nb_begin = int(klo / BN);
+    nb_end = int((khi + BN - 1) / BN);
+  }
+  if (p.num_splits > 1) {
+    const int total = nb_end - nb_begin;
+    const int per = (total + p.num_splits - 1) / p.num_splits;
+    const int b0 = nb_begin + split * per;
+    nb_begin = b0;
+    nb_end = nb_end < b0 + per ? nb_end : b0 + per;
+    if (nb_end < nb_begin) nb_end = nb_begin;
+  }
+
+  // The two rows (g and g+8 of this warp's 16) each thread holds in the accumulator layout.
+  int64_t my_h[2], my_i[2], my_lo[2], my_hi[2];
+  bool my_ok[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t gr = m0 + warp * 16 + g + 8 * r;
+    my_ok[r] = gr < rows;
+    if (my_ok[r]) {
+      row_head(gr, my_h[r], my_i[r]);
+      my_lo[r] = a.mask.lo(my_i[r], nq, nk);
+      my_hi[r] = a.mask.hi(my_i[r], nq, nk);
+    } else {
+      my_h[r] = my_i[r] = 0;
+      my_lo[r] = 0;
+      my_hi[r] = nk;
+    }
+  }
+
+  const T* qbase = static_cast<const T*>(a.q.data) + sr.bslot * a.q.stride_b;
+  const T* kbase = static_cast<const T*>(a.k.data) + sr.bslot * a.k.stride_b + kvh * a.k.stride_h + sr.k0 * a.k.stride_s;
+  const T* vbase = static_cast<const T*>(a.v.data) + sr.bslot * a.v.stride_b + kvh * a.v.stride_h + sr.k0 * a.v.stride_s;
+
+  auto load_kv = [&](int n, int st) {
+#pragma unroll 4
+    for (int idx = tid; idx < BN * CH; idx += NT) {
+      const int r = idx / CH, c = idx % CH;
+      const int64_t j = int64_t(n) * BN + r;
+      const bool ok = j < nk && c * 8 < dreal;
+      cp_async16(sK0 + st * kStage + swz<D>(r, c), ok ? kbase + j * a.k.stride_s + c * 8 : kbase, ok);
+      cp_async16(sV0 + st * kStage + swz<D>(r, c), ok ? vbase + j * a.v.stride_s + c * 8 : vbase, ok);
+    }
+  };
+
+  float o[DTILE][4];
+#pragma unroll
+  for (int d = 0; d < DTILE; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+  uint32_t qf[QREG ? D / 16 : 1][4];
+
+  const bool use_cap = a.softcap > 0.f;
+  const float sl2 = a.scale * kLog2e;
+  const float cap_pre = use_cap ? a.scale / a.softcap : 0.f;
+  const float cap_post = a.softcap * kLog2e;
+
+  if (nb_begin < nb_end) {
+    for (int idx = tid; idx < BM * CH; idx += NT) {
+      const int r = idx / CH, c = idx % CH;
+      const int64_t gr = m0 + r;
+      const bool ok = gr < rows && c * 8 < dreal;
+      const T* src = qbase;
+      if (ok) {
+        int64_t h, i;
+        row_head(gr, h, i);
+        src = qbase + (sr.q0 + i) * a.q.stride_s + h * a.q.stride_h + c * 8;
+      }
+      cp_async16(sQ + swz<D>(r, c), src, ok);
+    }
+    load_kv(nb_begin, 0);
+    cp_async_commit();
+  }
+
+  for (int n = nb_begin; n < nb_end; ++n) {
+    const int st = (n - nb_begin) & 1;
+    cp_async_wait<0>();
+    __syncthreads();
+    if constexpr (QREG) {
+      if (n == nb_begin) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+          ldsm_x4(sQ + swz<D>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)), qf[kk][0], qf[kk][1], qf[kk][2],
+                  qf[kk][3]);
+      }
+    }
+    if (n + 1 < nb_end) {
+      load_kv(n + 1, st ^ 1);
+      cp_async_commit();
+    }
+    // S = Q K^T for this warp's 16 rows x BN keys.
+    float s[NTILE][4];
+#pragma unroll
+    for (int i = 0; i < NTILE; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    const uint32_t sK = sK0 + st * kStage;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t af[4];
+      if constexpr (QREG) {
+        af[0] = qf[kk][0];
+        af[1] = qf[kk][1];
+        af[2] = qf[kk][2];
+        af[3] = qf[kk][3];
+      } else {
+        ldsm_x4(sQ + swz<D>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)), af[0], af[1], af[2], af[3]);
+      }
+#pragma unroll
+      for (int nt2 = 0; nt2 < BN / 16; ++nt2) {
+        uint32_t b0, b1, b2, b3;
+        ldsm_x4(sK + swz<D>(nt2 * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)), b0, b1, b2, b3);
+        Op::run(s[2 * nt2], af, b0, b1);
+        Op::run(s[2 * nt2 + 1], af, b2, b3);
+      }
+    }
+    // Scores to log2 units (scale, softcap), mask.
+    const int64_t n0 = int64_t(n) * BN;
+    const bool full = n0 >= lo_max && n0 + BN <= hi_min;
+#pragma unroll
+    for (int nt = 0; nt < NTILE; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[nt][e];
+        x = use_cap ? cap_post * fast_tanh(x * cap_pre) : x * sl2;
+        if (!full) {
+          const int64_t j = n0 + nt * 8 + 2 * t4 + (e & 1);
+          const int r = e >> 1;
+          if (j < my_lo[r] || j >= my_hi[r]) x = -INFINITY;
+        }
+        s[nt][e] = x;
+      }
+    // Online softmax.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < NTILE; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = quad_max(mx);
+      const float mnew = fmaxf(mrow[r], mx);
+      const float muse = mnew == -INFINITY ? 0.f : mnew;
+      const float alpha = fast_exp2(mrow[r] - muse);
+      mrow[r] = mnew;
+#pragma unroll
+      for (int d = 0; d < DTILE; ++d) {
+        o[d][2 * r] *= alpha;
+        o[d][2 * r + 1] *= alpha;
+      }
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NTILE; ++nt) {
+        const float p0 = fast_exp2(s[nt][2 * r] - muse), p1 = fast_exp2(s[nt][2 * r + 1] - muse);
+        s[nt][2 * r] = p0;
+        s[nt][2 * r + 1] = p1;
+        sum += p0 + p1;
+      }
+      lrow[r] = lrow[r] * alpha + sum;
+    }
+    // O += P V.
+    const uint32_t sV = sV0 + st * kStage;
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      uint32_t af[4];
+      af[0] = Op::pack(s[2 * kk][0], s[2 * kk][1]);
+      af[1] = Op::pack(s[2 * kk][2], s[2 * kk][3]);
+      af[2] = Op::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      af[3] = Op::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dt2 = 0; dt2 < D / 16; ++dt2) {
+        uint32_t b0, b1, b2, b3;
+        ldsm_x4_t(sV + swz<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dt2 * 2 + (lane >> 4)), b0, b1, b2, b3);
+        Op::run(o[2 * dt2], af, b0, b1);
+        Op::run(o[2 * dt2 + 1], af, b2, b3);
+      }
+    }
+  }
+
+  // Epilogue: normalize, write O (staged through this warp's rows of the Q tile) and LSE.
+  float inv[2], lse[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = quad_sum(lrow[r]);
+    inv[r] = l > 0.f ? 1.f / l : 0.f;
+    lse[r] = l > 0.f ? (mrow[r] + __log2f(l)) * kLn2 : -INFINITY;
+  }
+  if (p.num_splits == 1) {
+    T* obase = static_cast<T*>(a.o.data) + sr.bslot * a.o.stride_b;
+    __syncwarp();
+#pragma unroll
+    for (int d = 0; d < DTILE; ++d)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint32_t v = Op::pack(o[d][2 * r] * inv[r], o[d][2 * r + 1] * inv[r]);
+        *reinterpret_cast<uint32_t*>(smem + swz<D>(warp * 16 + g + 8 * r, d) + t4 * 4) = v;
+      }
+    __syncwarp();
+    for (int idx = lane; idx < 16 * CH; idx += 32) {
+      const int rr = idx / CH, c = idx % CH;
+      const int64_t gr = m0 + warp * 16 + rr;
+      if (gr < rows && c * 8 < dreal) {
+        int64_t h, i;
+        row_head(gr, h, i);
+        *reinterpret_cast<uint4*>(obase + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h + c * 8) =
+            *reinterpret_cast<const uint4*>(smem + swz<D>(warp * 16 + rr, c));
+      }
+    }
+    if (t4 == 0)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (my_ok[r]) a.lse[a.lse_index(sr, my_h[r], my_i[r])] = lse[r];
+  } else {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (!my_ok[r]) continue;
+      const int64_t ridx = a.lse_index(sr, my_h[r], my_i[r]);
+      float* op = p.o_part + (int64_t(split) * p.num_rows + ridx) * D;
+#pragma unroll
+      for (int d = 0; d < DTILE; ++d)
+        *reinterpret_cast<float2*>(op + d * 8 + 2 * t4) = make_float2(o[d][2 * r] * inv[r], o[d][2 * r + 1] * inv[r]);
+      if (t4 == 0) p.lse_part[int64_t(split) * p.num_rows + ridx] = lse[r];
+    }
+  }
+}
+
+inline void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail(Status::device_error, std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+template <typename T, int D, int BN, int NW, bool QREG>
+void launch_fwd_cfg(const FwdParams& p, cudaStream_t stream) {
+  constexpr int BM = 16 * NW;
+  const size_t smem = size_t(BM * D + 4 * BN * D) * 2;
+  auto kern = flash_fwd_kernel<T, D, BN, NW, QREG>;
+  cuda_check(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+             "cudaFuncSetAttribute(flash forward)");
+  const auto& sh = p.a.shape;
+  const int64_t group = sh.heads / sh.kv_heads;
+  const int64_t rows = p.pack_gqa ? group * sh.max_seqlen_q : sh.max_seqlen_q;
+  const int64_t mblocks = (rows + BM - 1) / BM;
+  if (mblocks == 0) return;
+  dim3 grid(unsigned(mblocks * p.num_splits), unsigned(p.pack_gqa ? sh.kv_heads : sh.heads), unsigned(sh.batch));
+  kern<<<grid, NW * 32, smem, stream>>>(p);
+  cuda_check(cudaGetLastError(), "flash forward launch");
+}
+
+// Tile configurations (see docs/worklog/attention-cuda.md).
+template <typename T, int D>
+void launch_flash_fwd(const FwdParams& p, cudaStream_t stream) {
+  if constexpr (D == 64) launch_fwd_cfg<T, 64, 64, 4, true>(p, stream);
+  else if constexpr (D == 128) launch_fwd_cfg<T, 128, 64, 4, true>(p, stream);
+  else launch_fwd_cfg<T, 256, 32, 4, false>(p, stream);
+}
+
+template <typename T, int D>
+void launch_flash_decode(const FwdParams& p, cudaStream_t stream) {
+  if constexpr (D == 64) launch_fwd_cfg<T, 64, 64, 1, true>(p, stream);
+  else if constexpr (D == 128) launch_fwd_cfg<T, 128, 64, 1, true>(p, stream);
+  else launch_fwd_cfg<T, 256, 32, 1, false>(p, stream);
+}
+
+}  // namespace flashkit::cuda
