@@ -1,0 +1,88 @@
+"""flashkit: IO-aware attention kernels, from Python.
+
+numpy arrays in, numpy arrays out, through the library's C API (ctypes; no compiled extension)::
+
+    import numpy as np, flashkit
+    q = np.random.randn(2, 128, 8, 64).astype(np.float32)   # [batch, seqlen, heads, head_dim]
+    o, lse = flashkit.attention(q, q, q, causal=True)        # o like q; lse float32 [batch, heads, seqlen]
+    dq, dk, dv = flashkit.attention_backward(np.ones_like(o), q, q, q, o, lse, causal=True)
+
+bfloat16: numpy has no such dtype, so ``flashkit.bf16(x)`` makes a :class:`BF16Array` (uint16 storage,
+rounded to nearest even); attention on BF16Array operands returns BF16Array outputs (lse stays float32).
+
+The native library is found through FLASHKIT_LIBRARY, else <repo>/build/lib (``bash tools/build.sh``),
+else the system library path.
+"""
+
+from . import _capi
+from ._attention import Cost, attention, attention_backward
+from ._bf16 import BF16Array, bf16
+from .errors import (
+    DeviceError,
+    FlashkitError,
+    InternalError,
+    InvalidArgumentError,
+    OutOfMemoryError,
+    UnsupportedError,
+)
+
+__all__ = [
+    "attention",
+    "attention_backward",
+    "Cost",
+    "BF16Array",
+    "bf16",
+    "version",
+    "cpu_isa",
+    "num_threads",
+    "set_num_threads",
+    "cuda_device_count",
+    "library_path",
+    "FlashkitError",
+    "InvalidArgumentError",
+    "UnsupportedError",
+    "OutOfMemoryError",
+    "DeviceError",
+    "InternalError",
+]
+
+
+def version():
+    """The native library's version string, e.g. "0.1.0"."""
+    return _capi._decode(_capi.lib.fk_version())
+
+
+def cpu_isa():
+    """The CPU instruction set the kernels dispatch to: "avx512", "avx2" or "scalar"
+    (FLASHKIT_CPU_ISA can force a lower one)."""
+    return _capi._decode(_capi.lib.fk_cpu_isa())
+
+
+def num_threads():
+    """Threads the CPU kernels use (FLASHKIT_NUM_THREADS, else the OpenMP default; 1 without OpenMP)."""
+    return int(_capi.lib.fk_num_threads())
+
+
+def set_num_threads(n):
+    """Sets the CPU kernels' thread count for the whole process; n must be an int in [1, 4096]."""
+    import numbers
+
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError("num_threads: expected an int in [1, 4096], got %s %r" % (type(n).__name__, n))
+    n = int(n)
+    if not -(2**31) <= n < 2**31:
+        raise ValueError("num_threads: expected 1..4096, got %d" % n)
+    _capi.check(_capi.lib.fk_set_num_threads(n))
+
+
+def cuda_device_count():
+    """CUDA devices visible to the library; 0 for a build without CUDA."""
+    return int(_capi.lib.fk_cuda_device_count())
+
+
+def library_path():
+    """Path of the loaded native library."""
+    return _capi.LIBRARY_PATH
+
+
+__version__ = version()
