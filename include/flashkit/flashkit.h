@@ -55,7 +55,7 @@ typedef struct {
   double bytes_read;
   double bytes_written;
   double workspace_bytes;
-  char model[160];
+  char model[256];
   char kernel[64];
 } fk_cost;
 

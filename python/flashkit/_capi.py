@@ -93,7 +93,7 @@ class FkCost(ctypes.Structure):
         ("bytes_read", ctypes.c_double),
         ("bytes_written", ctypes.c_double),
         ("workspace_bytes", ctypes.c_double),
-        ("model", ctypes.c_char * 160),
+        ("model", ctypes.c_char * 256),
         ("kernel", ctypes.c_char * 64),
     ]
 
