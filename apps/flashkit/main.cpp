@@ -23,7 +23,12 @@ void add_info_command(CLI::App& app) {
 
 int main(int argc, char** argv) {
   CLI::App app{"flashkit: IO-aware attention kernels and a transformer engine for CPUs and NVIDIA GPUs"};
-  app.require_subcommand(1);
+  // At most one subcommand; "none" is reported by the callback below so that an unknown word is named
+  // by CLI11's own unexpected-argument error instead of a generic "subcommand required".
+  app.require_subcommand(0, 1);
+  app.callback([&app] {
+    if (app.get_subcommands().empty()) throw CLI::RequiredError("a subcommand (try --help)");
+  });
   app.set_version_flag("--version", std::string(flashkit::version()));
   flashkit::cli::add_info_command(app);
   flashkit::cli::add_bench_command(app);

@@ -100,7 +100,7 @@ class FkCost(ctypes.Structure):
 
 # Sizes the C compiler gives these structs on LP64 platforms; checked at load time so a drifted
 # header is caught before any call passes a mis-laid-out struct.
-_EXPECTED_SIZES = {FkTensor: 88, FkAttentionOptions: 64, FkCost: 256}
+_EXPECTED_SIZES = {FkTensor: 88, FkAttentionOptions: 64, FkCost: 352}
 
 _BUILD_HINT = (
     "build it with `bash tools/build.sh` from the repository root (it produces build/lib/libflashkit.so), "

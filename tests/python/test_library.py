@@ -82,7 +82,7 @@ def test_struct_layouts_match_the_header():
     assert _capi.FkAttentionOptions.num_seqs.offset == 48
     assert _capi.FkAttentionOptions.impl.offset == 56
     assert _capi.FkAttentionOptions.check_finite.offset == 60
-    assert ctypes.sizeof(_capi.FkCost) == 256 and _capi.FkCost.kernel.offset == 192
+    assert ctypes.sizeof(_capi.FkCost) == 352 and _capi.FkCost.kernel.offset == 288
 
 
 def test_options_defaults_come_from_the_library():
