@@ -6,7 +6,6 @@
 //
 // Inputs (q, k, v and, for backward passes, dout) hold random non-zero values and are allocated once per
 // seqlen; outputs are allocated per implementation. The bench itself never allocates anything N x N.
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -112,76 +111,20 @@ std::string cpu_model() {
 
 std::string pass_label(const std::string& pass) { return pass == "fwdbwd" ? "fwd+bwd" : pass; }
 
-// ---- memory: host buffers, or CUDA buffers through the CUDA runtime the library already loaded -------
-
-// The CLI does not link the CUDA runtime itself; in a CUDA build libflashkit does, so its symbols are
-// found in the process (or libcudart is opened by name).
-struct CudaRuntime {
-  using malloc_fn = int (*)(void**, size_t);
-  using free_fn = int (*)(void*);
-  using memcpy_fn = int (*)(void*, const void*, size_t, int);
-  using memset_fn = int (*)(void*, int, size_t);
-  using sync_fn = int (*)();
-  malloc_fn malloc_ = nullptr;
-  free_fn free_ = nullptr;
-  memcpy_fn memcpy_ = nullptr;
-  memset_fn memset_ = nullptr;
-  sync_fn sync_ = nullptr;
-
-  static const CudaRuntime& get() {
-    static const CudaRuntime rt = [] {
-      CudaRuntime r;
-      void* h = RTLD_DEFAULT;
-      if (!dlsym(h, "cudaMalloc")) {
-        h = dlopen("libcudart.so", RTLD_NOW | RTLD_GLOBAL);
-        if (!h) h = dlopen("libcudart.so.12", RTLD_NOW | RTLD_GLOBAL);
-      }
-      if (h) {
-        r.malloc_ = reinterpret_cast<malloc_fn>(dlsym(h, "cudaMalloc"));
-        r.free_ = reinterpret_cast<free_fn>(dlsym(h, "cudaFree"));
-        r.memcpy_ = reinterpret_cast<memcpy_fn>(dlsym(h, "cudaMemcpy"));
-        r.memset_ = reinterpret_cast<memset_fn>(dlsym(h, "cudaMemset"));
-        r.sync_ = reinterpret_cast<sync_fn>(dlsym(h, "cudaDeviceSynchronize"));
-      }
-      return r;
-    }();
-    return rt;
-  }
-  bool ok() const { return malloc_ && free_ && memcpy_ && memset_ && sync_; }
-};
+// ---- memory: host or CUDA buffers through the library's device-memory helpers -----------------------
 
 class Buffer {
  public:
   Buffer(Device device, size_t bytes) : device_(device), bytes_(std::max<size_t>(bytes, 64)) {
-    if (device_ == Device::cpu) {
-      const size_t rounded = (bytes_ + 63) / 64 * 64;
-      data_ = std::aligned_alloc(64, rounded);
-      if (!data_) fail(Status::out_of_memory, "bench: allocating " + human_bytes(double(bytes_)) + " of host memory failed");
-    } else {
-      const CudaRuntime& rt = CudaRuntime::get();
-      if (!rt.ok()) fail(Status::unsupported, "bench: cannot find the CUDA runtime (libcudart) to allocate device memory");
-      if (rt.malloc_(&data_, bytes_) != 0 || !data_)
-        fail(Status::out_of_memory, "bench: cudaMalloc of " + human_bytes(double(bytes_)) + " failed");
-    }
+    data_ = device_alloc(device_, bytes_);
   }
-  ~Buffer() {
-    if (!data_) return;
-    if (device_ == Device::cpu) std::free(data_);
-    else CudaRuntime::get().free_(data_);
-  }
+  ~Buffer() { device_free(device_, data_); }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
   void* data() const { return data_; }
-  void zero() {
-    if (device_ == Device::cpu) std::memset(data_, 0, bytes_);
-    else CudaRuntime::get().memset_(data_, 0, bytes_);
-  }
-  void upload(const void* host, size_t bytes) {
-    if (device_ == Device::cpu) std::memcpy(data_, host, bytes);
-    else if (CudaRuntime::get().memcpy_(data_, host, bytes, /*cudaMemcpyHostToDevice*/ 1) != 0)
-      fail(Status::device_error, "bench: cudaMemcpy to the device failed");
-  }
+  void zero() { device_memset(device_, data_, 0, bytes_); }
+  void upload(const void* host, size_t bytes) { device_copy(data_, device_, host, Device::cpu, bytes); }
 
  private:
   Device device_;
@@ -189,9 +132,7 @@ class Buffer {
   void* data_ = nullptr;
 };
 
-void device_sync(Device device) {
-  if (device == Device::cuda) CudaRuntime::get().sync_();
-}
+void device_sync(Device device) { device_synchronize(device); }
 
 // Random values in +-[0.05, 1): never zero, never NaN; deterministic per (seed, index).
 uint64_t splitmix64(uint64_t x) {

@@ -3,5 +3,6 @@
 #include "flashkit/attention.hpp"
 #include "flashkit/dtype.hpp"
 #include "flashkit/error.hpp"
+#include "flashkit/memory.hpp"
 #include "flashkit/runtime.hpp"
 #include "flashkit/tensor.hpp"
