@@ -42,34 +42,4 @@ inline vf vexp2(vf x) {
   return _mm256_andnot_ps(tiny, r);
 }
 
-// Row conversions to/from f32, 8 lanes at a time (n is a multiple of 8: head_dim always is).
-inline void load_row(const void* src, DType dt, float* dst, int64_t n) {
-  if (dt == DType::f32) {
-    const float* s = static_cast<const float*>(src);
-    for (int64_t i = 0; i < n; i += 8) _mm256_storeu_ps(dst + i, _mm256_loadu_ps(s + i));
-  } else if (dt == DType::bf16) {
-    const uint16_t* s = static_cast<const uint16_t*>(src);
-    for (int64_t i = 0; i < n; i += 8) {
-      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
-      _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
-    }
-  } else if (dt == DType::f16) {
-    const uint16_t* s = static_cast<const uint16_t*>(src);
-    for (int64_t i = 0; i < n; i += 8)
-      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
-  } else {
-    row_to_f32(src, dt, dst, n);
-  }
-}
-inline void store_row(const float* src, DType dt, void* dst, int64_t n) {
-  if (dt == DType::f32) {
-    float* d = static_cast<float*>(dst);
-    for (int64_t i = 0; i < n; i += 8) _mm256_storeu_ps(d + i, _mm256_loadu_ps(src + i));
-  } else if (dt == DType::f16) {
-    uint16_t* d = static_cast<uint16_t*>(dst);
-    for (int64_t i = 0; i < n; i += 8)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
-  } else {
-    row_from_f32(src, dt, dst, n);  // bf16: scalar round-to-nearest-even (NaN-safe)
-  }
-}
+#include "kernels/cpu/simd_convert_x86.inc"
