@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/convert.hpp"
+#include "core/scratch.hpp"
 #include "flashkit/runtime.hpp"
 #include "kernels/cpu/attention_flash.hpp"
 
