@@ -11,8 +11,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,13 @@
 #include "flashkit/flashkit.h"
 #include "flashkit/runtime.hpp"
 #include "kernels/cuda/flash_api.hpp"
+
+#ifndef FK_FWD_MT
+#define FK_FWD_MT 2  // keep in step with flash_fwd.cuh
+#endif
+#ifndef FK_BWD_NW
+#define FK_BWD_NW 8  // keep in step with flash_bwd.cuh
+#endif
 #include "ops/cuda_dispatch.hpp"
 
 namespace flashkit {
@@ -65,13 +74,38 @@ struct Workspace {
   Workspace& operator=(const Workspace&) = delete;
 };
 
-int dpad_of(int64_t d) { return d <= 64 ? 64 : (d <= 128 ? 128 : 256); }
-
-void require_16bit(DType t) {
-  if (t != DType::bf16 && t != DType::f16)
-    fail(Status::unsupported, "q: CUDA attention kernels take bf16 or f16 tensors, got " + std::string(dtype_name(t)) +
-                                  " (convert, or use CPU tensors)");
+// Once per device: keep freed workspace in the stream-ordered pool (the default release threshold of 0
+// returns it to the driver at every synchronization, and the next cudaMallocAsync maps it again: ~100 us).
+// Returns the multiprocessor count.
+int prepare_device() {
+  static std::mutex mu;
+  static std::vector<int> sms;
+  int dev = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  std::lock_guard<std::mutex> lock(mu);
+  if (int(sms.size()) <= dev) sms.resize(dev + 1, 0);
+  if (sms[dev] == 0) {
+    cudaMemPool_t pool;
+    check(cudaDeviceGetDefaultMemPool(&pool, dev), "cudaDeviceGetDefaultMemPool");
+    uint64_t keep = UINT64_MAX;
+    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
+    check(cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+  }
+  return sms[dev];
 }
+
+// Upper bound on split-KV splits (FLASHKIT_DECODE_MAX_SPLITS overrides, for tuning; the combine kernel takes
+// up to 512).
+int64_t decode_max_splits() {
+  static const int64_t v = [] {
+    const char* e = std::getenv("FLASHKIT_DECODE_MAX_SPLITS");
+    const int64_t n = e ? std::atoll(e) : 128;
+    return std::clamp<int64_t>(n, 1, 512);
+  }();
+  return v;
+}
+
+int dpad_of(int64_t d) { return d <= 64 ? 64 : (d <= 128 ? 128 : 256); }
 
 std::vector<int32_t> host_cu_seqlens(const AttentionShape& s) {
   std::vector<int32_t> h;
@@ -138,7 +172,7 @@ double operand_bytes(const AttentionShape& s, bool kv) {
 }  // namespace
 
 void cuda_attention_forward(const AttentionFwdArgs& a0, AttentionImpl impl, bool /*check_finite*/, OpCost* cost) {
-  require_16bit(a0.dtype);
+  prepare_device();
   const cudaStream_t stream = g_stream;
   const AttentionShape& sh = a0.shape;
   const std::vector<int32_t> cu = host_cu_seqlens(sh);
@@ -178,17 +212,19 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, AttentionImpl impl, bool
   p.num_rows = num_rows(sh);
   const bool decode = sh.max_seqlen_q <= 16;
   std::unique_ptr<Workspace> part;
-  const int BN = decode ? (D == 256 ? 32 : 64) : (D == 256 ? 32 : 64);
+  const int BN = decode ? (D == 64 ? 64 : 32) : (D == 256 ? 32 : 64);  // as in flash_fwd.cuh
   if (decode) {
     p.pack_gqa = true;
-    int dev = 0, sms = 132;
-    check(cudaGetDevice(&dev), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+    const int sms = prepare_device();
     const int64_t mtiles = (sh.group() * sh.max_seqlen_q + 15) / 16;
     const int64_t base = mtiles * sh.kv_heads * sh.batch;
     const int64_t nblocks = (sh.max_seqlen_k + BN - 1) / BN;
-    int64_t splits = (int64_t(sms) * 6 + base - 1) / base;
-    splits = std::min<int64_t>({splits, std::max<int64_t>(1, nblocks / 4), 128});
+    const int64_t resident = D == 256 ? 3 : 6;  // CTAs per SM the decode tiles' shared memory allows
+    const int64_t slots = int64_t(sms) * resident;
+    // Many (sequence, KV head) tiles: about three waves of CTAs. Few (batch 1): fill ~2/3 of one wave; more
+    // splits were measured slower (per-split setup and combine; 2026-11-30, worklog v4).
+    int64_t splits = base * 8 <= slots ? std::max<int64_t>(1, (2 * slots / 3) / base) : (slots * 3 + base - 1) / base;
+    splits = std::min<int64_t>({splits, std::max<int64_t>(1, nblocks / 4), decode_max_splits()});
     p.num_splits = int(std::max<int64_t>(1, splits));
     if (p.num_splits > 1) {
       part = std::make_unique<Workspace>(size_t(p.num_splits) * size_t(p.num_rows) * (D * 4 + 4), stream);
@@ -213,7 +249,7 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, AttentionImpl impl, bool
   if (p.num_splits > 1) cuda::launch_split_combine(p, D, stream);
   if (a.o.data != a0.o.data) cuda::copy_operand16(a0.o.data, a0.o, a.o.data, a.o, B, sh.seqlen_q, sh.heads, sh.head_dim, stream);
 
-  const int BM = decode ? 16 : 64;
+  const int BM = decode ? 16 : (D == 256 ? 64 : 64 * FK_FWD_MT);
   const double pairs = decode ? 0 : fwd_tile_pairs(sh, a.mask, cu, BM, BN);
   c.flops = decode ? 4.0 * double(sh.batch) * sh.kv_heads * double((sh.group() * sh.max_seqlen_q + 15) / 16 * 16) *
                          double(sh.max_seqlen_k) * D
@@ -235,7 +271,7 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, AttentionImpl impl, bool
 }
 
 void cuda_attention_backward(const AttentionBwdArgs& g0, AttentionImpl impl, bool /*check_finite*/, OpCost* cost) {
-  require_16bit(g0.fwd.dtype);
+  prepare_device();
   const cudaStream_t stream = g_stream;
   const AttentionShape& sh = g0.fwd.shape;
   const std::vector<int32_t> cu = host_cu_seqlens(sh);
@@ -293,7 +329,7 @@ void cuda_attention_backward(const AttentionBwdArgs& g0, AttentionImpl impl, boo
   if (g.dk.data != g0.dk.data) cuda::copy_operand16(g0.dk.data, g0.dk, g.dk.data, g.dk, B, sh.seqlen_k, sh.kv_heads, sh.head_dim, stream);
   if (g.dv.data != g0.dv.data) cuda::copy_operand16(g0.dv.data, g0.dv, g.dv.data, g.dv, B, sh.seqlen_k, sh.kv_heads, sh.head_dim, stream);
 
-  const int BM = 64, BN = D == 256 ? 64 : 128;
+  const int BM = 64, BN = D == 256 ? 64 : 16 * FK_BWD_NW;
   const double pairs = fwd_tile_pairs(sh, g.fwd.mask, cu, BM, BN);
   c.flops = 10.0 * pairs * sh.heads * BM * BN * D;  // 5 GEMMs of 2 flops per MAC
   c.bytes_read = 3 * qb + 2 * kvb + rows * 4 + qb /*o in preprocess*/ + rows * D * 4 /*dq accum*/;
@@ -308,10 +344,9 @@ void cuda_attention_backward(const AttentionBwdArgs& g0, AttentionImpl impl, boo
 
 }  // namespace flashkit
 
-// Sets the CUDA stream the calling thread's flashkit CUDA calls launch on (NULL: the legacy default stream).
-// Used by python/flashkit/torch.py to honour torch.cuda.current_stream().
-extern "C" FK_API int32_t fk_cuda_set_stream(void* stream) {
-  flashkit::g_stream = static_cast<cudaStream_t>(stream);
-  return 0;
-}
-extern "C" FK_API void* fk_cuda_get_stream(void) { return flashkit::g_stream; }
+namespace flashkit {
+// The calling thread's stream for flashkit CUDA launches (nullptr: the legacy default stream). Used by
+// python/flashkit/torch.py, through fk_cuda_set_stream, to honour torch.cuda.current_stream().
+void set_cuda_stream(void* stream) { g_stream = static_cast<cudaStream_t>(stream); }
+void* cuda_stream() { return g_stream; }
+}  // namespace flashkit

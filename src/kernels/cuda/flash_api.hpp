@@ -28,9 +28,6 @@ struct BwdParams {
   int64_t num_rows = 0;
 };
 
-// Rows of the kernel's query tile (forward), for sizing the grid.
-int fwd_block_m(int dpad, bool decode);
-
 template <typename T, int D>
 void launch_flash_fwd(const FwdParams& p, cudaStream_t stream);
 template <typename T, int D>
@@ -47,7 +44,6 @@ void copy_operand16(void* dst, const kernels::AttnOperand& ds, const void* src, 
 
 // The IO-unaware baseline (standard.cu): scores and probabilities in device memory, cuBLAS GEMMs.
 // `host_cu` holds host copies of cu_seqlens_q then cu_seqlens_k (num_seqs+1 each) when varlen.
-struct StandardWorkspace;
 double standard_forward(const kernels::AttentionFwdArgs& a, const int32_t* host_cu, cudaStream_t stream);
 double standard_backward(const kernels::AttentionBwdArgs& g, const int32_t* host_cu, cudaStream_t stream);
 // Peak workspace bytes the standard path allocates for these shapes.

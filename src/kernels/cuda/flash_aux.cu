@@ -24,34 +24,63 @@ __device__ __forceinline__ float ld(const T* p) {
 
 unsigned blocks_for(int64_t n, int per) { return unsigned((n + per - 1) / per); }
 
-// One warp per row of the [batch_slot, heads, seqlen_q] layout.
+// One 256-thread block per row of the [batch_slot, heads, seqlen_q] layout. Warp w sums splits w, w+8, ... for
+// all columns (lane + 32 i), so each thread has many independent loads in flight (a serial walk over the
+// splits is latency-bound: ~80 us for 128 splits), then the 8 partial sums meet in shared memory.
+constexpr int kMaxSplits = 512;  // keep in step with cuda_runtime.cu
 template <typename T>
-__global__ void split_combine_kernel(const FwdParams p, int dpad) {
-  const int64_t ridx = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x & 31;
-  if (ridx >= p.num_rows) return;
+__global__ void __launch_bounds__(256) split_combine_kernel(const FwdParams p, int dpad) {
+  __shared__ float wsh[kMaxSplits];
+  __shared__ float red[8][256];
+  __shared__ float stat[8];
+  const int tid = threadIdx.x, wid = tid >> 5, lane = tid & 31;
+  const int64_t ridx = blockIdx.x;
   const auto& a = p.a;
+  const int S = p.num_splits, hd = int(a.shape.head_dim);
   const RowIndex ri = split_row_index(ridx, a.shape.heads, a.shape.seqlen_q);
   float m = -INFINITY;
-  for (int s = 0; s < p.num_splits; ++s) m = fmaxf(m, p.lse_part[int64_t(s) * p.num_rows + ridx]);
+  for (int s = tid; s < S; s += 256) m = fmaxf(m, p.lse_part[int64_t(s) * p.num_rows + ridx]);
+#pragma unroll
+  for (int w = 16; w > 0; w >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, w));
+  if (lane == 0) stat[wid] = m;
+  __syncthreads();
+  m = stat[0];
+#pragma unroll
+  for (int w = 1; w < 8; ++w) m = fmaxf(m, stat[w]);
   T* o = static_cast<T*>(a.o.data) + ri.bslot * a.o.stride_b + ri.row * a.o.stride_s + ri.h * a.o.stride_h;
-  if (m == -INFINITY) {
-    for (int d = lane; d < a.shape.head_dim; d += 32) o[d] = MmaOp<T>::from_f32(0.f);
-    if (lane == 0) a.lse[ridx] = -INFINITY;
+  if (m == -INFINITY) {  // uniform across the block
+    for (int d = tid; d < hd; d += 256) o[d] = MmaOp<T>::from_f32(0.f);
+    if (tid == 0) a.lse[ridx] = -INFINITY;
     return;
   }
-  float wsum = 0.f;
-  for (int s = 0; s < p.num_splits; ++s) wsum += __expf(p.lse_part[int64_t(s) * p.num_rows + ridx] - m);
-  const float inv = 1.f / wsum;
-  for (int d = lane; d < a.shape.head_dim; d += 32) {
-    float acc = 0.f;
-    for (int s = 0; s < p.num_splits; ++s) {
-      const float w = __expf(p.lse_part[int64_t(s) * p.num_rows + ridx] - m);
-      acc += w * p.o_part[(int64_t(s) * p.num_rows + ridx) * dpad + d];
-    }
-    o[d] = MmaOp<T>::from_f32(acc * inv);
+  for (int s = tid; s < S; s += 256) wsh[s] = __expf(p.lse_part[int64_t(s) * p.num_rows + ridx] - m);
+  __syncthreads();
+  float acc[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc[i] = 0.f;
+  const float* part = p.o_part + ridx * dpad;
+  const int64_t sstride = p.num_rows * int64_t(dpad);
+#pragma unroll 2
+  for (int s = wid; s < S; s += 8) {
+    const float w = wsh[s];
+    const float* ps = part + s * sstride;
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      if (lane + 32 * i < hd) acc[i] += w * ps[lane + 32 * i];
   }
-  if (lane == 0) a.lse[ridx] = m + __logf(wsum);
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    if (lane + 32 * i < hd) red[wid][lane + 32 * i] = acc[i];
+  __syncthreads();
+  float wsum = 0.f;
+  for (int s = 0; s < S; ++s) wsum += wsh[s];
+  for (int d = tid; d < hd; d += 256) {
+    float v = 0.f;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) v += red[w][d];
+    o[d] = MmaOp<T>::from_f32(v / wsum);
+  }
+  if (tid == 0) a.lse[ridx] = m + __logf(wsum);
 }
 
 template <typename T>
@@ -93,14 +122,12 @@ __global__ void copy_strided_kernel(uint16_t* dst, kernels::AttnOperand ds, cons
 }
 }  // namespace
 
-int fwd_block_m(int /*dpad*/, bool decode) { return decode ? 16 : 64; }
-
 void launch_split_combine(const FwdParams& p, int dpad, cudaStream_t stream) {
   if (p.num_rows == 0) return;
   if (p.a.dtype == DType::bf16)
-    split_combine_kernel<__nv_bfloat16><<<blocks_for(p.num_rows, 8), 256, 0, stream>>>(p, dpad);
+    split_combine_kernel<__nv_bfloat16><<<unsigned(p.num_rows), 256, 0, stream>>>(p, dpad);
   else
-    split_combine_kernel<__half><<<blocks_for(p.num_rows, 8), 256, 0, stream>>>(p, dpad);
+    split_combine_kernel<__half><<<unsigned(p.num_rows), 256, 0, stream>>>(p, dpad);
   check_launch("split-KV combine launch");
 }
 

@@ -11,6 +11,10 @@
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
 
+#ifndef FK_BWD_NW
+#define FK_BWD_NW 8  // warps of the d64/d128 backward CTA (16 keys each)
+#endif
+
 namespace flashkit::cuda {
 
 template <int D, int NW, int DSPLIT, int BM, int STAGES>
@@ -252,8 +256,12 @@ __global__ void __launch_bounds__(NW * 32) flash_bwd_kernel(const BwdParams p) {
         for (int d = 0; d < QCOLS / 8; ++d) {
           const int col = d * 8 + 2 * t4;
           if (wn * QCOLS + col < dreal) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            atomicAdd(reinterpret_cast<float2*>(dst + col), make_float2(dq[d][2 * r], dq[d][2 * r + 1]));
+#else
             atomicAdd(dst + col, dq[d][2 * r]);
             atomicAdd(dst + col + 1, dq[d][2 * r + 1]);
+#endif
           }
         }
       }
@@ -267,6 +275,7 @@ __global__ void __launch_bounds__(NW * 32) flash_bwd_kernel(const BwdParams p) {
     }
   }
 
+  cp_async_wait<0>();  // nothing may be in flight at exit (a tile no query sees skips the loop)
   // dK (times scale) and dV.
   T* dkbase = static_cast<T*>(p.g.dk.data) + sr.bslot * p.g.dk.stride_b + kvh * p.g.dk.stride_h + sr.k0 * p.g.dk.stride_s;
   T* dvbase = static_cast<T*>(p.g.dv.data) + sr.bslot * p.g.dv.stride_b + kvh * p.g.dv.stride_h + sr.k0 * p.g.dv.stride_s;
@@ -290,7 +299,8 @@ template <typename T, int D, int NW, int DSPLIT, int BM, int STAGES>
 void launch_bwd_cfg(const BwdParams& p, cudaStream_t stream) {
   using Cfg = BwdCfg<D, NW, DSPLIT, BM, STAGES>;
   auto kern = flash_bwd_kernel<T, D, NW, DSPLIT, BM, STAGES>;
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::smem));
+  static const cudaError_t attr = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::smem));
+  cudaError_t e = attr;
   if (e != cudaSuccess) fail(Status::device_error, std::string("cudaFuncSetAttribute(flash backward): ") + cudaGetErrorString(e));
   const auto& sh = p.g.fwd.shape;
   const int64_t nblocks = (sh.max_seqlen_k + Cfg::BN - 1) / Cfg::BN;
@@ -303,8 +313,8 @@ void launch_bwd_cfg(const BwdParams& p, cudaStream_t stream) {
 
 template <typename T, int D>
 void launch_flash_bwd(const BwdParams& p, cudaStream_t stream) {
-  if constexpr (D == 64) launch_bwd_cfg<T, 64, 8, 1, 64, 2>(p, stream);
-  else if constexpr (D == 128) launch_bwd_cfg<T, 128, 8, 1, 64, 2>(p, stream);
+  if constexpr (D == 64) launch_bwd_cfg<T, 64, FK_BWD_NW, 1, 64, 2>(p, stream);
+  else if constexpr (D == 128) launch_bwd_cfg<T, 128, FK_BWD_NW, 1, 64, 2>(p, stream);
   else launch_bwd_cfg<T, 256, 8, 2, 32, 2>(p, stream);
 }
 

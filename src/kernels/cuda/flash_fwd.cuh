@@ -10,14 +10,20 @@
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
 
+#ifndef FK_FWD_MT
+#define FK_FWD_MT 2  // m16 tiles per warp in the prefill forward (d64/d128)
+#endif
+
 namespace flashkit::cuda {
 
-template <typename T, int D, int BN, int NW, bool QREG>
+template <typename T, int D, int BN, int NW, bool QREG, int MT>
 __global__ void __launch_bounds__(NW * 32) flash_fwd_kernel(const FwdParams p) {
   using Op = MmaOp<T>;
-  constexpr int BM = 16 * NW, NT = NW * 32, CH = D / 8;
+  constexpr int WR = 16 * MT;  // rows per warp: MT m16 tiles share every K/V fragment read from shared memory
+  constexpr int BM = WR * NW, NT = NW * 32, CH = D / 8;
   constexpr int NTILE = BN / 8, DTILE = D / 8;
   constexpr uint32_t kStage = BN * D * 2;
+  static_assert(!QREG || MT == 1, "Q in registers only with one m-tile per warp");
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK0 = sQ + BM * D * 2;
@@ -79,43 +85,56 @@ __global__ void __launch_bounds__(NW * 32) flash_fwd_kernel(const FwdParams p) {
     if (nb_end < nb_begin) nb_end = nb_begin;
   }
 
-  // The two rows (g and g+8 of this warp's 16) each thread holds in the accumulator layout.
-  int64_t my_h[2], my_i[2], my_lo[2], my_hi[2];
-  bool my_ok[2];
+  // Visible key range [lo, hi) of the rows each thread holds in the accumulator layout: g and g+8 of each of
+  // its warp's m-tiles (32-bit: one sequence's length fits; rows past the end see every key, harmlessly).
+  int my_lo[MT][2], my_hi[MT][2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t gr = m0 + warp * 16 + g + 8 * r;
-    my_ok[r] = gr < rows;
-    if (my_ok[r]) {
-      row_head(gr, my_h[r], my_i[r]);
-      my_lo[r] = a.mask.lo(my_i[r], nq, nk);
-      my_hi[r] = a.mask.hi(my_i[r], nq, nk);
-    } else {
-      my_h[r] = my_i[r] = 0;
-      my_lo[r] = 0;
-      my_hi[r] = nk;
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t gr = m0 + warp * WR + mt * 16 + g + 8 * r;
+      my_lo[mt][r] = 0;
+      my_hi[mt][r] = int(nk);
+      if (gr < rows) {
+        int64_t h, i;
+        row_head(gr, h, i);
+        my_lo[mt][r] = int(a.mask.lo(i, nq, nk));
+        my_hi[mt][r] = int(a.mask.hi(i, nq, nk));
+      }
     }
-  }
 
   const T* qbase = static_cast<const T*>(a.q.data) + sr.bslot * a.q.stride_b;
   const T* kbase = static_cast<const T*>(a.k.data) + sr.bslot * a.k.stride_b + kvh * a.k.stride_h + sr.k0 * a.k.stride_s;
   const T* vbase = static_cast<const T*>(a.v.data) + sr.bslot * a.v.stride_b + kvh * a.v.stride_h + sr.k0 * a.v.stride_s;
 
+  // Each thread copies the same chunk column of rows r0, r0 + NT/CH, ...: one 64-bit row offset update per row.
   auto load_kv = [&](int n, int st) {
-#pragma unroll 4
-    for (int idx = tid; idx < BN * CH; idx += NT) {
-      const int r = idx / CH, c = idx % CH;
-      const int64_t j = int64_t(n) * BN + r;
-      const bool ok = j < nk && c * 8 < dreal;
-      cp_async16(sK0 + st * kStage + swz<D>(r, c), ok ? kbase + j * a.k.stride_s + c * 8 : kbase, ok);
-      cp_async16(sV0 + st * kStage + swz<D>(r, c), ok ? vbase + j * a.v.stride_s + c * 8 : vbase, ok);
+    constexpr int RSTEP = NT / CH > 0 ? NT / CH : 1;
+    const int c = tid % CH;
+    const bool cok = c * 8 < dreal;
+    int64_t j = int64_t(n) * BN + tid / CH;
+    const T* kp = kbase + j * a.k.stride_s + c * 8;
+    const T* vp = vbase + j * a.v.stride_s + c * 8;
+    const int64_t kstep = RSTEP * a.k.stride_s, vstep = RSTEP * a.v.stride_s;
+#pragma unroll
+    for (int r = tid / CH; r < BN; r += RSTEP) {
+      const bool ok = cok && j < nk;
+      cp_async16(sK0 + st * kStage + swz<D>(r, c), ok ? kp : kbase, ok);
+      cp_async16(sV0 + st * kStage + swz<D>(r, c), ok ? vp : vbase, ok);
+      j += RSTEP;
+      kp += kstep;
+      vp += vstep;
     }
   };
 
-  float o[DTILE][4];
+  float o[MT][DTILE][4];
 #pragma unroll
-  for (int d = 0; d < DTILE; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
-  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int d = 0; d < DTILE; ++d) o[mt][d][0] = o[mt][d][1] = o[mt][d][2] = o[mt][d][3] = 0.f;
+  float mrow[MT][2], lrow[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) mrow[mt][0] = mrow[mt][1] = -INFINITY, lrow[mt][0] = lrow[mt][1] = 0.f;
   uint32_t qf[QREG ? D / 16 : 1][4];
 
   const bool use_cap = a.softcap > 0.f;
@@ -156,134 +175,162 @@ __global__ void __launch_bounds__(NW * 32) flash_fwd_kernel(const FwdParams p) {
       load_kv(n + 1, st ^ 1);
       cp_async_commit();
     }
-    // S = Q K^T for this warp's 16 rows x BN keys.
-    float s[NTILE][4];
+    // S = Q K^T for this warp's WR rows x BN keys.
+    float s[MT][NTILE][4];
 #pragma unroll
-    for (int i = 0; i < NTILE; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < NTILE; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
     const uint32_t sK = sK0 + st * kStage;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t af[4];
-      if constexpr (QREG) {
-        af[0] = qf[kk][0];
-        af[1] = qf[kk][1];
-        af[2] = qf[kk][2];
-        af[3] = qf[kk][3];
-      } else {
-        ldsm_x4(sQ + swz<D>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)), af[0], af[1], af[2], af[3]);
+      uint32_t af[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        if constexpr (QREG) {
+          af[mt][0] = qf[kk][0];
+          af[mt][1] = qf[kk][1];
+          af[mt][2] = qf[kk][2];
+          af[mt][3] = qf[kk][3];
+        } else {
+          ldsm_x4(sQ + swz<D>(warp * WR + mt * 16 + (lane & 15), kk * 2 + (lane >> 4)), af[mt][0], af[mt][1], af[mt][2],
+                  af[mt][3]);
+        }
       }
 #pragma unroll
       for (int nt2 = 0; nt2 < BN / 16; ++nt2) {
         uint32_t b0, b1, b2, b3;
         ldsm_x4(sK + swz<D>(nt2 * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)), b0, b1, b2, b3);
-        Op::run(s[2 * nt2], af, b0, b1);
-        Op::run(s[2 * nt2 + 1], af, b2, b3);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          Op::run(s[mt][2 * nt2], af[mt], b0, b1);
+          Op::run(s[mt][2 * nt2 + 1], af[mt], b2, b3);
+        }
       }
     }
-    // Scores to log2 units (scale, softcap), mask.
+    // Scores to log2 units (scale, softcap), mask, online softmax.
     const int64_t n0 = int64_t(n) * BN;
     const bool full = n0 >= lo_max && n0 + BN <= hi_min;
 #pragma unroll
-    for (int nt = 0; nt < NTILE; ++nt)
+    for (int mt = 0; mt < MT; ++mt) {
+      if (use_cap || !full) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[nt][e];
-        x = use_cap ? cap_post * fast_tanh(x * cap_pre) : x * sl2;
-        if (!full) {
-          const int64_t j = n0 + nt * 8 + 2 * t4 + (e & 1);
-          const int r = e >> 1;
-          if (j < my_lo[r] || j >= my_hi[r]) x = -INFINITY;
+        for (int nt = 0; nt < NTILE; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float x = s[mt][nt][e];
+            x = use_cap ? cap_post * fast_tanh(x * cap_pre) : x * sl2;
+            const int j = int(n0) + nt * 8 + 2 * t4 + (e & 1);
+            const int r = e >> 1;
+            if (!full && (j < my_lo[mt][r] || j >= my_hi[mt][r])) x = -INFINITY;
+            s[mt][nt][e] = x;
+          }
+      }
+      // Without softcap or mask the scale is folded into the exponent: p = 2^(s*sl2 - m*sl2) (one FFMA).
+      const float fold = (use_cap || !full) ? 1.f : sl2;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < NTILE; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+        mx = quad_max(mx) * fold;
+        const float mnew = fmaxf(mrow[mt][r], mx);
+        const float muse = mnew == -INFINITY ? 0.f : mnew;
+        const float alpha = fast_exp2(mrow[mt][r] - muse);
+        mrow[mt][r] = mnew;
+#pragma unroll
+        for (int d = 0; d < DTILE; ++d) {
+          o[mt][d][2 * r] *= alpha;
+          o[mt][d][2 * r + 1] *= alpha;
         }
-        s[nt][e] = x;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < NTILE; ++nt) {
+          const float p0 = fast_exp2(fmaf(s[mt][nt][2 * r], fold, -muse));
+          const float p1 = fast_exp2(fmaf(s[mt][nt][2 * r + 1], fold, -muse));
+          s[mt][nt][2 * r] = p0;
+          s[mt][nt][2 * r + 1] = p1;
+          sum += p0 + p1;
+        }
+        lrow[mt][r] = lrow[mt][r] * alpha + sum;
       }
-    // Online softmax.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < NTILE; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      mx = quad_max(mx);
-      const float mnew = fmaxf(mrow[r], mx);
-      const float muse = mnew == -INFINITY ? 0.f : mnew;
-      const float alpha = fast_exp2(mrow[r] - muse);
-      mrow[r] = mnew;
-#pragma unroll
-      for (int d = 0; d < DTILE; ++d) {
-        o[d][2 * r] *= alpha;
-        o[d][2 * r + 1] *= alpha;
-      }
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < NTILE; ++nt) {
-        const float p0 = fast_exp2(s[nt][2 * r] - muse), p1 = fast_exp2(s[nt][2 * r + 1] - muse);
-        s[nt][2 * r] = p0;
-        s[nt][2 * r + 1] = p1;
-        sum += p0 + p1;
-      }
-      lrow[r] = lrow[r] * alpha + sum;
     }
     // O += P V.
     const uint32_t sV = sV0 + st * kStage;
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      uint32_t af[4];
-      af[0] = Op::pack(s[2 * kk][0], s[2 * kk][1]);
-      af[1] = Op::pack(s[2 * kk][2], s[2 * kk][3]);
-      af[2] = Op::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      af[3] = Op::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      uint32_t af[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        af[mt][0] = Op::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        af[mt][1] = Op::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        af[mt][2] = Op::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        af[mt][3] = Op::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dt2 = 0; dt2 < D / 16; ++dt2) {
         uint32_t b0, b1, b2, b3;
         ldsm_x4_t(sV + swz<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dt2 * 2 + (lane >> 4)), b0, b1, b2, b3);
-        Op::run(o[2 * dt2], af, b0, b1);
-        Op::run(o[2 * dt2 + 1], af, b2, b3);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          Op::run(o[mt][2 * dt2], af[mt], b0, b1);
+          Op::run(o[mt][2 * dt2 + 1], af[mt], b2, b3);
+        }
       }
     }
   }
 
   // Epilogue: normalize, write O (staged through this warp's rows of the Q tile) and LSE.
-  float inv[2], lse[2];
+  T* obase = static_cast<T*>(a.o.data) + sr.bslot * a.o.stride_b;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float l = quad_sum(lrow[r]);
-    inv[r] = l > 0.f ? 1.f / l : 0.f;
-    lse[r] = l > 0.f ? (mrow[r] + __log2f(l)) * kLn2 : -INFINITY;
+  for (int mt = 0; mt < MT; ++mt) {
+    float inv[2], lse[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float l = quad_sum(lrow[mt][r]);
+      inv[r] = l > 0.f ? 1.f / l : 0.f;
+      lse[r] = l > 0.f ? (mrow[mt][r] + __log2f(l)) * kLn2 : -INFINITY;
+    }
+    if (p.num_splits == 1) {
+      __syncwarp();
+#pragma unroll
+      for (int d = 0; d < DTILE; ++d)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const uint32_t v = Op::pack(o[mt][d][2 * r] * inv[r], o[mt][d][2 * r + 1] * inv[r]);
+          *reinterpret_cast<uint32_t*>(smem + swz<D>(warp * WR + mt * 16 + g + 8 * r, d) + t4 * 4) = v;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t gr = m0 + warp * WR + mt * 16 + g + 8 * r;
+      if (gr >= rows) continue;
+      int64_t h, i;
+      row_head(gr, h, i);
+      const int64_t ridx = a.lse_index(sr, h, i);
+      if (p.num_splits == 1) {
+        if (t4 == 0) a.lse[ridx] = lse[r];
+      } else {
+        float* op = p.o_part + (int64_t(split) * p.num_rows + ridx) * D;
+#pragma unroll
+        for (int d = 0; d < DTILE; ++d)
+          *reinterpret_cast<float2*>(op + d * 8 + 2 * t4) =
+              make_float2(o[mt][d][2 * r] * inv[r], o[mt][d][2 * r + 1] * inv[r]);
+        if (t4 == 0) p.lse_part[int64_t(split) * p.num_rows + ridx] = lse[r];
+      }
+    }
   }
   if (p.num_splits == 1) {
-    T* obase = static_cast<T*>(a.o.data) + sr.bslot * a.o.stride_b;
     __syncwarp();
-#pragma unroll
-    for (int d = 0; d < DTILE; ++d)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const uint32_t v = Op::pack(o[d][2 * r] * inv[r], o[d][2 * r + 1] * inv[r]);
-        *reinterpret_cast<uint32_t*>(smem + swz<D>(warp * 16 + g + 8 * r, d) + t4 * 4) = v;
-      }
-    __syncwarp();
-    for (int idx = lane; idx < 16 * CH; idx += 32) {
+    for (int idx = lane; idx < WR * CH; idx += 32) {
       const int rr = idx / CH, c = idx % CH;
-      const int64_t gr = m0 + warp * 16 + rr;
+      const int64_t gr = m0 + warp * WR + rr;
       if (gr < rows && c * 8 < dreal) {
         int64_t h, i;
         row_head(gr, h, i);
         *reinterpret_cast<uint4*>(obase + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h + c * 8) =
-            *reinterpret_cast<const uint4*>(smem + swz<D>(warp * 16 + rr, c));
+            *reinterpret_cast<const uint4*>(smem + swz<D>(warp * WR + rr, c));
       }
-    }
-    if (t4 == 0)
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        if (my_ok[r]) a.lse[a.lse_index(sr, my_h[r], my_i[r])] = lse[r];
-  } else {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (!my_ok[r]) continue;
-      const int64_t ridx = a.lse_index(sr, my_h[r], my_i[r]);
-      float* op = p.o_part + (int64_t(split) * p.num_rows + ridx) * D;
-#pragma unroll
-      for (int d = 0; d < DTILE; ++d)
-        *reinterpret_cast<float2*>(op + d * 8 + 2 * t4) = make_float2(o[d][2 * r] * inv[r], o[d][2 * r + 1] * inv[r]);
-      if (t4 == 0) p.lse_part[int64_t(split) * p.num_rows + ridx] = lse[r];
     }
   }
 }
@@ -292,13 +339,13 @@ inline void cuda_check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail(Status::device_error, std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-template <typename T, int D, int BN, int NW, bool QREG>
+template <typename T, int D, int BN, int NW, bool QREG, int MT>
 void launch_fwd_cfg(const FwdParams& p, cudaStream_t stream) {
-  constexpr int BM = 16 * NW;
-  const size_t smem = size_t(BM * D + 4 * BN * D) * 2;
-  auto kern = flash_fwd_kernel<T, D, BN, NW, QREG>;
-  cuda_check(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-             "cudaFuncSetAttribute(flash forward)");
+  constexpr int BM = 16 * NW * MT;
+  constexpr size_t smem = size_t(BM * D + 4 * BN * D) * 2;
+  auto kern = flash_fwd_kernel<T, D, BN, NW, QREG, MT>;
+  static const cudaError_t attr = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  cuda_check(attr, "cudaFuncSetAttribute(flash forward)");
   const auto& sh = p.a.shape;
   const int64_t group = sh.heads / sh.kv_heads;
   const int64_t rows = p.pack_gqa ? group * sh.max_seqlen_q : sh.max_seqlen_q;
@@ -312,16 +359,16 @@ void launch_fwd_cfg(const FwdParams& p, cudaStream_t stream) {
 // Tile configurations (see docs/worklog/attention-cuda.md).
 template <typename T, int D>
 void launch_flash_fwd(const FwdParams& p, cudaStream_t stream) {
-  if constexpr (D == 64) launch_fwd_cfg<T, 64, 64, 4, true>(p, stream);
-  else if constexpr (D == 128) launch_fwd_cfg<T, 128, 64, 4, true>(p, stream);
-  else launch_fwd_cfg<T, 256, 32, 4, false>(p, stream);
+  if constexpr (D == 64) launch_fwd_cfg<T, 64, 64, 4, false, FK_FWD_MT>(p, stream);
+  else if constexpr (D == 128) launch_fwd_cfg<T, 128, 64, 4, false, FK_FWD_MT>(p, stream);
+  else launch_fwd_cfg<T, 256, 32, 4, false, 1>(p, stream);
 }
 
 template <typename T, int D>
 void launch_flash_decode(const FwdParams& p, cudaStream_t stream) {
-  if constexpr (D == 64) launch_fwd_cfg<T, 64, 64, 1, true>(p, stream);
-  else if constexpr (D == 128) launch_fwd_cfg<T, 128, 64, 1, true>(p, stream);
-  else launch_fwd_cfg<T, 256, 32, 1, false>(p, stream);
+  if constexpr (D == 64) launch_fwd_cfg<T, 64, 64, 1, true, 1>(p, stream);
+  else if constexpr (D == 128) launch_fwd_cfg<T, 128, 32, 1, true, 1>(p, stream);
+  else launch_fwd_cfg<T, 256, 32, 1, false, 1>(p, stream);
 }
 
 }  // namespace flashkit::cuda

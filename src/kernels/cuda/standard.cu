@@ -199,9 +199,7 @@ void forward_t(const kernels::AttentionFwdArgs& a, const int32_t* host_cu, cudaS
       for (int64_t g0 = 0; g0 < nh; g0 += group) {
         const int64_t kvh = (h0 + g0) / group;
         const T* kp = static_cast<const T*>(a.k.data) + q.bslot * a.k.stride_b + q.k0 * a.k.stride_s + kvh * a.k.stride_h;
-        const T* vp = static_cast<const T*>(a.v.data) + q.bslot * a.v.stride_b + q.k0 * a.v.stride_s + kvh * a.v.stride_h;
         float* Sp = static_cast<float*>(S.p) + g0 * q.nq * q.nk;
-        T* Pp = static_cast<T*>(P.p) + g0 * q.nq * q.nk;
         // S^T (nk x nq, col-major) = K Q^T
         gemm(h, true, false, int(q.nk), int(q.nq), int(D), 1.f, kp, dt, a.k.stride_s, 0, qp + g0 * a.q.stride_h, dt,
              a.q.stride_s, a.q.stride_h, 0.f, Sp, CUDA_R_32F, q.nk, q.nq * q.nk, int(group));

@@ -1,0 +1,148 @@
+"""flashkit for PyTorch: an autograd function over the flashkit C API.
+
+    from flashkit.torch import flash_attn_func
+    o = flash_attn_func(q, k, v, causal=True)        # q [batch, seqlen_q, heads, head_dim]
+    o.sum().backward()                                 # dq, dk, dv through flashkit's backward
+
+Tensors may live on the CPU or on a CUDA device (bf16/f16 there); the last dimension must be contiguous
+(other strides are passed through as they are; a non-contiguous last dim is copied). CUDA calls run on
+``torch.cuda.current_stream()`` of the tensors' device (through ``fk_cuda_set_stream``), so they order
+correctly with the surrounding PyTorch work without a synchronization. The semantics are flashkit's
+(include/flashkit/attention.hpp): bottom-right aligned causal mask, windows, softcap, GQA/MQA (k/v with
+fewer heads), rows with no visible key give 0.
+"""
+
+import ctypes
+
+import torch
+
+from . import _capi
+
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "attention_forward", "attention_backward", "FlashAttnFunc"]
+
+_DTYPES = {torch.float32: _capi.FK_F32, torch.bfloat16: _capi.FK_BF16, torch.float16: _capi.FK_F16}
+
+_set_stream = _capi.lib.fk_cuda_set_stream
+_set_stream.restype = ctypes.c_int32
+_set_stream.argtypes = [ctypes.c_void_p]
+
+
+def _impl_code(impl):
+    if isinstance(impl, int):
+        return impl
+    try:
+        return _capi.IMPL_CODES[impl]
+    except KeyError:
+        raise ValueError("impl must be one of %s, got %r" % (sorted(_capi.IMPL_CODES), impl)) from None
+
+
+def _view(t):
+    if t.dtype not in _DTYPES:
+        raise TypeError("flashkit.torch: dtype %s is not supported (float32, bfloat16, float16)" % t.dtype)
+    dev = _capi.FK_CUDA if t.is_cuda else _capi.FK_CPU
+    return _capi.make_tensor(t.data_ptr(), _DTYPES[t.dtype], list(t.shape), list(t.stride()), dev,
+                             t.device.index or 0 if t.is_cuda else 0)
+
+
+def _last_contiguous(t):
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+class _OnStream:
+    """Makes flashkit's CUDA calls of this thread run on the current torch stream of `device`."""
+
+    def __init__(self, device):
+        self.device = device
+
+    def __enter__(self):
+        if self.device.type == "cuda":
+            self.guard = torch.cuda.device(self.device)
+            self.guard.__enter__()
+            _capi.check(_set_stream(ctypes.c_void_p(torch.cuda.current_stream(self.device).cuda_stream)))
+        return self
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            _set_stream(None)
+            self.guard.__exit__(*exc)
+        return False
+
+
+def _options(causal, softmax_scale, window_size, softcap, cu_q, cu_k, impl, on_cuda):
+    num = 0
+    if cu_q is not None:
+        num = cu_q.numel() - 1
+    return _capi.make_options(
+        scale=float(softmax_scale or 0.0), causal=bool(causal), window_left=int(window_size[0]),
+        window_right=int(window_size[1]), softcap=float(softcap or 0.0),
+        cu_seqlens_q=None if cu_q is None else cu_q.data_ptr(), cu_seqlens_k=None if cu_k is None else cu_k.data_ptr(),
+        num_seqs=num, impl=_impl_code(impl), check_finite=not on_cuda)
+
+
+def attention_forward(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
+                      cu_seqlens_q=None, cu_seqlens_k=None, impl="auto", cost=None):
+    """Forward without autograd: returns (o, lse). q [B, Sq, H, D], k/v [B, Sk, Hkv, D], lse f32 [B, H, Sq]."""
+    q, k, v = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v)
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    opts = _options(causal, softmax_scale, window_size, softcap, cu_seqlens_q, cu_seqlens_k, impl, q.is_cuda)
+    c = cost if cost is not None else _capi.FkCost()
+    with _OnStream(q.device):
+        _capi.check(_capi.lib.fk_attention_forward(ctypes.byref(_view(q)), ctypes.byref(_view(k)), ctypes.byref(_view(v)),
+                                                   ctypes.byref(_view(o)), ctypes.byref(_view(lse)), ctypes.byref(opts),
+                                                   ctypes.byref(c)))
+    return o, lse
+
+
+def attention_backward(dout, q, k, v, o, lse, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
+                       cu_seqlens_q=None, cu_seqlens_k=None, impl="auto", cost=None):
+    """Backward without autograd: returns (dq, dk, dv)."""
+    dout = _last_contiguous(dout)
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    opts = _options(causal, softmax_scale, window_size, softcap, cu_seqlens_q, cu_seqlens_k, impl, q.is_cuda)
+    c = cost if cost is not None else _capi.FkCost()
+    with _OnStream(q.device):
+        _capi.check(_capi.lib.fk_attention_backward(
+            ctypes.byref(_view(dout)), ctypes.byref(_view(q)), ctypes.byref(_view(k)), ctypes.byref(_view(v)),
+            ctypes.byref(_view(o)), ctypes.byref(_view(lse)), ctypes.byref(_view(dq)), ctypes.byref(_view(dk)),
+            ctypes.byref(_view(dv)), ctypes.byref(opts), ctypes.byref(c)))
+    return dq, dk, dv
+
+
+class FlashAttnFunc(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, softmax_scale, window_size, softcap, cu_q, cu_k, impl):
+        q, k, v = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v)
+        o, lse = attention_forward(q, k, v, causal, softmax_scale, window_size, softcap, cu_q, cu_k, impl)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.args = (causal, softmax_scale, window_size, softcap, cu_q, cu_k, impl)
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, do, _dlse):
+        q, k, v, o, lse = ctx.saved_tensors
+        causal, scale, window, softcap, cu_q, cu_k, impl = ctx.args
+        dq, dk, dv = attention_backward(do, q, k, v, o, lse, causal, scale, window, softcap, cu_q, cu_k, impl)
+        return dq, dk, dv, None, None, None, None, None, None, None
+
+
+def flash_attn_func(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0, impl="auto",
+                    return_lse=False):
+    """Attention with autograd. q [B, Sq, H, D], k/v [B, Sk, Hkv, D] (Hkv divides H). Returns o (and lse)."""
+    o, lse = FlashAttnFunc.apply(q, k, v, causal, softmax_scale, tuple(window_size), softcap, None, None, impl)
+    return (o, lse) if return_lse else o
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, softmax_scale=None,
+                           window_size=(-1, -1), softcap=0.0, impl="auto", return_lse=False):
+    """Packed variable-length batch: q [total_q, H, D], k/v [total_k, Hkv, D], cu_seqlens int32 [num_seqs+1] on
+    the tensors' device. Returns o [total_q, H, D] (and lse [H, total_q])."""
+    cu_q = cu_seqlens_q.to(torch.int32).contiguous()
+    cu_k = cu_seqlens_k.to(torch.int32).contiguous()
+    o, lse = FlashAttnFunc.apply(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), causal, softmax_scale,
+                                 tuple(window_size), softcap, cu_q, cu_k, impl)
+    o = o.squeeze(0)
+    return (o, lse.squeeze(0)) if return_lse else o

@@ -1,0 +1,315 @@
+// The CUDA kernels (flash, decode, standard) against the CPU f64 reference, forward and backward: fresh random
+// inputs per case, poisoned (NaN) outputs so unwritten elements fail, every CUDA call checked.
+// Every test skips when no CUDA device is visible (CI has none).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "attention_fixture.hpp"
+
+using namespace flashkit;
+using fk_test::HostTensor;
+using fk_test::rel_error;
+
+namespace {
+
+bool has_gpu() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+#define CK(x)                                                                          \
+  do {                                                                                 \
+    cudaError_t e_ = (x);                                                              \
+    ASSERT_EQ(e_, cudaSuccess) << #x << ": " << cudaGetErrorString(e_);                \
+  } while (0)
+
+// A device copy of a [B, S, H, D] tensor, optionally with padded head stride (pad elements per head row).
+struct DevTensor {
+  void* p = nullptr;
+  TensorView view;
+  int64_t rows = 0, D = 0, pitch = 0, es = 2;
+  DevTensor() = default;
+  DevTensor(const DevTensor&) = delete;
+  ~DevTensor() {
+    if (p) cudaFree(p);
+  }
+  void alloc(DType dt, std::initializer_list<int64_t> shape, int64_t pad = 0) {
+    std::vector<int64_t> s(shape);
+    es = dtype_size(dt);
+    D = s.back();
+    pitch = D + pad;
+    rows = 1;
+    for (size_t i = 0; i + 1 < s.size(); ++i) rows *= s[i];
+    const size_t bytes = size_t(std::max<int64_t>(rows * pitch, 1) * es) + 16;
+    ASSERT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
+    view = TensorView::contiguous(p, dt, shape, Device::cuda);
+    if (pad) {  // [B, S, H, D] with stride_h = D + pad
+      view.strides[view.ndim - 1] = 1;
+      int64_t st = pitch;
+      for (int d = view.ndim - 2; d >= 0; --d) {
+        view.strides[d] = st;
+        st *= view.shape[d];
+      }
+    }
+  }
+  void upload(const HostTensor& h) {
+    CK(cudaMemcpy2D(p, pitch * es, h.bytes.data(), D * es, D * es, rows, cudaMemcpyHostToDevice));
+  }
+  void download(HostTensor* h) {
+    CK(cudaMemcpy2D(h->bytes.data(), D * es, p, pitch * es, D * es, rows, cudaMemcpyDeviceToHost));
+  }
+  void poison() { CK(cudaMemset(p, 0xff, size_t(rows * pitch * es))); }  // 0xffff is NaN in bf16, f16 and f32
+};
+
+HostTensor to_f64(const HostTensor& t) {
+  std::vector<int64_t> s(t.view.shape.begin(), t.view.shape.begin() + t.view.ndim);
+  HostTensor r;
+  if (s.size() == 4) r = HostTensor(DType::f64, {s[0], s[1], s[2], s[3]});
+  else r = HostTensor(DType::f64, {s[0], s[1], s[2]});
+  for (int64_t i = 0; i < t.numel(); ++i) r.set(i, t.get(i));
+  return r;
+}
+
+struct Case {
+  int64_t B, Sq, Sk, H, Hkv, D;
+  bool causal = false;
+  int64_t wl = -1, wr = -1;
+  float softcap = 0;
+  DType dtype = DType::bf16;
+  std::vector<std::pair<int, int>> varlen;
+  int64_t pad = 0;  // head-stride padding of q/k/v/o/grads (odd values force the repack path)
+  AttentionImpl impl = AttentionImpl::flash;
+  bool backward = true;
+  std::string name() const {
+    std::ostringstream o;
+    o << impl_name(impl) << "_B" << B << "_Sq" << Sq << "_Sk" << Sk << "_H" << H << "x" << Hkv << "_D" << D
+      << (causal ? "_causal" : "") << (wl >= 0 || wr >= 0 ? "_win" + std::to_string(wl) + "," + std::to_string(wr) : "")
+      << (softcap > 0 ? "_cap" : "") << "_" << dtype_name(dtype) << (varlen.empty() ? "" : "_varlen")
+      << (pad ? "_pad" + std::to_string(pad) : "");
+    return o.str();
+  }
+};
+
+void run_case(const Case& c, uint32_t seed) {
+  SCOPED_TRACE(c.name());
+  std::mt19937 rng(seed);
+  int64_t B = c.B, Sq = c.Sq, Sk = c.Sk;
+  std::vector<int32_t> cu_q, cu_k;
+  AttentionOptions opts;
+  if (!c.varlen.empty()) {
+    fk_test::varlen_offsets(c.varlen, &cu_q, &cu_k);
+    B = 1;
+    Sq = cu_q.back();
+    Sk = cu_k.back();
+    opts.num_seqs = int64_t(c.varlen.size());
+  }
+  opts.causal = c.causal;
+  opts.window_left = c.wl;
+  opts.window_right = c.wr;
+  opts.softcap = c.softcap;
+  opts.check_finite = false;
+
+  HostTensor q(c.dtype, {B, Sq, c.H, c.D}), k(c.dtype, {B, Sk, c.Hkv, c.D}), v(c.dtype, {B, Sk, c.Hkv, c.D}),
+      dout(c.dtype, {B, Sq, c.H, c.D});
+  q.fill_random(rng, -1.5, 1.5);
+  k.fill_random(rng, -1.5, 1.5);
+  v.fill_random(rng);
+  dout.fill_random(rng);
+
+  // f64 reference on the CPU, on exactly the values the GPU sees.
+  HostTensor q64 = to_f64(q), k64 = to_f64(k), v64 = to_f64(v), do64 = to_f64(dout);
+  HostTensor o64(DType::f64, {B, Sq, c.H, c.D}), lse64(DType::f32, {B, c.H, Sq});
+  HostTensor dq64(DType::f64, {B, Sq, c.H, c.D}), dk64(DType::f64, {B, Sk, c.Hkv, c.D}), dv64(DType::f64, {B, Sk, c.Hkv, c.D});
+  AttentionOptions ro = opts;
+  ro.impl = AttentionImpl::reference;
+  if (!c.varlen.empty()) {
+    ro.cu_seqlens_q = cu_q.data();
+    ro.cu_seqlens_k = cu_k.data();
+  }
+  attention_forward(q64.view, k64.view, v64.view, o64.view, lse64.view, ro);
+  if (c.backward) attention_backward(do64.view, q64.view, k64.view, v64.view, o64.view, lse64.view, dq64.view, dk64.view, dv64.view, ro);
+
+  DevTensor dq_, dk_, dv_, dq, dk, dv, dd, dO, dl;
+  dq_.alloc(c.dtype, {B, Sq, c.H, c.D}, c.pad);
+  dk_.alloc(c.dtype, {B, Sk, c.Hkv, c.D}, c.pad);
+  dv_.alloc(c.dtype, {B, Sk, c.Hkv, c.D}, c.pad);
+  dO.alloc(c.dtype, {B, Sq, c.H, c.D}, c.pad);
+  dl.alloc(DType::f32, {B, c.H, Sq});
+  dd.alloc(c.dtype, {B, Sq, c.H, c.D}, c.pad);
+  dq_.upload(q);
+  dk_.upload(k);
+  dv_.upload(v);
+  dd.upload(dout);
+  dO.poison();
+  dl.poison();
+  int32_t* dcu = nullptr;
+  if (!c.varlen.empty()) {
+    CK(cudaMalloc(&dcu, (cu_q.size() + cu_k.size()) * 4));
+    CK(cudaMemcpy(dcu, cu_q.data(), cu_q.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dcu + cu_q.size(), cu_k.data(), cu_k.size() * 4, cudaMemcpyHostToDevice));
+    opts.cu_seqlens_q = dcu;
+    opts.cu_seqlens_k = dcu + cu_q.size();
+  }
+  opts.impl = c.impl;
+  OpCost cost;
+  attention_forward(dq_.view, dk_.view, dv_.view, dO.view, dl.view, opts, &cost);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  HostTensor o(c.dtype, {B, Sq, c.H, c.D}), lse(DType::f32, {B, c.H, Sq});
+  dO.download(&o);
+  dl.download(&lse);
+  EXPECT_LT(rel_error(o, o64), 1e-2) << "o, kernel " << cost.kernel;
+  EXPECT_LT(rel_error(lse, lse64), 1e-2) << "lse, kernel " << cost.kernel;
+  EXPECT_FALSE(cost.kernel.empty());
+
+  if (c.backward) {
+    dq.alloc(c.dtype, {B, Sq, c.H, c.D}, c.pad);
+    dk.alloc(c.dtype, {B, Sk, c.Hkv, c.D}, c.pad);
+    dv.alloc(c.dtype, {B, Sk, c.Hkv, c.D}, c.pad);
+    dq.poison();
+    dk.poison();
+    dv.poison();
+    attention_backward(dd.view, dq_.view, dk_.view, dv_.view, dO.view, dl.view, dq.view, dk.view, dv.view, opts, &cost);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    HostTensor gq(c.dtype, {B, Sq, c.H, c.D}), gk(c.dtype, {B, Sk, c.Hkv, c.D}), gv(c.dtype, {B, Sk, c.Hkv, c.D});
+    dq.download(&gq);
+    dk.download(&gk);
+    dv.download(&gv);
+    EXPECT_LT(rel_error(gq, dq64), 2e-2) << "dq, kernel " << cost.kernel;
+    EXPECT_LT(rel_error(gk, dk64), 2e-2) << "dk, kernel " << cost.kernel;
+    EXPECT_LT(rel_error(gv, dv64), 2e-2) << "dv, kernel " << cost.kernel;
+  }
+  if (dcu) CK(cudaFree(dcu));
+}
+
+std::vector<Case> grid() {
+  std::vector<Case> g;
+  for (DType dt : {DType::bf16, DType::f16})
+    for (int64_t D : {64, 128, 256})
+      for (bool causal : {false, true}) g.push_back({2, 128, 128, 4, 4, D, causal, -1, -1, 0, dt});
+  for (int64_t D : {8, 40, 96, 200}) g.push_back({1, 77, 90, 2, 1, D, true});
+  for (bool causal : {false, true}) {
+    g.push_back({2, 129, 257, 4, 2, 64, causal});
+    g.push_back({1, 200, 100, 4, 4, 128, causal});  // causal: rows i < 100 see no key
+    g.push_back({1, 300, 300, 8, 1, 128, causal});  // MQA
+    g.push_back({1, 100, 333, 6, 2, 256, causal});
+  }
+  g.push_back({1, 256, 256, 4, 2, 64, false, 32, 16});
+  g.push_back({1, 256, 300, 4, 4, 128, true, 64, -1});
+  g.push_back({2, 96, 160, 4, 2, 64, true, -1, -1, 5.0f});
+  g.push_back({1, 128, 128, 2, 2, 256, false, -1, -1, 3.0f, DType::f16});
+  {
+    Case c{1, 0, 0, 4, 2, 64, true};
+    c.varlen = {{100, 120}, {0, 50}, {37, 37}, {64, 0}, {200, 180}};
+    g.push_back(c);
+    c.causal = false;
+    c.D = 128;
+    c.dtype = DType::f16;
+    g.push_back(c);
+  }
+  // Decode (seqlen_q <= 16): split-KV with the GQA group packed in the row tile.
+  g.push_back({2, 1, 4097, 8, 2, 128});
+  g.push_back({1, 4, 2000, 8, 8, 64, true});
+  g.push_back({1, 16, 1024, 32, 4, 64, true});
+  g.push_back({1, 3, 3000, 4, 1, 256, true, 500, -1});
+  g.push_back({1, 1, 777, 4, 4, 96, false, -1, -1, 4.0f, DType::f16});
+  {
+    Case c{1, 0, 0, 8, 2, 128, true};
+    c.varlen = {{1, 1500}, {1, 0}, {3, 700}, {2, 2}};
+    g.push_back(c);
+  }
+  // Strided operands: padded head stride (aligned) and an odd one (repacked).
+  {
+    Case c{2, 100, 150, 4, 2, 64, true};
+    c.pad = 8;
+    g.push_back(c);
+    c.pad = 3;
+    g.push_back(c);
+  }
+  // The cuBLAS standard path.
+  for (bool causal : {false, true}) {
+    Case c{2, 129, 200, 4, 2, 64, causal};
+    c.impl = AttentionImpl::standard;
+    g.push_back(c);
+  }
+  {
+    Case c{1, 0, 0, 4, 4, 128, true, 50, -1, 4.0f, DType::f16};
+    c.varlen = {{60, 80}, {0, 10}, {30, 0}, {90, 90}};
+    c.impl = AttentionImpl::standard;
+    g.push_back(c);
+  }
+  return g;
+}
+
+class CudaAttentionGrid : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaAttentionGrid, MatchesReference) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  run_case(GetParam(), 1234u + uint32_t(std::hash<std::string>{}(GetParam().name()) & 0xffff));
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, CudaAttentionGrid, ::testing::ValuesIn(grid()),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           std::string n = i.param.name();
+                           for (char& ch : n)
+                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+// Forward is deterministic (no atomics): two runs must agree bit for bit (a moving result is a race).
+TEST(CudaAttention, ForwardDeterministic) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(7);
+  HostTensor q(DType::bf16, {2, 300, 4, 128}), k(DType::bf16, {2, 300, 4, 128}), v(DType::bf16, {2, 300, 4, 128});
+  q.fill_random(rng);
+  k.fill_random(rng);
+  v.fill_random(rng);
+  DevTensor dq, dk, dv, o1, o2, l;
+  dq.alloc(DType::bf16, {2, 300, 4, 128});
+  dk.alloc(DType::bf16, {2, 300, 4, 128});
+  dv.alloc(DType::bf16, {2, 300, 4, 128});
+  o1.alloc(DType::bf16, {2, 300, 4, 128});
+  o2.alloc(DType::bf16, {2, 300, 4, 128});
+  l.alloc(DType::f32, {2, 4, 300});
+  dq.upload(q);
+  dk.upload(k);
+  dv.upload(v);
+  AttentionOptions opts;
+  opts.causal = true;
+  attention_forward(dq.view, dk.view, dv.view, o1.view, l.view, opts);
+  attention_forward(dq.view, dk.view, dv.view, o2.view, l.view, opts);
+  CK(cudaDeviceSynchronize());
+  HostTensor a(DType::bf16, {2, 300, 4, 128}), b(DType::bf16, {2, 300, 4, 128});
+  o1.download(&a);
+  o2.download(&b);
+  EXPECT_EQ(0, std::memcmp(a.bytes.data(), b.bytes.data(), a.bytes.size()));
+}
+
+TEST(CudaAttention, RejectsF32) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  DevTensor q, o, l;
+  q.alloc(DType::f32, {1, 16, 2, 64});
+  o.alloc(DType::f32, {1, 16, 2, 64});
+  l.alloc(DType::f32, {1, 2, 16});
+  AttentionOptions opts;
+  opts.check_finite = false;
+  try {
+    attention_forward(q.view, q.view, q.view, o.view, l.view, opts);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::unsupported);
+    EXPECT_NE(std::string(e.what()).find("bf16"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
