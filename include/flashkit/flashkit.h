@@ -66,6 +66,10 @@ FK_API const char* fk_cpu_isa(void);
 FK_API int32_t fk_num_threads(void);
 FK_API fk_status fk_set_num_threads(int32_t n);
 FK_API int32_t fk_cuda_device_count(void);
+/* The CUDA stream (a cudaStream_t) this thread's flashkit launches use; NULL is the legacy default
+ * stream. FK_UNSUPPORTED in a build without CUDA. */
+FK_API fk_status fk_cuda_set_stream(void* stream);
+FK_API void* fk_cuda_get_stream(void);
 
 /* Fills defaults: scale 0, not causal, unbounded window, no softcap, impl auto, check_finite 1. */
 FK_API fk_status fk_attention_options_init(fk_attention_options* opts);

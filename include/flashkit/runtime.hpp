@@ -19,6 +19,10 @@ int64_t max_workspace_bytes();
 int64_t physical_memory_bytes();
 
 int cuda_device_count();  // 0 without CUDA support or device
+// The CUDA stream the calling thread's flashkit launches use (nullptr: legacy default stream).
+// Status::unsupported in a build without CUDA.
+void set_cuda_stream(void* stream);
+void* cuda_stream();
 std::string build_info();  // version, compiler, ISA, CUDA
 const char* version();
 

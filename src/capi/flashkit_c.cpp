@@ -99,6 +99,10 @@ fk_status fk_set_num_threads(int32_t n) {
   return guarded([&] { flashkit::set_num_threads(n); });
 }
 int32_t fk_cuda_device_count(void) { return flashkit::cuda_device_count(); }
+fk_status fk_cuda_set_stream(void* stream) {
+  return guarded([&] { flashkit::set_cuda_stream(stream); });
+}
+void* fk_cuda_get_stream(void) { return flashkit::cuda_stream(); }
 
 fk_status fk_attention_options_init(fk_attention_options* opts) {
   return guarded([&] {

@@ -218,6 +218,9 @@ void require_cuda_device(const TensorView& q) {
   if (q.device != Device::cuda) return;
   if (cuda_device_count() == 0)
     fail(Status::unsupported, "q: tensors are on a CUDA device but this flashkit build has no CUDA support or no device is visible");
+  if (q.dtype != DType::bf16 && q.dtype != DType::f16)
+    fail(Status::unsupported, "q: CUDA attention kernels take bf16 or f16 tensors, got " + std::string(dtype_name(q.dtype)) +
+                                  " (convert, or use CPU tensors)");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Built only without CUDA: every CUDA entry point reports that this build cannot serve it.
 #include "flashkit/error.hpp"
+#include "flashkit/runtime.hpp"
 #include "ops/cuda_dispatch.hpp"
 
 namespace flashkit {
@@ -9,6 +10,8 @@ namespace {
 }  // namespace
 
 void cuda_copy_to_host(void*, const void*, size_t, int) { no_cuda(); }
+void set_cuda_stream(void*) { no_cuda(); }
+void* cuda_stream() { return nullptr; }
 void cuda_attention_forward(const kernels::AttentionFwdArgs&, AttentionImpl, bool, OpCost*) { no_cuda(); }
 void cuda_attention_backward(const kernels::AttentionBwdArgs&, AttentionImpl, bool, OpCost*) { no_cuda(); }
 

@@ -61,6 +61,17 @@ inline void HostTensor::poison() {
   for (int64_t i = 0; i < numel(); ++i) set(i, std::numeric_limits<double>::quiet_NaN());
 }
 
+// Cumulative offsets (cu_seqlens) of a varlen batch from (nq, nk) per sequence.
+inline void varlen_offsets(const std::vector<std::pair<int, int>>& lens, std::vector<int32_t>* cu_q,
+                           std::vector<int32_t>* cu_k) {
+  *cu_q = {0};
+  *cu_k = {0};
+  for (auto [nq, nk] : lens) {
+    cu_q->push_back(cu_q->back() + nq);
+    cu_k->push_back(cu_k->back() + nk);
+  }
+}
+
 // ||a - b|| / ||b|| over all elements; NaN in `a` gives +inf (so a poisoned, unwritten output fails).
 inline double rel_error(const HostTensor& a, const HostTensor& b) {
   double num = 0, den = 0;

@@ -48,12 +48,7 @@ struct Problem {
     Sq = c.Sq;
     Sk = c.Sk;
     if (!c.varlen.empty()) {
-      cu_q = {0};
-      cu_k = {0};
-      for (auto [nq, nk] : c.varlen) {
-        cu_q.push_back(cu_q.back() + nq);
-        cu_k.push_back(cu_k.back() + nk);
-      }
+      fk_test::varlen_offsets(c.varlen, &cu_q, &cu_k);
       B = 1;
       Sq = cu_q.back();
       Sk = cu_k.back();
