@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "flashkit/runtime.hpp"
@@ -207,16 +208,24 @@ void attention_backward_cpu_standard(const AttentionBwdArgs& g) {
       }
 }
 
-OpCost attention_forward_cpu_standard_cost(const AttentionFwdArgs& a) {
-  const AttentionShape& s = a.shape;
-  const double e = double(dtype_size(a.dtype)), d = double(s.head_dim), H = double(s.heads);
+namespace {
+// (sum of nq*nk, sum of nq, sum of nk) over the sequences: the sizes every standard-path term scales with.
+std::tuple<double, double, double> score_counts(const AttentionShape& s) {
   double nn = 0, nq = 0, nk = 0;
   for (int64_t b = 0; b < s.batch; ++b) {
-    SeqRange r = seq_range(s, b);
+    const SeqRange r = seq_range(s, b);
     nn += double(r.nq) * double(r.nk);
     nq += double(r.nq);
     nk += double(r.nk);
   }
+  return {nn, nq, nk};
+}
+}  // namespace
+
+OpCost attention_forward_cpu_standard_cost(const AttentionFwdArgs& a) {
+  const AttentionShape& s = a.shape;
+  const double e = double(dtype_size(a.dtype)), d = double(s.head_dim), H = double(s.heads);
+  const auto [nn, nq, nk] = score_counts(s);
   OpCost c;
   c.flops = 4.0 * nn * d * H;
   // Per head: GEMM1 reads Q, K and writes S; softmax reads S, writes P; GEMM2 reads P, V and writes O.
@@ -232,13 +241,7 @@ OpCost attention_backward_cpu_standard_cost(const AttentionBwdArgs& g) {
   const AttentionFwdArgs& a = g.fwd;
   const AttentionShape& s = a.shape;
   const double e = double(dtype_size(a.dtype)), d = double(s.head_dim), H = double(s.heads);
-  double nn = 0, nq = 0, nk = 0;
-  for (int64_t b = 0; b < s.batch; ++b) {
-    SeqRange r = seq_range(s, b);
-    nn += double(r.nq) * double(r.nk);
-    nq += double(r.nq);
-    nk += double(r.nk);
-  }
+  const auto [nn, nq, nk] = score_counts(s);
   OpCost c;
   c.flops = 10.0 * nn * d * H;  // S, dP, dV, dQ, dK GEMMs
   // Reads: Q,K,dO,V (GEMMs), S,dP (elementwise), P,dO / dS,K / dS,Q (GEMMs), O,dO (D). Writes: S, dP, P, dS, dQ, dK, dV.
