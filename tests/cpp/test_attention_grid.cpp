@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <sstream>
+#include <ostream>
 #include <string>
 
 #include "attention_fixture.hpp"
@@ -31,6 +32,9 @@ struct Case {
     return o.str();
   }
 };
+
+// gtest prints a parameter with this instead of a hex dump of its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
 
 double fwd_tol(DType dt) { return dt == DType::f32 ? 1e-5 : 2e-2; }
 double bwd_tol(DType dt) { return dt == DType::f32 ? 1e-4 : 2e-2; }

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <sstream>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,9 @@ struct Case {
     return o.str();
   }
 };
+
+// gtest prints a parameter with this instead of a hex dump of its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
 
 void run_case(const Case& c, uint32_t seed) {
   SCOPED_TRACE(c.name());
