@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${FLASHKIT_BUILD_DIR:-build}
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >"$BUILD_DIR.configure.log" 2>&1 || {
-  cat "$BUILD_DIR.configure.log"; exit 1; }
-grep -E "flashkit: CUDA backend" "$BUILD_DIR.configure.log" || true
+mkdir -p "$BUILD_DIR"
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >"$BUILD_DIR/configure.log" 2>&1 || {
+  cat "$BUILD_DIR/configure.log"; exit 1; }
+grep -E "flashkit: CUDA backend" "$BUILD_DIR/configure.log" || true
 cmake --build "$BUILD_DIR" -j "$(nproc)"
