@@ -237,7 +237,7 @@ void attention_forward(const TensorView& q, const TensorView& k, const TensorVie
     check_finite(v, "v");
   }
   if (q.device == Device::cuda) {
-    cuda_attention_forward(a, impl, opts.check_finite, cost);
+    cuda_attention_forward(a, host_cu, impl, opts.check_finite, cost);
     return;
   }
   OpCost c;
@@ -284,7 +284,7 @@ void attention_backward(const TensorView& dout, const TensorView& q, const Tenso
     check_finite(dout, "dout");
   }
   if (q.device == Device::cuda) {
-    cuda_attention_backward(g, impl, opts.check_finite, cost);
+    cuda_attention_backward(g, host_cu, impl, opts.check_finite, cost);
     return;
   }
   OpCost c;

@@ -2,6 +2,8 @@
 // cuda_stub.cpp (which reports Status::unsupported) otherwise.
 #pragma once
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "flashkit/attention.hpp"
 #include "kernels/attention_args.hpp"
@@ -9,7 +11,11 @@
 namespace flashkit {
 
 void cuda_copy_to_host(void* dst, const void* src, size_t bytes, int device_index);
-void cuda_attention_forward(const kernels::AttentionFwdArgs& a, AttentionImpl impl, bool check_finite, OpCost* cost);
-void cuda_attention_backward(const kernels::AttentionBwdArgs& g, AttentionImpl impl, bool check_finite, OpCost* cost);
+// host_cu: the validated host copy of cu_seqlens_q then cu_seqlens_k (num_seqs+1 entries each); empty
+// when the batch is not variable-length.
+void cuda_attention_forward(const kernels::AttentionFwdArgs& a, const std::vector<int32_t>& host_cu, AttentionImpl impl,
+                            bool check_finite, OpCost* cost);
+void cuda_attention_backward(const kernels::AttentionBwdArgs& g, const std::vector<int32_t>& host_cu,
+                             AttentionImpl impl, bool check_finite, OpCost* cost);
 
 }  // namespace flashkit

@@ -107,16 +107,6 @@ int64_t decode_max_splits() {
 
 int dpad_of(int64_t d) { return d <= 64 ? 64 : (d <= 128 ? 128 : 256); }
 
-std::vector<int32_t> host_cu_seqlens(const AttentionShape& s) {
-  std::vector<int32_t> h;
-  if (!s.varlen()) return h;
-  h.resize(size_t(2 * (s.batch + 1)));
-  check(cudaMemcpy(h.data(), s.cu_seqlens_q, size_t(s.batch + 1) * 4, cudaMemcpyDeviceToHost), "cudaMemcpy(cu_seqlens_q)");
-  check(cudaMemcpy(h.data() + s.batch + 1, s.cu_seqlens_k, size_t(s.batch + 1) * 4, cudaMemcpyDeviceToHost),
-        "cudaMemcpy(cu_seqlens_k)");
-  return h;
-}
-
 int64_t batch_slots(const AttentionShape& s) { return s.varlen() ? 1 : s.batch; }
 int64_t num_rows(const AttentionShape& s) { return batch_slots(s) * s.heads * s.seqlen_q; }
 
@@ -171,11 +161,12 @@ double operand_bytes(const AttentionShape& s, bool kv) {
 
 }  // namespace
 
-void cuda_attention_forward(const AttentionFwdArgs& a0, AttentionImpl impl, bool /*check_finite*/, OpCost* cost) {
+void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_t>& host_cu, AttentionImpl impl,
+                            bool /*check_finite*/, OpCost* cost) {
   prepare_device();
   const cudaStream_t stream = g_stream;
   const AttentionShape& sh = a0.shape;
-  const std::vector<int32_t> cu = host_cu_seqlens(sh);
+  const std::vector<int32_t>& cu = host_cu;  // validated host copy from src/ops
   const double qb = operand_bytes(sh, false), kvb = operand_bytes(sh, true);
   const double rows = double(num_rows(sh));
   OpCost c;
@@ -270,11 +261,12 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, AttentionImpl impl, bool
   if (cost) *cost = c;
 }
 
-void cuda_attention_backward(const AttentionBwdArgs& g0, AttentionImpl impl, bool /*check_finite*/, OpCost* cost) {
+void cuda_attention_backward(const AttentionBwdArgs& g0, const std::vector<int32_t>& host_cu, AttentionImpl impl,
+                             bool /*check_finite*/, OpCost* cost) {
   prepare_device();
   const cudaStream_t stream = g_stream;
   const AttentionShape& sh = g0.fwd.shape;
-  const std::vector<int32_t> cu = host_cu_seqlens(sh);
+  const std::vector<int32_t>& cu = host_cu;  // validated host copy from src/ops
   const double qb = operand_bytes(sh, false), kvb = operand_bytes(sh, true);
   const double rows = double(num_rows(sh));
   OpCost c;
