@@ -47,13 +47,18 @@ OpCost attention_forward_cpu_flash_cost(const AttentionFwdArgs& a) {
   const double nq = total_rows(s, true), nk = total_rows(s, false);
   OpCost c;
   c.flops = 4.0 * tiled * d * H;
-  // Pre-pass: K, V read once and written as contiguous f32 tiles. Main loop: Q read and O, lse written
-  // once; each query tile streams the packed K, V tiles it needs (tiled pairs / bq keys).
-  c.bytes_read = H * e * d * nq + Hk * 2 * e * d * nk + H * 2 * 4.0 * d * tiled / double(blk.bq);
-  c.bytes_written = Hk * 2 * 4.0 * d * nk + H * (e * d * nq + 4.0 * nq);
+  // Packed: K, V read once and written as contiguous f32 tiles, then each query tile streams the packed
+  // K, V tiles it needs (tiled pairs / bq keys). Unpacked (decode shapes): each query tile reads the K, V
+  // rows it needs from the caller's tensors. Q read and O, lse written once either way.
+  const bool packed = flash_cpu_packs_kv(s);
+  const double stream_elem = packed ? 4.0 : e;
+  c.bytes_read = H * e * d * nq + (packed ? Hk * 2 * e * d * nk : 0.0) + H * 2 * stream_elem * d * tiled / double(blk.bq);
+  c.bytes_written = (packed ? Hk * 2 * 4.0 * d * nk : 0.0) + H * (e * d * nq + 4.0 * nq);
   const double tile_bytes = 4.0 * double(2 * blk.bq * s.head_dim + blk.bq * blk.bk);
-  c.workspace_bytes = Hk * 4.0 * (d + dp) * padded(nk, blk.bk) + tile_bytes * num_threads();
-  c.model = "flash: K,V packed once; Q, O once; packed K,V once per " + std::to_string(blk.bq) +
+  c.workspace_bytes = (packed ? Hk * 4.0 * (d + dp) * padded(nk, blk.bk) : 4.0 * (d + dp) * blk.bk * num_threads()) +
+                      tile_bytes * num_threads();
+  c.model = std::string(packed ? "flash: K,V packed once; Q, O once; packed K,V" : "flash (decode shape): Q, O once; K,V") +
+            " once per " + std::to_string(blk.bq) +
             "-row query tile (working set " + std::to_string(int64_t(tile_bytes + 4.0 * 2 * blk.bk * s.head_dim) / 1024) +
             " KiB in L2)";
   c.kernel = kernel_name();

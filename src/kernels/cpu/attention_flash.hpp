@@ -14,6 +14,13 @@ struct FlashBlocks {
 // 80 KiB at d=64, 288 KiB at d=256 with bq=32 -- inside a 512 KiB-1 MiB L2 per core.
 inline FlashBlocks flash_cpu_blocks(int64_t head_dim) { return {head_dim <= 128 ? 128 : 64, 64}; }
 
+// The forward packs K^T and V into contiguous f32 tiles once when each key tile is used by more than two
+// query tiles (GQA group x query tiles); decode-shaped calls load key tiles directly instead.
+inline bool flash_cpu_packs_kv(const AttentionShape& s) {
+  const int64_t bq = flash_cpu_blocks(s.head_dim).bq;
+  return s.group() * ((s.max_seqlen_q + bq - 1) / bq) > 2;
+}
+
 #define FK_DECLARE_FLASH_ISA(isa)                          \
   namespace isa {                                          \
   void flash_forward(const AttentionFwdArgs& a);           \
