@@ -31,6 +31,8 @@
 
 #include "commands.hpp"
 #include "flashkit/flashkit.hpp"
+#include "profiler.hpp"
+#include "roofline.hpp"
 
 namespace flashkit::cli {
 
@@ -52,6 +54,7 @@ struct BenchConfig {
   int repeats = 0;  // 0: adaptive
   int threads = 0;  // 0: the library's default
   std::string json_path;
+  std::string profile_path;  // Chrome/Perfetto trace of every timed call
   std::string device = "cpu";
 };
 
@@ -212,8 +215,22 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// Records one call in the trace: its time, and the FLOPs and bytes of its OpCost.
+void trace_call(analysis::Profiler* prof, double start_us, const std::string& name, int64_t seqlen, const OpCost& c) {
+  if (!prof) return;
+  analysis::ProfileEvent e;
+  e.name = name;
+  e.category = "attention";
+  e.start_us = start_us;
+  e.dur_us = prof->now_us() - start_us;
+  e.flops = c.flops;
+  e.bytes = c.bytes_read + c.bytes_written;
+  e.args = {{"seqlen", seqlen}, {"kernel", c.kernel}, {"model", c.model}, {"workspace_bytes", c.workspace_bytes}};
+  prof->record(std::move(e));
+}
+
 Row run_row(const BenchConfig& cfg, Device device, DType dtype, int64_t seqlen, const std::string& impl_str,
-            const std::string& pass, const Inputs& in) {
+            const std::string& pass, const Inputs& in, analysis::Profiler* prof) {
   Row row;
   row.impl = impl_str;
   row.pass = pass;
@@ -236,10 +253,19 @@ Row run_row(const BenchConfig& cfg, Device device, DType dtype, int64_t seqlen, 
       dk = make_zero(device, dtype, {B, N, cfg.kv_heads, D});
       dv = make_zero(device, dtype, {B, N, cfg.kv_heads, D});
     }
-    auto fwd = [&] { attention_forward(in.q.view, in.k.view, in.v.view, o.view, lse.view, opts, &cf); };
+    // With --profile each call is synchronized and recorded on its own (a few microseconds per call).
+    auto fwd = [&] {
+      const double t0 = prof ? prof->now_us() : 0;
+      attention_forward(in.q.view, in.k.view, in.v.view, o.view, lse.view, opts, &cf);
+      if (prof) device_sync(device);
+      trace_call(prof, t0, impl_str + ".fwd", seqlen, cf);
+    };
     auto bwd = [&] {
+      const double t0 = prof ? prof->now_us() : 0;
       attention_backward(in.dout.view, in.q.view, in.k.view, in.v.view, o.view, lse.view, dq.view, dk.view, dv.view,
                          opts, &cb);
+      if (prof) device_sync(device);
+      trace_call(prof, t0, impl_str + ".bwd", seqlen, cb);
     };
     auto once = [&] {
       if (pass != "bwd") fwd();
@@ -440,6 +466,11 @@ void run_bench(BenchConfig cfg) {
       << table_header() << "\n"
       << std::flush;
 
+  std::unique_ptr<analysis::Profiler> prof;
+  if (!cfg.profile_path.empty())
+    prof = std::make_unique<analysis::Profiler>(
+        analysis::roof_of(device == Device::cpu ? analysis::local_cpu_spec() : analysis::find_device("h200"),
+                          device == Device::cpu ? "f32" : "bf16"));
   std::vector<Row> rows;
   const size_t total = cfg.seqlens.size() * passes.size() * cfg.impls.size();
   size_t index = 0;
@@ -457,7 +488,7 @@ void run_bench(BenchConfig cfg) {
         std::cerr << "[" << index << "/" << total << "] " << impl << " " << pass_label(pass) << " seqlen=" << n
                   << " ...\n"
                   << std::flush;
-        group.push_back(run_row(cfg, device, dtype, n, impl, pass, in));
+        group.push_back(run_row(cfg, device, dtype, n, impl, pass, in, prof.get()));
       }
       const Row* standard = nullptr;
       for (const Row& r : group)
@@ -496,6 +527,12 @@ void run_bench(BenchConfig cfg) {
       json_file.close();
       if (!json_file) throw std::runtime_error("--json: writing '" + cfg.json_path + "' failed");
     }
+  }
+
+  if (prof) {
+    prof->write_chrome_trace(cfg.profile_path);
+    std::cerr << "\n" << prof->summary_table() << "trace: " << cfg.profile_path
+              << " (open in ui.perfetto.dev or chrome://tracing)\n";
   }
 
   // Every row unsupported (e.g. a device without kernels for this request): that is a failure, not a result.
@@ -573,6 +610,8 @@ void add_bench_command(CLI::App& app) {
       ->check(int_range(1, 100000));
   attn->add_option("--threads", cfg->threads, "CPU threads (default: the library's)")->check(int_range(1, 4096));
   attn->add_option("--json", cfg->json_path, "Write results as JSON to PATH ('-': stdout, the table goes to stderr)");
+  attn->add_option("--profile", cfg->profile_path,
+                   "Write a Chrome/Perfetto trace of every timed call (time, FLOPs, bytes, % of the roof) to PATH");
   attn->add_option("--device", cfg->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   attn->callback([cfg] { run_bench(*cfg); });
 }

@@ -255,3 +255,19 @@ def test_cuda_without_cuda_fails_with_the_library_message():
     p = run("bench", "attention", *TINY, "--device", "cuda")
     assert_clean_failure(p)
     assert "CUDA" in p.stderr
+
+
+def test_bench_profile_writes_a_chrome_trace(tmp_path):
+    trace = tmp_path / "trace.json"
+    env = dict(os.environ, FLASHKIT_CPU_PEAK_GFLOPS="100", FLASHKIT_CPU_BW_GBS="20")  # skip the roof measurement
+    proc = subprocess.run([CLI, "bench", "attention", "--seqlen", "64", "--heads", "2", "--head-dim", "32",
+                           "--repeats", "2", "--profile", str(trace)], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(trace.read_text())
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    names = {e["name"] for e in events if e.get("ph") == "X"}
+    # warmup 1 + 2 timed calls per row; fwd rows and fwd+bwd rows for both implementations
+    assert {"standard.fwd", "standard.bwd", "flash.fwd", "flash.bwd"} <= names
+    flash_fwd = [e for e in events if e.get("name") == "flash.fwd"]
+    assert all(e["dur"] > 0 and e["args"]["flops"] > 0 for e in flash_fwd)
+    assert "flash.fwd" in proc.stderr and "trace:" in proc.stderr
