@@ -115,6 +115,18 @@ struct Table {
   }
 };
 
+// One GEMM/GEMV measurement as a table row and a JSON row.
+void add_matmul_row(Table& t, json& rows, const an::MatmulResult& r) {
+  t.rows.push_back({r.op, r.impl, std::to_string(r.M), std::to_string(r.N), std::to_string(r.K), si(r.cost.macs),
+                    si(r.cost.flops), si(r.cost.min_bytes), num(r.cost.intensity, "%.2f"), seconds_str(r.seconds),
+                    num(r.gflops, "%.2f"), num(r.gbs, "%.2f"), r.bound, num(r.pct_of_roof, "%.1f"),
+                    seconds_str(r.floor_seconds)});
+  rows.push_back({{"op", r.op}, {"impl", r.impl}, {"kernel", r.kernel}, {"M", r.M}, {"N", r.N}, {"K", r.K},
+                  {"macs", r.cost.macs}, {"flops", r.cost.flops}, {"min_bytes", r.cost.min_bytes},
+                  {"intensity", r.cost.intensity}, {"seconds", r.seconds}, {"reps", r.reps}, {"gflops", r.gflops},
+                  {"gbs", r.gbs}, {"bound", r.bound}, {"pct_of_roof", r.pct_of_roof}, {"floor_seconds", r.floor_seconds}});
+}
+
 std::string tf(double v) { return v > 0 ? num(v, "%.4g") : "-"; }
 
 // ---------------------------------------------------------------- roofline
@@ -246,15 +258,7 @@ void add_roofline(CLI::App& app) {
         for (auto impl : impls) {
           if (impl == an::GemmImpl::naive && !is_gemv && n > g->naive_max) continue;
           const an::MatmulResult r = an::time_matmul(impl, n, is_gemv ? 1 : n, n, roof, g->seconds, 20, g->threads);
-          t.rows.push_back({r.op, r.impl, std::to_string(r.M), std::to_string(r.N), std::to_string(r.K),
-                            si(r.cost.macs), si(r.cost.flops), si(r.cost.min_bytes), num(r.cost.intensity, "%.2f"),
-                            seconds_str(r.seconds), num(r.gflops, "%.2f"), num(r.gbs, "%.2f"), r.bound,
-                            num(r.pct_of_roof, "%.1f"), seconds_str(r.floor_seconds)});
-          rows.push_back({{"op", r.op}, {"impl", r.impl}, {"kernel", r.kernel}, {"M", r.M}, {"N", r.N}, {"K", r.K},
-                          {"macs", r.cost.macs}, {"flops", r.cost.flops}, {"min_bytes", r.cost.min_bytes},
-                          {"intensity", r.cost.intensity}, {"seconds", r.seconds}, {"reps", r.reps},
-                          {"gflops", r.gflops}, {"gbs", r.gbs}, {"bound", r.bound}, {"pct_of_roof", r.pct_of_roof},
-                          {"floor_seconds", r.floor_seconds}});
+          add_matmul_row(t, rows, r);
         }
       }
     }
@@ -309,15 +313,7 @@ void add_roofline(CLI::App& app) {
         if (impl == an::GemmImpl::naive && double(m) * double(n) * double(k) > double(g->naive_max) * g->naive_max * g->naive_max)
           continue;
         const an::MatmulResult r = an::time_matmul(impl, m, n, k, roof, g->seconds, 20, g->threads);
-        t.rows.push_back({r.op, r.impl, std::to_string(r.M), std::to_string(r.N), std::to_string(r.K),
-                          si(r.cost.macs), si(r.cost.flops), si(r.cost.min_bytes), num(r.cost.intensity, "%.2f"),
-                          seconds_str(r.seconds), num(r.gflops, "%.2f"), num(r.gbs, "%.2f"), r.bound,
-                          num(r.pct_of_roof, "%.1f"), seconds_str(r.floor_seconds)});
-        rows.push_back({{"op", r.op}, {"impl", r.impl}, {"kernel", r.kernel}, {"M", r.M}, {"N", r.N}, {"K", r.K},
-                        {"macs", r.cost.macs}, {"flops", r.cost.flops}, {"min_bytes", r.cost.min_bytes},
-                        {"intensity", r.cost.intensity}, {"seconds", r.seconds}, {"reps", r.reps},
-                        {"gflops", r.gflops}, {"gbs", r.gbs}, {"bound", r.bound}, {"pct_of_roof", r.pct_of_roof},
-                        {"floor_seconds", r.floor_seconds}});
+        add_matmul_row(t, rows, r);
       }
     }
     std::cout << t.text();
