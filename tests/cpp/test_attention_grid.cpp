@@ -169,6 +169,19 @@ std::vector<Case> grid() {
     c.wl = 4;
     v.push_back(c);
   }
+  // decode shapes (the split-KV path: seqlen_q <= 16, seqlen_q x group <= 64), incl. varlen decode batches
+  v.push_back({2, 16, 700, 8, 2, 64, true});             // 16 x 4 = 64 rows per KV head: the boundary
+  v.push_back({1, 3, 2000, 8, 1, 128, false, 100, -1});  // MQA, window
+  v.push_back({3, 1, 517, 4, 4, 80, false, -1, -1, 3.0f, DType::bf16});
+  {
+    Case c{1, 0, 0, 8, 2, 64, true};
+    c.varlen = {{1, 50}, {3, 200}, {0, 10}, {1, 1}, {2, 0}, {4, 300}};
+    v.push_back(c);
+    c.wl = 20;
+    c.softcap = 4.0f;
+    c.dtype = DType::f16;
+    v.push_back(c);
+  }
   // longest sizes from the grid, forward and backward
   v.push_back({1, 1000, 1000, 2, 1, 128, true});
   return v;

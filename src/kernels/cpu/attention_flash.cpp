@@ -2,6 +2,7 @@
 // cost model. The algorithm itself is in attention_flash.inc.
 #include "kernels/cpu/attention_flash.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "flashkit/runtime.hpp"
@@ -11,11 +12,12 @@ namespace flashkit::kernels {
 
 void attention_forward_cpu_flash(const AttentionFwdArgs& a) {
   const std::string isa = cpu_isa();
+  const bool decode = flash_cpu_uses_decode(a.shape);
 #ifdef FLASHKIT_HAVE_AVX512
-  if (isa == "avx512") return avx512::flash_forward(a);
+  if (isa == "avx512") return decode ? avx512::flash_decode(a) : avx512::flash_forward(a);
 #endif
-  if (isa == "avx512" || isa == "avx2") return avx2::flash_forward(a);
-  scalar::flash_forward(a);
+  if (isa == "avx512" || isa == "avx2") return decode ? avx2::flash_decode(a) : avx2::flash_forward(a);
+  decode ? scalar::flash_decode(a) : scalar::flash_forward(a);
 }
 
 void attention_backward_cpu_flash(const AttentionBwdArgs& g) {
@@ -38,7 +40,28 @@ double total_rows(const AttentionShape& s, bool q) {
 double padded(double rows, int64_t tile) { return rows + double(tile); }  // upper bound of tile padding
 }  // namespace
 
+// Decode path: each chunk of keys is read once for all heads; partial outputs are written and combined.
+static OpCost decode_cost(const AttentionFwdArgs& a) {
+  const AttentionShape& s = a.shape;
+  const int64_t bk = flash_cpu_blocks(s.head_dim).bk;
+  const double e = double(dtype_size(a.dtype)), d = double(s.head_dim), H = double(s.heads), Hk = double(s.kv_heads);
+  const double dp = double((s.head_dim + 15) / 16 * 16);
+  const double nq = total_rows(s, true), nk = total_rows(s, false);
+  OpCost c;
+  c.flops = 4.0 * attention_tiled_pairs(s, a.mask, std::max<int64_t>(1, s.max_seqlen_q), bk) * d * H;
+  const int threads = num_threads();
+  const double chunks = double(std::max<int64_t>(1, (4 * threads + s.batch - 1) / s.batch));
+  const double partial = chunks * H * nq * (dp + 2) * 4.0;
+  c.bytes_read = H * e * d * nq + Hk * 2 * e * d * nk + partial;
+  c.bytes_written = H * (e * d * nq + 4.0 * nq) + partial;
+  c.workspace_bytes = partial + threads * 4.0 * double((2 * s.group() * s.max_seqlen_q * s.kv_heads + bk) * dp + d * bk);
+  c.model = "flash decode: K,V read once for all heads, split along the keys; partial O,m,l written and combined";
+  c.kernel = kernel_name() + ".decode";
+  return c;
+}
+
 OpCost attention_forward_cpu_flash_cost(const AttentionFwdArgs& a) {
+  if (flash_cpu_uses_decode(a.shape)) return decode_cost(a);
   const AttentionShape& s = a.shape;
   const FlashBlocks blk = flash_cpu_blocks(s.head_dim);
   const double e = double(dtype_size(a.dtype)), d = double(s.head_dim), H = double(s.heads), Hk = double(s.kv_heads);

@@ -21,9 +21,16 @@ inline bool flash_cpu_packs_kv(const AttentionShape& s) {
   return s.group() * ((s.max_seqlen_q + bq - 1) / bq) > 2;
 }
 
+// Decode-shaped calls (a few query rows per KV head) take the split-KV path: work items over chunks of
+// keys with all heads, then an LSE-weighted combine.
+inline bool flash_cpu_uses_decode(const AttentionShape& s) {
+  return s.max_seqlen_q <= 16 && s.max_seqlen_q * s.group() <= 64;
+}
+
 #define FK_DECLARE_FLASH_ISA(isa)                          \
   namespace isa {                                          \
   void flash_forward(const AttentionFwdArgs& a);           \
+  void flash_decode(const AttentionFwdArgs& a);            \
   void flash_backward(const AttentionBwdArgs& g);          \
   }
 FK_DECLARE_FLASH_ISA(scalar)
