@@ -7,5 +7,7 @@ namespace flashkit::cli {
 void add_bench_command(CLI::App& app);     // cmd_bench.cpp: flashkit bench attention
 void add_info_command(CLI::App& app);      // main.cpp: flashkit info
 void add_analysis_commands(CLI::App& app); // cmd_analysis.cpp: flashkit roofline | cost | profile
+void add_tokenize_commands(CLI::App& app); // cmd_tokenize.cpp: flashkit tokenize | detokenize
+void add_generate_commands(CLI::App& app); // cmd_generate.cpp: flashkit generate | chat
 
 }  // namespace flashkit::cli

@@ -33,6 +33,8 @@ int main(int argc, char** argv) {
   flashkit::cli::add_info_command(app);
   flashkit::cli::add_bench_command(app);
   flashkit::cli::add_analysis_commands(app);
+  flashkit::cli::add_tokenize_commands(app);
+  flashkit::cli::add_generate_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,52 @@
+// Named weight tensors of a checkpoint, memory-mapped where the file format allows. One interface, two
+// formats: Hugging Face safetensors (single file or sharded with model.safetensors.index.json) and GGUF.
+// Readers validate everything they read from disk (header JSON, offsets, sizes, dtypes) and throw
+// flashkit::Error(Status::invalid_argument, "<file>: <what is wrong>") -- never crash on a bad file.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "flashkit/dtype.hpp"
+
+namespace flashkit::model {
+
+// The element type as stored on disk. Q8_0 (GGUF) is blocks of 32 int8 with one f16 scale.
+enum class WeightType { f32, f16, bf16, q8_0 };
+const char* weight_type_name(WeightType t);
+
+struct WeightView {
+  std::string name;            // Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
+  WeightType type = WeightType::f32;
+  std::vector<int64_t> shape;  // row-major, outermost first, as PyTorch reports it ([out, in] for a Linear)
+  const void* data = nullptr;  // points into the mapped file; valid while the store lives
+  size_t nbytes = 0;
+  int64_t numel() const;
+};
+
+class WeightStore {
+ public:
+  virtual ~WeightStore() = default;
+  // nullptr when absent.
+  virtual const WeightView* find(std::string_view name) const = 0;
+  virtual std::vector<std::string> names() const = 0;
+  // Where the weights came from (for messages).
+  virtual std::string source() const = 0;
+  // Throws invalid_argument naming the tensor and the checkpoint when absent.
+  const WeightView& get(std::string_view name) const;
+};
+
+// Converts any stored weight to f32 (dequantizing Q8_0); `out` must hold numel() floats.
+void to_f32(const WeightView& w, float* out);
+
+// A Hugging Face model directory (or a single .safetensors file): model.safetensors or the sharded index.
+std::unique_ptr<WeightStore> open_safetensors(const std::filesystem::path& dir_or_file);
+// A GGUF file; tensor names are mapped to Hugging Face names (blk.N.attn_q.weight -> model.layers.N.self_attn.
+// q_proj.weight, ...) and the llama.cpp Q/K row permutation for Llama is undone, so the engine sees one layout.
+std::unique_ptr<WeightStore> open_gguf(const std::filesystem::path& file);
+
+}  // namespace flashkit::model

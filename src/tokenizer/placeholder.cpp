@@ -1,0 +1,1 @@
+// Empty until the readers land; keeps the object library non-empty.
