@@ -4,6 +4,7 @@
 //   flashkit cost -m CONFIG [--device h200] ...   per-op cost of one decoder layer, totals, KV cache, memory
 //   flashkit cost attention -N 4096 -d 64         HBM traffic of standard vs flash attention, per device
 //   flashkit profile gelu | attention             Chrome/Perfetto trace + summary sorted by time
+//   flashkit profile gelu --gpu | decode --gpu    GPU fusion demos: 8 kernels vs 1; decode eager vs CUDA graph
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -16,6 +17,7 @@
 #include "attention_io.hpp"
 #include "commands.hpp"
 #include "demos.hpp"
+#include "gpu_demos.hpp"
 #include "flashkit/attention.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/runtime.hpp"
@@ -585,6 +587,8 @@ void add_profile(CLI::App& app) {
     an::AttentionProfileArgs att;
     std::string impls = "standard,flash";
     bool gpu = false;
+    std::string dtype = "bf16";
+    int warmup = 3;
   };
   auto o = std::make_shared<Opts>();
   auto common = [&](CLI::App* s) {
@@ -593,8 +597,25 @@ void add_profile(CLI::App& app) {
     s->add_option("--reps", o->reps, "Repetitions (default 3)");
   };
   auto* ge = pr->add_subcommand("gelu", "tanh-GELU as 8 separate elementwise kernels vs 1 fused kernel");
-  ge->add_option("--n", o->n, "Elements (default 16M = 64 MB of f32)");
+  ge->add_option("--n", o->n, "Elements (default 16M = 64 MB of f32; with --gpu 256M)");
+  ge->add_flag("--gpu", o->gpu, "Run as CUDA kernels on GPU 0 (CUDA events, median after warm-up, NVTX ranges)");
+  ge->add_option("--dtype", o->dtype, "--gpu: bf16 (default) or f32");
+  ge->add_option("--warmup", o->warmup, "--gpu: untimed runs before timing (default 3)");
   common(ge);
+  struct DOpts {
+    std::string model, gemv = "gemv";
+    int64_t context = 1024, layers = 0;
+  };
+  auto dopt = std::make_shared<DOpts>();
+  auto* de = pr->add_subcommand(
+      "decode", "Synthetic batch-1 decode step (gemma-3-270m shape): launch plan; --gpu: eager vs CUDA graph");
+  de->add_option("-m,--model", dopt->model, "Model config for the shape (default: gemma-3-270m built in)");
+  de->add_option("--context", dopt->context, "Keys a global layer attends to (default 1024; sliding layers: window)");
+  de->add_option("--layers", dopt->layers, "Override the layer count");
+  de->add_flag("--gpu", o->gpu, "Run on GPU 0: eagerly, launch by launch, then as one CUDA graph (CUDA events)");
+  de->add_option("--warmup", o->warmup, "--gpu: untimed steps before timing (default 3)");
+  de->add_option("--gemv", dopt->gemv, "--gpu: gemv (cuBLAS bf16 GEMV, default) or gemmex (cublasGemmEx with N = 1)");
+  common(de);
   auto* at = pr->add_subcommand("attention", "Standard vs flash attention (forward, optionally backward)");
   at->add_option("--batch", o->att.batch, "Batch (default 1)");
   at->add_option("--heads", o->att.heads, "Heads (default 8)");
@@ -627,9 +648,52 @@ void add_profile(CLI::App& app) {
     if (!o->json_out.empty())
       write_text(o->json_out, json{{"summary", p.summary_json()}, {"result", result}}.dump(2) + "\n");
   };
-  ge->callback([o, finish] {
+  ge->callback([o, ge, finish] {
+    if (o->gpu) {
+      if (ge->count("--n") == 0) o->n = int64_t(1) << 28;
+      if (ge->count("--reps") == 0) o->reps = 20;
+    }
     need_positive(o->n, "--n");
     need_positive(o->reps, "--reps");
+    if (o->warmup < 0) bad("--warmup must not be negative");
+    if (o->gpu) {
+      if (o->dtype != "bf16" && o->dtype != "f32") bad("--dtype must be bf16 or f32");
+      const an::GpuDemoResult g = an::gpu_gelu_demo(o->n, o->dtype, o->reps, o->warmup);
+      if (!g.available) bad("profile gelu --gpu: " + g.error);
+      const json& r = g.result;
+      an::DeviceSpec gd;
+      const bool known = an::match_device(r["gpu"].get<std::string>(), &gd);
+      // The datasheet roof when the GPU is in the table; otherwise the copy bandwidth measured in this run.
+      const an::Roof roof = known ? an::roof_of(gd, o->dtype) : an::Roof{1e15, r["copy_gbs"].get<double>() * 1e9};
+      an::Profiler p(roof);
+      double t = 0;
+      auto add = [&](const std::string& name, double ms, double flops, double bytes) {
+        p.record({name, "kernel", t, ms * 1e3, flops, bytes, json{{"timing", "CUDA events, median of reps"}}});
+        t += ms * 1e3;
+      };
+      for (const auto& k : r["separate"]["per_kernel"])
+        add(k["name"].get<std::string>(), k["median_ms"].get<double>(), k["flops"].get<double>(), k["bytes"].get<double>());
+      add("gelu.fused(1 kernel)", r["fused"]["median_ms"].get<double>(), r["fused"]["flops"].get<double>(),
+          r["fused"]["bytes"].get<double>());
+      json res = r;
+      res["device"] = known ? gd.name : "";
+      res["datasheet_bw_gbs"] = known ? gd.mem_bw_gbs : 0.0;
+      finish(p, res);
+      Table tb{{"variant", "kernels", "bytes", "median", "GB/s", "% copy BW", "floor (copy BW)"}};
+      for (const char* v : {"separate", "fused"}) {
+        const auto& x = r[v];
+        tb.rows.push_back({v, std::to_string(x["kernels"].get<int>()), si(x["bytes"].get<double>()) + "B",
+                           seconds_str(x["median_ms"].get<double>() * 1e-3), num(x["gb_per_s"].get<double>(), "%.0f"),
+                           num(x["pct_of_copy_bw"].get<double>(), "%.1f"),
+                           seconds_str(x["floor_ms_copy_bw"].get<double>() * 1e-3)});
+      }
+      std::cout << "\n" << r["gpu"].get<std::string>() << ", tanh-GELU on " << o->n << " " << o->dtype
+                << " elements; copy bandwidth measured now " << num(r["copy_gbs"].get<double>(), "%.0f") << " GB/s\n"
+                << tb.text() << "speedup " << num(r["speedup"].get<double>(), "%.2f") << "x, bytes "
+                << num(r["bytes_ratio"].get<double>(), "%.0f") << "x, max |separate - fused| (first "
+                << r["compared_elements"] << ") " << num(r["max_abs_diff_prefix"].get<double>(), "%.2g") << "\n";
+      return;
+    }
     an::Profiler p(an::roof_of(an::local_cpu_spec(), "f32"));
     const json r = an::profile_gelu(p, o->n, o->reps);
     finish(p, r);
@@ -638,6 +702,65 @@ void add_profile(CLI::App& app) {
               << si(r["fused"]["bytes"].get<double>()) << "B, " << num(r["fused"]["ms"].get<double>(), "%.3f")
               << " ms;  speedup " << num(r["speedup"].get<double>(), "%.2f") << "x (bytes 9x), max |diff| "
               << num(r["max_abs_diff"].get<double>(), "%.2g") << "\n";
+  });
+  de->callback([o, de, dopt, finish] {
+    if (de->count("--reps") == 0) o->reps = 50;
+    need_positive(o->reps, "--reps");
+    need_positive(dopt->context, "--context");
+    if (o->warmup < 0) bad("--warmup must not be negative");
+    if (dopt->gemv != "gemv" && dopt->gemv != "gemmex") bad("--gemv must be gemv or gemmex");
+    an::DecodeShape shape;
+    if (!dopt->model.empty()) shape = an::decode_shape_from_config(an::load_model_config(dopt->model), dopt->context);
+    shape.context = dopt->context;
+    if (de->count("--layers")) {
+      need_positive(dopt->layers, "--layers");
+      shape.layers = dopt->layers;
+    }
+    const json plan = an::decode_step_plan(shape);  // validates the shape
+    Table pt{{"op", "kind", "launches", "bytes", "FLOPs"}};
+    for (const auto& op : plan["ops"])
+      pt.rows.push_back({op["name"].get<std::string>(), op["kind"].get<std::string>(), std::to_string(op["count"].get<int64_t>()),
+                         si(op["bytes"].get<double>()) + "B", si(op["flops"].get<double>())});
+    std::cout << plan["model"].get<std::string>() << " decode step, batch 1, context " << shape.context << ": "
+              << plan["launches"] << " launches (" << plan["cublas_calls"] << " cuBLAS GEMVs, " << plan["kernels"]
+              << " kernels), " << si(plan["bytes"].get<double>()) << "B moved (weights "
+              << si(plan["weight_bytes"].get<double>()) << "B, KV cache " << si(plan["kv_cache_bytes_read"].get<double>())
+              << "B)\n" << pt.text();
+    if (!o->gpu) {
+      std::cout << "(plan only; --gpu runs it eagerly and as a CUDA graph)\n";
+      if (!o->json_out.empty()) write_text(o->json_out, json{{"plan", plan}}.dump(2) + "\n");
+      return;
+    }
+    const an::GpuDemoResult g = an::gpu_decode_demo(shape, o->reps, o->warmup, dopt->gemv);
+    if (!g.available) bad("profile decode --gpu: " + g.error);
+    json r = g.result;
+    an::DeviceSpec gd;
+    const bool known = an::match_device(r["gpu"].get<std::string>(), &gd);
+    const an::Roof roof = known ? an::roof_of(gd, "bf16") : an::Roof{1e15, 1e12};
+    const double bytes = plan["bytes"].get<double>(), flops = plan["flops"].get<double>();
+    const double floor_us = roof.floor_max(flops, bytes) * 1e6;
+    r["plan"] = plan;
+    r["device"] = known ? gd.name : "";
+    r["floor_us"] = known ? floor_us : 0.0;
+    an::Profiler p(roof);
+    const double em = r["eager"]["median_us"].get<double>(), gm = r["graph"]["median_us"].get<double>();
+    p.record({"decode.step.eager", "step", 0, em, flops, bytes, json{{"launches", r["launches_per_step"]}}});
+    p.record({"decode.step.graph", "step", em, gm, flops, bytes, json{{"graph_nodes", r["graph_nodes"]}}});
+    finish(p, r);
+    const double n = r["launches_per_step"].get<double>();
+    Table tb{{"variant", "median/step", "min/step", "per launch", "host enqueue", "floor", "measured/floor"}};
+    tb.rows.push_back({"eager", seconds_str(em * 1e-6), seconds_str(r["eager"]["min_us"].get<double>() * 1e-6),
+                       seconds_str(em / n * 1e-6), seconds_str(r["eager"]["host_enqueue_median_us"].get<double>() * 1e-6),
+                       known ? seconds_str(floor_us * 1e-6) : "-", known ? num(em / floor_us, "%.2f") : "-"});
+    tb.rows.push_back({"graph", seconds_str(gm * 1e-6), seconds_str(r["graph"]["min_us"].get<double>() * 1e-6),
+                       seconds_str(gm / n * 1e-6), seconds_str(r["graph"]["host_launch_median_us"].get<double>() * 1e-6),
+                       known ? seconds_str(floor_us * 1e-6) : "-", known ? num(gm / floor_us, "%.2f") : "-"});
+    std::cout << "\n" << r["gpu"].get<std::string>() << ", " << r["launches_per_step"] << " launches per step ("
+              << r["graph_nodes"] << " graph nodes; GEMVs: " << r["gemv"].get<std::string>() << "), median of " << o->reps << " after " << o->warmup << " warm-up:\n"
+              << tb.text() << "gap (eager - graph) " << num(r["gap_us"].get<double>(), "%.1f") << " us per step = "
+              << num(r["gap_us_per_launch"].get<double>(), "%.2f") << " us per launch; graph speedup "
+              << num(r["speedup"].get<double>(), "%.2f") << "x; max |eager - graph| "
+              << num(r["max_abs_diff_eager_vs_graph"].get<double>(), "%.2g") << "\n";
   });
   ly->callback([o, lo, finish] {
     need_positive(o->reps, "--reps");
@@ -705,13 +828,15 @@ void add_profile(CLI::App& app) {
         }
         if (!t.available) bad("profile attention --gpu (" + impl + "): " + t.error);
         auto add = [&](const char* pass, double sec, double flops, double bytes) {
+          const bool bwd = std::string(pass) == "bwd";
+          const std::string& kern = bwd ? t.bwd_kernel : t.kernel;
           an::ProfileEvent e{"attention." + std::string(pass) + "." + impl + ".cuda", "kernel", p.now_us(), sec * 1e6,
-                             flops, bytes, json{{"kernel", t.kernel}, {"timing", "CUDA events, best of reps"}}};
+                             flops, bytes, json{{"kernel", kern}, {"timing", "CUDA events, best of reps"}}};
           p.record(e);
           const double fl = p.roof().floor_max(flops, bytes);
-          rows.push_back({{"impl", impl}, {"pass", pass}, {"kernel", t.kernel}, {"flops", flops}, {"bytes", bytes},
+          rows.push_back({{"impl", impl}, {"pass", pass}, {"kernel", kern}, {"flops", flops}, {"bytes", bytes},
                           {"best_ms", sec * 1e3}, {"floor_ms", fl * 1e3}, {"measured_over_floor", sec / fl},
-                          {"bound", an::bound_name(p.roof().bound(flops / bytes))}, {"model", t.model}});
+                          {"bound", an::bound_name(p.roof().bound(flops / bytes))}, {"model", bwd ? t.bwd_model : t.model}});
         };
         add("fwd", t.fwd_s, t.fwd_flops, t.fwd_bytes);
         if (a.backward) add("bwd", t.bwd_s, t.bwd_flops, t.bwd_bytes);

@@ -267,6 +267,7 @@ GpuAttentionTiming cuda_attention_time(int64_t B, int64_t H, int64_t Hk, int64_t
       OpCost cb;
       attention_backward(dO, Q, K, V, O, L, dQ, dK, dV, opts, &cb);
       t.bwd_flops = cb.flops, t.bwd_bytes = cb.bytes_read + cb.bytes_written;
+      t.bwd_kernel = cb.kernel, t.bwd_model = cb.model;
       t.bwd_s = time_it([&] { attention_backward(dO, Q, K, V, O, L, dQ, dK, dV, opts, nullptr); });
     }
     t.available = true;

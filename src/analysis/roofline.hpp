@@ -51,7 +51,8 @@ struct GpuAttentionTiming {
   std::string error;
   double fwd_s = 0, bwd_s = 0;
   double fwd_flops = 0, fwd_bytes = 0, bwd_flops = 0, bwd_bytes = 0;
-  std::string kernel, model;
+  std::string kernel, model;          // forward call's OpCost
+  std::string bwd_kernel, bwd_model;  // backward call's OpCost
 };
 GpuAttentionTiming cuda_attention_time(int64_t batch, int64_t heads, int64_t kv_heads, int64_t seqlen, int64_t head_dim,
                                        bool causal, bool backward, const std::string& impl, int reps);

@@ -12,6 +12,7 @@
 #include "demos.hpp"
 #include "flashkit/error.hpp"
 #include "gemm.hpp"
+#include "gpu_demos.hpp"
 #include "hardware.hpp"
 #include "model_cost.hpp"
 #include "profiler.hpp"
@@ -424,4 +425,76 @@ TEST(Roofline, CublasSkipsWithoutDevice) {
     EXPECT_LT(an::cublas_matmul_seconds(8, 8, 8, true, 1, &err), 0);
     EXPECT_FALSE(err.empty());
   }
+}
+
+// ---- GPU fusion demos: the CPU-side plans, and the no-GPU path.
+TEST(GpuDemos, GeluBytesAndKernels) {
+  const auto ks = an::gelu_separate_kernels();
+  ASSERT_EQ(ks.size(), 8u);
+  int reads = 0, writes = 0;
+  for (const auto& k : ks) reads += k.reads, writes += k.writes;
+  EXPECT_EQ(reads, 10);
+  EXPECT_EQ(writes, 8);
+  EXPECT_DOUBLE_EQ(an::gelu_bytes_per_elem(false, 4), 72);  // as the CPU demo counts
+  EXPECT_DOUBLE_EQ(an::gelu_bytes_per_elem(true, 4), 8);
+  EXPECT_DOUBLE_EQ(an::gelu_bytes_per_elem(false, 2), 36);
+  EXPECT_DOUBLE_EQ(an::gelu_bytes_per_elem(true, 2), 4);
+}
+
+TEST(GpuDemos, DecodePlanGemma270m) {
+  const an::DecodeShape s;  // gemma-3-270m, context 1024
+  EXPECT_TRUE(s.global(5));
+  EXPECT_FALSE(s.global(0));
+  EXPECT_EQ(s.keys(5), 1024);
+  EXPECT_EQ(s.keys(0), 512);
+  EXPECT_EQ(an::decode_layer_launches(s, 0).size(), 17u);
+  const json p = an::decode_step_plan(s);
+  EXPECT_EQ(p["launches"].get<int64_t>(), 18 * 17 + 1);
+  EXPECT_EQ(p["cublas_calls"].get<int64_t>(), 18 * 7);
+  EXPECT_EQ(p["global_layers"].get<int64_t>(), 3);
+  // bf16 projection weights: (q 640x1024 + k,v 640x256 + o 1024x640 + gate, up, down 640x2048) x 2 B x 18 layers
+  EXPECT_DOUBLE_EQ(p["weight_bytes"].get<double>(), 18.0 * 2 * (640 * 1024 + 2 * 640 * 256 + 1024 * 640 + 3 * 640 * 2048));
+  // K and V (bf16, 1 kv head x 256): 3 global layers x 1024 keys + 15 sliding x 512
+  EXPECT_DOUBLE_EQ(p["kv_cache_bytes_read"].get<double>(), (3 * 1024 + 15 * 512) * 2.0 * 256 * 2);
+  EXPECT_GT(p["bytes"].get<double>(), p["weight_bytes"].get<double>() + p["kv_cache_bytes_read"].get<double>());
+}
+
+TEST(GpuDemos, DecodeShapeFromConfig) {
+  const an::DecodeShape g = an::decode_shape_from_config(an::load_model_config(cfg("gemma-3-270m.json")), 2048);
+  const an::DecodeShape d;
+  EXPECT_EQ(g.hidden, d.hidden);
+  EXPECT_EQ(g.intermediate, d.intermediate);
+  EXPECT_EQ(g.layers, d.layers);
+  EXPECT_EQ(g.heads, d.heads);
+  EXPECT_EQ(g.kv_heads, d.kv_heads);
+  EXPECT_EQ(g.head_dim, d.head_dim);
+  EXPECT_EQ(g.context, 2048);
+  EXPECT_EQ(an::decode_step_plan(g)["launches"], an::decode_step_plan(an::DecodeShape{})["launches"]);
+  const an::DecodeShape l = an::decode_shape_from_config(an::load_model_config(cfg("llama-3.2-1b.json")), 1024);
+  EXPECT_EQ(an::decode_layer_launches(l, 0).size(), 15u);  // no sandwich norms
+  EXPECT_EQ(l.keys(3), 1024);                                // no sliding window
+}
+
+TEST(GpuDemos, DecodeShapeErrors) {
+  an::DecodeShape s;
+  s.head_dim = 100;
+  EXPECT_EQ(status_of([&] { an::validate_decode_shape(s); }), flashkit::Status::invalid_argument);
+  s = an::DecodeShape{};
+  s.kv_heads = 3;
+  EXPECT_EQ(status_of([&] { an::decode_step_plan(s); }), flashkit::Status::invalid_argument);
+  s = an::DecodeShape{};
+  s.context = 0;
+  EXPECT_EQ(status_of([&] { an::validate_decode_shape(s); }), flashkit::Status::invalid_argument);
+  s.context = 200000;
+  EXPECT_EQ(status_of([&] { an::validate_decode_shape(s); }), flashkit::Status::invalid_argument);
+}
+
+TEST(GpuDemos, NoGpuGivesAReason) {
+  if (!an::gpu_name().empty()) GTEST_SKIP() << "a GPU is present";
+  const an::GpuDemoResult g = an::gpu_gelu_demo(1024, "bf16", 1, 0);
+  EXPECT_FALSE(g.available);
+  EXPECT_FALSE(g.error.empty());
+  const an::GpuDemoResult d = an::gpu_decode_demo(an::DecodeShape{}, 1, 0);
+  EXPECT_FALSE(d.available);
+  EXPECT_FALSE(d.error.empty());
 }

@@ -190,3 +190,46 @@ def test_profile_attention_gpu_clear_error_without_gpu():
     p = run("profile", "attention", "-N", "64", "--heads", "1", "-d", "32", "--reps", "1", "--gpu", ok=False)
     if p.returncode != 0:
         assert "profile attention --gpu" in p.stderr
+
+
+def _no_gpu_error(p, what):
+    """--gpu without a GPU (or a CUDA build): a clean error exit naming the command, not a crash."""
+    assert p.returncode > 0, (p.returncode, p.stderr)
+    assert what in p.stderr
+    assert "no CUDA device" in p.stderr or "built without CUDA" in p.stderr
+
+
+def test_profile_gelu_gpu_clear_error_without_gpu(tmp_path):
+    p = run("profile", "gelu", "--gpu", "--n", "4096", "--reps", "1", "--trace", tmp_path / "t.json", ok=False)
+    if p.returncode != 0:
+        _no_gpu_error(p, "profile gelu --gpu")
+
+
+def test_profile_gelu_gpu_bad_dtype():
+    p = run("profile", "gelu", "--gpu", "--dtype", "f16", "--n", "16", ok=False)
+    assert p.returncode > 0 and "--dtype" in p.stderr
+
+
+def test_profile_decode_plan(tmp_path):
+    j = tmp_path / "d.json"
+    p = run("profile", "decode", "--json", j)
+    plan = json.loads(j.read_text())["plan"]
+    assert plan["launches"] == 18 * 17 + 1 and plan["cublas_calls"] == 126
+    assert plan["launches_per_layer"] == 17
+    assert "307 launches" in p.stdout and "plan only" in p.stdout
+    run("profile", "decode", "-m", LLAMA, "--json", tmp_path / "l.json")
+    llama = json.loads((tmp_path / "l.json").read_text())
+    assert llama["plan"]["launches_per_layer"] == 15 and llama["plan"]["layers"] == 16
+
+
+def test_profile_decode_errors():
+    assert "--context" in run("profile", "decode", "--context", "0", ok=False).stderr
+    p = run("profile", "decode", "--context", "200000", ok=False)
+    assert p.returncode > 0 and "context" in p.stderr
+    assert "--gemv" in run("profile", "decode", "--gemv", "dense", ok=False).stderr
+
+
+def test_profile_decode_gpu_clear_error_without_gpu(tmp_path):
+    p = run("profile", "decode", "--gpu", "--reps", "2", "--layers", "2", "--trace", tmp_path / "t.json", ok=False)
+    if p.returncode != 0:
+        _no_gpu_error(p, "profile decode --gpu")
