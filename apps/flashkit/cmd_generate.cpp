@@ -1,5 +1,455 @@
-// flashkit generate | chat (placeholder until the engine lands).
+// flashkit generate | chat: text generation with the model engine (include/flashkit/engine.hpp).
+//   flashkit generate -m DIR -p TEXT [-n N] [--temp T --top-k K --top-p P --min-p P --seed S] [--device cpu|cuda]
+//   flashkit generate -m DIR --prompt-ids 1,2,3 --ids       (models without tokenizer files: ids in, ids out)
+//   flashkit generate -m models/configs/gemma-3-270m.json --random-weights --prompt-ids ... --profile
+//   flashkit chat -m DIR [--system TEXT]                     (one user message per stdin line; /reset, /exit)
+// Tokens stream to stdout (or -o FILE) as they are generated; the end-of-run report (time to first token, prefill
+// and decode tokens/s, and with --profile the time per op kind) goes to stderr. Errors are flashkit::Error
+// (main.cpp prints one line and exits non-zero).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
 #include "commands.hpp"
+#include "engine/chat_template.hpp"
+#include "engine/sampler.hpp"
+#include "engine/stop.hpp"
+#include "flashkit/engine.hpp"
+#include "flashkit/error.hpp"
+#include "flashkit/tokenizer.hpp"
+
 namespace flashkit::cli {
-void add_generate_commands(CLI::App&) {}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+[[noreturn]] void bad(const std::string& m) { fail(Status::invalid_argument, m); }
+
+struct GenArgs {
+  std::string model;
+  std::string prompt, prompt_ids, prompt_file, system;
+  int64_t n = 128;
+  float temp = 0.8f, top_p = 0.95f, min_p = 0.0f, repeat_penalty = 1.0f;
+  int top_k = 40;
+  uint64_t seed = 0;
+  std::string device = "cpu", dtype = "auto";
+  int threads = 0;
+  int64_t ctx = 0, chunk = 512;
+  bool ids = false, profile = false, random_weights = false, no_bos = false, ignore_eos = false, quiet = false;
+  std::vector<std::string> stop;
+  std::string output, stats_json;
+};
+
+void add_common(CLI::App* c, GenArgs* a) {
+  c->add_option("-m,--model", a->model, "Model directory (config.json + *.safetensors [+ tokenizer.json])")->required();
+  c->add_option("-n,--max-tokens", a->n, "Tokens to generate (per turn in chat; >= 1; default 128)");
+  c->add_option("--temp", a->temp, "Sampling temperature (0 = greedy; default 0.8)");
+  c->add_option("--top-k", a->top_k, "Keep the k most likely tokens (0 = off; default 40)");
+  c->add_option("--top-p", a->top_p, "Nucleus sampling mass (1 = off; default 0.95)");
+  c->add_option("--min-p", a->min_p, "Drop tokens below min_p * p(max) (0 = off)");
+  c->add_option("--repeat-penalty", a->repeat_penalty, "Repetition penalty (1 = off)");
+  c->add_option("--seed", a->seed, "Sampler seed (default 0: runs are reproducible)");
+  c->add_option("--device", a->device, "cpu | cuda | cuda:N (default cpu)");
+  c->add_option("--dtype", a->dtype, "Weight storage: auto | f32 | bf16 | f16 (default auto: as the checkpoint)");
+  c->add_option("--threads", a->threads, "CPU threads (default: flashkit's)");
+  c->add_option("--ctx", a->ctx, "Context (KV cache) length in tokens (default min(model max, 4096))");
+  c->add_option("--prefill-chunk", a->chunk, "Prompt tokens per forward pass (default 512)");
+  c->add_option("--stop", a->stop, "Stop string (repeatable)");
+  c->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-sequence token");
+  c->add_flag("--profile", a->profile, "Time every op kind and print the split at the end");
+  c->add_option("--stats-json", a->stats_json, "Write the timing report as JSON to FILE");
+  c->add_flag("--random-weights", a->random_weights,
+              "Ignore the checkpoint: random weights for the config (benchmarks; -m may be a config.json)");
+  c->add_flag("-q,--quiet", a->quiet, "No report on stderr");
+}
+
+void validate_common(const GenArgs& a) {
+  if (a.n < 1) bad("-n/--max-tokens must be at least 1, got " + std::to_string(a.n) + " (nothing to generate)");
+  engine::SamplerParams sp;
+  sp.temperature = a.temp;
+  sp.top_k = a.top_k;
+  sp.top_p = a.top_p;
+  sp.min_p = a.min_p;
+  sp.repetition_penalty = a.repeat_penalty;
+  engine::validate(sp);
+  if (a.threads < 0) bad("--threads must be >= 0, got " + std::to_string(a.threads));
+  if (a.ctx < 0) bad("--ctx must be >= 0, got " + std::to_string(a.ctx));
+  if (a.chunk < 1) bad("--prefill-chunk must be >= 1, got " + std::to_string(a.chunk));
+  for (auto& s : a.stop)
+    if (s.empty()) bad("--stop: empty stop string");
+  std::error_code ec;
+  if (!fs::exists(a.model, ec)) bad("--model: " + a.model + ": no such file or directory");
+}
+
+// Opens an output stream early so that an unwritable path fails before the model loads.
+std::unique_ptr<std::ofstream> open_output(const std::string& path, const char* flag) {
+  if (path.empty() || path == "-") return nullptr;
+  auto f = std::make_unique<std::ofstream>(path, std::ios::binary | std::ios::trunc);
+  if (!*f) bad(std::string(flag) + ": cannot write " + path + ": " + std::strerror(errno));
+  return f;
+}
+
+LoadOptions load_options(const GenArgs& a) {
+  LoadOptions o;
+  o.device = a.device;
+  o.dtype = a.dtype;
+  o.threads = a.threads;
+  o.max_context = a.ctx;
+  o.prefill_chunk = a.chunk;
+  o.profile = a.profile;
+  o.random_weights = a.random_weights;
+  return o;
+}
+
+GenerateOptions gen_options(const GenArgs& a) {
+  GenerateOptions g;
+  g.max_new_tokens = a.n;
+  g.temperature = a.temp;
+  g.top_k = a.top_k;
+  g.top_p = a.top_p;
+  g.min_p = a.min_p;
+  g.repetition_penalty = a.repeat_penalty;
+  g.seed = a.seed;
+  g.stop_at_eos = !a.ignore_eos;
+  return g;
+}
+
+std::optional<Tokenizer> load_tokenizer(const std::string& model) {
+  fs::path d = model;
+  std::error_code ec;
+  if (!fs::is_directory(d, ec)) d = d.parent_path();
+  if (!fs::exists(d / "tokenizer.json", ec)) return std::nullopt;
+  return Tokenizer::from_dir(d);
+}
+
+std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (item.empty()) continue;
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != item.size() || v < 0 || v > INT32_MAX)
+      bad("--prompt-ids: \"" + item + "\" is not a token id (expected comma-separated non-negative integers)");
+    ids.push_back(int32_t(v));
+  }
+  if (ids.empty()) bad("--prompt-ids: no ids given");
+  return ids;
+}
+
+std::string fmt(const char* f, double x) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, x);
+  return b;
+}
+
+struct Totals {
+  OpTimes prefill_ops;  // op times up to the first token of each turn (the rest is decode)
+  int64_t prompt = 0, generated = 0, decode_steps = 0;
+  double ttft = 0, prefill_s = 0, decode_s = 0;
+  std::string stop;
+  void add(const GenerationResult& r) {
+    prompt += r.prompt_tokens;
+    generated += int64_t(r.tokens.size());
+    decode_steps += r.decode_steps;
+    prefill_s += r.prefill_s;
+    decode_s += r.decode_s;
+    ttft = r.time_to_first_token_s;  // the last turn's
+    stop = r.stop_reason;
+  }
+};
+
+void report(const GenArgs& a, Model& m, const Totals& t) {
+  const double pf = t.prefill_s > 0 ? t.prompt / t.prefill_s : 0;
+  const double dc = t.decode_s > 0 ? t.decode_steps / t.decode_s : 0;
+  if (!a.quiet) {
+    std::cerr << "\n--- " << m.info().architecture << " " << m.info().weight_dtype << " on " << m.info().backend << "\n"
+              << "prompt " << t.prompt << " tokens, generated " << t.generated << " (stop: " << t.stop << ")\n"
+              << "time to first token " << fmt("%.1f ms", t.ttft * 1e3) << " | prefill " << fmt("%.1f tok/s", pf)
+              << " | decode " << fmt("%.1f tok/s", dc) << "\n";
+  }
+  const OpTimes& all = m.op_times();
+  OpTimes dec;  // all - prefill
+  for (auto& [k, v] : all.seconds) {
+    auto it = t.prefill_ops.seconds.find(k);
+    dec.seconds[k] = v - (it == t.prefill_ops.seconds.end() ? 0 : it->second);
+    auto ic = t.prefill_ops.calls.find(k);
+    dec.calls[k] = all.calls.at(k) - (ic == t.prefill_ops.calls.end() ? 0 : ic->second);
+  }
+  nlohmann::json ops = nlohmann::json::object(), ops_prefill = nlohmann::json::object(),
+                 ops_decode = nlohmann::json::object();
+  auto table = [&](const OpTimes& ot, const char* title, nlohmann::json& js, int64_t per) {
+    double total = 0;
+    for (auto& [k, v] : ot.seconds) total += v;
+    std::vector<std::pair<std::string, double>> rows(ot.seconds.begin(), ot.seconds.end());
+    std::sort(rows.begin(), rows.end(), [](auto& x, auto& y) { return x.second > y.second; });
+    if (!a.quiet) std::fprintf(stderr, "%s: %.2f ms in ops (%.3f ms per token)\n", title, total * 1e3,
+                               per > 0 ? total * 1e3 / double(per) : 0.0);
+    for (auto& [k, v] : rows) {
+      const int64_t calls = ot.calls.count(k) ? ot.calls.at(k) : 0;
+      if (calls == 0) continue;
+      if (!a.quiet)
+        std::fprintf(stderr, "  %-18s %9.2f ms %6.1f%% %8lld calls\n", k.c_str(), v * 1e3,
+                     total > 0 ? 100 * v / total : 0, (long long)calls);
+      js[k] = {{"seconds", v}, {"calls", calls}};
+    }
+  };
+  if (a.profile) {
+    if (!a.quiet) std::cerr << "op split (each op synchronized and timed):\n";
+    table(t.prefill_ops, "prefill", ops_prefill, t.prompt);
+    table(dec, "decode", ops_decode, t.decode_steps);
+    for (auto& [k, v] : all.seconds) ops[k] = {{"seconds", v}, {"calls", all.calls.at(k)}};
+  }
+  if (!a.stats_json.empty()) {
+    nlohmann::json j = {{"model", a.model},
+                        {"architecture", m.info().architecture},
+                        {"weight_dtype", m.info().weight_dtype},
+                        {"backend", m.info().backend},
+                        {"parameters", m.info().parameters},
+                        {"prompt_tokens", t.prompt},
+                        {"generated_tokens", t.generated},
+                        {"decode_steps", t.decode_steps},
+                        {"stop_reason", t.stop},
+                        {"time_to_first_token_s", t.ttft},
+                        {"prefill_s", t.prefill_s},
+                        {"decode_s", t.decode_s},
+                        {"prefill_tokens_per_s", pf},
+                        {"decode_tokens_per_s", dc},
+                        {"ops", ops},
+                        {"ops_prefill", ops_prefill},
+                        {"ops_decode", ops_decode}};
+    std::ofstream f(a.stats_json);
+    if (!f) bad("--stats-json: cannot write " + a.stats_json + ": " + std::strerror(errno));
+    f << j.dump(1) << "\n";
+  }
+}
+
+// Streams generated tokens as text (tokenizer + stop strings) or as ids.
+class Printer {
+ public:
+  Printer(std::ostream& out, const Tokenizer* tok, bool ids, const std::vector<std::string>& stop_strings,
+          std::vector<int32_t> stop_ids)
+      : out_(out), tok_(tok), ids_(ids || !tok), stop_(stop_strings, std::move(stop_ids)) {
+    if (!ids_) dec_.emplace(tok_->stream_decoder(true));
+  }
+  // false: a stop string matched, generation must end.
+  bool push(int32_t id) {
+    if (ids_) {
+      out_ << (first_ ? "" : " ") << id << std::flush;
+      first_ = false;
+      return true;
+    }
+    const std::string piece = dec_->push(id);
+    engine::StopStep st = stop_.push(id, piece);
+    out_ << st.text << std::flush;
+    return !st.stop;
+  }
+  void finish() {
+    if (ids_) {
+      out_ << "\n" << std::flush;
+      return;
+    }
+    if (!stop_.stopped()) {
+      engine::StopStep st = stop_.push_text(dec_->flush());
+      out_ << st.text;
+      if (!st.stop) out_ << stop_.flush();
+    }
+    out_ << "\n" << std::flush;
+  }
+  const std::string& text() const { return stop_.emitted(); }
+
+ private:
+  std::ostream& out_;
+  const Tokenizer* tok_;
+  bool ids_;
+  bool first_ = true;
+  std::optional<Tokenizer::StreamDecoder> dec_;
+  engine::StopMatcher stop_;
+};
+
+std::vector<int32_t> stop_ids_for(const Model& m, const Tokenizer* tok, bool ignore_eos) {
+  std::vector<int32_t> ids;
+  if (ignore_eos) return ids;
+  ids = m.info().eos_ids;
+  if (tok)
+    for (int32_t e : tok->eos_ids()) ids.push_back(e);
+  return ids;
+}
+
+void run_generate(const GenArgs& a) {
+  validate_common(a);
+  const int given = int(!a.prompt.empty()) + int(!a.prompt_ids.empty()) + int(!a.prompt_file.empty());
+  if (given != 1) bad("give exactly one prompt: -p TEXT, --prompt-file FILE or --prompt-ids 1,2,3");
+  std::string text = a.prompt;
+  if (!a.prompt_file.empty()) {
+    std::ifstream f(a.prompt_file, std::ios::binary);
+    if (!f) bad("--prompt-file: cannot read " + a.prompt_file);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    text = ss.str();
+    if (text.empty()) bad("--prompt-file: " + a.prompt_file + " is empty");
+  }
+  auto outf = open_output(a.output, "-o/--output");
+  open_output(a.stats_json, "--stats-json");  // fail before the work, not after it
+  std::optional<Tokenizer> tok;
+  if (a.prompt_ids.empty() || !a.ids) tok = load_tokenizer(a.model);
+  std::vector<int32_t> prompt;
+  if (!a.prompt_ids.empty()) {
+    prompt = parse_ids(a.prompt_ids);
+  } else {
+    if (!tok)
+      bad(a.model + " has no tokenizer.json: pass the prompt as token ids with --prompt-ids 1,2,3 (and --ids)");
+    prompt = tok->encode(text, !a.no_bos);
+    if (prompt.empty()) bad("the prompt encodes to no tokens");
+  }
+
+  auto model = Model::load(a.model, load_options(a));
+  if (tok && tok->vocab_size() > model->info().vocab_size)
+    std::cerr << "flashkit: warning: the tokenizer has " << tok->vocab_size() << " tokens, the model "
+              << model->info().vocab_size << "\n";
+  auto session = model->new_session();
+  std::ostream& out = outf ? *outf : std::cout;
+  Printer pr(out, tok ? &*tok : nullptr, a.ids, a.stop, stop_ids_for(*model, tok ? &*tok : nullptr, a.ignore_eos));
+  GenerateOptions g = gen_options(a);
+  if (tok && !a.ignore_eos)
+    for (int32_t e : tok->eos_ids()) g.stop_ids.push_back(e);
+  Totals t;
+  bool first = true;
+  GenerationResult r = generate(*session, prompt, g, [&](int32_t id) {
+    if (first) t.prefill_ops = model->op_times(), first = false;  // the prompt's share of the op times
+    return pr.push(id);
+  });
+  pr.finish();
+  if (outf && !outf->good()) bad("-o/--output: writing " + a.output + " failed");
+  t.add(r);
+  report(a, *model, t);
+}
+
+void run_chat(const GenArgs& a) {
+  validate_common(a);
+  auto tok = load_tokenizer(a.model);
+  if (!tok) bad(a.model + " has no tokenizer.json (chat needs the model's tokenizer and chat template)");
+  const std::string tmpl = tok->chat_template();
+  if (tmpl.empty()) bad(a.model + ": tokenizer_config.json has no chat_template (use flashkit generate)");
+  auto outf = open_output(a.output, "-o/--output");
+  open_output(a.stats_json, "--stats-json");
+  auto model = Model::load(a.model, load_options(a));
+  auto session = model->new_session();
+  std::ostream& out = outf ? *outf : std::cout;
+  std::vector<engine::ChatMessage> msgs;
+  if (!a.system.empty()) msgs.push_back({"system", a.system});
+  std::vector<int32_t> cached;  // the ids in the session's cache, in order
+  GenerateOptions g = gen_options(a);
+  for (int32_t e : tok->eos_ids()) g.stop_ids.push_back(e);
+  Totals t;
+  const bool tty = isatty(0);
+  std::string line;
+  uint64_t turn = 0;
+  while (true) {
+    if (tty) std::cerr << "> " << std::flush;
+    if (!std::getline(std::cin, line)) break;
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/reset") {
+      msgs.resize(a.system.empty() ? 0 : 1);
+      session->reset();
+      cached.clear();
+      continue;
+    }
+    if (line.empty()) continue;
+    msgs.push_back({"user", line});
+    const std::string text =
+        engine::render_chat_template(tmpl, msgs, true, tok->bos_token(), tok->eos_token());
+    std::vector<int32_t> ids = tok->encode(text, false);
+    // Reuse the cache when it holds a prefix of the new conversation; otherwise start over.
+    size_t common = 0;
+    while (common < cached.size() && common < ids.size() && cached[common] == ids[common]) ++common;
+    if (common < cached.size() || common == ids.size()) {
+      session->reset();
+      cached.clear();
+      common = 0;
+    }
+    std::vector<int32_t> fresh(ids.begin() + int64_t(common), ids.end());
+    if (session->position() + int64_t(fresh.size()) >= session->max_context()) {
+      // Not fatal in an interactive session: say so and let the user /reset (or quit).
+      std::cerr << "flashkit: the conversation (" << ids.size() << " tokens) no longer fits the context of "
+                << session->max_context() << " tokens; type /reset to start over (or use --ctx)\n";
+      msgs.pop_back();
+      continue;
+    }
+    Printer pr(out, &*tok, false, a.stop, stop_ids_for(*model, &*tok, a.ignore_eos));
+    g.seed = a.seed + turn++;
+    bool first = true;
+    const OpTimes before = model->op_times();
+    GenerationResult r = generate(*session, fresh, g, [&](int32_t id) {
+      if (first) {  // add this turn's prefill share
+        for (auto& [k, v] : model->op_times().seconds) {
+          t.prefill_ops.seconds[k] += v - (before.seconds.count(k) ? before.seconds.at(k) : 0);
+          t.prefill_ops.calls[k] += model->op_times().calls.at(k) - (before.calls.count(k) ? before.calls.at(k) : 0);
+        }
+        first = false;
+      }
+      return pr.push(id);
+    });
+    pr.finish();
+    cached.insert(cached.end(), fresh.begin(), fresh.end());
+    // Every generated token except the last was fed back into the cache.
+    cached.insert(cached.end(), r.tokens.begin(), r.tokens.end() - (r.tokens.empty() ? 0 : 1));
+    if (int64_t(cached.size()) != session->position()) {  // defensive: keep the bookkeeping exact
+      session->reset();
+      cached.clear();
+    }
+    msgs.push_back({"assistant", pr.text()});
+    t.add(r);
+    if (!a.quiet)
+      std::cerr << fmt("[ttft %.1f ms, ", r.time_to_first_token_s * 1e3) << fmt("prefill %.1f tok/s, ", r.prefill_tokens_per_s())
+                << fmt("decode %.1f tok/s]", r.decode_tokens_per_s()) << "\n";
+  }
+  if (turn > 0) report(a, *model, t);
+}
+
+}  // namespace
+
+void add_generate_commands(CLI::App& app) {
+  auto a = std::make_shared<GenArgs>();
+  auto* gen = app.add_subcommand("generate", "Generate text with a Hugging Face model (gemma3_text, llama, qwen2/3)");
+  add_common(gen, a.get());
+  gen->add_option("-p,--prompt", a->prompt, "Prompt text (needs tokenizer.json in the model directory)");
+  gen->add_option("--prompt-file", a->prompt_file, "Read the prompt text from FILE");
+  gen->add_option("--prompt-ids", a->prompt_ids, "Prompt as comma-separated token ids, e.g. 2,106,1645");
+  gen->add_flag("--ids", a->ids, "Print generated token ids instead of text");
+  gen->add_flag("--no-bos", a->no_bos, "Do not add the tokenizer's special tokens (BOS) to -p text");
+  gen->add_option("-o,--output", a->output, "Write the generated text to FILE instead of stdout");
+  gen->callback([a] { run_generate(*a); });
+
+  auto c = std::make_shared<GenArgs>();
+  c->temp = 0.7f;
+  auto* chat = app.add_subcommand("chat", "Interactive multi-turn chat with the model's chat template (stdin lines)");
+  add_common(chat, c.get());
+  chat->add_option("--system", c->system, "System prompt");
+  chat->add_option("-o,--output", c->output, "Write the replies to FILE instead of stdout");
+  chat->callback([c] { run_chat(*c); });
+}
+
 }  // namespace flashkit::cli

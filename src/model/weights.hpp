@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "flashkit/dtype.hpp"
+#include "flashkit/error.hpp"
 
 namespace flashkit::model {
 
@@ -23,7 +24,8 @@ struct WeightView {
   std::string name;            // Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
   WeightType type = WeightType::f32;
   std::vector<int64_t> shape;  // row-major, outermost first, as PyTorch reports it ([out, in] for a Linear)
-  const void* data = nullptr;  // points into the mapped file; valid while the store lives
+  const void* data = nullptr;  // into the mapped file (or a store-owned copy); valid while the store lives; aligned
+                               // to the element size (2 bytes for Q8_0 blocks)
   size_t nbytes = 0;
   int64_t numel() const;
 };
@@ -45,8 +47,15 @@ void to_f32(const WeightView& w, float* out);
 
 // A Hugging Face model directory (or a single .safetensors file): model.safetensors or the sharded index.
 std::unique_ptr<WeightStore> open_safetensors(const std::filesystem::path& dir_or_file);
+// One safetensors file already in memory (fuzzers, tests); `data` must outlive the store, `label` names it in messages.
+std::unique_ptr<WeightStore> open_safetensors_memory(const void* data, size_t size, const std::string& label);
 // A GGUF file; tensor names are mapped to Hugging Face names (blk.N.attn_q.weight -> model.layers.N.self_attn.
 // q_proj.weight, ...) and the llama.cpp Q/K row permutation for Llama is undone, so the engine sees one layout.
+// Gemma 3 norm weights, stored by llama.cpp as 1 + w, come back as w in f32. Types F32, F16, BF16, Q8_0; any other
+// tensor type, or an architecture other than llama / gemma3, is Status::unsupported. Tensors with no HF
+// counterpart keep their GGUF name (rope_freqs.weight). Metadata and an HF config.json: see model/gguf.hpp.
 std::unique_ptr<WeightStore> open_gguf(const std::filesystem::path& file);
+// A GGUF file already in memory; `data` must outlive the store. Metadata and config: see model/gguf.hpp.
+std::unique_ptr<WeightStore> open_gguf_memory(const void* data, size_t size, const std::string& label);
 
 }  // namespace flashkit::model

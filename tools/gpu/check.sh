@@ -8,6 +8,7 @@
 # Logs and results go to $OUT (or ./build-gpu-out). Exit status: non-zero if any stage failed.
 set -u
 cd "$(dirname "$0")/../.."
+. tools/gpu/carried_deps.sh; fk_use_deps   # PCRE2/ICU for the tokenizer (run with carry=[".fkdeps"])
 OUT=${OUT:-$PWD/build-gpu-out}  # build* is git-ignored
 mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}

@@ -1,0 +1,193 @@
+// The op-level contract every engine backend implements (CPU in src/engine/cpu, CUDA in src/engine/cuda).
+//
+// The model code (src/engine/model.cpp) owns the *schedule*: which op runs when, on which buffers, with which
+// weights. A backend owns *memory and kernels*: it allocates device buffers, converts/uploads weights once at
+// load, and runs the ops below. Backends trust their arguments (the model code checks shapes at load time);
+// they throw flashkit::Error on device failures only.
+//
+// Memory model
+//   * Tensor is a non-owning 2-D row-major handle {data, dtype, rows, cols, ld} on the backend's device. Row
+//     stride `ld` (elements) lets one buffer be sliced by columns without copies: after a fused QKV linear
+//     the q, k and v views are column slices of one [T, (H + 2*KVH) * head_dim] buffer.
+//   * alloc() returns memory owned by the backend (released by free() or the backend's destructor). Pointers
+//     never move, so anything built on them (a captured CUDA graph) stays valid for the buffer's lifetime.
+//   * Activations use activation_dtype() (f32 on the CPU; a GPU backend may pick bf16). Logits are always
+//     delivered to the host as f32 by download_f32().
+//   * Weights: load_matrix() takes one or more checkpoint tensors [out_i, in] (memory-mapped host data in any
+//     WeightType) and returns ONE matrix, the parts concatenated along `out` (the model fuses q/k/v into one
+//     matrix and gate/up into one, so a decode step runs one GEMV instead of three). The backend converts to
+//     the requested storage type (or the nearest it supports) once, here; nothing is converted per step.
+//     Vectors (norm weights, biases) are f32; load_vector() adds `offset` element-wise at load, which is how
+//     Gemma's (1 + w) RMSNorm becomes a plain multiply: the ops below never know which convention is used.
+//
+// Step inputs: the CUDA-graph rule
+//   Everything that changes from one decode step to the next -- the token ids, the positions, the KV length --
+//   is written by set_step() into a small backend-owned buffer, and the kernels READ IT FROM THERE. No op takes
+//   a per-step value as a host argument: op arguments are shapes (T = rows of this step), buffer handles and
+//   per-layer constants, identical on every decode step. So a backend can capture the whole decode step once
+//   (per T and per session: the key passed to graph_begin) and replay it with no host synchronization:
+//       set_step(tokens, pos0);                       // async upload into the step buffer (outside the graph)
+//       if (!graph_replay(key)) {                     // false: not captured yet (or the backend has no graphs)
+//         graph_begin(key);  ...every op of the step...;  graph_end(key);   // capture (and run) once
+//       }
+//       download_f32(logits)                          // the one host sync of a step
+//   Position of row t of the step = pos0 + t. After the step the sequence holds pos0 + T tokens (that is the
+//   KV length attention uses). Backends without graphs return false from graph_replay and ignore begin/end.
+//
+// KV cache (KVLayer)
+//   Per layer, per sequence: k and v are [capacity, kv_heads * head_dim] (a Tensor each). A global layer has
+//   capacity = the session's max context and stores position p in row p. A sliding-window layer keeps only
+//   its window: capacity = window, a ring, position p in row p % capacity. Paged blocks can later replace the
+//   two tensors with a block table without changing the op signature (KVLayer grows a table pointer).
+//
+// attention(): appends, then attends
+//   The op first writes the step's T new key/value rows into the cache (rows pos0..pos0+T-1, mod capacity for a
+//   ring), then computes, for query row t at position p = pos0 + t, softmax(softcap(scale * q.k)) v over the keys
+//   at positions j with j <= p and, for a windowed layer, j > p - window (HF's sliding mask), GQA mapping query
+//   head h to kv head h / (heads / kv_heads). For T = 1 (decode) every cached key of a ring is visible, so the
+//   ring can be read in slot order (softmax is order-free). For T > 1 on a ring that has wrapped (or will wrap
+//   inside the chunk) the old window must be read BEFORE it is overwritten: the CPU backend unrolls the ring in
+//   position order, concatenates the chunk and runs flashkit::attention_forward with the window mask, then
+//   stores the chunk's last `capacity` rows. Prefill chunks never need graphs, decode (T = 1) always can.
+//
+// Numerics expected of every backend (they define fidelity against transformers):
+//   rms_norm:  y = x * rsqrt(mean(x^2) + eps) * w, mean over each group of `group` consecutive columns
+//              (group = hidden for the block norms, head_dim for the per-head q/k norms), computed in f32.
+//   rope:      HF "rotate half" layout: for i < d/2, (x_i, x_{i+d/2}) rotated by angle pos * inv_freq[i];
+//              cos/sin multiplied by `attn_scaling`. inv_freq is a per-layer f32 table (d/2) the model computes
+//              (default, linear (already divided by factor), llama3).
+//   linear:    out[t, o] = sum_i x[t, i] * W[o, i] (+ bias[o]), f32 accumulation.
+//   gated_act: out[t, f] = act(gu[t, f]) * gu[t, F + f] with gu = [gate | up]; act = gelu_tanh or silu.
+//   softcap:   x = cap * tanh(x / cap).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "flashkit/dtype.hpp"
+#include "flashkit/tensor.hpp"
+#include "model/weights.hpp"
+
+namespace flashkit::engine {
+
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  int64_t rows = 0, cols = 0;
+  int64_t ld = 0;  // row stride in elements (>= cols)
+  bool empty() const { return data == nullptr; }
+  // Columns [c0, c0 + n) of every row (same ld).
+  Tensor col_slice(int64_t c0, int64_t n) const {
+    Tensor t = *this;
+    t.data = static_cast<char*>(data) + c0 * dtype_size(dtype);
+    t.cols = n;
+    return t;
+  }
+  // Rows [r0, r0 + n).
+  Tensor row_slice(int64_t r0, int64_t n) const {
+    Tensor t = *this;
+    t.data = static_cast<char*>(data) + r0 * ld * dtype_size(dtype);
+    t.rows = n;
+    return t;
+  }
+};
+
+// A weight matrix [rows = out features, cols = in features] in the backend's storage type. `impl` is free
+// for the backend (packed layouts, a cuBLAS descriptor, ...). bias is an f32 Tensor [1, rows] or empty.
+struct Matrix {
+  Tensor w;
+  Tensor bias;
+  int64_t rows = 0, cols = 0;
+  std::shared_ptr<void> impl;
+};
+
+struct KVLayer {
+  Tensor k, v;            // [capacity, kv_heads * head_dim]
+  int64_t capacity = 0;   // rows
+  bool ring = false;      // sliding window: position p lives in row p % capacity
+};
+
+struct AttentionParams {
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  float scale = 0;        // applied to q.k
+  float softcap = 0;      // 0: off
+  int64_t window = 0;     // 0: global; else key j visible to query p iff p - window < j <= p
+};
+
+enum class Activation { gelu_tanh, silu };
+
+struct BackendOptions {
+  int threads = 0;          // CPU: 0 = flashkit::num_threads()
+  int device_index = 0;     // CUDA
+  DType weight_dtype = DType::f32;  // requested storage for matrices (f32 / bf16 / f16)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;  // "cpu.avx2 (2 threads)", "cuda:0 NVIDIA H200"
+  virtual DType activation_dtype() const = 0;
+
+  // ---- memory ----
+  virtual Tensor alloc(DType dtype, int64_t rows, int64_t cols) = 0;  // contiguous, ld = cols, uninitialized
+  virtual void free(Tensor& t) = 0;                                     // t becomes empty
+  virtual void upload(const Tensor& dst, const void* host, size_t bytes) = 0;   // into dst.data, contiguous
+  virtual void download(void* host, const Tensor& src, size_t bytes) = 0;       // from src.data, contiguous
+  // Rows [0, rows) of src (any activation dtype, any ld) as contiguous f32 on the host. Synchronizes.
+  virtual void download_f32(float* host, const Tensor& src, int64_t rows) = 0;
+  virtual void zero(const Tensor& t) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- weights (once, at load) ----
+  // parts: [out_i, in] each, same `in`; bias_parts: empty or one [out_i] per part (Qwen2's q/k/v biases).
+  virtual Matrix load_matrix(std::span<const model::WeightView* const> parts,
+                             std::span<const model::WeightView* const> bias_parts = {}) = 0;
+  virtual Tensor load_vector(const model::WeightView& w, float offset) = 0;  // f32 [1, n], w + offset
+  virtual Tensor upload_f32(std::span<const float> values) = 0;           // f32 [1, n] (rope tables, ...)
+  virtual void free_matrix(Matrix& m) = 0;
+
+  // ---- step inputs (see "Step inputs" above) ----
+  // Sizes the step buffer for steps of up to max_rows rows; called before any set_step (at session creation;
+  // growing it may move the buffer and drop captured graphs).
+  virtual void reserve_step(int64_t max_rows) = 0;
+  // T = tokens.size() rows (<= reserved); row t has position pos0 + t. Asynchronous on devices.
+  virtual void set_step(std::span<const int32_t> tokens, int64_t pos0) = 0;
+  // CUDA-graph hooks (key: opaque, chosen by the model: one per (session, T)); no-ops on the CPU.
+  virtual bool graph_replay(uint64_t /*key*/) { return false; }
+  virtual void graph_begin(uint64_t /*key*/) {}
+  virtual void graph_end(uint64_t /*key*/) {}
+  virtual void graph_forget_all() {}  // called when a session's buffers are freed
+
+  // ---- ops (T = rows of the current step; all read positions / tokens from the step buffer) ----
+  // out[t, :] = table[token_t, :] * scale
+  virtual void embed(const Matrix& table, const Tensor& out, int64_t T, float scale) = 0;
+  // out = rms_norm(x) * w per group of `group` columns (x.cols % group == 0); out may alias x.
+  virtual void rms_norm(const Tensor& x, const Tensor& w, const Tensor& out, int64_t T, int64_t group,
+                        float eps) = 0;
+  // residual += rms_norm(x) * w  (Gemma's post-attention / post-feedforward norms fused with the residual add).
+  virtual void add_rms_norm(const Tensor& x, const Tensor& w, const Tensor& residual, int64_t T, float eps) = 0;
+  // out[T, W.rows] = x[T, W.cols] . W^T (+ bias). GEMV for small T, GEMM otherwise.
+  virtual void linear(const Tensor& x, const Matrix& W, const Tensor& out, int64_t T) = 0;
+  // In place on x [T, heads * head_dim]; inv_freq f32 [1, head_dim / 2].
+  virtual void rope(const Tensor& x, int64_t T, int64_t heads, int64_t head_dim, const Tensor& inv_freq,
+                    float attn_scaling) = 0;
+  // Appends k/v rows to the cache, then attention of q against the cache (see "attention()" above).
+  // q/out [T, heads*head_dim], k/v [T, kv_heads*head_dim].
+  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const KVLayer& cache,
+                         const Tensor& out, int64_t T, const AttentionParams& p) = 0;
+  // out[T, F] = act(gu[:, :F]) * gu[:, F:2F]
+  virtual void gated_act(const Tensor& gu, const Tensor& out, int64_t T, Activation act) = 0;
+  // y += x
+  virtual void add(const Tensor& x, const Tensor& y, int64_t T) = 0;
+  // x = cap * tanh(x / cap)
+  virtual void softcap(const Tensor& x, int64_t T, float cap) = 0;
+};
+
+// Factories. make_cuda_backend throws Status::unsupported in a build without CUDA (src/engine/cuda_stub).
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& opts);
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts);
+
+}  // namespace flashkit::engine

@@ -1,0 +1,64 @@
+// Model configuration from a Hugging Face config.json, normalized across transformers 4 and 5 spellings:
+//   RoPE: v5 `rope_parameters` (one dict, or for Gemma 3 a dict keyed by layer type) or v4 `rope_theta` +
+//         `rope_scaling` (+ Gemma's `rope_local_base_freq` for sliding layers; v4 rope_scaling applies to the
+//         global layers only).
+//   Layer kinds: `layer_types` or Gemma's `sliding_window_pattern` / `_sliding_window_pattern` (every N-th
+//         layer global), Qwen's use_sliding_window + max_window_layers.
+// Multimodal configs (gemma3 with text_config) are read from their text_config.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace flashkit::engine {
+
+enum class Arch { gemma3, llama, qwen2, qwen3 };
+
+struct RopeConfig {
+  std::string type = "default";  // default | linear | llama3 | (dynamic, yarn: rejected)
+  double theta = 10000.0;
+  double factor = 1.0;
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;
+  double original_max_position = 8192;
+  double attention_factor = 1.0;  // multiplies cos/sin
+};
+
+struct ModelConfig {
+  Arch arch = Arch::llama;
+  std::string model_type;
+  int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_layers = 0;
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  double rms_norm_eps = 1e-6;
+  std::string activation;          // gelu_tanh | silu
+  bool norm_plus_one = false;      // Gemma: x * (1 + w)
+  bool qk_norm = false;            // Gemma 3, Qwen3
+  bool sandwich_norms = false;     // Gemma: post-attention / pre- and post-feedforward norms
+  bool attention_bias = false;     // q/k/v biases (Qwen2 always)
+  bool o_bias = false;             // o_proj bias (attention_bias outside Qwen2)
+  bool tie_embeddings = false;
+  double embed_scale = 1.0;        // Gemma: sqrt(hidden)
+  double attn_scale = 0;           // query scaling (head_dim^-0.5 or query_pre_attn_scalar^-0.5)
+  double attn_softcap = 0, final_softcap = 0;
+  double attn_softcap_ignored = 0;  // Gemma 3: written in config.json, not applied (as in transformers)
+  int64_t sliding_window = 0;
+  std::vector<bool> layer_sliding;  // per layer
+  RopeConfig rope_global, rope_local;
+  int64_t max_position = 0;
+  int32_t bos_id = -1;
+  std::vector<int32_t> eos_ids;
+  std::string torch_dtype;         // as written (may be empty)
+};
+
+// Throws invalid_argument naming the file and the key for anything missing, malformed or unsupported.
+ModelConfig parse_config(const nlohmann::json& j, const std::string& where);
+ModelConfig load_config(const std::filesystem::path& dir_or_file);
+
+// The per-layer RoPE inverse frequencies (head_dim / 2 values) transformers computes for `rc`.
+std::vector<float> rope_inv_freq(const RopeConfig& rc, int64_t head_dim);
+
+const char* arch_name(Arch a);
+
+}  // namespace flashkit::engine

@@ -1,0 +1,358 @@
+// The CPU backend: f32 activations, f32 or bf16 matrices (zero-copy from the memory-mapped checkpoint when the
+// stored type is the one wanted), OpenMP loops for the element-wise ops, flashkit::attention_forward for
+// attention (prefill and decode, the latter through the flash path's split-KV with seqlen_q = 1).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "engine/backend.hpp"
+#include "engine/cpu/gemv.hpp"
+#include "flashkit/attention.hpp"
+#include "flashkit/error.hpp"
+#include "flashkit/runtime.hpp"
+
+namespace flashkit::engine {
+
+namespace {
+
+using cpu::Isa;
+
+// Any stored weight type -> f32 (q8_0 through the weight store's converter).
+void convert_to_f32(const model::WeightView& w, float* dst) {
+  const int64_t n = w.numel();
+  switch (w.type) {
+    case model::WeightType::f32: std::memcpy(dst, w.data, size_t(n) * 4); break;
+    case model::WeightType::bf16: {
+      auto* s = static_cast<const uint16_t*>(w.data);
+#pragma omp parallel for schedule(static) if (n > (1 << 20))
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      break;
+    }
+    case model::WeightType::f16: {
+      auto* s = static_cast<const uint16_t*>(w.data);
+#pragma omp parallel for schedule(static) if (n > (1 << 20))
+      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      break;
+    }
+    default: model::to_f32(w, dst);
+  }
+}
+
+void convert_to_bf16(const model::WeightView& w, uint16_t* dst) {
+  const int64_t n = w.numel();
+  if (w.type == model::WeightType::bf16) {
+    std::memcpy(dst, w.data, size_t(n) * 2);
+    return;
+  }
+  if (w.type == model::WeightType::f32) {
+    auto* s = static_cast<const float*>(w.data);
+#pragma omp parallel for schedule(static) if (n > (1 << 20))
+    for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(s[i]);
+    return;
+  }
+  std::vector<float> tmp(static_cast<size_t>(n));
+  convert_to_f32(w, tmp.data());
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(tmp[size_t(i)]);
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& o) {
+    if (o.threads > 0) set_num_threads(o.threads);
+    threads_ = num_threads();
+    isa_ = cpu::detect_isa();
+    wtype_ = o.weight_dtype == DType::bf16 ? DType::bf16 : DType::f32;  // f16 requests are stored as f32
+  }
+  ~CpuBackend() override {
+    for (void* p : owned_) std::free(p);
+  }
+
+  Device device() const override { return Device::cpu; }
+  std::string name() const override {
+    return std::string("cpu.") + cpu::isa_name(isa_) + " (" + std::to_string(threads_) + " threads)";
+  }
+  DType activation_dtype() const override { return DType::f32; }
+
+  Tensor alloc(DType dtype, int64_t rows, int64_t cols) override {
+    size_t bytes = size_t(std::max<int64_t>(rows * cols, 1)) * size_t(dtype_size(dtype));
+    bytes = (bytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, bytes);
+    if (!p) fail(Status::out_of_memory, "cpu backend: cannot allocate " + std::to_string(bytes) + " bytes");
+    owned_.insert(p);
+    return Tensor{p, dtype, rows, cols, cols};
+  }
+  void free(Tensor& t) override {
+    auto it = owned_.find(t.data);
+    if (it != owned_.end()) {
+      std::free(t.data);
+      owned_.erase(it);
+    }
+    t = Tensor{};
+  }
+  void upload(const Tensor& dst, const void* host, size_t bytes) override { std::memcpy(dst.data, host, bytes); }
+  void download(void* host, const Tensor& src, size_t bytes) override { std::memcpy(host, src.data, bytes); }
+  void download_f32(float* host, const Tensor& src, int64_t rows) override {
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(host + r * src.cols, row(src, r), size_t(src.cols) * 4);
+  }
+  void zero(const Tensor& t) override {
+    for (int64_t r = 0; r < t.rows; ++r)
+      std::memset(static_cast<char*>(t.data) + r * t.ld * dtype_size(t.dtype), 0, size_t(t.cols * dtype_size(t.dtype)));
+  }
+  void synchronize() override {}
+
+  Matrix load_matrix(std::span<const model::WeightView* const> parts,
+                     std::span<const model::WeightView* const> bias_parts) override {
+    Matrix m;
+    m.cols = parts[0]->shape.size() == 2 ? parts[0]->shape[1] : parts[0]->numel();
+    for (auto* p : parts) m.rows += p->shape[0];
+    const bool zero_copy = parts.size() == 1 && ((wtype_ == DType::f32 && parts[0]->type == model::WeightType::f32) ||
+                                                 (wtype_ == DType::bf16 && parts[0]->type == model::WeightType::bf16));
+    if (zero_copy) {
+      m.w = Tensor{const_cast<void*>(parts[0]->data), wtype_, m.rows, m.cols, m.cols};
+    } else {
+      m.w = alloc(wtype_, m.rows, m.cols);
+      int64_t r0 = 0;
+      for (auto* p : parts) {
+        if (wtype_ == DType::f32) convert_to_f32(*p, static_cast<float*>(m.w.data) + r0 * m.cols);
+        else convert_to_bf16(*p, static_cast<uint16_t*>(m.w.data) + r0 * m.cols);
+        r0 += p->shape[0];
+      }
+    }
+    if (!bias_parts.empty()) {
+      m.bias = alloc(DType::f32, 1, m.rows);
+      int64_t r0 = 0;
+      for (auto* b : bias_parts) {
+        convert_to_f32(*b, static_cast<float*>(m.bias.data) + r0);
+        r0 += b->numel();
+      }
+    }
+    return m;
+  }
+  Tensor load_vector(const model::WeightView& w, float offset) override {
+    Tensor t = alloc(DType::f32, 1, w.numel());
+    float* d = static_cast<float*>(t.data);
+    convert_to_f32(w, d);
+    if (offset != 0)
+      for (int64_t i = 0; i < w.numel(); ++i) d[i] += offset;
+    return t;
+  }
+  Tensor upload_f32(std::span<const float> values) override {
+    Tensor t = alloc(DType::f32, 1, int64_t(values.size()));
+    std::memcpy(t.data, values.data(), values.size() * 4);
+    return t;
+  }
+  void free_matrix(Matrix& m) override {
+    free(m.w);  // no-op for zero-copy views (not owned)
+    if (!m.bias.empty()) free(m.bias);
+    m = Matrix{};
+  }
+
+  void reserve_step(int64_t max_rows) override { tokens_.reserve(size_t(max_rows)); }
+  void set_step(std::span<const int32_t> tokens, int64_t pos0) override {
+    tokens_.assign(tokens.begin(), tokens.end());
+    pos0_ = pos0;
+  }
+
+  void embed(const Matrix& table, const Tensor& out, int64_t T, float scale) override {
+    const int64_t H = table.cols;
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t id = tokens_[size_t(t)];
+      float* o = frow(out, t);
+      if (table.w.dtype == DType::bf16) {
+        auto* s = static_cast<const uint16_t*>(table.w.data) + id * H;
+        for (int64_t i = 0; i < H; ++i) o[i] = bf16_to_f32(s[i]) * scale;
+      } else {
+        auto* s = static_cast<const float*>(table.w.data) + id * H;
+        for (int64_t i = 0; i < H; ++i) o[i] = s[i] * scale;
+      }
+    }
+  }
+
+  void rms_norm(const Tensor& x, const Tensor& w, const Tensor& out, int64_t T, int64_t group, float eps) override {
+    const int64_t G = x.cols / group;
+    const float* wv = static_cast<const float*>(w.data);
+#pragma omp parallel for collapse(2) schedule(static) num_threads(threads_) if (T * x.cols > 65536)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t g = 0; g < G; ++g) {
+        const float* xi = frow(x, t) + g * group;
+        float* o = frow(out, t) + g * group;
+        const float r = inv_rms(xi, group, eps);
+        for (int64_t i = 0; i < group; ++i) o[i] = xi[i] * r * wv[i];
+      }
+  }
+
+  void add_rms_norm(const Tensor& x, const Tensor& w, const Tensor& residual, int64_t T, float eps) override {
+    const float* wv = static_cast<const float*>(w.data);
+    const int64_t n = x.cols;
+    for (int64_t t = 0; t < T; ++t) {
+      const float* xi = frow(x, t);
+      float* o = frow(residual, t);
+      const float r = inv_rms(xi, n, eps);
+      for (int64_t i = 0; i < n; ++i) o[i] += xi[i] * r * wv[i];
+    }
+  }
+
+  void linear(const Tensor& x, const Matrix& W, const Tensor& out, int64_t T) override {
+    cpu::matmul(isa_, threads_, static_cast<const float*>(x.data), x.ld, T, W.w.data, W.w.dtype, W.rows, W.cols,
+                static_cast<float*>(out.data), out.ld);
+    if (!W.bias.empty()) {
+      const float* b = static_cast<const float*>(W.bias.data);
+      for (int64_t t = 0; t < T; ++t) {
+        float* o = frow(out, t);
+        for (int64_t i = 0; i < W.rows; ++i) o[i] += b[i];
+      }
+    }
+  }
+
+  void rope(const Tensor& x, int64_t T, int64_t heads, int64_t head_dim, const Tensor& inv_freq,
+            float attn_scaling) override {
+    const int64_t half = head_dim / 2;
+    const float* inv = static_cast<const float*>(inv_freq.data);
+    cs_.resize(size_t(2 * half));
+    for (int64_t t = 0; t < T; ++t) {
+      const float pos = float(pos0_ + t);
+      for (int64_t i = 0; i < half; ++i) {
+        const float ang = pos * inv[i];  // f32 product, as transformers computes the angles
+        cs_[size_t(i)] = float(std::cos(double(ang))) * attn_scaling;
+        cs_[size_t(half + i)] = float(std::sin(double(ang))) * attn_scaling;
+      }
+      float* base = frow(x, t);
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = base + h * head_dim;
+        for (int64_t i = 0; i < half; ++i) {
+          const float c = cs_[size_t(i)], s = cs_[size_t(half + i)];
+          const float a = v[i], b = v[i + half];
+          v[i] = a * c - b * s;
+          v[i + half] = b * c + a * s;
+        }
+      }
+    }
+  }
+
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const KVLayer& cache, const Tensor& out,
+                 int64_t T, const AttentionParams& p) override {
+    const int64_t kvd = p.kv_heads * p.head_dim;
+    const int64_t pos0 = pos0_;
+    const int64_t cap = cache.capacity;
+    auto store = [&](int64_t t) {  // chunk row t -> its cache row
+      const int64_t slot = cache.ring ? (pos0 + t) % cap : pos0 + t;
+      std::memcpy(frow(cache.k, slot), frow(k, t), size_t(kvd) * 4);
+      std::memcpy(frow(cache.v, slot), frow(v, t), size_t(kvd) * 4);
+    };
+    const int64_t wl = p.window > 0 ? p.window - 1 : -1;
+    if (!cache.ring || pos0 + T <= cap) {
+      for (int64_t t = 0; t < T; ++t) store(t);
+      run_attention(q, cache.k.data, cache.v.data, kvd, pos0 + T, out, T, p, wl);
+    } else if (T == 1) {
+      // Decode on a full ring: capacity == window, so every cached key is visible; order does not matter.
+      store(0);
+      run_attention(q, cache.k.data, cache.v.data, kvd, cap, out, T, p, -1);
+    } else {
+      // A chunk on a wrapped ring: unroll the still-visible old keys in position order, append the chunk.
+      const int64_t n_old = std::min<int64_t>(pos0, p.window > 0 ? p.window - 1 : cap);
+      const int64_t L = n_old + T;
+      ktmp_.resize(size_t(L * kvd));
+      vtmp_.resize(size_t(L * kvd));
+      for (int64_t j = 0; j < n_old; ++j) {
+        const int64_t slot = (pos0 - n_old + j) % cap;
+        std::memcpy(ktmp_.data() + j * kvd, frow(cache.k, slot), size_t(kvd) * 4);
+        std::memcpy(vtmp_.data() + j * kvd, frow(cache.v, slot), size_t(kvd) * 4);
+      }
+      for (int64_t t = 0; t < T; ++t) {
+        std::memcpy(ktmp_.data() + (n_old + t) * kvd, frow(k, t), size_t(kvd) * 4);
+        std::memcpy(vtmp_.data() + (n_old + t) * kvd, frow(v, t), size_t(kvd) * 4);
+      }
+      run_attention(q, ktmp_.data(), vtmp_.data(), kvd, L, out, T, p, wl);
+      for (int64_t t = std::max<int64_t>(0, T - cap); t < T; ++t) store(t);
+    }
+  }
+
+  void gated_act(const Tensor& gu, const Tensor& out, int64_t T, Activation act) override {
+    cpu::gated_act(isa_, threads_, static_cast<const float*>(gu.data), gu.ld, static_cast<float*>(out.data), out.ld, T,
+                   out.cols, act == Activation::silu);
+  }
+
+  void add(const Tensor& x, const Tensor& y, int64_t T) override {
+    for (int64_t t = 0; t < T; ++t) {
+      const float* a = frow(x, t);
+      float* b = frow(y, t);
+      for (int64_t i = 0; i < x.cols; ++i) b[i] += a[i];
+    }
+  }
+
+  void softcap(const Tensor& x, int64_t T, float cap) override {
+    const float inv = 1.0f / cap;
+    for (int64_t t = 0; t < T; ++t) {
+      float* a = frow(x, t);
+#pragma omp parallel for schedule(static) num_threads(threads_) if (x.cols > 65536)
+      for (int64_t i = 0; i < x.cols; ++i) a[i] = std::tanh(a[i] * inv) * cap;
+    }
+  }
+
+ private:
+  static const char* row(const Tensor& t, int64_t r) {
+    return static_cast<const char*>(t.data) + r * t.ld * dtype_size(t.dtype);
+  }
+  static float* frow(const Tensor& t, int64_t r) { return static_cast<float*>(t.data) + r * t.ld; }
+  static float inv_rms(const float* x, int64_t n, float eps) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * double(x[i]);
+    return float(1.0 / std::sqrt(float(ss / double(n)) + double(eps)));
+  }
+
+  void run_attention(const Tensor& q, void* kdata, void* vdata, int64_t kvd, int64_t L, const Tensor& out, int64_t T,
+                     const AttentionParams& p, int64_t window_left) {
+    TensorView qv, kv, vv, ov, lv;
+    auto set4 = [](TensorView& tv, void* d, int64_t s1, int64_t h, int64_t dim, int64_t ld) {
+      tv.data = d;
+      tv.dtype = DType::f32;
+      tv.device = Device::cpu;
+      tv.ndim = 4;
+      tv.shape = {1, s1, h, dim};
+      tv.strides = {std::max<int64_t>(s1, 1) * ld, ld, dim, 1};
+    };
+    set4(qv, q.data, T, p.heads, p.head_dim, q.ld);
+    set4(ov, out.data, T, p.heads, p.head_dim, out.ld);
+    set4(kv, kdata, L, p.kv_heads, p.head_dim, kvd);
+    set4(vv, vdata, L, p.kv_heads, p.head_dim, kvd);
+    lse_.resize(size_t(p.heads * T));
+    lv = TensorView::contiguous(lse_.data(), DType::f32, {1, p.heads, T});
+    AttentionOptions o;
+    o.scale = p.scale;
+    o.causal = true;
+    o.window_left = window_left;
+    o.softcap = p.softcap;
+    o.check_finite = false;
+    o.impl = AttentionImpl::flash;
+    // Small problems (decode over a short cache, tiny models) cost less than waking a second thread: run them on one
+    // (flashkit's thread count is process-wide; restored even if the call throws).
+    struct Threads {
+      int saved;
+      bool on;
+      ~Threads() {
+        if (on) set_num_threads(saved);
+      }
+    } guard{num_threads(), T * L * p.heads * p.head_dim < (int64_t(1) << 18) && num_threads() > 1};
+    if (guard.on) set_num_threads(1);
+    attention_forward(qv, kv, vv, ov, lv, o);
+  }
+
+  int threads_ = 1;
+  Isa isa_ = Isa::scalar;
+  DType wtype_ = DType::f32;
+  std::set<void*> owned_;
+  std::vector<int32_t> tokens_;
+  int64_t pos0_ = 0;
+  std::vector<float> cs_, ktmp_, vtmp_, lse_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& opts) { return std::make_unique<CpuBackend>(opts); }
+
+}  // namespace flashkit::engine

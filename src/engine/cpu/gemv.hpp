@@ -1,0 +1,25 @@
+// CPU matrix kernels of the engine: y[T, N] = x[T, K] . W[N, K]^T with W stored as f32 or bf16 (bf16 widened to
+// f32 in registers), f32 accumulation. Small T runs a multi-row GEMV (weights stream once for up to 4 rows of x);
+// larger T uses OpenBLAS sgemm (bf16 weights are widened panel by panel). OpenMP over output rows.
+#pragma once
+#include <cstdint>
+
+#include "flashkit/dtype.hpp"
+
+namespace flashkit::engine::cpu {
+
+enum class Isa { scalar, avx2, avx512 };
+Isa detect_isa();  // flashkit::cpu_isa() (honours FLASHKIT_CPU_ISA), AVX-512 kernels need avx512f+bw
+const char* isa_name(Isa isa);
+
+// out[t * ldo + n] = sum_k x[t * ldx + k] * W[n * K + k]   for t < T, n < N.
+void matmul(Isa isa, int threads, const float* x, int64_t ldx, int64_t T, const void* W, DType wtype, int64_t N,
+            int64_t K, float* out, int64_t ldo);
+
+// out[t, f] = act(gu[t, f]) * gu[t, F + f] for t < T, f < F; act = silu (x * sigmoid(x)) or gelu_tanh, computed as
+// x * sigmoid(2 * sqrt(2/pi) * (x + 0.044715 x^3)) (= 0.5 x (1 + tanh(...)), exactly, without tanh's cancellation).
+// The AVX2 path uses a degree-7 polynomial exp (relative error ~1e-7).
+void gated_act(Isa isa, int threads, const float* gu, int64_t ldg, float* out, int64_t ldo, int64_t T, int64_t F,
+               bool silu);
+
+}  // namespace flashkit::engine::cpu

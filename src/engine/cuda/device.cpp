@@ -1,0 +1,63 @@
+// Launch settings shared by the engine kernels: multiprocessor count and whether programmatic dependent launch
+// (PDL, sm_90+) is used. Cached per device.
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "engine/cuda/kernels.hpp"
+
+namespace flashkit::engine::cuda {
+
+namespace {
+struct DevInfo {
+  int sms = 0;
+  bool pdl = false;
+};
+const DevInfo& info() {
+  static std::mutex mu;
+  static std::vector<DevInfo> infos;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    dev = 0;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  if (int(infos.size()) <= dev) infos.resize(dev + 1);
+  DevInfo& d = infos[dev];
+  if (d.sms == 0) {
+    int sms = 0, major = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+      cudaGetLastError();
+      sms = 1, major = 0;
+    }
+    const char* e = std::getenv("FLASHKIT_CUDA_PDL");
+    d.pdl = major >= 9 && !(e && std::strcmp(e, "0") == 0);
+    d.sms = sms > 0 ? sms : 1;
+  }
+  return d;
+}
+}  // namespace
+
+bool pdl_enabled() { return info().pdl; }
+
+namespace {
+bool env_on(const char* name) {
+  const char* e = std::getenv(name);
+  return !(e && std::strcmp(e, "0") == 0);
+}
+}  // namespace
+bool gemv_prefetch_enabled() {
+  static const bool v = env_on("FLASHKIT_CUDA_PREFETCH");
+  return v;
+}
+bool gemv_streaming_loads() {
+  static const bool v = env_on("FLASHKIT_CUDA_LDCS");
+  return v;
+}
+int sm_count() { return info().sms; }
+
+}  // namespace flashkit::engine::cuda

@@ -1,0 +1,149 @@
+// Launchers of the CUDA engine kernels (src/engine/cuda/*.cu). Plain C++ declarations: raw device pointers, shapes,
+// a stream. No CUDA header is needed to include this file (cudaStream_t is declared the way cuda_runtime.h does).
+//
+// Graph rule: per-step values (token ids, positions) are never launcher arguments; kernels read them from the
+// device step buffer (`const int32_t* tokens`, `const int32_t* pos0`), so a captured launch replays correctly.
+// Every launcher checks its launch (cudaGetLastError) and throws flashkit::Error(device_error) on failure;
+// arguments are trusted (the backend checks shapes once).
+//
+// Programmatic dependent launch (sm_90): every kernel is launched with the PDL attribute when the device supports
+// it (FLASHKIT_CUDA_PDL=0 disables). Kernels signal their dependents at entry, may prefetch weights (constant
+// data) into L2, and wait for the preceding grid (griddepcontrol.wait) before touching any activation: no kernel
+// reads or writes step data before that wait.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace flashkit::engine::cuda {
+
+enum class Act : int32_t { none = 0, gelu_tanh = 1, silu = 2 };
+
+// ---------------------------------------------------------------- launch settings (common.cu)
+// True when kernels are launched with programmatic dependent launch (device >= sm_90, FLASHKIT_CUDA_PDL != 0).
+bool pdl_enabled();
+int sm_count();  // multiprocessors of the current device
+// A/B switches of the GEMV, read once from the environment (default on): FLASHKIT_CUDA_PREFETCH=0 drops the L2 bulk
+// prefetch of each block's weight stripe, FLASHKIT_CUDA_LDCS=0 loads weights with ld.global.nc instead of the
+// streaming (evict-first) ld.global.cs.
+bool gemv_prefetch_enabled();
+bool gemv_streaming_loads();
+
+// ---------------------------------------------------------------- GEMV (gemv.cu), decode-sized T <= 8
+// y[t, n] = sum_k a[t, k] * W[n, k], W bf16 row-major [N (x2 when gated), K], f32 accumulation.
+// The input rows a[t, :] are formed in shared memory by a prologue (every block recomputes it; it is O(K)):
+//   h = x (+ d, or + rms_norm(d) * post_w when post_w);  h written to h_out when h_out (the residual stream)
+//   a = h, or rms_norm(h) * norm_w when norm_w;          a written to a_out when a_out
+// h_out / a_out may alias x (the residual or the norm updated in place): the last block to finish writes them, after
+// every block has read x (an atomic arrival counter, reset by that block, so the launch stays graph-replayable).
+struct GemvIn {
+  const void* x = nullptr;  // [T, K] rows of stride ldx
+  bool x_bf16 = false;
+  int64_t ldx = 0;
+  const float* d = nullptr;  // optional delta [T, K] f32, stride ldd
+  int64_t ldd = 0;
+  const float* post_w = nullptr;  // optional rms_norm weight applied to d before the add
+  float* h_out = nullptr;         // optional: where h goes (f32, stride ldh)
+  int64_t ldh = 0;
+  const float* norm_w = nullptr;  // optional rms_norm weight applied to h
+  float* a_out = nullptr;         // optional: where a goes (f32, stride lda)
+  int64_t lda = 0;
+  float eps = 1e-6f;
+};
+// Epilogue: v = acc (+ bias[n]); gated (act != none): W holds 2N rows [gate; up], v = act(gate_n) * up_n (gate and
+// up are written pre-activation to gu_out when set, [T, 2N] stride ldgu); softcap > 0: v = cap * tanh(v / cap);
+// residual: v += residual[t, n] (residual may alias y); y f32 or bf16.
+struct GemvOut {
+  void* y = nullptr;
+  bool y_bf16 = false;
+  int64_t ldy = 0;
+  const float* bias = nullptr;  // [N] (gated: [2N])
+  Act act = Act::none;
+  float* gu_out = nullptr;
+  int64_t ldgu = 0;
+  float softcap = 0.0f;
+  const float* residual = nullptr;
+  int64_t ldr = 0;
+};
+// T in 1..8, K % 8 == 0, W 16-byte aligned. `counter`: one zero-initialized device uint32 (needed when h_out or
+// a_out is set; left at zero after the launch). Throws invalid_argument on T/K out of range.
+void gemv_bf16(const GemvIn& in, const uint16_t* W, int64_t N, int64_t K, int T, const GemvOut& out,
+               unsigned int* counter, cudaStream_t stream);
+
+// ---------------------------------------------------------------- small ops (pointwise.cu); rows of stride ld
+// out[t, :] = table row tokens[t] * scale (table bf16 or f32; tokens read from the device step buffer; an id outside
+// [0, vocab) gives a NaN row). out f32 or bf16.
+void embed(const void* table, bool table_bf16, int64_t ldtab, int64_t vocab, const int32_t* tokens, void* out,
+           bool out_bf16, int64_t ldo, int64_t T, int64_t cols, float scale, cudaStream_t stream);
+// out = rms_norm(x) * w per group of `group` columns; out may alias x. x/out f32 or bf16 (same dtype).
+void rms_norm(const void* x, int64_t ldx, const float* w, void* out, int64_t ldo, bool bf16, int64_t T,
+              int64_t cols, int64_t group, float eps, cudaStream_t stream);
+// residual += rms_norm(x) * w (one group = cols); x f32 or bf16, residual f32 or bf16 (same flag).
+void add_rms_norm(const void* x, int64_t ldx, const float* w, void* residual, int64_t ldr, bool bf16, int64_t T,
+                  int64_t cols, float eps, cudaStream_t stream);
+// y += x
+void add(const void* x, int64_t ldx, void* y, int64_t ldy, bool bf16, int64_t T, int64_t cols, cudaStream_t stream);
+// x = cap * tanh(x / cap)
+void softcap(void* x, int64_t ldx, bool bf16, int64_t T, int64_t cols, float cap, cudaStream_t stream);
+// out[t, f] = act(gu[t, f]) * gu[t, F + f]
+void gated_act(const void* gu, int64_t ldgu, void* out, int64_t ldo, bool bf16, int64_t T, int64_t F, Act act,
+               cudaStream_t stream);
+// HF rotate-half RoPE in place on x [T, heads * head_dim]; position of row t = *pos0 + t.
+void rope(void* x, int64_t ldx, bool bf16, int64_t T, int64_t heads, int64_t head_dim, const float* inv_freq,
+          float attn_scaling, const int32_t* pos0, cudaStream_t stream);
+// Writes rows t of k/v [T, kvd] into cache rows (pos0 + t) (mod capacity when ring). Cache [capacity, kvd], bf16 or
+// f32 (cache_bf16). When ring and T > capacity only the last `capacity` rows are stored.
+void kv_append(const void* k, int64_t ldk, const void* v, int64_t ldv, bool src_bf16, void* kc, void* vc,
+               bool cache_bf16, int64_t kvd, int64_t capacity, bool ring, int64_t T, const int32_t* pos0,
+               cudaStream_t stream);
+// Gathers the `n_old` positions before pos0_host (row p, or p % capacity for a ring) in position order, then the T
+// new rows, into contiguous bf16 [n_old + T, kvd] buffers (prefill: the keys a chunk attends to). The host passes
+// pos0 (prefill is not a graph path).
+void kv_gather(const void* kc, const void* vc, bool cache_bf16, int64_t capacity, bool ring, int64_t kvd,
+               int64_t pos0_host, int64_t n_old, const void* k, int64_t ldk, const void* v, int64_t ldv, bool src_bf16,
+               int64_t T, uint16_t* ko, uint16_t* vo, cudaStream_t stream);
+// y[t, n] += bias[n]
+void add_bias(void* y, int64_t ldy, bool bf16, const float* bias, int64_t T, int64_t N, cudaStream_t stream);
+// dst[r, c] = bf16(src[r, c]) (or f32 copy when dst_bf16 is false), strided rows.
+void convert_rows(const void* src, bool src_bf16, int64_t lds, void* dst, bool dst_bf16, int64_t ldd, int64_t rows,
+                  int64_t cols, cudaStream_t stream);
+
+// ---------------------------------------------------------------- decode attention (attention_decode.cu)
+// One query token (T = 1) at position p = *pos0: optional per-head rms_norm of q and k (q_norm_w / k_norm_w, f32
+// [head_dim]), optional RoPE (inv_freq), then the new k/v row is written to the bf16 cache (row p, or p % capacity
+// for a ring) and attention runs over the visible keys (j <= p, and p - window < j when window > 0) with GQA,
+// softcap and split-KV: `splits` blocks per head (fixed at launch, graph-safe), each over a slice of the keys the
+// kernel computes from p, combined by the last-arriving block (f32 partials in `part`, counters in `counters`).
+// q/k/v are only read: the normalized, rotated q and k are not written back (the new k/v rows go to the cache).
+struct DecodeAttnArgs {
+  const void* q = nullptr;  // [heads * head_dim]
+  const void* k = nullptr;  // [kv_heads * head_dim]
+  const void* v = nullptr;
+  bool in_bf16 = false;
+  const float* q_norm_w = nullptr;
+  const float* k_norm_w = nullptr;
+  float eps = 1e-6f;
+  const float* inv_freq = nullptr;  // [head_dim / 2]
+  float attn_scaling = 1.0f;
+  void* k_cache = nullptr;  // [capacity, kv_heads * head_dim], bf16 (cache_bf16) or f32
+  void* v_cache = nullptr;
+  bool cache_bf16 = true;
+  int64_t capacity = 0;
+  bool ring = false;
+  int64_t window = 0;
+  const int32_t* pos0 = nullptr;
+  float scale = 1.0f, softcap = 0.0f;
+  void* out = nullptr;  // [heads * head_dim]
+  bool out_bf16 = false;
+  int heads = 0, kv_heads = 0, head_dim = 0;
+  int splits = 1;
+  float* part = nullptr;           // >= decode_attention_part_floats(heads, head_dim, splits)
+  unsigned int* counters = nullptr;  // >= heads zero-initialized uint32
+};
+int64_t decode_attention_part_floats(int heads, int head_dim, int splits);
+// A split count for a layer whose visible-key count can reach max_keys (fixed per launch site).
+int decode_attention_splits(int heads, int64_t max_keys);
+void decode_attention(const DecodeAttnArgs& a, cudaStream_t stream);
+
+}  // namespace flashkit::engine::cuda

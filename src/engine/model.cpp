@@ -1,0 +1,512 @@
+// The model engine: config + weights -> backend matrices, the decoder forward pass (the op schedule shared by
+// every backend), sessions with their KV caches, and the generation loop.
+#include <chrono>
+#include <cmath>
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "engine/backend.hpp"
+#include "engine/config.hpp"
+#include "engine/random_weights.hpp"
+#include "engine/sampler.hpp"
+#include "flashkit/engine.hpp"
+#include "flashkit/error.hpp"
+#include "model/gguf.hpp"
+#include "model/weights.hpp"
+
+namespace flashkit {
+
+namespace engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void bad(const std::string& m) { fail(Status::invalid_argument, m); }
+
+struct LayerWeights {
+  Tensor in_norm, post_attn_norm, pre_ff_norm, post_ff_norm, q_norm, k_norm;
+  Matrix qkv, o, gate_up, down;
+  bool sliding = false;
+  const Tensor* inv_freq = nullptr;
+  float rope_scaling = 1.0f;
+  AttentionParams ap;
+};
+
+class SessionImpl;
+
+class ModelImpl final : public Model {
+ public:
+  ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts);
+  ~ModelImpl() override {
+    if (!be_) return;
+    for (auto& l : layers_) {
+      for (Matrix* m : {&l.qkv, &l.o, &l.gate_up, &l.down}) be_->free_matrix(*m);
+    }
+    be_->free_matrix(embed_);
+    if (!tied_) be_->free_matrix(lm_head_);
+  }
+  const ModelInfo& info() const override { return info_; }
+  std::unique_ptr<Session> new_session() override;
+  OpTimes& op_times() override { return times_; }
+
+  // One forward pass of T = tokens.size() rows at positions pos0...; logits rows written to `logits_out`
+  // ([T, vocab] when all_logits, else the last row only).
+  void forward(SessionImpl& s, std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits_out);
+
+  template <typename F>
+  void op(const char* name, F&& f) {
+    if (!opts_.profile) {
+      f();
+      return;
+    }
+    auto t0 = Clock::now();
+    f();
+    be_->synchronize();
+    times_.seconds[name] += std::chrono::duration<double>(Clock::now() - t0).count();
+    times_.calls[name] += 1;
+  }
+
+  ModelConfig cfg_;
+  LoadOptions opts_;
+  ModelInfo info_;
+  std::unique_ptr<model::WeightStore> store_;
+  std::unique_ptr<Backend> be_;
+  std::vector<LayerWeights> layers_;
+  Tensor final_norm_, inv_global_, inv_local_;
+  Matrix embed_, lm_head_;
+  bool tied_ = false;
+  float embed_scale_ = 1.0f;
+  int64_t q_dim_ = 0, kv_dim_ = 0, logit_rows_ = 1;
+  uint64_t next_session_ = 1;
+  OpTimes times_;
+};
+
+class SessionImpl final : public Session {
+ public:
+  SessionImpl(ModelImpl& m, uint64_t id) : m_(m), id_(id) {
+    Backend& be = *m.be_;
+    const ModelConfig& c = m.cfg_;
+    C_ = std::max<int64_t>(1, std::min(m.opts_.prefill_chunk, m.info_.max_context));
+    be.reserve_step(C_);
+    h_ = be.alloc(DType::f32, C_, c.hidden_size);
+    xn_ = be.alloc(DType::f32, C_, c.hidden_size);
+    qkv_ = be.alloc(DType::f32, C_, m.q_dim_ + 2 * m.kv_dim_);
+    attn_ = be.alloc(DType::f32, C_, m.q_dim_);
+    o_ = be.alloc(DType::f32, C_, c.hidden_size);
+    gu_ = be.alloc(DType::f32, C_, 2 * c.intermediate_size);
+    act_ = be.alloc(DType::f32, C_, c.intermediate_size);
+    logits_dev_ = be.alloc(DType::f32, m.logit_rows_, c.vocab_size);
+    for (auto& l : m.layers_) {
+      KVLayer kv;
+      kv.ring = l.sliding && c.sliding_window < m.info_.max_context;
+      kv.capacity = kv.ring ? c.sliding_window : m.info_.max_context;
+      kv.k = be.alloc(DType::f32, kv.capacity, m.kv_dim_);
+      kv.v = be.alloc(DType::f32, kv.capacity, m.kv_dim_);
+      be.zero(kv.k);
+      be.zero(kv.v);
+      kv_.push_back(kv);
+    }
+    last_.assign(size_t(c.vocab_size), 0.f);
+  }
+  ~SessionImpl() override {
+    Backend& be = *m_.be_;
+    be.graph_forget_all();
+    for (Tensor* t : {&h_, &xn_, &qkv_, &attn_, &o_, &gu_, &act_, &logits_dev_}) be.free(*t);
+    for (auto& kv : kv_) {
+      be.free(kv.k);
+      be.free(kv.v);
+    }
+  }
+
+  void prefill(std::span<const int32_t> tokens, bool all_logits) override {
+    const int64_t n = int64_t(tokens.size());
+    if (n == 0) bad("prefill: no tokens");
+    if (pos_ + n > m_.info_.max_context)
+      bad("prompt of " + std::to_string(n) + " tokens" +
+          (pos_ ? " (after " + std::to_string(pos_) + " tokens already in the context)" : std::string()) +
+          " does not fit the context of " + std::to_string(m_.info_.max_context) +
+          " tokens (max_context; the model allows " + std::to_string(m_.cfg_.max_position) + ")");
+    for (int64_t i = 0; i < n; ++i)
+      if (tokens[size_t(i)] < 0 || tokens[size_t(i)] >= m_.cfg_.vocab_size)
+        bad("token id " + std::to_string(tokens[size_t(i)]) + " at index " + std::to_string(i) +
+            " is outside the vocabulary [0, " + std::to_string(m_.cfg_.vocab_size) + ")");
+    const int64_t V = m_.cfg_.vocab_size;
+    if (all_logits) all_.assign(size_t(n * V), 0.f);
+    for (int64_t s = 0; s < n; s += C_) {
+      const int64_t T = std::min(C_, n - s);
+      float* dst = all_logits ? all_.data() + s * V : last_.data();
+      m_.forward(*this, tokens.subspan(size_t(s), size_t(T)), pos_, all_logits, dst);
+      pos_ += T;
+    }
+    if (all_logits) std::memcpy(last_.data(), all_.data() + (n - 1) * V, size_t(V) * 4);
+  }
+  void decode(int32_t token) override { prefill(std::span<const int32_t>(&token, 1), false); }
+  std::span<const float> logits() const override { return last_; }
+  const std::vector<float>& all_logits() const override { return all_; }
+  int64_t position() const override { return pos_; }
+  int64_t max_context() const override { return m_.info_.max_context; }
+  void reset() override { pos_ = 0; }
+  const Model& model() const override { return m_; }
+
+  ModelImpl& m_;
+  std::shared_ptr<ModelImpl> keep_;
+  uint64_t id_;
+  int64_t C_ = 1, pos_ = 0;
+  Tensor h_, xn_, qkv_, attn_, o_, gu_, act_, logits_dev_;
+  std::vector<KVLayer> kv_;
+  std::vector<float> last_, all_;
+};
+
+std::unique_ptr<Session> ModelImpl::new_session() {
+  auto s = std::make_unique<SessionImpl>(*this, next_session_++);
+  // A session keeps its model (weights, backend) alive, whatever the caller does with the Model pointer.
+  s->keep_ = std::static_pointer_cast<ModelImpl>(shared_from_this());
+  return s;
+}
+
+void ModelImpl::forward(SessionImpl& s, std::span<const int32_t> tokens, int64_t pos0, bool all_logits,
+                        float* logits_out) {
+  Backend& be = *be_;
+  const ModelConfig& c = cfg_;
+  const int64_t T = int64_t(tokens.size());
+  const float eps = float(c.rms_norm_eps);
+  be.set_step(tokens, pos0);
+  // Decode steps (T == 1) are graph-replayable: identical op arguments every step. Profiling needs per-op syncs.
+  const bool graphable = T == 1 && !opts_.profile;
+  const uint64_t key = (s.id_ << 8) | 1u;
+  const bool replayed = graphable && be.graph_replay(key);
+  if (!replayed) {
+    if (graphable) be.graph_begin(key);
+    const Tensor h = s.h_, xn = s.xn_, qkv = s.qkv_, attn = s.attn_, o = s.o_, gu = s.gu_, act = s.act_;
+    const Tensor q = qkv.col_slice(0, q_dim_), k = qkv.col_slice(q_dim_, kv_dim_),
+                 v = qkv.col_slice(q_dim_ + kv_dim_, kv_dim_);
+    const Activation actk = c.activation == "silu" ? Activation::silu : Activation::gelu_tanh;
+    op("embed", [&] { be.embed(embed_, h, T, embed_scale_); });
+    for (size_t li = 0; li < layers_.size(); ++li) {
+      const LayerWeights& L = layers_[li];
+      op("rms_norm", [&] { be.rms_norm(h, L.in_norm, xn, T, c.hidden_size, eps); });
+      op("linear.qkv", [&] { be.linear(xn, L.qkv, qkv, T); });
+      if (c.qk_norm) {
+        op("rms_norm.qk", [&] {
+          be.rms_norm(q, L.q_norm, q, T, c.head_dim, eps);
+          be.rms_norm(k, L.k_norm, k, T, c.head_dim, eps);
+        });
+      }
+      op("rope", [&] {
+        be.rope(q, T, c.num_heads, c.head_dim, *L.inv_freq, L.rope_scaling);
+        be.rope(k, T, c.num_kv_heads, c.head_dim, *L.inv_freq, L.rope_scaling);
+      });
+      op("attention", [&] { be.attention(q, k, v, s.kv_[li], attn, T, L.ap); });
+      op("linear.o", [&] { be.linear(attn, L.o, o, T); });
+      if (c.sandwich_norms) {
+        op("rms_norm", [&] { be.add_rms_norm(o, L.post_attn_norm, h, T, eps); });
+        op("rms_norm", [&] { be.rms_norm(h, L.pre_ff_norm, xn, T, c.hidden_size, eps); });
+      } else {
+        op("add", [&] { be.add(o, h, T); });
+        op("rms_norm", [&] { be.rms_norm(h, L.post_attn_norm, xn, T, c.hidden_size, eps); });
+      }
+      op("linear.gate_up", [&] { be.linear(xn, L.gate_up, gu, T); });
+      op("gated_act", [&] { be.gated_act(gu, act, T, actk); });
+      op("linear.down", [&] { be.linear(act, L.down, o, T); });
+      if (c.sandwich_norms) op("rms_norm", [&] { be.add_rms_norm(o, L.post_ff_norm, h, T, eps); });
+      else op("add", [&] { be.add(o, h, T); });
+    }
+    if (!all_logits) {
+      const Tensor hl = h.row_slice(T - 1, 1), xl = xn.row_slice(T - 1, 1);
+      const Tensor lg = s.logits_dev_.row_slice(0, 1);
+      op("rms_norm", [&] { be.rms_norm(hl, final_norm_, xl, 1, c.hidden_size, eps); });
+      op("linear.lm_head", [&] { be.linear(xl, lm_head_, lg, 1); });
+      if (c.final_softcap > 0) op("softcap", [&] { be.softcap(lg, 1, float(c.final_softcap)); });
+    }
+    if (graphable) be.graph_end(key);
+  }
+  if (!all_logits) {
+    op("logits.download", [&] { be.download_f32(logits_out, s.logits_dev_.row_slice(0, 1), 1); });
+    return;
+  }
+  for (int64_t r0 = 0; r0 < T; r0 += logit_rows_) {
+    const int64_t R = std::min(logit_rows_, T - r0);
+    const Tensor hl = s.h_.row_slice(r0, R), xl = s.xn_.row_slice(r0, R);
+    const Tensor lg = s.logits_dev_.row_slice(0, R);
+    op("rms_norm", [&] { be.rms_norm(hl, final_norm_, xl, R, c.hidden_size, eps); });
+    op("linear.lm_head", [&] { be.linear(xl, lm_head_, lg, R); });
+    if (c.final_softcap > 0) op("softcap", [&] { be.softcap(lg, R, float(c.final_softcap)); });
+    op("logits.download", [&] { be.download_f32(logits_out + r0 * c.vocab_size, lg, R); });
+  }
+}
+
+bool parse_weight_dtype(const std::string& s, std::string* norm) {
+  if (s == "auto") *norm = "auto";
+  else if (s == "f32" || s == "float32" || s == "fp32") *norm = "f32";
+  else if (s == "bf16" || s == "bfloat16") *norm = "bf16";
+  else if (s == "f16" || s == "float16" || s == "fp16" || s == "half") *norm = "f16";
+  else return false;
+  return true;
+}
+
+ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts) : opts_(opts) {
+  namespace fs = std::filesystem;
+  std::string dt;
+  if (!parse_weight_dtype(opts.dtype, &dt))
+    bad("unknown dtype \"" + opts.dtype + "\" (expected auto, f32, bf16 or f16)");
+  if (opts.max_context < 0) bad("max_context must be >= 0 (0: the model's default), got " + std::to_string(opts.max_context));
+  if (opts.prefill_chunk <= 0) bad("prefill_chunk must be positive, got " + std::to_string(opts.prefill_chunk));
+  if (opts.threads < 0) bad("threads must be >= 0, got " + std::to_string(opts.threads));
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) bad(dir.string() + ": no such model directory");
+  // A .gguf file carries its config in its metadata (model/gguf.hpp builds an HF-style config.json from it).
+  const bool gguf = dir.extension() == ".gguf";
+  if (gguf && !opts.random_weights) {
+    model::Checkpoint ck = model::open_checkpoint(dir);
+    try {
+      cfg_ = parse_config(ck.config, dir.string());
+    } catch (const nlohmann::json::exception& e) {
+      bad(dir.string() + ": " + e.what());
+    }
+    store_ = std::move(ck.weights);
+  } else if (gguf) {
+    bad(dir.string() + ": --random-weights needs a config.json (or a model directory), not a .gguf file");
+  } else {
+    cfg_ = load_config(dir);
+  }
+  const ModelConfig& c = cfg_;
+
+  // Device first: a CUDA request in a CPU build fails before any weight is touched.
+  BackendOptions bo;
+  bo.threads = opts.threads;
+  const std::string& d = opts.device;
+  bool cuda = false;
+  if (d == "cpu") {
+  } else if (d == "cuda" || d.rfind("cuda:", 0) == 0) {
+    cuda = true;
+    if (d.size() > 5) {
+      try {
+        bo.device_index = std::stoi(d.substr(5));
+      } catch (...) {
+        bad("device \"" + d + "\": expected cpu, cuda or cuda:N");
+      }
+    }
+  } else {
+    bad("unknown device \"" + d + "\" (expected cpu, cuda or cuda:N)");
+  }
+
+  using model::WeightType;
+  if (opts.random_weights) {
+    WeightType rt = (dt == "f32") ? WeightType::f32 : (dt == "f16" ? WeightType::f16 : WeightType::bf16);
+    if (dt == "auto") rt = c.torch_dtype == "float32" ? WeightType::f32 : WeightType::bf16;
+    store_ = make_random_weights(c, rt, opts.random_seed);
+  } else if (!store_) {
+    store_ = model::open_safetensors(fs::is_directory(dir, ec) ? dir : dir.parent_path());
+  }
+  const std::string src = store_->source();
+  auto get = [&](const std::string& name, std::vector<int64_t> shape) -> const model::WeightView& {
+    const model::WeightView* w = store_->find(name);
+    if (!w) bad(src + ": missing tensor \"" + name + "\" (needed by " + c.model_type + ")");
+    if (w->shape != shape) {
+      std::string want, got;
+      for (auto x : shape) want += (want.empty() ? "" : ", ") + std::to_string(x);
+      for (auto x : w->shape) got += (got.empty() ? "" : ", ") + std::to_string(x);
+      bad(src + ": tensor \"" + name + "\" has shape [" + got + "], expected [" + want + "] from config.json");
+    }
+    return *w;
+  };
+  // Prefix: text-only checkpoints use "model.", multimodal Gemma 3 "language_model.model." (v4) or
+  // "model.language_model." (v5).
+  std::string P = "model.";
+  for (const char* cand : {"model.", "language_model.model.", "model.language_model."})
+    if (store_->find(std::string(cand) + "embed_tokens.weight")) {
+      P = cand;
+      break;
+    }
+  const model::WeightView& emb = get(P + "embed_tokens.weight", {c.vocab_size, c.hidden_size});
+  if (dt == "auto") dt = emb.type == model::WeightType::bf16 ? "bf16" : "f32";
+  bo.weight_dtype = dt == "bf16" ? DType::bf16 : (dt == "f16" ? DType::f16 : DType::f32);
+  be_ = cuda ? make_cuda_backend(bo) : make_cpu_backend(bo);
+
+  const int64_t H = c.hidden_size, F = c.intermediate_size, hd = c.head_dim;
+  q_dim_ = c.num_heads * hd;
+  kv_dim_ = c.num_kv_heads * hd;
+  const float norm_off = c.norm_plus_one ? 1.0f : 0.0f;
+  int64_t params = 0;
+  auto count = [&](const model::WeightView& w) {
+    params += w.numel();
+    return &w;
+  };
+
+  const model::WeightView* embp = count(emb);
+  embed_ = be_->load_matrix(std::span<const model::WeightView* const>(&embp, 1));
+  // Gemma scales embeddings by sqrt(hidden) rounded to the checkpoint's dtype, as transformers does.
+  embed_scale_ = float(c.embed_scale);
+  if (emb.type == model::WeightType::bf16) embed_scale_ = bf16_to_f32(f32_to_bf16(embed_scale_));
+  if (emb.type == model::WeightType::f16) embed_scale_ = f16_to_f32(f32_to_f16(embed_scale_));
+
+  const model::WeightView* lm = store_->find("lm_head.weight");
+  if (!lm && P != "model.") lm = store_->find("language_model.lm_head.weight");
+  tied_ = c.tie_embeddings || !lm;
+  if (!c.tie_embeddings && !lm)
+    bad(src + ": missing tensor \"lm_head.weight\" (config.json has tie_word_embeddings = false)");
+  if (tied_) {
+    lm_head_ = embed_;
+  } else {
+    get(lm->name, {c.vocab_size, H});
+    const model::WeightView* lp = count(*lm);
+    lm_head_ = be_->load_matrix(std::span<const model::WeightView* const>(&lp, 1));
+  }
+  final_norm_ = be_->load_vector(*count(get(P + "norm.weight", {H})), norm_off);
+
+  inv_global_ = be_->upload_f32(rope_inv_freq(c.rope_global, hd));
+  inv_local_ = be_->upload_f32(rope_inv_freq(c.rope_local, hd));
+
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = P + "layers." + std::to_string(i) + ".";
+    LayerWeights L;
+    L.sliding = c.layer_sliding[size_t(i)];
+    L.inv_freq = L.sliding ? &inv_local_ : &inv_global_;
+    L.rope_scaling = float(L.sliding ? c.rope_local.attention_factor : c.rope_global.attention_factor);
+    L.ap.heads = c.num_heads;
+    L.ap.kv_heads = c.num_kv_heads;
+    L.ap.head_dim = hd;
+    L.ap.scale = float(c.attn_scale);
+    L.ap.softcap = float(c.attn_softcap);
+    L.ap.window = L.sliding ? c.sliding_window : 0;
+    L.in_norm = be_->load_vector(*count(get(p + "input_layernorm.weight", {H})), norm_off);
+    L.post_attn_norm = be_->load_vector(*count(get(p + "post_attention_layernorm.weight", {H})), norm_off);
+    if (c.sandwich_norms) {
+      L.pre_ff_norm = be_->load_vector(*count(get(p + "pre_feedforward_layernorm.weight", {H})), norm_off);
+      L.post_ff_norm = be_->load_vector(*count(get(p + "post_feedforward_layernorm.weight", {H})), norm_off);
+    }
+    if (c.qk_norm) {
+      L.q_norm = be_->load_vector(*count(get(p + "self_attn.q_norm.weight", {hd})), norm_off);
+      L.k_norm = be_->load_vector(*count(get(p + "self_attn.k_norm.weight", {hd})), norm_off);
+    }
+    const model::WeightView* qkv[3] = {count(get(p + "self_attn.q_proj.weight", {q_dim_, H})),
+                                       count(get(p + "self_attn.k_proj.weight", {kv_dim_, H})),
+                                       count(get(p + "self_attn.v_proj.weight", {kv_dim_, H}))};
+    if (c.attention_bias) {
+      const model::WeightView* b[3] = {count(get(p + "self_attn.q_proj.bias", {q_dim_})),
+                                       count(get(p + "self_attn.k_proj.bias", {kv_dim_})),
+                                       count(get(p + "self_attn.v_proj.bias", {kv_dim_}))};
+      L.qkv = be_->load_matrix(qkv, b);
+    } else {
+      L.qkv = be_->load_matrix(qkv);
+    }
+    const model::WeightView* ow = count(get(p + "self_attn.o_proj.weight", {H, q_dim_}));
+    if (c.o_bias) {
+      const model::WeightView* ob = count(get(p + "self_attn.o_proj.bias", {H}));
+      L.o = be_->load_matrix(std::span<const model::WeightView* const>(&ow, 1),
+                             std::span<const model::WeightView* const>(&ob, 1));
+    } else {
+      L.o = be_->load_matrix(std::span<const model::WeightView* const>(&ow, 1));
+    }
+    const model::WeightView* gu[2] = {count(get(p + "mlp.gate_proj.weight", {F, H})),
+                                      count(get(p + "mlp.up_proj.weight", {F, H}))};
+    L.gate_up = be_->load_matrix(gu);
+    const model::WeightView* dw = count(get(p + "mlp.down_proj.weight", {H, F}));
+    L.down = be_->load_matrix(std::span<const model::WeightView* const>(&dw, 1));
+    layers_.push_back(std::move(L));
+  }
+
+  info_.architecture = c.model_type;
+  info_.source = dir.string();
+  info_.backend = be_->name();
+  info_.weight_dtype = std::string(dtype_name(embed_.w.dtype));
+  info_.vocab_size = c.vocab_size;
+  info_.hidden_size = H;
+  info_.num_layers = c.num_layers;
+  info_.num_heads = c.num_heads;
+  info_.num_kv_heads = c.num_kv_heads;
+  info_.head_dim = hd;
+  info_.max_context = opts.max_context > 0 ? opts.max_context : std::min<int64_t>(c.max_position, 4096);
+  info_.parameters = params;
+  info_.bos_id = c.bos_id;
+  info_.eos_ids = c.eos_ids;
+  // transformers' generate() stops at generation_config.json's eos ids (Gemma 3 instruct: <eos> and <end_of_turn>).
+  if (fs::is_directory(dir, ec)) {
+    std::ifstream gf(dir / "generation_config.json");
+    if (gf) {
+      try {
+        auto gj = nlohmann::json::parse(gf);
+        if (gj.is_object() && gj.contains("eos_token_id")) {
+          const auto& e = gj["eos_token_id"];
+          std::vector<int32_t> more;
+          if (e.is_number_integer()) more.push_back(e.get<int32_t>());
+          if (e.is_array())
+            for (auto& x : e)
+              if (x.is_number_integer()) more.push_back(x.get<int32_t>());
+          for (int32_t id : more)
+            if (std::find(info_.eos_ids.begin(), info_.eos_ids.end(), id) == info_.eos_ids.end())
+              info_.eos_ids.push_back(id);
+        }
+      } catch (const nlohmann::json::exception&) {
+        // generation_config.json is advisory; a malformed one is ignored (config.json's ids stay).
+      }
+    }
+  }
+  // Rows of logits computed at once when every row is wanted: at most ~64 MiB of logits.
+  logit_rows_ = std::max<int64_t>(1, std::min<int64_t>(std::min(opts.prefill_chunk, info_.max_context),
+                                                      (int64_t(64) << 20) / (4 * c.vocab_size)));
+}
+
+}  // namespace
+}  // namespace engine
+
+std::shared_ptr<Model> Model::load(const std::filesystem::path& dir, const LoadOptions& opts) {
+  return std::make_shared<engine::ModelImpl>(dir, opts);
+}
+
+GenerationResult generate(Session& session, std::span<const int32_t> prompt, const GenerateOptions& opts,
+                          const std::function<bool(int32_t)>& on_token) {
+  using Clock = std::chrono::steady_clock;
+  if (opts.max_new_tokens < 1)
+    fail(Status::invalid_argument, "max_new_tokens must be at least 1, got " + std::to_string(opts.max_new_tokens));
+  if (prompt.empty()) fail(Status::invalid_argument, "generate: the prompt is empty (give at least one token)");
+  engine::SamplerParams sp;
+  sp.temperature = opts.temperature;
+  sp.top_k = opts.top_k;
+  sp.top_p = opts.top_p;
+  sp.min_p = opts.min_p;
+  sp.repetition_penalty = opts.repetition_penalty;
+  sp.seed = opts.seed;
+  engine::Sampler sampler(sp);  // validates
+  std::vector<int32_t> stops = opts.stop_ids;
+  if (opts.stop_at_eos)
+    for (int32_t e : session.model().info().eos_ids) stops.push_back(e);
+
+  GenerationResult r;
+  r.prompt_tokens = int64_t(prompt.size());
+  std::vector<int32_t> history(prompt.begin(), prompt.end());
+  const auto t0 = Clock::now();
+  session.prefill(prompt);
+  const auto t1 = Clock::now();
+  r.prefill_s = std::chrono::duration<double>(t1 - t0).count();
+  int32_t tok = sampler.sample(session.logits(), history);
+  r.time_to_first_token_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const auto td = Clock::now();
+  r.stop_reason = "length";
+  while (true) {
+    r.tokens.push_back(tok);
+    history.push_back(tok);
+    if (on_token && !on_token(tok)) {
+      r.stop_reason = "callback";
+      break;
+    }
+    if (std::find(stops.begin(), stops.end(), tok) != stops.end()) {
+      r.stop_reason = "eos";
+      break;
+    }
+    if (int64_t(r.tokens.size()) >= opts.max_new_tokens) break;
+    if (session.position() >= session.max_context()) {
+      r.stop_reason = "context";
+      break;
+    }
+    session.decode(tok);
+    ++r.decode_steps;
+    tok = sampler.sample(session.logits(), history);
+  }
+  r.decode_s = std::chrono::duration<double>(Clock::now() - td).count();
+  return r;
+}
+
+}  // namespace flashkit

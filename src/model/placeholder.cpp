@@ -1,1 +1,0 @@
-// Empty until the readers land; keeps the object library non-empty.

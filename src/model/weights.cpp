@@ -1,0 +1,189 @@
+// Format-independent parts of the weight interface: type names, element counts, f32 conversion, and the
+// memory-mapped file and name table both readers build on.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "model/detail.hpp"
+
+namespace flashkit::model {
+
+const char* weight_type_name(WeightType t) {
+  switch (t) {
+    case WeightType::f32: return "f32";
+    case WeightType::f16: return "f16";
+    case WeightType::bf16: return "bf16";
+    case WeightType::q8_0: return "q8_0";
+  }
+  return "unknown";
+}
+
+int64_t WeightView::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;  // the readers reject shapes whose product overflows
+  return n;
+}
+
+const WeightView& WeightStore::get(std::string_view name) const {
+  if (const WeightView* w = find(name)) return *w;
+  fail(Status::invalid_argument, source() + ": no tensor named '" + detail::printable(name) + "' in the checkpoint");
+}
+
+void to_f32(const WeightView& w, float* out) {
+  const int64_t n = w.numel();
+  uint64_t need = 0;
+  if (!detail::storage_bytes(w.type, uint64_t(n), &need) || need > w.nbytes)
+    fail(Status::invalid_argument, "to_f32: tensor '" + w.name + "' holds " + std::to_string(w.nbytes) +
+                                       " bytes, fewer than its shape " + detail::shape_str(w.shape) + " of " +
+                                       weight_type_name(w.type) + " needs");
+  if (n == 0) return;  // empty tensors: `out` and `data` may be null, and memcpy must not see null
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  // memcpy per element: views into a file are not guaranteed aligned for every caller's build of the store.
+  switch (w.type) {
+    case WeightType::f32: std::memcpy(out, src, size_t(n) * 4); break;
+    case WeightType::f16:
+#pragma omp parallel for if (n > (1 << 16))
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        out[i] = f16_to_f32(h);
+      }
+      break;
+    case WeightType::bf16:
+#pragma omp parallel for if (n > (1 << 16))
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        out[i] = bf16_to_f32(h);
+      }
+      break;
+    case WeightType::q8_0: {
+      // Block of 32: f16 scale d, then 32 int8 q; value = d * q.
+      const int64_t blocks = n / 32;
+#pragma omp parallel for if (blocks > 2048)
+      for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* blk = src + 34 * b;
+        uint16_t h;
+        std::memcpy(&h, blk, 2);
+        const float d = f16_to_f32(h);
+        for (int j = 0; j < 32; ++j) out[32 * b + j] = d * float(int8_t(blk[2 + j]));
+      }
+      break;
+    }
+  }
+}
+
+namespace detail {
+
+std::shared_ptr<const Bytes> Bytes::map_file(const std::filesystem::path& path) {
+  const std::string p = path.string();
+  // O_NONBLOCK so a FIFO named like a checkpoint cannot hang open(); we reject non-regular files below anyway.
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) fail(Status::invalid_argument, p + ": cannot open (" + std::strerror(errno) + ")");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(Status::invalid_argument, p + ": not a regular file");
+  }
+  std::shared_ptr<Bytes> b(new Bytes());
+  b->label_ = p;
+  b->size_ = size_t(st.st_size);
+  if (b->size_ > 0) {
+    void* m = ::mmap(nullptr, b->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m == MAP_FAILED) {
+      int e = errno;
+      ::close(fd);
+      fail(Status::invalid_argument,
+           p + ": cannot mmap " + std::to_string(b->size_) + " bytes (" + std::strerror(e) + ")");
+    }
+    b->data_ = static_cast<const uint8_t*>(m);
+    b->mapped_ = true;
+  }
+  ::close(fd);  // the mapping stays valid without the descriptor
+  return b;
+}
+
+std::shared_ptr<const Bytes> Bytes::borrow(const void* data, size_t size, std::string label) {
+  std::shared_ptr<Bytes> b(new Bytes());
+  b->data_ = static_cast<const uint8_t*>(data);
+  b->size_ = data ? size : 0;
+  b->label_ = std::move(label);
+  return b;
+}
+
+Bytes::~Bytes() {
+  if (mapped_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+const WeightView* TensorStore::find(std::string_view name) const {
+  auto it = views_.find(name);
+  return it == views_.end() ? nullptr : &it->second;
+}
+
+WeightView* TensorStore::find_mutable(std::string_view name) {
+  auto it = views_.find(name);
+  return it == views_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> TensorStore::names() const {
+  std::vector<std::string> out;
+  out.reserve(views_.size());
+  for (const auto& kv : views_) out.push_back(kv.first);
+  return out;
+}
+
+void* TensorStore::own(size_t nbytes) {
+  owned_.push_back(std::make_unique<uint64_t[]>((nbytes + 7) / 8 + 1));
+  return owned_.back().get();
+}
+
+void TensorStore::add(WeightView v, const std::string& where) {
+  std::string name = v.name;
+  if (!views_.emplace(name, std::move(v)).second)
+    fail(Status::invalid_argument, where + ": tensor '" + printable(name) + "' is listed more than once");
+}
+
+size_t element_size(WeightType t) {
+  switch (t) {
+    case WeightType::f32: return 4;
+    case WeightType::f16:
+    case WeightType::bf16: return 2;
+    case WeightType::q8_0: return 1;  // byte-granular blocks; see storage_bytes
+  }
+  return 1;
+}
+
+bool storage_bytes(WeightType t, uint64_t numel, uint64_t* out) {
+  if (t == WeightType::q8_0) {
+    if (numel % 32 != 0) return false;
+    return mul_ok(numel / 32, 34, out);
+  }
+  return mul_ok(numel, element_size(t), out);
+}
+
+void ensure_aligned(TensorStore& store, WeightView& v) {
+  const size_t a = v.type == WeightType::q8_0 ? 2 : element_size(v.type);
+  if (reinterpret_cast<uintptr_t>(v.data) % a == 0) return;
+  void* copy = store.own(v.nbytes);
+  if (v.nbytes) std::memcpy(copy, v.data, v.nbytes);
+  v.data = copy;
+}
+
+std::string printable(std::string_view s) {
+  std::string o;
+  for (char c : s.substr(0, 100)) o += (c >= 32 && c < 127) ? c : '?';
+  return s.size() > 100 ? o + "..." : o;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace detail
+}  // namespace flashkit::model

@@ -1,0 +1,119 @@
+// The whole engine on the CUDA backend against transformers (tests/data/models/*, computed by transformers on the
+// CPU) and against the CPU backend. The CUDA backend stores matrices in bf16, so the f32 fixtures are checked with
+// a bf16-sized bound (prefill logits within ~1e-2 relative) and the bf16 fixtures by top-1 agreement; decode runs
+// teacher-forced on transformers' greedy ids (each step's argmax against the next greedy id), with CUDA graphs on
+// and off (which must agree to rounding). Skips when no CUDA device is visible.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fixture.hpp"
+#include "flashkit/engine.hpp"
+#include "flashkit/error.hpp"
+#include "flashkit/runtime.hpp"
+
+namespace {
+
+using namespace flashkit::testing;
+const std::string& kData = kTestData;
+
+bool have_cuda() {
+  if (flashkit::cuda_device_count() <= 0) return false;
+  try {
+    flashkit::LoadOptions o;
+    o.device = "cuda";
+    o.random_weights = true;
+    flashkit::Model::load(kData + "/models/tiny-llama", o);
+    return true;
+  } catch (const flashkit::Error& e) {
+    if (e.status() == flashkit::Status::unsupported) return false;
+    throw;
+  }
+}
+
+struct Run {
+  std::vector<float> prefill;               // [P, V]
+  std::vector<std::vector<float>> decode;   // teacher-forced steps
+};
+
+Run run_model(const std::string& dir, const Fixture& ex, const std::string& device, const char* graphs) {
+  if (graphs) setenv("FLASHKIT_CUDA_GRAPHS", graphs, 1);
+  flashkit::LoadOptions o;
+  o.device = device;
+  o.dtype = "bf16";
+  auto model = flashkit::Model::load(dir, o);
+  unsetenv("FLASHKIT_CUDA_GRAPHS");
+  auto s = model->new_session();
+  Run r;
+  s->prefill(ex.prompt, /*all_logits=*/true);
+  r.prefill = s->all_logits();
+  for (size_t i = 0; i + 1 < ex.greedy.size(); ++i) {
+    s->decode(ex.greedy[i]);
+    r.decode.emplace_back(s->logits().begin(), s->logits().end());
+  }
+  return r;
+}
+
+void check_fixture(const std::string& name, bool f32_fixture) {
+  const std::string dir = kData + "/models/" + name;
+  const Fixture ex = read_fixture(dir);
+  const int64_t V = ex.vocab, P = int64_t(ex.prompt.size());
+  const Run g = run_model(dir, ex, "cuda", "1");
+  const Run e = run_model(dir, ex, "cuda", "0");
+  const Run c = run_model(dir, ex, "cpu", nullptr);
+  ASSERT_EQ(int64_t(g.prefill.size()), P * V);
+
+  double worst = 0, worst_cpu = 0;
+  int agree = 0;
+  for (int64_t r = 0; r < P; ++r) {
+    worst = std::max(worst, rel_err(g.prefill.data() + r * V, ex.prefill.data() + r * V, V));
+    worst_cpu = std::max(worst_cpu, rel_err(g.prefill.data() + r * V, c.prefill.data() + r * V, V));
+    agree += argmax(g.prefill.data() + r * V, V) == argmax(ex.prefill.data() + r * V, V);
+  }
+  std::printf("[%s] prefill: max row rel err vs transformers %.3g, vs cpu backend %.3g, top-1 %d/%lld\n", name.c_str(),
+              worst, worst_cpu, agree, (long long)P);
+  if (f32_fixture) EXPECT_LT(worst, 3e-2) << "prefill logits (f32 checkpoint stored in bf16 on the GPU)";
+  EXPECT_GE(agree, int(0.95 * double(P))) << "prefill top-1 agreement";
+  EXPECT_LT(worst_cpu, 2e-2) << "prefill logits vs the CPU backend (bf16 weights on both)";
+
+  int dagree = 0;
+  double worst_ge = 0, worst_dec = 0;
+  const int64_t steps = int64_t(g.decode.size());
+  for (int64_t i = 0; i < steps; ++i) {
+    dagree += argmax(g.decode[size_t(i)].data(), V) == ex.greedy[size_t(i + 1)];
+    worst_ge = std::max(worst_ge, rel_err(g.decode[size_t(i)].data(), e.decode[size_t(i)].data(), V));
+    if (i < int64_t(ex.decode.size()) / V)
+      worst_dec = std::max(worst_dec, rel_err(g.decode[size_t(i)].data(), ex.decode.data() + i * V, V));
+  }
+  std::printf("[%s] decode: top-1 %d/%lld vs transformers' greedy ids, graph vs eager %.3g, logits vs transformers %.3g\n",
+              name.c_str(), dagree, (long long)steps, worst_ge, worst_dec);
+  EXPECT_GE(dagree, int(0.9 * double(steps))) << "teacher-forced greedy agreement";
+  EXPECT_LT(worst_ge, 1e-5) << "CUDA graph replay vs eager";
+  if (f32_fixture) EXPECT_LT(worst_dec, 3e-2) << "decode logits";
+}
+
+TEST(CudaEngineModel, TinyLlama) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
+  check_fixture("tiny-llama", true);
+}
+TEST(CudaEngineModel, TinyLlamaBf16) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
+  check_fixture("tiny-llama-bf16", false);
+}
+TEST(CudaEngineModel, TinyGemma3) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
+  check_fixture("tiny-gemma3", true);
+}
+TEST(CudaEngineModel, TinyGemma3Bf16) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
+  check_fixture("tiny-gemma3-bf16", false);
+}
+
+}  // namespace

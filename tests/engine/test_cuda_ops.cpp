@@ -1,0 +1,598 @@
+// The CUDA engine backend op by op (src/engine/cuda) against f64 references computed here: fresh random inputs,
+// NaN-poisoned outputs, odd sizes and strided views; fused op sequences (the backend fuses them at flush) are
+// checked against the unfused definitions, with fusion on and off, and a captured decode step against the same
+// ops run eagerly and on the CPU backend. Every test skips when no CUDA device is visible (CI has none).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/backend.hpp"
+#include "flashkit/dtype.hpp"
+#include "flashkit/error.hpp"
+#include "flashkit/runtime.hpp"
+#include "model/weights.hpp"
+
+using namespace flashkit;
+using namespace flashkit::engine;
+
+namespace {
+
+std::unique_ptr<Backend> cuda_backend(const char* fuse = nullptr, const char* graphs = nullptr) {
+  if (cuda_device_count() <= 0) return nullptr;
+  // The backend reads its switches when it is created.
+  if (fuse) setenv("FLASHKIT_CUDA_FUSE", fuse, 1);
+  if (graphs) setenv("FLASHKIT_CUDA_GRAPHS", graphs, 1);
+  std::unique_ptr<Backend> be;
+  try {
+    be = make_cuda_backend({});
+  } catch (const Error& e) {
+    if (e.status() != Status::unsupported) throw;
+  }
+  unsetenv("FLASHKIT_CUDA_FUSE");
+  unsetenv("FLASHKIT_CUDA_GRAPHS");
+  return be;
+}
+#define NEED_CUDA(var, ...)                                    \
+  auto var = cuda_backend(__VA_ARGS__);                        \
+  if (!var) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
+
+std::vector<float> rnd(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+float bfr(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+std::vector<float> bfr(std::vector<float> v) {
+  for (auto& x : v) x = bfr(x);
+  return v;
+}
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Device tensors that free themselves.
+struct Buf {
+  Backend* be = nullptr;
+  Tensor t;
+  Buf(Backend& b, int64_t rows, int64_t cols, const std::vector<float>* init = nullptr, DType dt = DType::f32)
+      : be(&b) {
+    t = b.alloc(dt, rows, cols);
+    std::vector<float> v = init ? *init : std::vector<float>(size_t(rows * cols), kNaN);
+    if (dt == DType::bf16) {
+      std::vector<uint16_t> h(v.size());
+      for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
+      b.upload(t, h.data(), h.size() * 2);
+    } else {
+      b.upload(t, v.data(), v.size() * 4);
+    }
+  }
+  ~Buf() { be->free(t); }
+  Buf(const Buf&) = delete;
+  std::vector<float> get(int64_t rows = -1) const { return get_view(*be, t, rows < 0 ? t.rows : rows); }
+  static std::vector<float> get_view(Backend& b, const Tensor& v, int64_t rows) {
+    std::vector<float> h(size_t(rows * v.cols));
+    b.download_f32(h.data(), v, rows);
+    return h;
+  }
+};
+
+// A matrix on the backend. The host copies stay alive with it: a backend may keep pointing at host weights when
+// their stored type is the one it wants (the CPU backend does, as with a memory-mapped checkpoint).
+struct Mat {
+  Backend* be;
+  Matrix m;
+  std::vector<float> wf, bf;
+  std::vector<uint16_t> wb;
+  Mat(Backend& b, const std::vector<float>& w, int64_t rows, int64_t cols, const std::vector<float>* bias = nullptr,
+      bool store_bf16 = false)
+      : be(&b), wf(w) {
+    model::WeightView wv;
+    wv.name = "w";
+    wv.shape = {rows, cols};
+    if (store_bf16) {
+      wb.resize(w.size());
+      for (size_t i = 0; i < w.size(); ++i) wb[i] = f32_to_bf16(w[i]);
+      wv.type = model::WeightType::bf16, wv.data = wb.data(), wv.nbytes = wb.size() * 2;
+    } else {
+      wv.type = model::WeightType::f32, wv.data = wf.data(), wv.nbytes = wf.size() * 4;
+    }
+    const model::WeightView* parts[1] = {&wv};
+    model::WeightView bv;
+    const model::WeightView* bparts[1] = {&bv};
+    if (bias) {
+      bf = *bias;
+      bv.name = "b", bv.type = model::WeightType::f32, bv.shape = {rows}, bv.data = bf.data(), bv.nbytes = bf.size() * 4;
+      m = b.load_matrix(parts, bparts);
+    } else {
+      m = b.load_matrix(parts);
+    }
+  }
+  ~Mat() { be->free_matrix(m); }
+};
+
+Tensor vec(Backend& be, const std::vector<float>& v) { return be.upload_f32(v); }
+
+double rel(const std::vector<float>& got, const std::vector<double>& ref) {
+  double d = 0, r = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    d += (got[i] - ref[i]) * (got[i] - ref[i]);
+    r += ref[i] * ref[i];
+  }
+  return std::sqrt(d / std::max(r, 1e-300));
+}
+
+// ---- f64 references
+std::vector<double> rms_ref(const double* x, int64_t n, const float* w, double eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  const double r = 1.0 / std::sqrt(ss / double(n) + eps);
+  std::vector<double> y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) y[size_t(i)] = x[i] * r * w[i];
+  return y;
+}
+double gelu_ref(double g) { return 0.5 * g * (1 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))); }
+double silu_ref(double g) { return g / (1 + std::exp(-g)); }
+// y[t, n] = sum_k x[t, k] W[n, k] (+ b[n]); W as the device holds it (bf16-rounded)
+std::vector<double> linear_ref(const std::vector<double>& x, int64_t T, int64_t K, const std::vector<float>& W, int64_t N,
+                               const std::vector<float>* b) {
+  std::vector<double> y(size_t(T * N));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = b ? (*b)[size_t(n)] : 0.0;
+      for (int64_t k = 0; k < K; ++k) s += x[size_t(t * K + k)] * double(bfr(W[size_t(n * K + k)]));
+      y[size_t(t * N + n)] = s;
+    }
+  return y;
+}
+void rope_ref(double* x, int64_t D, double pos, const std::vector<float>& inv, double scaling) {
+  const int64_t h = D / 2;
+  for (int64_t i = 0; i < h; ++i) {
+    const double a = pos * double(inv[size_t(i)]), c = std::cos(a) * scaling, s = std::sin(a) * scaling;
+    const double x1 = x[i], x2 = x[i + h];
+    x[i] = x1 * c - x2 * s;
+    x[i + h] = x2 * c + x1 * s;
+  }
+}
+std::vector<double> to_d(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+std::vector<float> inv_freq(int64_t D, double theta) {
+  std::vector<float> f(size_t(D / 2));
+  for (int64_t i = 0; i < D / 2; ++i) f[size_t(i)] = float(1.0 / std::pow(theta, double(2 * i) / double(D)));
+  return f;
+}
+
+// ================================================================ linear
+struct LinCase {
+  int64_t T, N, K;
+  bool bias, store_bf16;
+};
+
+TEST(CudaEngineOps, Linear) {
+  NEED_CUDA(be);
+  const LinCase cases[] = {{1, 37, 64, false, false},  {1, 1000, 640, true, true}, {3, 515, 2056, false, false},
+                           {8, 129, 96, true, false},  {17, 300, 136, false, true}, {2, 50, 20, false, false},
+                           {1, 4099, 1024, false, true}, {5, 3, 8, true, false}};
+  uint64_t seed = 1;
+  for (const auto& c : cases) {
+    SCOPED_TRACE("T=" + std::to_string(c.T) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K));
+    auto W = rnd(size_t(c.N * c.K), seed++, -0.5f, 0.5f);
+    auto x = rnd(size_t(c.T * c.K), seed++);
+    auto b = rnd(size_t(c.N), seed++);
+    Mat m(*be, W, c.N, c.K, c.bias ? &b : nullptr, c.store_bf16);
+    Buf xb(*be, c.T, c.K + 3);  // strided input: columns [1, K+1) of a wider buffer
+    std::vector<float> xw(size_t(c.T * (c.K + 3)), 7.0f);
+    for (int64_t t = 0; t < c.T; ++t)
+      for (int64_t k = 0; k < c.K; ++k) xw[size_t(t * (c.K + 3) + 1 + k)] = x[size_t(t * c.K + k)];
+    be->upload(xb.t, xw.data(), xw.size() * 4);
+    Buf y(*be, c.T, c.N + 5);
+    const Tensor yv = y.t.col_slice(2, c.N);
+    be->linear(xb.t.col_slice(1, c.K), m.m, yv, c.T);
+    const auto got = Buf::get_view(*be, yv, c.T);
+    const auto ref = linear_ref(to_d(x), c.T, c.K, W, c.N, c.bias ? &b : nullptr);
+    const bool gemv = c.T <= 8 && c.K % 8 == 0;
+    EXPECT_LT(rel(got, ref), gemv ? 2e-6 : 1e-2);  // cuBLAS rounds x to bf16
+  }
+}
+
+// ================================================================ fused sequences (and the same with fusion off)
+void sandwich_case(Backend& be, int64_t T, int64_t K, int64_t N, uint64_t seed) {
+  SCOPED_TRACE("sandwich T=" + std::to_string(T));
+  const float eps = 1e-6f;
+  auto h0 = rnd(size_t(T * K), seed), d = rnd(size_t(T * K), seed + 1, -3, 3);
+  auto pw = rnd(size_t(K), seed + 2, 0.5f, 1.5f), w = rnd(size_t(K), seed + 3, 0.5f, 1.5f);
+  auto W = rnd(size_t(N * K), seed + 4, -0.3f, 0.3f);
+  Mat m(be, W, N, K);
+  Buf h(be, T, K, &h0), db(be, T, K, &d), xn(be, T, K), y(be, T, N);
+  Tensor pwt = vec(be, pw), wt = vec(be, w);
+  be.add_rms_norm(db.t, pwt, h.t, T, eps);
+  be.rms_norm(h.t, wt, xn.t, T, K, eps);
+  be.linear(xn.t, m.m, y.t, T);
+  std::vector<double> href(size_t(T * K)), xref;
+  for (int64_t t = 0; t < T; ++t) {
+    auto dn = rms_ref(to_d(d).data() + t * K, K, pw.data(), eps);
+    for (int64_t k = 0; k < K; ++k) href[size_t(t * K + k)] = h0[size_t(t * K + k)] + dn[size_t(k)];
+    auto a = rms_ref(href.data() + t * K, K, w.data(), eps);
+    xref.insert(xref.end(), a.begin(), a.end());
+  }
+  const auto yref = linear_ref(xref, T, K, W, N, nullptr);
+  EXPECT_LT(rel(h.get(), href), 1e-6);
+  EXPECT_LT(rel(xn.get(), xref), 1e-6);
+  EXPECT_LT(rel(y.get(), yref), 2e-6);
+  be.free(pwt);
+  be.free(wt);
+}
+
+void gated_case(Backend& be, int64_t T, int64_t K, int64_t F, Activation act, uint64_t seed) {
+  SCOPED_TRACE("gated T=" + std::to_string(T) + (act == Activation::silu ? " silu" : " gelu"));
+  const float eps = 1e-5f;
+  auto h0 = rnd(size_t(T * K), seed), d = rnd(size_t(T * K), seed + 1);
+  auto w = rnd(size_t(K), seed + 3, 0.5f, 1.5f);
+  auto W = rnd(size_t(2 * F * K), seed + 4, -0.3f, 0.3f);
+  Mat m(be, W, 2 * F, K);
+  Buf h(be, T, K, &h0), db(be, T, K, &d), xn(be, T, K), gu(be, T, 2 * F), out(be, T, F);
+  Tensor wt = vec(be, w);
+  be.add(db.t, h.t, T);
+  be.rms_norm(h.t, wt, xn.t, T, K, eps);
+  be.linear(xn.t, m.m, gu.t, T);
+  be.gated_act(gu.t, out.t, T, act);
+  std::vector<double> href(size_t(T * K)), xref;
+  for (int64_t i = 0; i < T * K; ++i) href[size_t(i)] = double(h0[size_t(i)]) + d[size_t(i)];
+  for (int64_t t = 0; t < T; ++t) {
+    auto a = rms_ref(href.data() + t * K, K, w.data(), eps);
+    xref.insert(xref.end(), a.begin(), a.end());
+  }
+  const auto guref = linear_ref(xref, T, K, W, 2 * F, nullptr);
+  std::vector<double> oref(size_t(T * F));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t f = 0; f < F; ++f) {
+      const double g = guref[size_t(t * 2 * F + f)], u = guref[size_t(t * 2 * F + F + f)];
+      oref[size_t(t * F + f)] = (act == Activation::silu ? silu_ref(g) : gelu_ref(g)) * u;
+    }
+  EXPECT_LT(rel(h.get(), href), 1e-6);
+  EXPECT_LT(rel(xn.get(), xref), 1e-6);
+  EXPECT_LT(rel(gu.get(), guref), 2e-6);
+  EXPECT_LT(rel(out.get(), oref), 1e-5);
+  be.free(wt);
+}
+
+void head_case(Backend& be, int64_t K, int64_t V, float cap, uint64_t seed) {
+  SCOPED_TRACE("lm head");
+  const float eps = 1e-6f;
+  auto h0 = rnd(size_t(3 * K), seed), w = rnd(size_t(K), seed + 1, 0.5f, 1.5f);
+  auto W = rnd(size_t(V * K), seed + 2, -0.5f, 0.5f);
+  Mat m(be, W, V, K);
+  Buf h(be, 3, K, &h0), xn(be, 3, K), lg(be, 1, V);
+  Tensor wt = vec(be, w);
+  const Tensor hl = h.t.row_slice(2, 1), xl = xn.t.row_slice(2, 1);
+  be.rms_norm(hl, wt, xl, 1, K, eps);
+  be.linear(xl, m.m, lg.t, 1);
+  be.softcap(lg.t, 1, cap);
+  auto xref = rms_ref(to_d(h0).data() + 2 * K, K, w.data(), eps);
+  auto ref = linear_ref(xref, 1, K, W, V, nullptr);
+  for (auto& r : ref) r = cap * std::tanh(r / cap);
+  EXPECT_LT(rel(lg.get(), ref), 2e-6);
+  EXPECT_LT(rel(Buf::get_view(be, xl, 1), xref), 1e-6);
+  be.free(wt);
+}
+
+void fused_suite(Backend& be) {
+  for (int64_t T : {1, 3}) {
+    sandwich_case(be, T, 640, 1536, 10 + T);
+    gated_case(be, T, 2048, 1000, Activation::silu, 20 + T);
+    gated_case(be, T, 64, 160, Activation::gelu_tanh, 30 + T);
+  }
+  head_case(be, 640, 5003, 30.0f, 40);
+}
+
+TEST(CudaEngineOps, FusedSequences) {
+  NEED_CUDA(be);
+  fused_suite(*be);
+}
+TEST(CudaEngineOps, FusedSequencesWithFusionOff) {
+  NEED_CUDA(be, "0");
+  fused_suite(*be);
+}
+
+// ================================================================ small ops
+TEST(CudaEngineOps, SmallOps) {
+  NEED_CUDA(be);
+  be->reserve_step(8);
+  // embed (bf16 table), three tokens
+  {
+    const int64_t V = 300, C = 72;
+    auto tab = rnd(size_t(V * C), 1);
+    Mat m(*be, tab, V, C, nullptr, true);
+    Buf out(*be, 3, C);
+    const std::vector<int32_t> tok = {5, 299, 0};
+    be->set_step(tok, 11);
+    be->embed(m.m, out.t, 3, 8.5f);
+    std::vector<double> ref;
+    for (int32_t t : tok)
+      for (int64_t c = 0; c < C; ++c) ref.push_back(double(bfr(tab[size_t(t * C + c)])) * 8.5);
+    EXPECT_LT(rel(out.get(), ref), 1e-7);
+  }
+  // rms_norm per head (out of place), add, softcap, gated_act, rope
+  {
+    const int64_t T = 3, H = 4, D = 64, C = H * D;
+    auto x = rnd(size_t(T * C), 2, -2, 2), y0 = rnd(size_t(T * C), 3), w = rnd(size_t(D), 4, 0.5f, 1.5f);
+    Buf xb(*be, T, C, &x), out(*be, T, C), yb(*be, T, C, &y0);
+    Tensor wt = vec(*be, w);
+    be->rms_norm(xb.t, wt, out.t, T, D, 1e-6f);
+    std::vector<double> ref;
+    for (int64_t r = 0; r < T * H; ++r) {
+      auto v = rms_ref(to_d(x).data() + r * D, D, w.data(), 1e-6);
+      ref.insert(ref.end(), v.begin(), v.end());
+    }
+    EXPECT_LT(rel(out.get(), ref), 1e-6) << "rms_norm per head";
+    be->add(xb.t, yb.t, T);
+    std::vector<double> aref(size_t(T * C));
+    for (size_t i = 0; i < aref.size(); ++i) aref[i] = double(x[i]) + y0[i];
+    EXPECT_LT(rel(yb.get(), aref), 1e-7) << "add";
+    be->softcap(yb.t, T, 2.5f);
+    for (auto& a : aref) a = 2.5 * std::tanh(a / 2.5);
+    EXPECT_LT(rel(yb.get(), aref), 1e-6) << "softcap";
+    Buf g(*be, T, C / 2);
+    be->gated_act(xb.t, g.t, T, Activation::gelu_tanh);
+    std::vector<double> gref;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t f = 0; f < C / 2; ++f)
+        gref.push_back(gelu_ref(x[size_t(t * C + f)]) * x[size_t(t * C + C / 2 + f)]);
+    EXPECT_LT(rel(g.get(), gref), 1e-6) << "gated_act";
+    auto inv = inv_freq(D, 10000.0);
+    Tensor it = vec(*be, inv);
+    be->set_step(std::vector<int32_t>{1, 2, 3}, 7);
+    be->rope(xb.t, T, H, D, it, 0.75f);
+    auto rref = to_d(x);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t hh = 0; hh < H; ++hh) rope_ref(rref.data() + t * C + hh * D, D, double(7 + t), inv, 0.75);
+    EXPECT_LT(rel(xb.get(), rref), 1e-6) << "rope";
+    be->free(wt);
+    be->free(it);
+  }
+}
+
+// ================================================================ attention
+struct AttnCase {
+  int64_t H, KVH, D, cap;
+  bool ring;
+  int64_t window, P, T;
+  float softcap;
+  bool qk_norm, rope;
+  bool cache_bf16 = false;  // the model allocates f32 caches today; the kernels take bf16 too
+};
+std::string name(const AttnCase& c) {
+  return "H" + std::to_string(c.H) + "x" + std::to_string(c.KVH) + " D" + std::to_string(c.D) + " cap" +
+         std::to_string(c.cap) + (c.ring ? " ring" : "") + " win" + std::to_string(c.window) + " P" +
+         std::to_string(c.P) + " T" + std::to_string(c.T) + (c.softcap > 0 ? " cap" : "") +
+         (c.cache_bf16 ? " bf16 cache" : "");
+}
+
+// Runs one attention step (with the q/k norms and rope for T == 1, as the model schedules them) and checks the
+// output and the cache against an f64 reference.
+void attention_case(Backend& be, const AttnCase& c, uint64_t seed) {
+  SCOPED_TRACE(name(c));
+  const int64_t H = c.H, KVH = c.KVH, D = c.D, T = c.T, qd = H * D, kvd = KVH * D, W = qd + 2 * kvd;
+  const float eps = 1e-6f, scale = 1.0f / std::sqrt(float(D)) * 1.1f, rs = 1.0f;
+  auto kc0 = rnd(size_t(c.cap * kvd), seed), vc0 = rnd(size_t(c.cap * kvd), seed + 1);
+  if (c.cache_bf16) kc0 = bfr(kc0), vc0 = bfr(vc0);  // what a bf16 cache holds
+  const DType cdt = c.cache_bf16 ? DType::bf16 : DType::f32;
+  auto qkv = rnd(size_t(T * W), seed + 2, -2, 2);
+  auto qw = rnd(size_t(D), seed + 3, 0.5f, 1.5f), kw = rnd(size_t(D), seed + 4, 0.5f, 1.5f);
+  auto inv = inv_freq(D, 10000.0);
+  Buf kc(be, c.cap, kvd, &kc0, cdt), vc(be, c.cap, kvd, &vc0, cdt), qb(be, T, W, &qkv), out(be, T, qd);
+  Tensor qwt = vec(be, qw), kwt = vec(be, kw), it = vec(be, inv);
+  KVLayer kv{kc.t, vc.t, c.cap, c.ring};
+  AttentionParams ap{H, KVH, D, scale, c.softcap, c.window};
+  const Tensor q = qb.t.col_slice(0, qd), k = qb.t.col_slice(qd, kvd), v = qb.t.col_slice(qd + kvd, kvd);
+  be.reserve_step(64);
+  be.set_step(std::vector<int32_t>(size_t(T), 0), c.P);
+  if (c.qk_norm) {
+    be.rms_norm(q, qwt, q, T, D, eps);
+    be.rms_norm(k, kwt, k, T, D, eps);
+  }
+  if (c.rope) {
+    be.rope(q, T, H, D, it, rs);
+    be.rope(k, T, KVH, D, it, rs);
+  }
+  be.attention(q, k, v, kv, out.t, T, ap);
+  const auto got = out.get();
+  const auto kgot = kc.get(), vgot = vc.get();
+
+  // reference: processed new rows
+  std::vector<double> qn(size_t(T * qd)), kn(size_t(T * kvd)), vn(size_t(T * kvd));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < qd; ++i) qn[size_t(t * qd + i)] = qkv[size_t(t * W + i)];
+    for (int64_t i = 0; i < kvd; ++i) kn[size_t(t * kvd + i)] = qkv[size_t(t * W + qd + i)];
+    for (int64_t i = 0; i < kvd; ++i) vn[size_t(t * kvd + i)] = qkv[size_t(t * W + qd + kvd + i)];
+    for (int64_t h = 0; h < H; ++h) {
+      double* x = qn.data() + t * qd + h * D;
+      if (c.qk_norm) {
+        auto y = rms_ref(x, D, qw.data(), eps);
+        std::copy(y.begin(), y.end(), x);
+      }
+      if (c.rope) rope_ref(x, D, double(c.P + t), inv, rs);
+    }
+    for (int64_t h = 0; h < KVH; ++h) {
+      double* x = kn.data() + t * kvd + h * D;
+      if (c.qk_norm) {
+        auto y = rms_ref(x, D, kw.data(), eps);
+        std::copy(y.begin(), y.end(), x);
+      }
+      if (c.rope) rope_ref(x, D, double(c.P + t), inv, rs);
+    }
+  }
+  if (c.cache_bf16)  // the new rows are attended as the cache stores them
+    for (size_t i = 0; i < kn.size(); ++i) kn[i] = bfr(float(kn[i])), vn[i] = bfr(float(vn[i]));
+  auto slot = [&](int64_t j) { return c.ring ? j % c.cap : j; };
+  auto key = [&](int64_t j, int64_t i) -> double {
+    return j >= c.P ? kn[size_t((j - c.P) * kvd + i)] : kc0[size_t(slot(j) * kvd + i)];
+  };
+  auto val = [&](int64_t j, int64_t i) -> double {
+    return j >= c.P ? vn[size_t((j - c.P) * kvd + i)] : vc0[size_t(slot(j) * kvd + i)];
+  };
+  std::vector<double> ref(size_t(T * qd));
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t p = c.P + t;
+    int64_t lo = 0;
+    if (c.window > 0) lo = std::max<int64_t>(lo, p - c.window + 1);
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / (H / KVH);
+      std::vector<double> s;
+      double mx = -INFINITY;
+      for (int64_t j = lo; j <= p; ++j) {
+        double d = 0;
+        for (int64_t i = 0; i < D; ++i) d += qn[size_t(t * qd + h * D + i)] * key(j, g * D + i);
+        d *= scale;
+        if (c.softcap > 0) d = c.softcap * std::tanh(d / c.softcap);
+        s.push_back(d);
+        mx = std::max(mx, d);
+      }
+      double den = 0;
+      for (auto& x : s) den += (x = std::exp(x - mx));
+      for (int64_t i = 0; i < D; ++i) {
+        double o = 0;
+        for (int64_t j = lo; j <= p; ++j) o += s[size_t(j - lo)] * val(j, g * D + i);
+        ref[size_t(t * qd + h * D + i)] = o / den;
+      }
+    }
+  }
+  // T == 1 keeps f32 math end to end (f32 cache; a bf16 cache may round a new element one ulp apart from the
+  // f64 reference); T > 1 runs flash attention in bf16.
+  EXPECT_LT(rel(got, ref), T == 1 ? (c.cache_bf16 ? 1e-3 : 1e-5) : 2e-2);
+  // cache rows of the new positions (the last `cap` of them for a ring); all other rows untouched
+  std::vector<bool> written(size_t(c.cap), false);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t p = c.P + t;
+    if (c.ring && t < T - c.cap) continue;
+    const int64_t r = slot(p);
+    written[size_t(r)] = true;
+    for (int64_t i = 0; i < kvd; ++i) {
+      const double tol = c.cache_bf16 ? 8e-3 : 1e-4;  // one bf16 ulp
+      EXPECT_NEAR(kgot[size_t(r * kvd + i)], kn[size_t(t * kvd + i)], tol * (1 + std::fabs(kn[size_t(t * kvd + i)])))
+          << "k row of position " << p;
+      EXPECT_NEAR(vgot[size_t(r * kvd + i)], vn[size_t(t * kvd + i)], c.cache_bf16 ? tol * (1 + std::fabs(vn[size_t(t * kvd + i)])) : 1e-6)
+          << "v row of position " << p;
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+  for (int64_t r = 0; r < c.cap; ++r)
+    if (!written[size_t(r)])
+      for (int64_t i = 0; i < kvd; ++i) ASSERT_EQ(kgot[size_t(r * kvd + i)], kc0[size_t(r * kvd + i)]) << "row " << r;
+  be.free(qwt);
+  be.free(kwt);
+  be.free(it);
+}
+
+TEST(CudaEngineOps, DecodeAttention) {
+  NEED_CUDA(be);
+  const AttnCase cases[] = {
+      {4, 1, 256, 512, false, 0, 383, 1, 0.0f, true, true},     // gemma-3-270m global layer
+      {4, 1, 256, 512, true, 512, 700, 1, 0.0f, true, true},    // its sliding layer, ring wrapped
+      {32, 8, 64, 2048, false, 0, 1000, 1, 0.0f, false, true},  // llama-3.2-1b
+      {4, 2, 16, 8, true, 8, 20, 1, 50.0f, true, true},         // tiny ring with softcap
+      {4, 2, 40, 64, false, 0, 0, 1, 0.0f, false, false},       // first token, head_dim 40
+      {8, 8, 128, 300, false, 16, 200, 1, 0.0f, false, true},   // window on a linear cache
+      {6, 3, 64, 4096, false, 0, 4000, 1, 30.0f, true, false},  // long context, many splits
+      {4, 1, 256, 512, true, 512, 700, 1, 0.0f, true, true, true},     // bf16 cache: ring
+      {32, 8, 64, 2048, false, 0, 1000, 1, 0.0f, false, true, true},   // bf16 cache: linear
+  };
+  uint64_t seed = 100;
+  for (const auto& c : cases) attention_case(*be, c, seed += 10);
+}
+TEST(CudaEngineOps, DecodeAttentionUnfused) {
+  NEED_CUDA(be, "0");
+  attention_case(*be, {4, 1, 256, 512, true, 512, 700, 1, 0.0f, true, true}, 7);
+  attention_case(*be, {32, 8, 64, 2048, false, 0, 1000, 1, 0.0f, false, true}, 8);
+}
+
+TEST(CudaEngineOps, PrefillAttention) {
+  NEED_CUDA(be);
+  const AttnCase cases[] = {
+      {4, 2, 64, 64, false, 0, 0, 37, 0.0f, false, false},   // first chunk
+      {4, 2, 64, 64, false, 0, 37, 5, 0.0f, false, false},   // a second, short chunk
+      {4, 2, 64, 8, true, 8, 5, 13, 50.0f, false, false},    // ring that wraps inside the chunk
+      {4, 2, 64, 8, true, 8, 0, 3, 0.0f, false, false},      // ring, first chunk
+      {4, 1, 256, 16, true, 16, 40, 24, 0.0f, true, true},   // gemma-like head, norms and rope unfused (T > 1)
+      {8, 2, 16, 100, false, 0, 10, 20, 0.0f, false, true},  // head_dim 16
+      {4, 2, 64, 64, false, 0, 37, 5, 0.0f, false, false, true},  // bf16 cache: attends the cache in place
+      {4, 2, 64, 8, true, 8, 5, 13, 50.0f, false, false, true},   // bf16 cache: ring
+  };
+  uint64_t seed = 500;
+  for (const auto& c : cases) attention_case(*be, c, seed += 10);
+}
+
+// ================================================================ a captured decode step
+// embed -> norm -> qkv -> q/k norms, rope -> attention (ring) -> o-proj -> sandwich norm -> gate/up -> down -> add,
+// six decode steps through graph_begin / graph_end / graph_replay; compared with the same ops run eagerly (graphs
+// off) and on the CPU backend (bf16 weights there too).
+std::vector<std::vector<float>> run_steps(Backend& be, int steps) {
+  const int64_t V = 97, C = 64, H = 4, KVH = 2, D = 16, F = 96, qd = H * D, kvd = KVH * D;
+  const float eps = 1e-6f;
+  auto wv = [&](int64_t n, uint64_t s) { return rnd(size_t(n), s, 0.5f, 1.5f); };
+  Mat emb(be, rnd(size_t(V * C), 1), V, C, nullptr, true);
+  Mat wqkv(be, rnd(size_t((qd + 2 * kvd) * C), 2, -0.3f, 0.3f), qd + 2 * kvd, C, nullptr, true);
+  Mat wo(be, rnd(size_t(C * qd), 3, -0.3f, 0.3f), C, qd, nullptr, true);
+  Mat wgu(be, rnd(size_t(2 * F * C), 4, -0.3f, 0.3f), 2 * F, C, nullptr, true);
+  Mat wd(be, rnd(size_t(C * F), 5, -0.3f, 0.3f), C, F, nullptr, true);
+  Tensor n1 = vec(be, wv(C, 6)), n2 = vec(be, wv(C, 7)), n3 = vec(be, wv(C, 8)), qn = vec(be, wv(D, 9)),
+         kn = vec(be, wv(D, 10)), inv = vec(be, inv_freq(D, 10000.0));
+  const std::vector<float> z(size_t(8 * kvd), 0.0f);
+  Buf h(be, 1, C), xn(be, 1, C), qkv(be, 1, qd + 2 * kvd), attn(be, 1, qd), o(be, 1, C), gu(be, 1, 2 * F),
+      act(be, 1, F), kc(be, 8, kvd, &z), vc(be, 8, kvd, &z);
+  KVLayer kv{kc.t, vc.t, 8, true};
+  AttentionParams ap{H, KVH, D, 0.25f, 20.0f, 8};
+  const Tensor q = qkv.t.col_slice(0, qd), k = qkv.t.col_slice(qd, kvd), v = qkv.t.col_slice(qd + kvd, kvd);
+  be.reserve_step(4);
+  std::vector<std::vector<float>> outs;
+  for (int s = 0; s < steps; ++s) {
+    const int32_t tok = int32_t((s * 37 + 11) % V);
+    be.set_step(std::span<const int32_t>(&tok, 1), s);
+    if (!be.graph_replay(42)) {
+      be.graph_begin(42);
+      be.embed(emb.m, h.t, 1, 8.0f);
+      be.rms_norm(h.t, n1, xn.t, 1, C, eps);
+      be.linear(xn.t, wqkv.m, qkv.t, 1);
+      be.rms_norm(q, qn, q, 1, D, eps);
+      be.rms_norm(k, kn, k, 1, D, eps);
+      be.rope(q, 1, H, D, inv, 1.0f);
+      be.rope(k, 1, KVH, D, inv, 1.0f);
+      be.attention(q, k, v, kv, attn.t, 1, ap);
+      be.linear(attn.t, wo.m, o.t, 1);
+      be.add_rms_norm(o.t, n2, h.t, 1, eps);
+      be.rms_norm(h.t, n3, xn.t, 1, C, eps);
+      be.linear(xn.t, wgu.m, gu.t, 1);
+      be.gated_act(gu.t, act.t, 1, Activation::gelu_tanh);
+      be.linear(act.t, wd.m, o.t, 1);
+      be.add(o.t, h.t, 1);
+      be.graph_end(42);
+    }
+    outs.push_back(h.get());
+  }
+  be.graph_forget_all();
+  for (Tensor* t : {&n1, &n2, &n3, &qn, &kn, &inv}) be.free(*t);
+  return outs;
+}
+
+TEST(CudaEngineOps, GraphReplayMatchesEagerAndCpu) {
+  NEED_CUDA(be);
+  auto eager = cuda_backend("1", "0");
+  ASSERT_TRUE(eager);
+  BackendOptions co;
+  co.weight_dtype = DType::bf16;
+  auto cpu = make_cpu_backend(co);
+  const int steps = 12;  // the ring of 8 wraps
+  auto g = run_steps(*be, steps), e = run_steps(*eager, steps), c = run_steps(*cpu, steps);
+  for (int s = 0; s < steps; ++s) {
+    SCOPED_TRACE("step " + std::to_string(s));
+    EXPECT_LT(rel(g[size_t(s)], to_d(e[size_t(s)])), 1e-6) << "graph vs eager";
+    EXPECT_LT(rel(g[size_t(s)], to_d(c[size_t(s)])), 1e-4) << "cuda vs cpu backend";
+  }
+}
+
+}  // namespace

@@ -1,0 +1,27 @@
+# Sourced by tools/gpu/*.sh. The GPU machine's image lacks the tokenizer's PCRE2 and ICU development files and
+# reaches no package mirror, so they travel with the working tree:
+#   here, once:   bash tools/gpu/carried_deps.sh pack     -> .fkdeps/ (git-ignored via .git/info/exclude)
+#   device run:   pass carry=[".fkdeps"]; sourcing this file points pkg-config and the loader at it.
+fk_pack_deps() {
+  set -e
+  local gd; gd=$(git rev-parse --git-dir); mkdir -p "$gd/info"
+  grep -qx "/.fkdeps/" "$gd/info/exclude" 2>/dev/null || echo "/.fkdeps/" >> "$gd/info/exclude"
+  rm -rf .fkdeps; mkdir -p .fkdeps/include .fkdeps/lib/pkgconfig
+  local inc lib icu_inc icu_lib
+  inc=$(pkg-config --variable=includedir libpcre2-8); lib=$(pkg-config --variable=libdir libpcre2-8)
+  icu_inc=$(pkg-config --variable=includedir icu-uc); icu_lib=$(pkg-config --variable=libdir icu-uc)
+  cp -a "$inc/pcre2.h" "$icu_inc/unicode" .fkdeps/include/
+  cp -a "$lib"/libpcre2-8.so* "$icu_lib"/libicuuc.so* "$icu_lib"/libicudata.so* .fkdeps/lib/
+  local pc='prefix=X\nlibdir=${prefix}/lib\nincludedir=${prefix}/include\nName: %s\nDescription: carried\nVersion: %s\nLibs: -L${libdir} %s\nCflags: -I${includedir}\n'
+  printf "$pc" libpcre2-8 "$(pkg-config --modversion libpcre2-8)" "-lpcre2-8" > .fkdeps/lib/pkgconfig/libpcre2-8.pc
+  printf "$pc" icu-uc "$(pkg-config --modversion icu-uc)" "-licuuc -licudata" > .fkdeps/lib/pkgconfig/icu-uc.pc
+  du -sh .fkdeps
+}
+fk_use_deps() {
+  if [ -d .fkdeps/lib/pkgconfig ]; then
+    sed -i "s#^prefix=.*#prefix=$PWD/.fkdeps#" .fkdeps/lib/pkgconfig/*.pc
+    export PKG_CONFIG_PATH=$PWD/.fkdeps/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+    export LD_LIBRARY_PATH=$PWD/.fkdeps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
+}
+if [ "${BASH_SOURCE[0]}" = "$0" ] && [ "${1:-}" = pack ]; then cd "$(dirname "$0")/../.." && fk_pack_deps; fi
