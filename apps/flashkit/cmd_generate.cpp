@@ -279,6 +279,12 @@ class Printer {
     out_ << "\n" << std::flush;
   }
   const std::string& text() const { return stop_.emitted(); }
+  // Why the printer ended generation ("" when it did not): generate() only sees a callback returning false.
+  std::string stop_reason() const {
+    if (!stop_.stopped()) return "";
+    if (stop_.matched_token()) return "eos";
+    return "stop string";
+  }
 
  private:
   std::ostream& out_;
@@ -344,6 +350,7 @@ void run_generate(const GenArgs& a) {
   pr.finish();
   if (outf && !outf->good()) bad("-o/--output: writing " + a.output + " failed");
   t.add(r);
+  if (!pr.stop_reason().empty()) t.stop = pr.stop_reason();
   report(a, *model, t);
 }
 
@@ -422,6 +429,7 @@ void run_chat(const GenArgs& a) {
     }
     msgs.push_back({"assistant", pr.text()});
     t.add(r);
+    if (!pr.stop_reason().empty()) t.stop = pr.stop_reason();
     if (!a.quiet)
       std::cerr << fmt("[ttft %.1f ms, ", r.time_to_first_token_s * 1e3) << fmt("prefill %.1f tok/s, ", r.prefill_tokens_per_s())
                 << fmt("decode %.1f tok/s]", r.decode_tokens_per_s()) << "\n";

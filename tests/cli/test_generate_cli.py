@@ -120,6 +120,21 @@ def test_generate_text_prompt_streams_text(llama_with_tokenizer):
     assert len(out_ids(q)) == 10
 
 
+def test_generate_reports_why_it_stopped(llama_with_tokenizer):
+    # A stop string ends generation through the printer; the report must name it, not the internal "callback".
+    args = ("generate", "-m", llama_with_tokenizer, "-p", "The capital of France is", "--temp", "0", "--ignore-eos")
+    p = run(*args, "-n", "24")
+    assert p.returncode == 0, p.stderr
+    assert "(stop: length)" in p.stderr, p.stderr
+    text = p.stdout.strip()
+    stop = next((c for c in text[3:] if c.isalnum()), None)
+    assert stop, "the greedy continuation has no letter to stop on: " + repr(text)
+    q = run(*args, "-n", "24", "--stop", stop)
+    assert q.returncode == 0, q.stderr
+    assert "(stop: stop string)" in q.stderr, q.stderr
+    assert stop not in q.stdout[len(text[:3]):] or len(q.stdout) < len(p.stdout)
+
+
 def test_chat_multi_turn(llama_with_tokenizer):
     p = subprocess.run([CLI, "chat", "-m", llama_with_tokenizer, "-n", "6", "--temp", "0", "--ignore-eos"],
                        input="hi there\nand again\n/exit\n", capture_output=True, text=True, timeout=60)

@@ -98,6 +98,19 @@ TEST(EngineConfig, Gemma3V4RealConfig) {
   EXPECT_EQ(c.activation, "gelu_tanh");
 }
 
+// gemma-3-1b spells the layer pattern as sliding_window_pattern (no layer_types) and lists two EOS ids.
+TEST(EngineConfig, Gemma3OneBillionPatternSpelling) {
+  auto c = flashkit::engine::load_config(kConfigs + "/gemma-3-1b.json");
+  EXPECT_EQ(c.arch, flashkit::engine::Arch::gemma3);
+  EXPECT_EQ(c.num_layers, 26);
+  EXPECT_EQ(c.hidden_size, 1152);
+  ASSERT_EQ(c.layer_sliding.size(), 26u);
+  for (int i = 0; i < 26; ++i) EXPECT_EQ(c.layer_sliding[size_t(i)], (i + 1) % 6 != 0) << i;
+  EXPECT_EQ(c.eos_ids, (std::vector<int32_t>{1, 106}));
+  EXPECT_EQ(c.rope_local.theta, 1e4);
+  EXPECT_EQ(c.rope_global.theta, 1e6);
+}
+
 TEST(EngineConfig, LlamaV4RealConfig) {
   auto c = flashkit::engine::load_config(kConfigs + "/llama-3.2-1b.json");
   EXPECT_EQ(c.arch, flashkit::engine::Arch::llama);
