@@ -369,7 +369,8 @@ void run_chat(const GenArgs& a) {
   if (!a.system.empty()) msgs.push_back({"system", a.system});
   std::vector<int32_t> cached;  // the ids in the session's cache, in order
   GenerateOptions g = gen_options(a);
-  for (int32_t e : tok->eos_ids()) g.stop_ids.push_back(e);
+  if (!a.ignore_eos)
+    for (int32_t e : tok->eos_ids()) g.stop_ids.push_back(e);
   Totals t;
   const bool tty = isatty(0);
   std::string line;

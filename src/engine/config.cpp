@@ -37,6 +37,8 @@ int64_t get_int(const json& j, const char* k, const std::string& where, bool req
   }
   if (!j[k].is_number_integer() && !(j[k].is_number() && std::floor(j[k].get<double>()) == j[k].get<double>()))
     bad(where, std::string("\"") + k + "\" must be an integer");
+  if (!j[k].is_number_integer() && std::fabs(j[k].get<double>()) > 9.0e15)  // beyond exact doubles: no cast UB
+    bad(where, std::string("\"") + k + "\" is out of range");
   int64_t v = j[k].is_number_integer() ? j[k].get<int64_t>() : int64_t(j[k].get<double>());
   return v;
 }

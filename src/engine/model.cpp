@@ -173,8 +173,10 @@ void ModelImpl::forward(SessionImpl& s, std::span<const int32_t> tokens, int64_t
   const int64_t T = int64_t(tokens.size());
   const float eps = float(c.rms_norm_eps);
   be.set_step(tokens, pos0);
-  // Decode steps (T == 1) are graph-replayable: identical op arguments every step. Profiling needs per-op syncs.
-  const bool graphable = T == 1 && !opts_.profile;
+  // Decode steps (T == 1, last-row logits) are graph-replayable: identical ops and arguments every step. A one-row
+  // chunk asking for all logits runs a different op sequence, so it never captures or replays the decode graph.
+  // Profiling needs per-op syncs.
+  const bool graphable = T == 1 && !all_logits && !opts_.profile;
   const uint64_t key = (s.id_ << 8) | 1u;
   const bool replayed = graphable && be.graph_replay(key);
   if (!replayed) {
@@ -418,6 +420,15 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts) 
   info_.num_heads = c.num_heads;
   info_.num_kv_heads = c.num_kv_heads;
   info_.head_dim = hd;
+  // The KV cache is sized by max_context: bound it by what the model supports (and by a sane row count, so the
+  // buffer size products cannot overflow) before anything is allocated.
+  constexpr int64_t kMaxContextRows = int64_t(1) << 24;
+  if (opts.max_context > c.max_position)
+    bad("max_context " + std::to_string(opts.max_context) + " exceeds the model's max_position_embeddings " +
+        std::to_string(c.max_position));
+  if (opts.max_context > kMaxContextRows)
+    bad("max_context " + std::to_string(opts.max_context) + " exceeds flashkit's limit of " +
+        std::to_string(kMaxContextRows) + " tokens per sequence");
   info_.max_context = opts.max_context > 0 ? opts.max_context : std::min<int64_t>(c.max_position, 4096);
   info_.parameters = params;
   info_.bos_id = c.bos_id;

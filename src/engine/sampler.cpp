@@ -154,18 +154,25 @@ void validate(const SamplerParams& p) {
 void apply_repetition_penalty(std::span<float> logits, std::span<const int32_t> history, float penalty) {
   if (penalty == 1.0f || history.empty()) return;
   // Each distinct id once: transformers gathers the scores of the ids, transforms them and scatters them
-  // back, so a repeated id is penalised once. A byte per vocabulary entry marks the ids already done
-  // (O(V + history), no sort of a long history).
-  std::vector<uint8_t> done(logits.size(), 0);
+  // back, so a repeated id is penalised once. A byte per vocabulary entry marks the ids already done; the
+  // marks live in a per-thread buffer that is allocated once and cleared only where it was set, so a decode
+  // step costs O(history), not a vocabulary-sized allocation.
+  thread_local std::vector<uint8_t> done;
+  if (done.size() < logits.size()) done.resize(logits.size(), 0);
+  size_t marked = 0;
   for (int32_t id : history) {
-    if (id < 0 || static_cast<size_t>(id) >= logits.size())
+    if (id < 0 || static_cast<size_t>(id) >= logits.size()) {
+      for (size_t m = 0; m < marked; ++m) done[static_cast<size_t>(history[m])] = 0;
       bad("sampler: history token id " + std::to_string(id) + " is outside the vocabulary [0, " +
           std::to_string(logits.size()) + ")");
+    }
+    ++marked;
     const size_t i = static_cast<size_t>(id);
     if (done[i]) continue;
     done[i] = 1;
     logits[i] = logits[i] < 0.0f ? logits[i] * penalty : logits[i] / penalty;
   }
+  for (int32_t id : history) done[static_cast<size_t>(id)] = 0;
 }
 
 Sampler::Sampler(SamplerParams p) : params_(p) {

@@ -59,7 +59,10 @@ BpeModel::BpeModel(const nlohmann::json& m, std::vector<std::pair<std::string, i
                    std::vector<std::pair<std::string, std::string>>& merges) {
   vocab_.reserve(vocab.size() * 2);
   for (auto& [tok, id] : vocab) {
-    if (id < 0 || id >= kInternal) bad("model.vocab id out of range: " + std::to_string(id));
+    // Ids index dense tables: bound them by the vocabulary's size so a stray huge id cannot ask for gigabytes.
+    const int64_t id_limit = std::min<int64_t>(kInternal, 2 * int64_t(vocab.size()) + 65536);
+    if (id < 0 || id >= id_limit)
+      bad("model.vocab id out of range: " + std::to_string(id) + " (expected [0, " + std::to_string(id_limit) + "))");
     max_id_ = std::max(max_id_, static_cast<int32_t>(id));
     vocab_.emplace(std::move(tok), static_cast<int32_t>(id));
   }

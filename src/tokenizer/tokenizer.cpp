@@ -719,8 +719,14 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
             !a["content"].is_string())
           bad("added_tokens entries need an integer \"id\" and a string \"content\"");
         Impl::Added x;
-        x.id = a["id"].get<int32_t>();
-        if (x.id < 0) bad("added token id " + std::to_string(x.id) + " is negative");
+        // Ids index dense tables: a stray huge id would ask for gigabytes (or overflow), so bound them by the
+        // vocabulary's size (real files append added tokens right after the vocabulary).
+        const int64_t id64 = a["id"].get<int64_t>();
+        const int64_t id_limit = 2 * int64_t(impl->model->max_id() + 1) + 65536;
+        if (id64 < 0 || id64 >= id_limit)
+          bad("added token id " + std::to_string(id64) + " is outside [0, " + std::to_string(id_limit) +
+              ") (ids must follow the vocabulary's)");
+        x.id = int32_t(id64);
         x.content = a["content"].get<std::string>();
         x.special = get_bool(a, "special", false);
         x.lstrip = get_bool(a, "lstrip", false);
@@ -790,6 +796,11 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
       }
     };
     if (auto it = t.find("post_processor"); it != t.end()) parse_post(*it);
+    for (const auto& ti : impl->tmpl)
+      for (int32_t id : ti.ids)
+        if (!impl->valid_id(id))
+          bad("post_processor uses token id " + std::to_string(id) + ", which is not in the vocabulary [0, " +
+              std::to_string(impl->n_ids) + ")");
   } catch (const json::exception& e) {
     bad(std::string("unexpected structure: ") + e.what());
   }

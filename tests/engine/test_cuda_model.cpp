@@ -117,3 +117,38 @@ TEST(CudaEngineModel, TinyGemma3Bf16) {
 }
 
 }  // namespace
+
+// A one-row step that asks for every row's logits runs a different op sequence than a decode step; it must not
+// be captured as (or replay) the decode graph. Token-by-token prefill with all_logits, then decode: each step's
+// logits must match the eager run (review finding: the graph key once ignored all_logits).
+TEST(CudaEngineModel, OneRowAllLogitsStepsDoNotReplayTheDecodeGraph) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
+  const std::string dir = kData + "/models/tiny-llama-bf16";
+  const Fixture ex = read_fixture(dir);
+  const int64_t V = ex.vocab;
+  auto run = [&](const char* graphs) {
+    setenv("FLASHKIT_CUDA_GRAPHS", graphs, 1);
+    flashkit::LoadOptions o;
+    o.device = "cuda";
+    o.dtype = "bf16";
+    auto model = flashkit::Model::load(dir, o);
+    unsetenv("FLASHKIT_CUDA_GRAPHS");
+    auto s = model->new_session();
+    std::vector<std::vector<float>> rows;
+    for (int32_t t : ex.prompt) {  // one row at a time, all logits
+      s->prefill(std::vector<int32_t>{t}, /*all_logits=*/true);
+      rows.emplace_back(s->all_logits().begin(), s->all_logits().end());
+    }
+    for (size_t i = 0; i < 8; ++i) {
+      s->decode(ex.greedy[i]);
+      rows.emplace_back(s->logits().begin(), s->logits().end());
+    }
+    return rows;
+  };
+  const auto g = run("1"), e = run("0");
+  ASSERT_EQ(g.size(), e.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    ASSERT_EQ(int64_t(g[i].size()), V) << "row " << i;
+    EXPECT_LT(rel_err(g[i].data(), e[i].data(), V), 1e-5) << "step " << i << " (graphs on vs off)";
+  }
+}

@@ -388,6 +388,22 @@ TEST(EngineGenerate, StopsAtEosStopIdsCallbackAndContext) {
   EXPECT_EQ(int64_t(p.size() + r3.tokens.size()), 46);  // 45 in the cache + the last sampled token
 }
 
+// max_context sizes the KV cache: beyond the model's positions (or absurdly large) it is refused up front, by name.
+TEST(EngineErrors, MaxContextBeyondTheModelIsRefused) {
+  try {
+    flashkit::Model::load(kModels + "/tiny-llama", {.max_context = int64_t(1) << 62});
+    FAIL() << "accepted max_context 2^62";
+  } catch (const flashkit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_context"), std::string::npos) << e.what();
+  }
+  try {
+    flashkit::Model::load(kModels + "/tiny-gemma3", {.max_context = 4097});  // max_position_embeddings 4096
+    FAIL() << "accepted max_context past max_position_embeddings";
+  } catch (const flashkit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_position_embeddings"), std::string::npos) << e.what();
+  }
+}
+
 // generate() stops where transformers' generate() would: config.json's eos ids plus generation_config.json's.
 TEST(EngineGenerate, EosIdsIncludeGenerationConfig) {
   TempDir d;

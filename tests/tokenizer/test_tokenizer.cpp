@@ -221,6 +221,26 @@ TEST(TokenizerErrors, BadFiles) {
   }
 }
 
+// Hostile ids: huge vocab/added ids would size dense tables in gigabytes; post-processor ids must exist.
+TEST(TokenizerErrors, OutOfRangeIdsAreRejected) {
+  auto expect_error = [](const std::string& json, const char* needle) {
+    try {
+      Tokenizer::from_json(json);
+      FAIL() << "accepted: " << json;
+    } catch (const flashkit::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1000000000}, "merges": []}})", "model.vocab id");
+  expect_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+                   "added_tokens": [{"id": 2147483647, "content": "<x>", "special": true}]})", "added token id");
+  expect_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+                   "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}},
+                     {"Sequence": {"id": "A"}}], "pair": [],
+                     "special_tokens": {"<s>": {"id": "<s>", "ids": [123456], "tokens": ["<s>"]}}}})",
+               "post_processor uses token id");
+}
+
 TEST(TokenizerErrors, ConcurrentEncodeIsSafe) {
   std::vector<std::thread> th;
   std::vector<Ids> got(4);
