@@ -66,7 +66,9 @@ class Model : public std::enable_shared_from_this<Model> {
   static std::shared_ptr<Model> load(const std::filesystem::path& dir, const LoadOptions& opts = {});
   virtual ~Model() = default;
   virtual const ModelInfo& info() const = 0;
-  // A new sequence with its own KV cache (max_context positions).
+  // A new sequence with its own KV cache (max_context positions). Threads: the sessions of one Model share the
+  // backend's activation scratch and op timers, so run them one at a time (the C API locks per model); use one
+  // Model per thread for parallel sequences until batched decoding lands.
   virtual std::unique_ptr<Session> new_session() = 0;
   virtual OpTimes& op_times() = 0;
 };

@@ -2,6 +2,7 @@
  * fk_last_error() returns a message (thread-local) naming the argument at fault and what was expected. */
 #ifndef FLASHKIT_H
 #define FLASHKIT_H
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -86,6 +87,53 @@ FK_API fk_status fk_attention_backward(const fk_tensor* dout, const fk_tensor* q
                                        const fk_tensor* v, const fk_tensor* o, const fk_tensor* lse,
                                        const fk_tensor* dq, const fk_tensor* dk, const fk_tensor* dv,
                                        const fk_attention_options* opts, fk_cost* cost /* may be NULL */);
+
+
+/* ---- Tokenizer and model engine -------------------------------------------------------------------------
+ * Opaque handles; every function returns an fk_status and, on failure, fk_last_error() names the argument at
+ * fault and what was expected. A handle may be used from several threads at once (a tokenizer concurrently;
+ * a model runs one fk_generate / fk_model_logits call at a time, each in a fresh session, the others wait);
+ * free it once, when no call is using it. *_free(NULL) is a no-op.
+ *
+ * Output buffers, two-call pattern: pass the buffer NULL and cap 0 to ask for the size (FK_OK, the size in
+ * *n / *len); a non-NULL buffer whose cap is too small gives FK_INVALID_ARGUMENT with the size needed in
+ * *n / *len and a message that says so. */
+typedef struct fk_tokenizer fk_tokenizer;
+typedef struct fk_model fk_model;
+
+/* Reads DIR/tokenizer.json (and DIR/tokenizer_config.json when present). */
+FK_API fk_status fk_tokenizer_load(const char* dir, fk_tokenizer** out);
+FK_API void fk_tokenizer_free(fk_tokenizer* tok);
+/* Number of ids (model vocabulary plus added tokens). */
+FK_API fk_status fk_tokenizer_vocab_size(const fk_tokenizer* tok, int32_t* out);
+/* Token ids of the UTF-8 text[0, len) (text may be NULL when len is 0); add_special: also what the
+ * post-processor adds (e.g. BOS). Writes *n ids to ids[0, cap). Invalid UTF-8: FK_INVALID_ARGUMENT naming the
+ * byte offset. */
+FK_API fk_status fk_tokenizer_encode(const fk_tokenizer* tok, const char* text, size_t len, int add_special,
+                                     int32_t* ids, size_t cap, size_t* n);
+/* UTF-8 text of ids[0, n); skip_special drops special tokens. Writes *len bytes and a terminating NUL to
+ * buf, so cap must be at least *len + 1 (the size query returns *len without the NUL). Every id must be in
+ * [0, vocab size). */
+FK_API fk_status fk_tokenizer_decode(const fk_tokenizer* tok, const int32_t* ids, size_t n, int skip_special,
+                                     char* buf, size_t cap, size_t* len);
+
+/* Loads a model directory (config.json + safetensors) or a .gguf file. device: "cpu", "cuda" or "cuda:N"
+ * (NULL: "cpu"); dtype, the weights' storage: "auto", "f32", "bf16" or "f16" (NULL: "auto"); threads: CPU
+ * threads, >= 0 (0: fk_num_threads()). */
+FK_API fk_status fk_model_load(const char* dir, const char* device, const char* dtype, int threads, fk_model** out);
+FK_API void fk_model_free(fk_model* model);
+FK_API fk_status fk_model_vocab_size(const fk_model* model, int64_t* out);
+/* Prefills prompt[0, n_prompt) in a fresh session and samples up to max_new_tokens (>= 1) tokens into
+ * out_ids; *n_out is how many. temperature 0: greedy (top_k, top_p and seed then do not matter); top_k 0:
+ * off; top_p in (0, 1]. Stops early after one of the model's eos ids (which is included) or when the context is
+ * full. cap must be >= max_new_tokens (checked before any work; *n_out then says max_new_tokens). */
+FK_API fk_status fk_generate(fk_model* model, const int32_t* prompt, size_t n_prompt, int max_new_tokens,
+                             float temperature, int top_k, float top_p, uint64_t seed, int32_t* out_ids, size_t cap,
+                             size_t* n_out);
+/* Prefills prompt[0, n) in a fresh session and copies the last position's logits (vocab size floats, f32)
+ * to out_last_logits; cap (in floats) must be >= the vocab size. */
+FK_API fk_status fk_model_logits(fk_model* model, const int32_t* prompt, size_t n, float* out_last_logits,
+                                 size_t cap);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,8 @@ else the system library path.
 from . import _capi
 from ._attention import Cost, attention, attention_backward
 from ._bf16 import BF16Array, bf16
+from ._engine import Model
+from ._tokenizer import Tokenizer
 from .errors import (
     DeviceError,
     FlashkitError,
@@ -32,6 +34,8 @@ __all__ = [
     "Cost",
     "BF16Array",
     "bf16",
+    "Model",
+    "Tokenizer",
     "version",
     "cpu_isa",
     "num_threads",

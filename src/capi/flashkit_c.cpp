@@ -157,3 +157,8 @@ fk_status fk_attention_backward(const fk_tensor* dout, const fk_tensor* q, const
 }
 
 }  // extern "C"
+
+// The one thread-local last-error message, shared with the C API's other translation units (engine_c.cpp).
+namespace flashkit::capi_detail {
+void set_last_error(const std::string& msg) { g_last_error = msg; }
+}  // namespace flashkit::capi_detail

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "model/detail.hpp"
 
@@ -75,6 +76,22 @@ void to_f32(const WeightView& w, float* out) {
       break;
     }
   }
+}
+
+void to_bf16(const WeightView& w, uint16_t* out) {
+  const int64_t n = w.numel();
+  if (n == 0) return;
+  if (w.type == WeightType::bf16) {
+    uint64_t need = 0;
+    if (!detail::storage_bytes(w.type, uint64_t(n), &need) || need > w.nbytes)
+      fail(Status::invalid_argument, "to_bf16: tensor '" + w.name + "' holds fewer bytes than its shape needs");
+    std::memcpy(out, w.data, size_t(n) * 2);
+    return;
+  }
+  std::vector<float> tmp(static_cast<size_t>(n));
+  to_f32(w, tmp.data());
+#pragma omp parallel for if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(tmp[size_t(i)]);
 }
 
 namespace detail {

@@ -44,6 +44,8 @@ class WeightStore {
 
 // Converts any stored weight to f32 (dequantizing Q8_0); `out` must hold numel() floats.
 void to_f32(const WeightView& w, float* out);
+// Converts any stored weight to bf16 (round to nearest even; bf16 is copied); `out` must hold numel() values.
+void to_bf16(const WeightView& w, uint16_t* out);
 
 // A Hugging Face model directory (or a single .safetensors file): model.safetensors or the sharded index.
 std::unique_ptr<WeightStore> open_safetensors(const std::filesystem::path& dir_or_file);

@@ -22,44 +22,6 @@ namespace {
 
 using cpu::Isa;
 
-// Any stored weight type -> f32 (q8_0 through the weight store's converter).
-void convert_to_f32(const model::WeightView& w, float* dst) {
-  const int64_t n = w.numel();
-  switch (w.type) {
-    case model::WeightType::f32: std::memcpy(dst, w.data, size_t(n) * 4); break;
-    case model::WeightType::bf16: {
-      auto* s = static_cast<const uint16_t*>(w.data);
-#pragma omp parallel for schedule(static) if (n > (1 << 20))
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
-      break;
-    }
-    case model::WeightType::f16: {
-      auto* s = static_cast<const uint16_t*>(w.data);
-#pragma omp parallel for schedule(static) if (n > (1 << 20))
-      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
-      break;
-    }
-    default: model::to_f32(w, dst);
-  }
-}
-
-void convert_to_bf16(const model::WeightView& w, uint16_t* dst) {
-  const int64_t n = w.numel();
-  if (w.type == model::WeightType::bf16) {
-    std::memcpy(dst, w.data, size_t(n) * 2);
-    return;
-  }
-  if (w.type == model::WeightType::f32) {
-    auto* s = static_cast<const float*>(w.data);
-#pragma omp parallel for schedule(static) if (n > (1 << 20))
-    for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(s[i]);
-    return;
-  }
-  std::vector<float> tmp(static_cast<size_t>(n));
-  convert_to_f32(w, tmp.data());
-  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(tmp[size_t(i)]);
-}
-
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& o) {
@@ -118,8 +80,8 @@ class CpuBackend final : public Backend {
       m.w = alloc(wtype_, m.rows, m.cols);
       int64_t r0 = 0;
       for (auto* p : parts) {
-        if (wtype_ == DType::f32) convert_to_f32(*p, static_cast<float*>(m.w.data) + r0 * m.cols);
-        else convert_to_bf16(*p, static_cast<uint16_t*>(m.w.data) + r0 * m.cols);
+        if (wtype_ == DType::f32) model::to_f32(*p, static_cast<float*>(m.w.data) + r0 * m.cols);
+        else model::to_bf16(*p, static_cast<uint16_t*>(m.w.data) + r0 * m.cols);
         r0 += p->shape[0];
       }
     }
@@ -127,7 +89,7 @@ class CpuBackend final : public Backend {
       m.bias = alloc(DType::f32, 1, m.rows);
       int64_t r0 = 0;
       for (auto* b : bias_parts) {
-        convert_to_f32(*b, static_cast<float*>(m.bias.data) + r0);
+        model::to_f32(*b, static_cast<float*>(m.bias.data) + r0);
         r0 += b->numel();
       }
     }
@@ -136,7 +98,7 @@ class CpuBackend final : public Backend {
   Tensor load_vector(const model::WeightView& w, float offset) override {
     Tensor t = alloc(DType::f32, 1, w.numel());
     float* d = static_cast<float*>(t.data);
-    convert_to_f32(w, d);
+    model::to_f32(w, d);
     if (offset != 0)
       for (int64_t i = 0; i < w.numel(); ++i) d[i] += offset;
     return t;

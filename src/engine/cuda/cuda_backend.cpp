@@ -78,23 +78,6 @@ struct Op {
 
 kc::Act to_act(Activation a) { return a == Activation::silu ? kc::Act::silu : kc::Act::gelu_tanh; }
 
-// f32 / f16 / bf16 / q8_0 weight -> bf16 host
-void to_bf16(const model::WeightView& w, uint16_t* dst) {
-  const int64_t n = w.numel();
-  if (w.type == model::WeightType::bf16) {
-    std::memcpy(dst, w.data, size_t(n) * 2);
-  } else if (w.type == model::WeightType::f32) {
-    const float* s = static_cast<const float*>(w.data);
-#pragma omp parallel for schedule(static) if (n > (1 << 20))
-    for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(s[i]);
-  } else {
-    std::vector<float> tmp(static_cast<size_t>(n));
-    model::to_f32(w, tmp.data());
-#pragma omp parallel for schedule(static) if (n > (1 << 20))
-    for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(tmp[size_t(i)]);
-  }
-}
-
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const BackendOptions& o) : dev_(o.device_index) {
@@ -245,7 +228,7 @@ class CudaBackend final : public Backend {
       const void* src = w->data;
       if (w->type != model::WeightType::bf16) {
         host.resize(n);
-        to_bf16(*w, host.data());
+        model::to_bf16(*w, host.data());
         src = host.data();
       }
       h2d(static_cast<uint16_t*>(m.w.data) + r0 * cols, src, n * 2, "load_matrix (copy)");

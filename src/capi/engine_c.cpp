@@ -1,0 +1,235 @@
+// The C ABI of the tokenizer and the model engine (include/flashkit/flashkit.h, "Tokenizer and model engine"):
+// opaque handles over flashkit::Tokenizer and flashkit::Model; every exception becomes a status + message in the
+// same thread-local fk_last_error() that the attention functions use (flashkit_c.cpp).
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "flashkit/engine.hpp"
+#include "flashkit/flashkit.h"
+#include "flashkit/flashkit.hpp"
+#include "flashkit/tokenizer.hpp"
+
+namespace flashkit::capi_detail {
+void set_last_error(const std::string& msg);  // flashkit_c.cpp
+}
+
+struct fk_tokenizer {
+  flashkit::Tokenizer tok;
+};
+
+struct fk_model {
+  std::shared_ptr<flashkit::Model> model;
+  // The engine's sessions of one model share its backend's scratch buffers: concurrent sessions give wrong
+  // results, so the C API runs one generate / logits call per model at a time.
+  std::mutex mu;
+};
+
+namespace {
+
+using flashkit::Status;
+using flashkit::capi_detail::set_last_error;
+
+[[noreturn]] void bad(const std::string& msg) { flashkit::fail(Status::invalid_argument, msg); }
+
+template <typename F>
+fk_status guarded(F&& f) {
+  try {
+    f();
+    set_last_error("");
+    return FK_OK;
+  } catch (const flashkit::Error& e) {
+    set_last_error(e.what());
+    return static_cast<fk_status>(e.status());
+  } catch (const std::bad_alloc&) {
+    set_last_error("out of memory");
+    return FK_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    set_last_error(std::string("internal error: ") + e.what());
+    return FK_INTERNAL;
+  } catch (...) {
+    set_last_error("internal error: unknown exception");
+    return FK_INTERNAL;
+  }
+}
+
+void need(const void* p, const char* name) {
+  if (p == nullptr) bad(std::string(name) + ": pointer is NULL");
+}
+
+// ids[0, n) all in [0, vocab); names the argument and the first bad index.
+void check_ids(const int32_t* ids, size_t n, int64_t vocab, const char* name) {
+  if (n > 0) need(ids, name);
+  for (size_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= vocab)
+      bad(std::string(name) + "[" + std::to_string(i) + "]: token id " + std::to_string(ids[i]) +
+          " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+}
+
+}  // namespace
+
+extern "C" {
+
+fk_status fk_tokenizer_load(const char* dir, fk_tokenizer** out) {
+  return guarded([&] {
+    need(out, "out");
+    *out = nullptr;
+    need(dir, "dir");
+    if (*dir == 0) bad("dir: empty path (expected a directory with tokenizer.json)");
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec))
+      bad(std::string("dir: '") + dir + "' is not a directory (expected a directory with tokenizer.json)");
+    try {
+      auto h = std::make_unique<fk_tokenizer>(fk_tokenizer{flashkit::Tokenizer::from_dir(dir)});
+      *out = h.release();
+    } catch (const flashkit::Error& e) {
+      if (e.status() != Status::invalid_argument) throw;
+      throw flashkit::Error(e.status(), std::string("dir: ") + e.what());  // a missing or malformed file in dir
+    }
+  });
+}
+
+void fk_tokenizer_free(fk_tokenizer* tok) { delete tok; }
+
+fk_status fk_tokenizer_vocab_size(const fk_tokenizer* tok, int32_t* out) {
+  return guarded([&] {
+    need(tok, "tok");
+    need(out, "out");
+    *out = tok->tok.vocab_size();
+  });
+}
+
+fk_status fk_tokenizer_encode(const fk_tokenizer* tok, const char* text, size_t len, int add_special, int32_t* ids,
+                              size_t cap, size_t* n) {
+  return guarded([&] {
+    need(tok, "tok");
+    need(n, "n");
+    if (len > 0) need(text, "text");
+    if (ids == nullptr && cap > 0) bad("ids: pointer is NULL but cap is " + std::to_string(cap));
+    const std::vector<int32_t> r = tok->tok.encode(std::string_view(len ? text : "", len), add_special != 0);
+    *n = r.size();
+    if (ids == nullptr) return;  // size query
+    if (cap < r.size())
+      bad("cap: the ids buffer holds " + std::to_string(cap) + " ids but the text encodes to " +
+          std::to_string(r.size()) + " (returned in *n); call again with cap >= " + std::to_string(r.size()));
+    if (!r.empty()) std::memcpy(ids, r.data(), r.size() * sizeof(int32_t));
+  });
+}
+
+fk_status fk_tokenizer_decode(const fk_tokenizer* tok, const int32_t* ids, size_t n, int skip_special, char* buf,
+                              size_t cap, size_t* len) {
+  return guarded([&] {
+    need(tok, "tok");
+    need(len, "len");
+    check_ids(ids, n, tok->tok.vocab_size(), "ids");
+    if (buf == nullptr && cap > 0) bad("buf: pointer is NULL but cap is " + std::to_string(cap));
+    const std::string s = tok->tok.decode(std::span<const int32_t>(n ? ids : nullptr, n), skip_special != 0);
+    *len = s.size();
+    if (buf == nullptr) return;  // size query
+    if (cap < s.size() + 1)
+      bad("cap: the buffer holds " + std::to_string(cap) + " bytes but the text needs " + std::to_string(s.size()) +
+          " + 1 for the NUL (the length is returned in *len); call again with cap >= " +
+          std::to_string(s.size() + 1));
+    std::memcpy(buf, s.data(), s.size());
+    buf[s.size()] = 0;
+  });
+}
+
+fk_status fk_model_load(const char* dir, const char* device, const char* dtype, int threads, fk_model** out) {
+  return guarded([&] {
+    need(out, "out");
+    *out = nullptr;
+    need(dir, "dir");
+    if (*dir == 0) bad("dir: empty path (expected a model directory or a .gguf file)");
+    std::error_code ec;
+    if (!std::filesystem::exists(dir, ec))
+      bad(std::string("dir: '") + dir + "' does not exist (expected a model directory or a .gguf file)");
+    if (threads < 0) bad("threads: must be >= 0 (0: the library's default), got " + std::to_string(threads));
+    flashkit::LoadOptions o;
+    o.device = device ? device : "cpu";
+    o.dtype = dtype ? dtype : "auto";
+    o.threads = threads;
+    auto h = std::make_unique<fk_model>();
+    try {
+      h->model = flashkit::Model::load(dir, o);
+    } catch (const flashkit::Error& e) {
+      // Name the argument: the engine's messages say what is wrong but not which C argument carried it.
+      const std::string m = e.what();
+      const char* arg = m.rfind("unknown dtype", 0) == 0 ? "dtype" : m.rfind("unknown device", 0) == 0 ? "device" : nullptr;
+      if (!arg && (m.rfind("device", 0) == 0 || e.status() != Status::invalid_argument))
+        throw;  // already names the device, or not about an argument (a device error, out of memory)
+      if (!arg) arg = "dir";  // a missing or malformed file in the directory
+      throw flashkit::Error(e.status(), std::string(arg) + ": " + m);
+    }
+    *out = h.release();
+  });
+}
+
+void fk_model_free(fk_model* model) { delete model; }
+
+fk_status fk_model_vocab_size(const fk_model* model, int64_t* out) {
+  return guarded([&] {
+    need(model, "model");
+    need(out, "out");
+    *out = model->model->info().vocab_size;
+  });
+}
+
+fk_status fk_generate(fk_model* model, const int32_t* prompt, size_t n_prompt, int max_new_tokens, float temperature,
+                      int top_k, float top_p, uint64_t seed, int32_t* out_ids, size_t cap, size_t* n_out) {
+  return guarded([&] {
+    need(model, "model");
+    need(n_out, "n_out");
+    *n_out = 0;
+    if (n_prompt == 0) bad("n_prompt: the prompt is empty (give at least one token)");
+    check_ids(prompt, n_prompt, model->model->info().vocab_size, "prompt");
+    if (max_new_tokens < 1) bad("max_new_tokens: must be at least 1, got " + std::to_string(max_new_tokens));
+    if (!std::isfinite(temperature) || temperature < 0)
+      bad("temperature: must be finite and >= 0 (0: greedy), got " + std::to_string(temperature));
+    if (top_k < 0) bad("top_k: must be >= 0 (0: off), got " + std::to_string(top_k));
+    if (!(top_p > 0 && top_p <= 1)) bad("top_p: must be in (0, 1], got " + std::to_string(top_p));
+    need(out_ids, "out_ids");
+    if (cap < size_t(max_new_tokens)) {
+      *n_out = size_t(max_new_tokens);
+      bad("cap: out_ids holds " + std::to_string(cap) + " ids but max_new_tokens is " + std::to_string(max_new_tokens) +
+          "; pass cap >= max_new_tokens");
+    }
+    flashkit::GenerateOptions g;
+    g.max_new_tokens = max_new_tokens;
+    g.temperature = temperature;
+    g.top_k = top_k;
+    g.top_p = top_p;
+    g.seed = seed;
+    std::lock_guard<std::mutex> lock(model->mu);
+    auto session = model->model->new_session();
+    const flashkit::GenerationResult r =
+        flashkit::generate(*session, std::span<const int32_t>(prompt, n_prompt), g);
+    const size_t k = std::min(r.tokens.size(), cap);
+    if (k) std::memcpy(out_ids, r.tokens.data(), k * sizeof(int32_t));
+    *n_out = k;
+  });
+}
+
+fk_status fk_model_logits(fk_model* model, const int32_t* prompt, size_t n, float* out_last_logits, size_t cap) {
+  return guarded([&] {
+    need(model, "model");
+    if (n == 0) bad("n: the prompt is empty (give at least one token)");
+    const int64_t vocab = model->model->info().vocab_size;
+    check_ids(prompt, n, vocab, "prompt");
+    need(out_last_logits, "out_last_logits");
+    if (cap < size_t(vocab))
+      bad("cap: out_last_logits holds " + std::to_string(cap) + " floats but the vocabulary has " +
+          std::to_string(vocab) + "; pass cap >= " + std::to_string(vocab));
+    std::lock_guard<std::mutex> lock(model->mu);
+    auto session = model->model->new_session();
+    session->prefill(std::span<const int32_t>(prompt, n));
+    const std::span<const float> l = session->logits();
+    std::memcpy(out_last_logits, l.data(), l.size() * sizeof(float));
+  });
+}
+
+}  // extern "C"
