@@ -51,7 +51,7 @@ struct GenArgs {
   int64_t ctx = 0, chunk = 512;
   bool ids = false, profile = false, random_weights = false, no_bos = false, ignore_eos = false, quiet = false;
   std::vector<std::string> stop;
-  std::string output, stats_json;
+  std::string output, stats_json, trace;
 };
 
 void add_common(CLI::App* c, GenArgs* a) {
@@ -72,6 +72,8 @@ void add_common(CLI::App* c, GenArgs* a) {
   c->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-sequence token");
   c->add_flag("--profile", a->profile, "Time every op kind and print the split at the end");
   c->add_option("--stats-json", a->stats_json, "Write the timing report as JSON to FILE");
+  c->add_option("--trace", a->trace,
+                "With --profile: write every op as a Chrome/Perfetto trace to FILE (open in ui.perfetto.dev)");
   c->add_flag("--random-weights", a->random_weights,
               "Ignore the checkpoint: random weights for the config (benchmarks; -m may be a config.json)");
   c->add_flag("-q,--quiet", a->quiet, "No report on stderr");
@@ -89,6 +91,7 @@ void validate_common(const GenArgs& a) {
   if (a.threads < 0) bad("--threads must be >= 0, got " + std::to_string(a.threads));
   if (a.ctx < 0) bad("--ctx must be >= 0, got " + std::to_string(a.ctx));
   if (a.chunk < 1) bad("--prefill-chunk must be >= 1, got " + std::to_string(a.chunk));
+  if (!a.trace.empty() && !a.profile) bad("--trace needs --profile (the trace records the profiled ops)");
   for (auto& s : a.stop)
     if (s.empty()) bad("--stop: empty stop string");
   std::error_code ec;
@@ -181,6 +184,24 @@ struct Totals {
   }
 };
 
+// The profiled ops as a Chrome trace (the format the analysis profiler writes): one complete event per op.
+void write_trace(const std::string& path, Model& m) {
+  const OpTimes& ot = m.op_times();
+  nlohmann::json ev = nlohmann::json::array();
+  for (const auto& e : ot.events)
+    ev.push_back({{"name", e.name}, {"cat", "op"}, {"ph", "X"}, {"pid", 0}, {"tid", 0}, {"ts", e.start_s * 1e6},
+                  {"dur", e.dur_s * 1e6}});
+  const nlohmann::json trace = {{"traceEvents", ev},
+                                {"displayTimeUnit", "ms"},
+                                {"otherData", {{"backend", m.info().backend},
+                                               {"architecture", m.info().architecture},
+                                               {"events_dropped", ot.dropped}}}};
+  std::ofstream f(path);
+  if (!f) bad("--trace: cannot write " + path + ": " + std::strerror(errno));
+  f << trace.dump() << "\n";
+  if (!f.good()) bad("--trace: writing " + path + " failed");
+}
+
 void report(const GenArgs& a, Model& m, const Totals& t) {
   const double pf = t.prefill_s > 0 ? t.prompt / t.prefill_s : 0;
   const double dc = t.decode_s > 0 ? t.decode_steps / t.decode_s : 0;
@@ -222,6 +243,7 @@ void report(const GenArgs& a, Model& m, const Totals& t) {
     table(dec, "decode", ops_decode, t.decode_steps);
     for (auto& [k, v] : all.seconds) ops[k] = {{"seconds", v}, {"calls", all.calls.at(k)}};
   }
+  if (!a.trace.empty()) write_trace(a.trace, m);
   if (!a.stats_json.empty()) {
     nlohmann::json j = {{"model", a.model},
                         {"architecture", m.info().architecture},
@@ -318,7 +340,8 @@ void run_generate(const GenArgs& a) {
     if (text.empty()) bad("--prompt-file: " + a.prompt_file + " is empty");
   }
   auto outf = open_output(a.output, "-o/--output");
-  open_output(a.stats_json, "--stats-json");  // fail before the work, not after it
+  open_output(a.stats_json, "--stats-json");
+  open_output(a.trace, "--trace");  // fail before the work, not after it
   std::optional<Tokenizer> tok;
   if (a.prompt_ids.empty() || !a.ids) tok = load_tokenizer(a.model);
   std::vector<int32_t> prompt;
@@ -362,6 +385,7 @@ void run_chat(const GenArgs& a) {
   if (tmpl.empty()) bad(a.model + ": tokenizer_config.json has no chat_template (use flashkit generate)");
   auto outf = open_output(a.output, "-o/--output");
   open_output(a.stats_json, "--stats-json");
+  open_output(a.trace, "--trace");
   auto model = Model::load(a.model, load_options(a));
   auto session = model->new_session();
   std::ostream& out = outf ? *outf : std::cout;

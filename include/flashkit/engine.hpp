@@ -56,7 +56,16 @@ struct ModelInfo {
 struct OpTimes {
   std::map<std::string, double> seconds;
   std::map<std::string, int64_t> calls;
-  void clear() { seconds.clear(); calls.clear(); }
+  // Every timed op in order (a Chrome/Perfetto trace's events): start relative to the model's load, seconds.
+  // Capped at kMaxEvents so a long profiled run cannot grow without bound; `dropped` counts the rest.
+  struct Event {
+    const char* name;  // a string literal of the engine's op names
+    double start_s, dur_s;
+  };
+  static constexpr size_t kMaxEvents = size_t(1) << 20;
+  std::vector<Event> events;
+  int64_t dropped = 0;
+  void clear() { seconds.clear(); calls.clear(); events.clear(); dropped = 0; }
 };
 
 class Session;

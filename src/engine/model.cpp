@@ -64,10 +64,16 @@ class ModelImpl final : public Model {
     auto t0 = Clock::now();
     f();
     be_->synchronize();
-    times_.seconds[name] += std::chrono::duration<double>(Clock::now() - t0).count();
+    const double dur = std::chrono::duration<double>(Clock::now() - t0).count();
+    times_.seconds[name] += dur;
     times_.calls[name] += 1;
+    if (times_.events.size() < OpTimes::kMaxEvents)
+      times_.events.push_back({name, std::chrono::duration<double>(t0 - loaded_).count(), dur});
+    else
+      ++times_.dropped;
   }
 
+  Clock::time_point loaded_ = Clock::now();  // the profile trace's time origin
   ModelConfig cfg_;
   LoadOptions opts_;
   ModelInfo info_;

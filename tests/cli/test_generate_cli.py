@@ -64,6 +64,20 @@ def test_generate_bf16_and_profile_and_stats_json(tmp_path):
     assert "attention" in s["ops"]
 
 
+def test_generate_profile_trace(tmp_path):
+    trace = tmp_path / "trace.json"
+    p = run("generate", "-m", LLAMA, "--prompt-ids", "1,2,3", "-n", "4", "--ids", "--profile", "--trace", str(trace))
+    assert p.returncode == 0, p.stderr
+    t = json.loads(trace.read_text())
+    names = {e["name"] for e in t["traceEvents"]}
+    assert {"linear.qkv", "linear.lm_head", "attention", "rms_norm"} <= names, names
+    assert all(e["ph"] == "X" and e["dur"] >= 0 for e in t["traceEvents"])
+    starts = [e["ts"] for e in t["traceEvents"]]
+    assert starts == sorted(starts)
+    q = run("generate", "-m", LLAMA, "--prompt-ids", "1,2,3", "-n", "4", "--ids", "--trace", str(trace))
+    assert q.returncode != 0 and "--trace needs --profile" in q.stderr
+
+
 def test_generate_sampling_is_seeded():
     e = expected(LLAMA)
     args = ["generate", "-m", LLAMA, "--prompt-ids", ids_arg(e["prompt_ids"]), "-n", "12", "--temp", "1.0",
