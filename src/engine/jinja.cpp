@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "flashkit/error.hpp"
+#include "tokenizer/utf8.hpp"
 
 namespace flashkit::engine::jinja {
 
@@ -48,23 +49,7 @@ uint32_t next_cp(std::string_view s, size_t& i) {
   return cp;
 }
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
+using tok::append_utf8;  // the tokenizer's encoder (ill-formed code points become U+FFFD)
 
 // Python's str.isspace() (Unicode White_Space-ish set used by str.strip()/split()).
 bool py_space(uint32_t cp) {

@@ -3,22 +3,13 @@
 #include <algorithm>
 
 #include "flashkit/error.hpp"
+#include "tokenizer/utf8.hpp"
 
 namespace flashkit::engine {
 namespace {
 
 // Bytes at the end of s that form an incomplete UTF-8 sequence (0 when s ends on a boundary).
-size_t incomplete_utf8_tail(std::string_view s) {
-  const size_t n = s.size();
-  for (size_t k = 1; k <= std::min<size_t>(4, n); ++k) {
-    const auto c = static_cast<unsigned char>(s[n - k]);
-    if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
-    if (c < 0xC0) return 0;            // ASCII (or a stray continuation run): nothing to wait for
-    const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-    return k < need ? k : 0;
-  }
-  return 0;
-}
+size_t incomplete_utf8_tail(std::string_view s) { return s.size() - tok::utf8_complete_prefix(s); }
 
 }  // namespace
 

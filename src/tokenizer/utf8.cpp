@@ -50,6 +50,7 @@ std::optional<size_t> utf8_invalid_offset(std::string_view s) {
 }
 
 void append_utf8(std::string& out, uint32_t cp) {
+  if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) cp = 0xFFFD;  // never emit ill-formed UTF-8
   if (cp < 0x80) {
     out += static_cast<char>(cp);
   } else if (cp < 0x800) {

@@ -33,6 +33,7 @@ inline uint32_t next_cp(std::string_view s, size_t& i) {
 }
 inline size_t cp_len(unsigned char lead) { return lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2; }
 
+// Appends cp as UTF-8; code points past U+10FFFF and surrogates become U+FFFD.
 void append_utf8(std::string& out, uint32_t cp);
 
 // Valid UTF-8 of `bytes`, each ill-formed subsequence replaced by U+FFFD.
