@@ -13,7 +13,10 @@
 #   ncu       per-kernel GPU time of decode steps (Nsight Compute, random weights: no checkpoint needed; needs a
 #             Firecracker machine, ncu cannot read counters under gVisor) -> engine-ncu.txt
 #   opprofile the engine's per-op profile mode (a sync after every op: unfused, no graphs) -> in engine.log
-#   ab        decode with one switch off at a time (FLASHKIT_CUDA_{PDL,FUSE,PREFETCH,LDCS}=0), random weights
+#   kbench    the decode kernels alone (GEMVs of both models vs cuBLAS, decode attention at several context lengths),
+#             CUDA-graph timed -> engine-kbench.json (test_cuda_kernel_bench.cpp)
+#   ab        decode with one switch flipped at a time (FLASHKIT_CUDA_{PDL,FUSE,LDCS}=0, FLASHKIT_CUDA_PREFETCH=1),
+#             random weights
 #             -> engine-ab.txt
 # Results in $OUT (or ./build-gpu-out): engine.log, engine-flashkit.json, engine-hf.json, engine-fidelity.json.
 # Exit status: non-zero if any stage failed. Stages of one call share $BUILD and $MODELS, so on a warm machine a
@@ -106,13 +109,18 @@ PY
       done
       rm -f "$OUT"/ncu_*.csv
       ;;
+    kbench)
+      FLASHKIT_KBENCH_OUT="$OUT/engine-kbench.json" \
+        run kbench "$T" --gtest_also_run_disabled_tests --gtest_filter='CudaKernelBench.*'
+      grep "^\[kbench\]" "$LOG"
+      ;;
     ab)
-      for knob in none PDL FUSE PREFETCH LDCS; do
-        extra=(); [ "$knob" != none ] && extra=("FLASHKIT_CUDA_$knob=0")
+      for knob in none PDL=0 FUSE=0 PREFETCH=1 LDCS=0; do
+        extra=(); [ "$knob" != none ] && extra=("FLASHKIT_CUDA_$knob")
         env "${extra[@]}" FLASHKIT_BENCH_RANDOM=1 FLASHKIT_BENCH_REPS=2 FLASHKIT_BENCH_NEW=128 FLASHKIT_BENCH_PREFILL=512 \
           FLASHKIT_BENCH_MODELS=models/configs/gemma-3-270m.json,models/configs/llama-3.2-1b.json \
           "$T" --gtest_also_run_disabled_tests --gtest_filter='CudaEngineBench.*' 2>&1 | grep "graphs_on" |
-          sed "s/^/[ab $knob off] /" | tee -a "$LOG" "$OUT/engine-ab.txt"
+          sed "s/^/[ab $knob] /" | tee -a "$LOG" "$OUT/engine-ab.txt"
       done
       ;;
     opprofile)

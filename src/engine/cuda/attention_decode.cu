@@ -10,7 +10,8 @@
 // Keys: LPK lanes (a power of two, 8 dims each) hold one key; a warp takes 32 / LPK keys per step, two steps per
 // iteration so each lane has two 16-byte K loads and two V loads in flight. Online softmax per lane group, a
 // shared-memory merge of the groups, then either the output (one split) or an f32 partial (o, lse) that the last
-// block of the head to arrive (atomic counter, reset by that block) merges.
+// block of the head to arrive (atomic counter, reset by that block) merges. The grid's split count is fixed per
+// launch site (graph capture); how many of those splits work is decided in the kernel from the visible-key count.
 #include "engine/cuda/common.cuh"
 
 #include <algorithm>
@@ -21,6 +22,7 @@ namespace flashkit::engine::cuda {
 namespace {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
+constexpr int kMaxSplits = 64;  // decode_attention_splits() never returns more
 
 template <int LPK>
 __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a) {
@@ -34,47 +36,82 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a)
   __shared__ int s_last;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int split = blockIdx.x, h = blockIdx.y, S = gridDim.x;
+  const int split = blockIdx.x, h = blockIdx.y;
   const int D = a.head_dim, G = a.heads / a.kv_heads, kvh = h / G;
   const int64_t kvd = int64_t(a.kv_heads) * D;
   const bool CBF16 = a.cache_bf16;  // uniform branch (one instantiation per LPK keeps the build small)
 
+  // One thread per head dimension (head_dim <= 256 = kThreads). The norm weights and RoPE frequencies are constants:
+  // load them before waiting for the previous kernel; the q/k/v row is loaded together with the position.
+  const bool in_d = tid < D;
+  const float qnw = a.q_norm_w && in_d ? a.q_norm_w[tid] : 1.0f;
+  const float knw = a.k_norm_w && in_d ? a.k_norm_w[tid] : 1.0f;
+  const float invf = a.inv_freq && tid < D / 2 ? a.inv_freq[tid] : 0.0f;
   pdl_trigger();
   pdl_wait();
   const int64_t p = *a.pos0;
+  float qv = in_d ? ld_any(a.q, a.in_bf16, int64_t(h) * D + tid) : 0.0f;
+  float kv = in_d ? ld_any(a.k, a.in_bf16, int64_t(kvh) * D + tid) : 0.0f;
+  float vv = in_d ? ld_any(a.v, a.in_bf16, int64_t(kvh) * D + tid) : 0.0f;
+  // Visible keys: positions [start, p], n of them. The grid has gridDim.x splits (fixed: the launch is captured
+  // once), but a short context only uses S of them, each with at least kMinKeys keys (two loop iterations): a
+  // split costs a memory round trip or two whatever its length, and every extra split is one more partial to
+  // merge. Blocks past S leave at once (block 0 always stays: it appends the new key/value row).
+  int64_t start = 0;
+  if (a.window > 0) start = max(start, p - a.window + 1);
+  if (a.ring) start = max(start, p - a.capacity + 1);
+  const int64_t n = p - start + 1;
+  constexpr int64_t kMinKeys = 4 * NG;
+  const int S = int(min(int64_t(gridDim.x), max(int64_t(1), (n + kMinKeys - 1) / kMinKeys)));
+  if (split >= S) return;
 
-  // ---- the query row and the new key/value row, in f32
-  for (int i = tid; i < DP; i += kThreads) {
-    qs[i] = i < D ? ld_any(a.q, a.in_bf16, int64_t(h) * D + i) : 0.0f;
-    ks[i] = i < D ? ld_any(a.k, a.in_bf16, int64_t(kvh) * D + i) : 0.0f;
-    vs[i] = i < D ? ld_any(a.v, a.in_bf16, int64_t(kvh) * D + i) : 0.0f;
-  }
-  __syncthreads();
-  if (a.q_norm_w) {
-    float ss = 0;
-    for (int i = tid; i < D; i += kThreads) ss += qs[i] * qs[i];
-    ss = block_sum(ss, red);
-    const float r = rsqrtf(ss / float(D) + a.eps);
-    for (int i = tid; i < D; i += kThreads) qs[i] *= r * a.q_norm_w[i];
-  }
-  if (a.k_norm_w) {
-    float ss = 0;
-    for (int i = tid; i < D; i += kThreads) ss += ks[i] * ks[i];
-    ss = block_sum(ss, red);
-    const float r = rsqrtf(ss / float(D) + a.eps);
-    for (int i = tid; i < D; i += kThreads) ks[i] *= r * a.k_norm_w[i];
-  }
-  __syncthreads();
-  if (a.inv_freq) {
-    const int half = D / 2;
-    for (int i = tid; i < half; i += kThreads) {
-      float sn, cs;
-      sincosf(float(p) * a.inv_freq[i], &sn, &cs);
-      cs *= a.attn_scaling, sn *= a.attn_scaling;
-      const float q1 = qs[i], q2 = qs[i + half], k1 = ks[i], k2 = ks[i + half];
-      qs[i] = q1 * cs - q2 * sn, qs[i + half] = q2 * cs + q1 * sn;
-      ks[i] = k1 * cs - k2 * sn, ks[i + half] = k2 * cs + k1 * sn;
+  // ---- this split takes indices [lo, hi) of the visible range [start, p]
+  int64_t chunk = (n + S - 1) / S;
+  chunk = (chunk + 7) / 8 * 8;
+  const int64_t lo = min(n, int64_t(split) * chunk), hi = min(n, lo + chunk);
+  const int sl = lane % LPK, g = warp * KPW + lane / LPK;
+  const bool dim_ok = sl * 8 < D;
+  const int64_t coff = int64_t(kvh) * D + sl * 8;
+
+  // Raw cache chunks of one loop iteration (two keys per lane group, 8 dims each): one uint4 per key and tensor for
+  // a bf16 cache, two for f32. Key p (the new one) is not loaded: it comes from shared memory when consumed.
+  auto load_iter = [&](int64_t base, uint4 (&kr)[2][2], uint4 (&vr)[2][2]) {
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int64_t idx = base + int64_t(u) * NG + lane / LPK;
+      const int64_t j = start + idx;
+      const bool ld = idx < hi && dim_ok && j != p;
+      const int64_t row = ld ? (a.ring ? j % a.capacity : j) : 0;
+      const uint4 z = make_uint4(0, 0, 0, 0);
+      if (CBF16) {
+        kr[u][0] = ld ? __ldcg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.k_cache) + row * kvd + coff)) : z;
+        vr[u][0] = ld ? __ldcg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.v_cache) + row * kvd + coff)) : z;
+      } else {
+        const uint4* kp = reinterpret_cast<const uint4*>(static_cast<const float*>(a.k_cache) + row * kvd + coff);
+        const uint4* vp = reinterpret_cast<const uint4*>(static_cast<const float*>(a.v_cache) + row * kvd + coff);
+        kr[u][0] = ld ? __ldcg(kp) : z, kr[u][1] = ld ? __ldcg(kp + 1) : z;
+        vr[u][0] = ld ? __ldcg(vp) : z, vr[u][1] = ld ? __ldcg(vp + 1) : z;
+      }
     }
+  };
+  // The first iteration's keys depend only on p: load them now, so their memory latency overlaps the q/k prologue.
+  const int64_t base0 = lo + int64_t(warp) * KPW;
+  uint4 kA[2][2], vA[2][2], kB[2][2], vB[2][2];
+  if (base0 < hi) load_iter(base0, kA, vA);
+
+  // ---- the query row and the new key/value row, in f32: per-head RMSNorm, then RoPE (pairs i, i + D/2)
+  if (a.q_norm_w) qv *= rsqrtf(block_sum(qv * qv, red) / float(D) + a.eps) * qnw;
+  if (a.k_norm_w) kv *= rsqrtf(block_sum(kv * kv, red) / float(D) + a.eps) * knw;
+  if (tid < DP) qs[tid] = qv, ks[tid] = kv, vs[tid] = vv;
+  __syncthreads();
+  if (a.inv_freq && tid < D / 2) {
+    const int i = tid, half = D / 2;
+    float sn, cs;
+    sincosf(float(p) * invf, &sn, &cs);
+    cs *= a.attn_scaling, sn *= a.attn_scaling;
+    const float q1 = qs[i], q2 = qs[i + half], k1 = ks[i], k2 = ks[i + half];
+    qs[i] = q1 * cs - q2 * sn, qs[i + half] = q2 * cs + q1 * sn;
+    ks[i] = k1 * cs - k2 * sn, ks[i + half] = k2 * cs + k1 * sn;
   }
   __syncthreads();
   for (int i = tid; i < D; i += kThreads) {
@@ -100,77 +137,55 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a)
     }
   }
 
-  // ---- visible keys: positions [start, p]; this split takes indices [lo, hi) of that range
-  int64_t start = 0;
-  if (a.window > 0) start = max(start, p - a.window + 1);
-  if (a.ring) start = max(start, p - a.capacity + 1);
-  const int64_t n = p - start + 1;
-  int64_t chunk = (n + S - 1) / S;
-  chunk = (chunk + 7) / 8 * 8;
-  const int64_t lo = min(n, int64_t(split) * chunk), hi = min(n, lo + chunk);
-
-  const int sl = lane % LPK, g = warp * KPW + lane / LPK;
-  const bool dim_ok = sl * 8 < D;
   float qr[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) qr[j] = dim_ok ? qs[sl * 8 + j] : 0.0f;
   float m = -INFINITY, l = 0.0f, acc[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
-  const int64_t coff = int64_t(kvh) * D + sl * 8;
 
-  for (int64_t base = lo + int64_t(warp) * KPW; base < hi; base += 2 * NG) {  // warp-uniform loop
-    float kf[2][8], vf[2][8];
-    bool ok[2];
+  // Online softmax over one iteration's two keys per lane group.
+  auto consume = [&](int64_t base, const uint4 (&kr)[2][2], const uint4 (&vr)[2][2]) {
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
       const int64_t idx = base + int64_t(u) * NG + lane / LPK;
-      ok[u] = idx < hi;
-      const int64_t j = start + idx;
-      if (ok[u] && j == p) {
+      const bool ok = idx < hi;
+      float kf[8], vf[8];
+      if (ok && start + idx == p) {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) kf[u][e] = dim_ok ? ks[sl * 8 + e] : 0.0f, vf[u][e] = dim_ok ? vs[sl * 8 + e] : 0.0f;
+        for (int e = 0; e < 8; ++e) kf[e] = dim_ok ? ks[sl * 8 + e] : 0.0f, vf[e] = dim_ok ? vs[sl * 8 + e] : 0.0f;
+      } else if (CBF16) {
+        unpack8(kr[u][0], kf);
+        unpack8(vr[u][0], vf);
       } else {
-        const bool ld = ok[u] && dim_ok;
-        const int64_t row = ld ? (a.ring ? j % a.capacity : j) : 0;
-        if (CBF16) {
-          uint4 kk = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-          if (ld) {
-            kk = __ldcg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.k_cache) + row * kvd + coff));
-            vv = __ldcg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.v_cache) + row * kvd + coff));
-          }
-          unpack8(kk, kf[u]);
-          unpack8(vv, vf[u]);
-        } else {
-          float4 k0 = make_float4(0, 0, 0, 0), k1 = k0, v0 = k0, v1 = k0;
-          if (ld) {
-            const float4* kp = reinterpret_cast<const float4*>(static_cast<const float*>(a.k_cache) + row * kvd + coff);
-            const float4* vp = reinterpret_cast<const float4*>(static_cast<const float*>(a.v_cache) + row * kvd + coff);
-            k0 = __ldcg(kp), k1 = __ldcg(kp + 1), v0 = __ldcg(vp), v1 = __ldcg(vp + 1);
-          }
-          kf[u][0] = k0.x, kf[u][1] = k0.y, kf[u][2] = k0.z, kf[u][3] = k0.w;
-          kf[u][4] = k1.x, kf[u][5] = k1.y, kf[u][6] = k1.z, kf[u][7] = k1.w;
-          vf[u][0] = v0.x, vf[u][1] = v0.y, vf[u][2] = v0.z, vf[u][3] = v0.w;
-          vf[u][4] = v1.x, vf[u][5] = v1.y, vf[u][6] = v1.z, vf[u][7] = v1.w;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          kf[e] = __uint_as_float((&kr[u][0].x)[e]), kf[4 + e] = __uint_as_float((&kr[u][1].x)[e]);
+          vf[e] = __uint_as_float((&vr[u][0].x)[e]), vf[4 + e] = __uint_as_float((&vr[u][1].x)[e]);
         }
       }
-    }
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
       float s = 0;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) s = fmaf(qr[e], kf[u][e], s);
+      for (int e = 0; e < 8; ++e) s = fmaf(qr[e], kf[e], s);
 #pragma unroll
       for (int o = LPK / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      if (!ok[u]) continue;
+      if (!ok) continue;
       if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
       const float mn = fmaxf(m, s);
       const float corr = __expf(m - mn), pe = __expf(s - mn);
       l = l * corr + pe;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) acc[e] = fmaf(pe, vf[u][e], acc[e] * corr);
+      for (int e = 0; e < 8; ++e) acc[e] = fmaf(pe, vf[e], acc[e] * corr);
       m = mn;
     }
+  };
+  // Two register buffers: the next iteration's keys load while this one's are used.
+  for (int64_t base = base0; base < hi; base += 4 * NG) {  // warp-uniform loop
+    if (base + 2 * NG < hi) load_iter(base + 2 * NG, kB, vB);
+    consume(base, kA, vA);
+    if (base + 2 * NG >= hi) break;
+    if (base + 4 * NG < hi) load_iter(base + 4 * NG, kA, vA);
+    consume(base + 2 * NG, kB, vB);
   }
 
   // ---- merge the lane groups of the block
@@ -195,8 +210,9 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a)
     }
     return;
   }
-  float* po = a.part + (int64_t(h) * S + split) * D;                 // [heads][S][D]
-  float* plse = a.part + int64_t(a.heads) * S * D + int64_t(h) * S;  // [heads][S]
+  const int64_t SG = gridDim.x;  // the buffer is laid out for the grid's splits
+  float* po = a.part + (int64_t(h) * SG + split) * D;                  // [heads][SG][D]
+  float* plse = a.part + int64_t(a.heads) * SG * D + int64_t(h) * SG;  // [heads][SG]
   for (int d = tid; d < D; d += kThreads) {
     float o = 0;
     if (L > 0)
@@ -214,19 +230,25 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a)
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  // ---- last block of head h: merge the S partials
-  const float* ph = a.part + int64_t(h) * S * D;
-  const float* lh = a.part + int64_t(a.heads) * S * D + int64_t(h) * S;
+  // ---- last block of head h: merge the S partials. The S log-sum-exps are loaded at once into shared memory and
+  // the partial rows with 8 loads in flight per thread: a serial walk over the splits put one L2 round trip per
+  // split on the critical path (v1: ~8 us of a 12 us launch at 16 splits).
+  const float* ph = a.part + int64_t(h) * gridDim.x * D;
+  const float* lh = a.part + int64_t(a.heads) * gridDim.x * D + int64_t(h) * gridDim.x;
+  __shared__ float wsplit[kMaxSplits];
+  if (tid < S) wsplit[tid] = __ldcg(lh + tid);
+  __syncthreads();
   float LM = -INFINITY;
-  for (int s2 = 0; s2 < S; ++s2) LM = fmaxf(LM, __ldcg(lh + s2));
+  for (int s2 = 0; s2 < S; ++s2) LM = fmaxf(LM, wsplit[s2]);
+  __syncthreads();
+  if (tid < S) wsplit[tid] = LM == -INFINITY ? 0.0f : __expf(wsplit[tid] - LM);
+  __syncthreads();
+  float den = 0;
+  for (int s2 = 0; s2 < S; ++s2) den += wsplit[s2];
   for (int d = tid; d < D; d += kThreads) {
-    float o = 0, den = 0;
-    if (LM != -INFINITY)
-      for (int s2 = 0; s2 < S; ++s2) {
-        const float wgt = __expf(__ldcg(lh + s2) - LM);
-        den += wgt;
-        o += wgt * __ldcg(ph + int64_t(s2) * D + d);
-      }
+    float o = 0;
+#pragma unroll 8
+    for (int s2 = 0; s2 < S; ++s2) o += wsplit[s2] * __ldcg(ph + int64_t(s2) * D + d);
     o = den > 0 ? o / den : 0.0f;
     if (a.out_bf16) static_cast<uint16_t*>(a.out)[hD + d] = f2bf(o);
     else static_cast<float*>(a.out)[hD + d] = o;
@@ -253,6 +275,8 @@ void decode_attention(const DecodeAttnArgs& a, cudaStream_t stream) {
   if (a.splits < 1 || (a.splits > 1 && (!a.part || !a.counters)))
     fail(Status::invalid_argument, "decode_attention: splits > 1 needs the partial buffer and counters");
   if (a.heads > 65535) fail(Status::invalid_argument, "decode_attention: too many heads");
+  if (a.splits > kMaxSplits)
+    fail(Status::invalid_argument, "decode_attention: splits must be at most " + std::to_string(kMaxSplits));
   const int c = D / 8;  // 16-byte chunks per row
   const int lpk = c <= 1 ? 1 : c <= 2 ? 2 : c <= 4 ? 4 : c <= 8 ? 8 : c <= 16 ? 16 : 32;
   const dim3 grid{unsigned(a.splits), unsigned(a.heads)};
