@@ -111,9 +111,47 @@ def bench_one(outdir, name, mode):
     return r
 
 
-def bench(outdir, out_json):
-    """Each (model, mode) in its own process, so a crash (torch.compile has segfaulted here) loses only that one."""
+def run_isolated(argv, result_json, timeout):
+    """Runs `bench_hf_cuda.py ARGV` in its own process. Returns (numbers, error): numbers are what the child wrote
+    to result_json -- kept even when it crashed afterwards (torch.compile/inductor has segfaulted at teardown) --
+    and error is None, or why it failed with the last lines of its stderr."""
+    import signal
     import subprocess
+    import tempfile
+    with tempfile.TemporaryFile(mode="w+", errors="replace") as err:
+        try:
+            p = subprocess.run([sys.executable, os.path.abspath(__file__)] + argv, timeout=timeout, stderr=err)
+            rc, why = p.returncode, None
+            if rc < 0:
+                try:
+                    why = "killed by signal %d (%s)" % (-rc, signal.Signals(-rc).name)
+                except ValueError:
+                    why = "killed by signal %d" % -rc
+            elif rc != 0:
+                why = "exit status %d" % rc
+        except subprocess.TimeoutExpired:
+            why = "timeout after %d s" % timeout
+        err.seek(0)
+        text = err.read()
+    sys.stderr.write(text)  # into the log, as if it had not been captured
+    sys.stderr.flush()
+    numbers = {}
+    try:
+        with open(result_json) as f:
+            numbers = json.load(f)
+    except (OSError, ValueError):
+        pass
+    if why is None and not numbers:
+        why = "no result written"
+    if why is not None:
+        tail = [line[:300] for line in text.strip().splitlines()[-6:]]
+        why = {"error": why, "stderr_tail": tail}
+    return numbers, why
+
+
+def bench(outdir, out_json):
+    """Each (model, mode) in its own process, so a crash (torch.compile has segfaulted here) loses only that one;
+    a failure is recorded in the JSON as <mode>_error (why, and the last lines of the child's stderr)."""
     import tempfile
     import transformers
     res = {"transformers": transformers.__version__, "torch": torch.__version__,
@@ -123,16 +161,17 @@ def bench(outdir, out_json):
         for mode in ("prefill", "eager", "compiled", "compiled_default"):
             if mode == "compiled_default" and "compiled_decode_tok_s" in r:
                 continue
-            with tempfile.NamedTemporaryFile(suffix=".json") as tf:
+            with tempfile.TemporaryDirectory() as td:
+                tf = os.path.join(td, "result.json")
                 try:
-                    p = subprocess.run([sys.executable, os.path.abspath(__file__), "bench1", outdir, "--model", name,
-                                        "--mode", mode, "--json", tf.name], timeout=240)
-                    if p.returncode == 0:
-                        r.update(json.load(open(tf.name)))
-                    else:
-                        r[mode + "_error"] = "exit status %d" % p.returncode
-                except subprocess.TimeoutExpired:
-                    r[mode + "_error"] = "timeout"
+                    numbers, err = run_isolated(["bench1", outdir, "--model", name, "--mode", mode, "--json", tf],
+                                                tf, timeout=240)
+                except Exception as e:  # noqa: BLE001 - never lose the other numbers
+                    numbers, err = {}, {"error": "%s: %s" % (type(e).__name__, e)}
+                r.update(numbers)
+                if err is not None:
+                    r[mode + "_error"] = err
+                    log(name, mode, "failed:", err["error"], "(salvaged: %s)" % sorted(numbers) if numbers else "")
             json.dump(res, open(out_json, "w"), indent=1)
 
 
@@ -181,7 +220,12 @@ def main():
     elif a.mode == "bench":
         bench(a.outdir, a.json)
     elif a.mode == "bench1":
-        json.dump(bench_one(a.outdir, a.model, a.bmode), open(a.json, "w"))
+        r = bench_one(a.outdir, a.model, a.bmode)
+        with open(a.json, "w") as f:
+            json.dump(r, f)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # the numbers are written: skip interpreter teardown (where compiled graphs have crashed)
     else:
         fidelity(a.outdir, a.flashkit, a.json)
 

@@ -12,7 +12,9 @@
 // Architectures: gemma3_text (Gemma 3), llama (Llama 3.x incl. llama3 rope scaling), qwen2, qwen3. Config files
 // written by transformers 4 (rope_theta / rope_scaling / rope_local_base_freq / sliding_window_pattern) and 5
 // (rope_parameters, layer_types) are both read. Weights are memory-mapped; matrices are stored as f32 or bf16 on
-// the CPU (dtype "auto" keeps bf16 checkpoints in bf16 and everything else in f32); compute is f32.
+// the CPU (dtype "auto" keeps bf16 checkpoints in bf16 and everything else in f32); compute is f32. The CUDA
+// backend stores matrices in bf16; for bf16 weights its KV cache and the intermediates of prefill chunks are bf16
+// too (ModelInfo::kv_dtype / activation_dtype), decode steps and the residual stream stay f32.
 // Errors (missing files or tensors, unknown model_type / dtype, a prompt longer than the context) are
 // flashkit::Error with a message that names the file, tensor or limit.
 #pragma once
@@ -45,6 +47,8 @@ struct ModelInfo {
   std::string source;           // directory
   std::string backend;          // e.g. "cpu.avx2 (2 threads)"
   std::string weight_dtype;     // storage of the matrices on the backend: f32 / bf16
+  std::string activation_dtype; // intermediates of multi-row (prefill) steps on the backend: f32 / bf16
+  std::string kv_dtype;         // KV cache on the backend: f32 / bf16
   int64_t vocab_size = 0, hidden_size = 0, num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
   int64_t max_context = 0;
   int64_t parameters = 0;
@@ -90,7 +94,10 @@ class Session {
   // Throws invalid_argument if position() + tokens.size() > max_context or an id is out of range.
   virtual void prefill(std::span<const int32_t> tokens, bool all_logits = false) = 0;
   virtual void decode(int32_t token) = 0;            // one token (prefill of one, graph-friendly path)
-  virtual std::span<const float> logits() const = 0;  // [vocab], f32
+  // [vocab], f32: the last row computed by prefill / decode / generate. generate()'s greedy steps leave the row on
+  // the device (only its argmax is downloaded); logits() then downloads it on first use (so on a GPU the first
+  // call after generate() costs one row transfer). The span stays valid until the session runs again.
+  virtual std::span<const float> logits() const = 0;
   virtual const std::vector<float>& all_logits() const = 0;
   virtual int64_t position() const = 0;             // tokens in the cache
   virtual int64_t max_context() const = 0;
@@ -124,6 +131,10 @@ struct GenerationResult {
 // Prefills `prompt` (appended to what the session already holds) and samples up to max_new_tokens tokens,
 // calling on_token(id) for each as soon as it is chosen; on_token returning false stops generation.
 // Stops early on eos / stop ids (the stop token is reported and included) or when the context is full.
+// Greedy decoding (temperature 0, or top_k 1, without a repetition penalty) computes the argmax where the logits
+// are (on the GPU: only the id is downloaded), with the sampler's rules (lowest id on ties; top_k 1 draws among
+// ties through the sampler), so the tokens are the ones sampling the downloaded logits would give.
+// FLASHKIT_DEVICE_ARGMAX=0 in the environment turns this off.
 GenerationResult generate(Session& session, std::span<const int32_t> prompt, const GenerateOptions& opts,
                           const std::function<bool(int32_t)>& on_token = {});
 

@@ -11,8 +11,15 @@
 //     the q, k and v views are column slices of one [T, (H + 2*KVH) * head_dim] buffer.
 //   * alloc() returns memory owned by the backend (released by free() or the backend's destructor). Pointers
 //     never move, so anything built on them (a captured CUDA graph) stays valid for the buffer's lifetime.
-//   * Activations use activation_dtype() (f32 on the CPU; a GPU backend may pick bf16). Logits are always
-//     delivered to the host as f32 by download_f32().
+//   * Activations. The residual stream h and the o-projection / down-projection output that is added to it are
+//     f32. The other intermediates of a multi-row step (normed rows, qkv, attention output, gate|up, activation)
+//     use activation_dtype(): f32 on the CPU; the CUDA backend picks bf16 for bf16 weights (half the bytes of a
+//     long prefill; transformers computes bf16 models in bf16 too). Steps of one row (decode) keep f32
+//     intermediates: they are a few KB, and the fused decode kernels write f32 side outputs. So every op must
+//     accept bf16 or f32 where activation_dtype() can be bf16, including mixed calls (rms_norm from f32 h into a
+//     bf16 row; linear from bf16 x into f32 o). Logits are f32 on the device and delivered to the host as f32 by
+//     download_f32(), or reduced on the device by argmax() (greedy decoding).
+//   * KV cache: allocated by the model with kv_dtype() (f32 on the CPU; bf16 on CUDA for bf16 weights).
 //   * Weights: load_matrix() takes one or more checkpoint tensors [out_i, in] (memory-mapped host data in any
 //     WeightType) and returns ONE matrix, the parts concatenated along `out` (the model fuses q/k/v into one
 //     matrix and gate/up into one, so a decode step runs one GEMV instead of three). The backend converts to
@@ -31,6 +38,8 @@
 //         graph_begin(key);  ...every op of the step...;  graph_end(key);   // capture (and run) once
 //       }
 //       download_f32(logits)                          // the one host sync of a step
+//   A greedy step queues argmax(logits) inside the captured step instead and reads argmax_result() (a few bytes)
+//   instead of the logits row; that is a different op sequence, so it has its own graph key.
 //   Position of row t of the step = pos0 + t. After the step the sequence holds pos0 + T tokens (that is the
 //   KV length attention uses). Backends without graphs return false from graph_replay and ignore begin/end.
 //
@@ -118,6 +127,13 @@ struct AttentionParams {
 
 enum class Activation { gelu_tanh, silu };
 
+// argmax() over one logits row, as the sampler's greedy choice defines it.
+struct ArgmaxResult {
+  int32_t index = -1;   // the first (lowest) index of the maximum; +0 and -0 are equal
+  bool valid = false;   // false: the row holds a NaN or +inf, or only -inf (the sampler throws; index unspecified)
+  bool unique = true;   // the maximum occurs once (top_k = 1 sampling keeps every tie, so it needs this)
+};
+
 struct BackendOptions {
   int threads = 0;          // CPU: 0 = flashkit::num_threads()
   int device_index = 0;     // CUDA
@@ -129,7 +145,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;  // "cpu.avx2 (2 threads)", "cuda:0 NVIDIA H200"
-  virtual DType activation_dtype() const = 0;
+  virtual DType activation_dtype() const = 0;  // intermediates of multi-row steps (see "Memory model")
+  virtual DType kv_dtype() const = 0;          // KV-cache tensors
 
   // ---- memory ----
   virtual Tensor alloc(DType dtype, int64_t rows, int64_t cols) = 0;  // contiguous, ld = cols, uninitialized
@@ -184,6 +201,13 @@ class Backend {
   virtual void add(const Tensor& x, const Tensor& y, int64_t T) = 0;
   // x = cap * tanh(x / cap)
   virtual void softcap(const Tensor& x, int64_t T, float cap) = 0;
+
+  // ---- greedy decoding without the logits download ----
+  // Queues the argmax of `logits` (f32 [1, V], row 0) like any op (graph-safe: a captured decode step may end
+  // with it); the result goes to a backend-owned slot that the next argmax() overwrites.
+  virtual void argmax(const Tensor& logits) = 0;
+  // The last argmax()'s result: waits for it and downloads a few bytes (a greedy step's one host sync).
+  virtual ArgmaxResult argmax_result() = 0;
 };
 
 // Factories. make_cuda_backend throws Status::unsupported in a build without CUDA (src/engine/cuda_stub).

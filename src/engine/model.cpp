@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -52,8 +53,10 @@ class ModelImpl final : public Model {
   OpTimes& op_times() override { return times_; }
 
   // One forward pass of T = tokens.size() rows at positions pos0...; logits rows written to `logits_out`
-  // ([T, vocab] when all_logits, else the last row only).
-  void forward(SessionImpl& s, std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits_out);
+  // ([T, vocab] when all_logits, else the last row only). With `greedy` (last row only), the backend reduces the
+  // row to its argmax instead and only that crosses to the host; the row stays in the session's device buffer.
+  void forward(SessionImpl& s, std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits_out,
+               ArgmaxResult* greedy = nullptr);
 
   template <typename F>
   void op(const char* name, F&& f) {
@@ -89,6 +92,11 @@ class ModelImpl final : public Model {
   OpTimes times_;
 };
 
+// The intermediates of one step (everything but the residual stream and the o/down output added to it).
+struct Acts {
+  Tensor xn, qkv, attn, gu, act;
+};
+
 class SessionImpl final : public Session {
  public:
   SessionImpl(ModelImpl& m, uint64_t id) : m_(m), id_(id) {
@@ -97,19 +105,19 @@ class SessionImpl final : public Session {
     C_ = std::max<int64_t>(1, std::min(m.opts_.prefill_chunk, m.info_.max_context));
     be.reserve_step(C_);
     h_ = be.alloc(DType::f32, C_, c.hidden_size);
-    xn_ = be.alloc(DType::f32, C_, c.hidden_size);
-    qkv_ = be.alloc(DType::f32, C_, m.q_dim_ + 2 * m.kv_dim_);
-    attn_ = be.alloc(DType::f32, C_, m.q_dim_);
     o_ = be.alloc(DType::f32, C_, c.hidden_size);
-    gu_ = be.alloc(DType::f32, C_, 2 * c.intermediate_size);
-    act_ = be.alloc(DType::f32, C_, c.intermediate_size);
+    // Multi-row steps keep their intermediates in the backend's activation dtype; one-row steps (decode) in f32
+    // (backend.hpp, "Memory model"): a separate one-row set when the two differ.
+    const DType adt = be.activation_dtype();
+    wide_ = alloc_acts(adt, C_);
+    one_ = adt == DType::f32 ? wide_ : alloc_acts(DType::f32, 1);
     logits_dev_ = be.alloc(DType::f32, m.logit_rows_, c.vocab_size);
     for (auto& l : m.layers_) {
       KVLayer kv;
       kv.ring = l.sliding && c.sliding_window < m.info_.max_context;
       kv.capacity = kv.ring ? c.sliding_window : m.info_.max_context;
-      kv.k = be.alloc(DType::f32, kv.capacity, m.kv_dim_);
-      kv.v = be.alloc(DType::f32, kv.capacity, m.kv_dim_);
+      kv.k = be.alloc(be.kv_dtype(), kv.capacity, m.kv_dim_);
+      kv.v = be.alloc(be.kv_dtype(), kv.capacity, m.kv_dim_);
       be.zero(kv.k);
       be.zero(kv.v);
       kv_.push_back(kv);
@@ -119,14 +127,62 @@ class SessionImpl final : public Session {
   ~SessionImpl() override {
     Backend& be = *m_.be_;
     be.graph_forget_all();
-    for (Tensor* t : {&h_, &xn_, &qkv_, &attn_, &o_, &gu_, &act_, &logits_dev_}) be.free(*t);
+    const bool shared = one_.xn.data == wide_.xn.data;
+    for (Acts* a : {&wide_, &one_}) {
+      if (a == &one_ && shared) break;
+      for (Tensor* t : {&a->xn, &a->qkv, &a->attn, &a->gu, &a->act}) be.free(*t);
+    }
+    for (Tensor* t : {&h_, &o_, &logits_dev_}) be.free(*t);
     for (auto& kv : kv_) {
       be.free(kv.k);
       be.free(kv.v);
     }
   }
+  Acts alloc_acts(DType dt, int64_t rows) {
+    Backend& be = *m_.be_;
+    const ModelConfig& c = m_.cfg_;
+    Acts a;
+    a.xn = be.alloc(dt, rows, c.hidden_size);
+    a.qkv = be.alloc(dt, rows, m_.q_dim_ + 2 * m_.kv_dim_);
+    a.attn = be.alloc(dt, rows, m_.q_dim_);
+    a.gu = be.alloc(dt, rows, 2 * c.intermediate_size);
+    a.act = be.alloc(dt, rows, c.intermediate_size);
+    return a;
+  }
+  const Acts& acts(int64_t T) const { return T == 1 ? one_ : wide_; }
 
   void prefill(std::span<const int32_t> tokens, bool all_logits) override {
+    check(tokens);
+    const int64_t V = m_.cfg_.vocab_size, n = int64_t(tokens.size());
+    if (all_logits) all_.assign(size_t(n * V), 0.f);
+    for (int64_t s = 0; s < n; s += C_) {
+      const int64_t T = std::min(C_, n - s);
+      float* dst = all_logits ? all_.data() + s * V : last_.data();
+      m_.forward(*this, tokens.subspan(size_t(s), size_t(T)), pos_, all_logits, dst);
+      pos_ += T;
+    }
+    if (all_logits) std::memcpy(last_.data(), all_.data() + (n - 1) * V, size_t(V) * 4);
+    last_on_device_ = false;
+  }
+  void decode(int32_t token) override { prefill(std::span<const int32_t>(&token, 1), false); }
+  // A decode step whose logits stay on the device: only their argmax is downloaded (generate()'s greedy path).
+  // logits() downloads the row if it is asked for.
+  ArgmaxResult decode_argmax(int32_t token) {
+    check(std::span<const int32_t>(&token, 1));
+    ArgmaxResult r;
+    m_.forward(*this, std::span<const int32_t>(&token, 1), pos_, false, nullptr, &r);
+    pos_ += 1;
+    last_on_device_ = true;
+    return r;
+  }
+  std::span<const float> logits() const override {
+    if (last_on_device_) {
+      m_.be_->download_f32(last_.data(), logits_dev_.row_slice(0, 1), 1);
+      last_on_device_ = false;
+    }
+    return last_;
+  }
+  void check(std::span<const int32_t> tokens) const {
     const int64_t n = int64_t(tokens.size());
     if (n == 0) bad("prefill: no tokens");
     if (pos_ + n > m_.info_.max_context)
@@ -138,18 +194,7 @@ class SessionImpl final : public Session {
       if (tokens[size_t(i)] < 0 || tokens[size_t(i)] >= m_.cfg_.vocab_size)
         bad("token id " + std::to_string(tokens[size_t(i)]) + " at index " + std::to_string(i) +
             " is outside the vocabulary [0, " + std::to_string(m_.cfg_.vocab_size) + ")");
-    const int64_t V = m_.cfg_.vocab_size;
-    if (all_logits) all_.assign(size_t(n * V), 0.f);
-    for (int64_t s = 0; s < n; s += C_) {
-      const int64_t T = std::min(C_, n - s);
-      float* dst = all_logits ? all_.data() + s * V : last_.data();
-      m_.forward(*this, tokens.subspan(size_t(s), size_t(T)), pos_, all_logits, dst);
-      pos_ += T;
-    }
-    if (all_logits) std::memcpy(last_.data(), all_.data() + (n - 1) * V, size_t(V) * 4);
   }
-  void decode(int32_t token) override { prefill(std::span<const int32_t>(&token, 1), false); }
-  std::span<const float> logits() const override { return last_; }
   const std::vector<float>& all_logits() const override { return all_; }
   int64_t position() const override { return pos_; }
   int64_t max_context() const override { return m_.info_.max_context; }
@@ -160,9 +205,14 @@ class SessionImpl final : public Session {
   std::shared_ptr<ModelImpl> keep_;
   uint64_t id_;
   int64_t C_ = 1, pos_ = 0;
-  Tensor h_, xn_, qkv_, attn_, o_, gu_, act_, logits_dev_;
+  Tensor h_, o_, logits_dev_;
+  Acts wide_, one_;  // one_ is wide_ when the activation dtype is f32
   std::vector<KVLayer> kv_;
-  std::vector<float> last_, all_;
+  // last_ is the last row's logits; after decode_argmax the row is still only on the device (logits_dev_ row 0)
+  // and logits() downloads it on first use.
+  mutable std::vector<float> last_;
+  mutable bool last_on_device_ = false;
+  std::vector<float> all_;
 };
 
 std::unique_ptr<Session> ModelImpl::new_session() {
@@ -173,21 +223,23 @@ std::unique_ptr<Session> ModelImpl::new_session() {
 }
 
 void ModelImpl::forward(SessionImpl& s, std::span<const int32_t> tokens, int64_t pos0, bool all_logits,
-                        float* logits_out) {
+                        float* logits_out, ArgmaxResult* greedy) {
   Backend& be = *be_;
   const ModelConfig& c = cfg_;
   const int64_t T = int64_t(tokens.size());
   const float eps = float(c.rms_norm_eps);
+  if (greedy && all_logits) fail(Status::internal, "forward: greedy needs last-row logits");
   be.set_step(tokens, pos0);
   // Decode steps (T == 1, last-row logits) are graph-replayable: identical ops and arguments every step. A one-row
-  // chunk asking for all logits runs a different op sequence, so it never captures or replays the decode graph.
-  // Profiling needs per-op syncs.
+  // chunk asking for all logits runs a different op sequence, so it never captures or replays the decode graph; a
+  // greedy step (ending in argmax) is a third sequence with its own key. Profiling needs per-op syncs.
   const bool graphable = T == 1 && !all_logits && !opts_.profile;
-  const uint64_t key = (s.id_ << 8) | 1u;
+  const uint64_t key = (s.id_ << 8) | (greedy ? 2u : 1u);
   const bool replayed = graphable && be.graph_replay(key);
+  const Acts& A = s.acts(T);
   if (!replayed) {
     if (graphable) be.graph_begin(key);
-    const Tensor h = s.h_, xn = s.xn_, qkv = s.qkv_, attn = s.attn_, o = s.o_, gu = s.gu_, act = s.act_;
+    const Tensor h = s.h_, xn = A.xn, qkv = A.qkv, attn = A.attn, o = s.o_, gu = A.gu, act = A.act;
     const Tensor q = qkv.col_slice(0, q_dim_), k = qkv.col_slice(q_dim_, kv_dim_),
                  v = qkv.col_slice(q_dim_ + kv_dim_, kv_dim_);
     const Activation actk = c.activation == "silu" ? Activation::silu : Activation::gelu_tanh;
@@ -227,8 +279,13 @@ void ModelImpl::forward(SessionImpl& s, std::span<const int32_t> tokens, int64_t
       op("rms_norm", [&] { be.rms_norm(hl, final_norm_, xl, 1, c.hidden_size, eps); });
       op("linear.lm_head", [&] { be.linear(xl, lm_head_, lg, 1); });
       if (c.final_softcap > 0) op("softcap", [&] { be.softcap(lg, 1, float(c.final_softcap)); });
+      if (greedy) op("argmax", [&] { be.argmax(lg); });
     }
     if (graphable) be.graph_end(key);
+  }
+  if (greedy) {
+    op("argmax.download", [&] { *greedy = be.argmax_result(); });
+    return;
   }
   if (!all_logits) {
     op("logits.download", [&] { be.download_f32(logits_out, s.logits_dev_.row_slice(0, 1), 1); });
@@ -236,7 +293,7 @@ void ModelImpl::forward(SessionImpl& s, std::span<const int32_t> tokens, int64_t
   }
   for (int64_t r0 = 0; r0 < T; r0 += logit_rows_) {
     const int64_t R = std::min(logit_rows_, T - r0);
-    const Tensor hl = s.h_.row_slice(r0, R), xl = s.xn_.row_slice(r0, R);
+    const Tensor hl = s.h_.row_slice(r0, R), xl = A.xn.row_slice(r0, R);
     const Tensor lg = s.logits_dev_.row_slice(0, R);
     op("rms_norm", [&] { be.rms_norm(hl, final_norm_, xl, R, c.hidden_size, eps); });
     op("linear.lm_head", [&] { be.linear(xl, lm_head_, lg, R); });
@@ -420,6 +477,8 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts) 
   info_.source = dir.string();
   info_.backend = be_->name();
   info_.weight_dtype = std::string(dtype_name(embed_.w.dtype));
+  info_.activation_dtype = std::string(dtype_name(be_->activation_dtype()));
+  info_.kv_dtype = std::string(dtype_name(be_->kv_dtype()));
   info_.vocab_size = c.vocab_size;
   info_.hidden_size = H;
   info_.num_layers = c.num_layers;
@@ -491,6 +550,17 @@ GenerationResult generate(Session& session, std::span<const int32_t> prompt, con
   if (opts.stop_at_eos)
     for (int32_t e : session.model().info().eos_ids) stops.push_back(e);
 
+  // Device-side greedy decoding: when the choice is the argmax of the raw logits, a decode step of this engine's
+  // session reduces the logits row on the backend and downloads only the id (the CUDA backend: 8 bytes instead of
+  // the whole row, and no CPU scan of the vocabulary). That holds for temperature 0 without a repetition penalty,
+  // and for top_k = 1 without a penalty when the maximum is unique (top-k keeps ties with the k-th value and draws
+  // among them; on a tie, and on an invalid row, the step falls back to the sampler on the downloaded logits, which
+  // also raises the sampler's errors). FLASHKIT_DEVICE_ARGMAX=0 turns it off (A/B runs, tests).
+  const bool argmax_pick = sp.repetition_penalty == 1.0f && (sp.greedy() || sp.top_k == 1);
+  const char* env = std::getenv("FLASHKIT_DEVICE_ARGMAX");
+  auto* fast = argmax_pick && !(env && std::strcmp(env, "0") == 0) ? dynamic_cast<engine::SessionImpl*>(&session)
+                                                                     : nullptr;
+
   GenerationResult r;
   r.prompt_tokens = int64_t(prompt.size());
   std::vector<int32_t> history(prompt.begin(), prompt.end());
@@ -518,8 +588,19 @@ GenerationResult generate(Session& session, std::span<const int32_t> prompt, con
       r.stop_reason = "context";
       break;
     }
-    session.decode(tok);
     ++r.decode_steps;
+    if (fast) {
+      const engine::ArgmaxResult a = fast->decode_argmax(tok);
+      if (a.valid && (sp.greedy() || a.unique)) {
+        // A top_k = 1 draw uses one PRNG number whatever it picks: keep the sampler's stream where the slow path
+        // leaves it, so a later fallback (a tie) draws the same number.
+        if (!sp.greedy()) sampler.next_uniform();
+        tok = a.index;
+        continue;
+      }
+    } else {
+      session.decode(tok);
+    }
     tok = sampler.sample(session.logits(), history);
   }
   r.decode_s = std::chrono::duration<double>(Clock::now() - td).count();

@@ -105,6 +105,25 @@ size_t checked_argmax(std::span<const float> logits) {
   const float* v = logits.data();
   const size_t n = logits.size();
   constexpr float kInf = std::numeric_limits<float>::infinity();
+  const LogitsScan sc = scan_logits(v, n);
+  const float mx = sc.max;
+  const bool invalid = sc.invalid;
+  if (invalid) {
+    for (size_t j = 0; j < n; ++j) {
+      if (std::isnan(v[j])) bad("sampler: logits contain NaN (token " + std::to_string(j) + ")");
+      if (v[j] == kInf) bad("sampler: logits contain +inf (token " + std::to_string(j) + ")");
+    }
+  }
+  if (mx == -kInf) bad("sampler: every logit is -inf; nothing can be sampled");
+  size_t best = 0;
+  while (v[best] != mx) ++best;
+  return best;
+}
+
+}  // namespace
+
+LogitsScan scan_logits(const float* v, size_t n) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
   float mx = -kInf;
   bool invalid = false;
   size_t i = 0;
@@ -125,19 +144,8 @@ size_t checked_argmax(std::span<const float> logits) {
     invalid |= std::isnan(v[i]) || v[i] == kInf;
     if (v[i] > mx) mx = v[i];
   }
-  if (invalid) {
-    for (size_t j = 0; j < n; ++j) {
-      if (std::isnan(v[j])) bad("sampler: logits contain NaN (token " + std::to_string(j) + ")");
-      if (v[j] == kInf) bad("sampler: logits contain +inf (token " + std::to_string(j) + ")");
-    }
-  }
-  if (mx == -kInf) bad("sampler: every logit is -inf; nothing can be sampled");
-  size_t best = 0;
-  while (v[best] != mx) ++best;
-  return best;
+  return {mx, invalid};
 }
-
-}  // namespace
 
 void validate(const SamplerParams& p) {
   if (std::isnan(p.temperature) || p.temperature < 0.0f || std::isinf(p.temperature))

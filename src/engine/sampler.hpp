@@ -82,4 +82,12 @@ class Sampler {
   bool dense_mode_ = false;   // survivors are every token with dense_[i] > 0 (no cand_ list)
 };
 
+// One vectorised pass over a logits row: its maximum and whether it holds a NaN or +inf (the sampler rejects such
+// rows; the backends' greedy argmax shares the rule).
+struct LogitsScan {
+  float max = 0;
+  bool invalid = false;  // a NaN or +inf somewhere
+};
+LogitsScan scan_logits(const float* v, size_t n);
+
 }  // namespace flashkit::engine

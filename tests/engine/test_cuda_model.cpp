@@ -1,6 +1,7 @@
 // The whole engine on the CUDA backend against transformers (tests/data/models/*, computed by transformers on the
-// CPU) and against the CPU backend. The CUDA backend stores matrices in bf16, so the f32 fixtures are checked with
-// a bf16-sized bound (prefill logits within ~1e-2 relative) and the bf16 fixtures by top-1 agreement; decode runs
+// CPU) and against the CPU backend. The CUDA backend stores matrices in bf16 (and, loaded as bf16 here, keeps a bf16
+// KV cache and bf16 prefill intermediates), so the f32 fixtures are checked with a bf16-sized bound (prefill logits
+// within a few 1e-2 relative) and the bf16 fixtures by top-1 agreement; decode runs
 // teacher-forced on transformers' greedy ids (each step's argmax against the next greedy id), with CUDA graphs on
 // and off (which must agree to rounding). Skips when no CUDA device is visible.
 #include <gtest/gtest.h>
@@ -71,17 +72,32 @@ void check_fixture(const std::string& name, bool f32_fixture) {
   ASSERT_EQ(int64_t(g.prefill.size()), P * V);
 
   double worst = 0, worst_cpu = 0;
-  int agree = 0;
+  int agree = 0, agree_tie = 0;
   for (int64_t r = 0; r < P; ++r) {
     worst = std::max(worst, rel_err(g.prefill.data() + r * V, ex.prefill.data() + r * V, V));
     worst_cpu = std::max(worst_cpu, rel_err(g.prefill.data() + r * V, c.prefill.data() + r * V, V));
-    agree += argmax(g.prefill.data() + r * V, V) == argmax(ex.prefill.data() + r * V, V);
+    const int32_t ours = argmax(g.prefill.data() + r * V, V), ref = argmax(ex.prefill.data() + r * V, V);
+    agree += ours == ref;
+    // Tie-aware: the reference cannot tell our token from its own when their reference logits are within one bf16
+    // ulp of each other (ties and 1-ulp gaps are common in these tiny random models).
+    const float rmax = ex.prefill[size_t(r * V + ref)];
+    int e2 = 0;
+    std::frexp(std::fabs(double(rmax)), &e2);
+    agree_tie += ours == ref || double(ex.prefill[size_t(r * V + ours)]) >= double(rmax) - std::ldexp(1.0, e2 - 8);
   }
-  std::printf("[%s] prefill: max row rel err vs transformers %.3g, vs cpu backend %.3g, top-1 %d/%lld\n", name.c_str(),
-              worst, worst_cpu, agree, (long long)P);
-  if (f32_fixture) EXPECT_LT(worst, 3e-2) << "prefill logits (f32 checkpoint stored in bf16 on the GPU)";
-  EXPECT_GE(agree, int(0.95 * double(P))) << "prefill top-1 agreement";
-  EXPECT_LT(worst_cpu, 2e-2) << "prefill logits vs the CPU backend (bf16 weights on both)";
+  std::printf("[%s] prefill: max row rel err vs transformers %.3g, vs cpu backend %.3g, top-1 %d/%lld (within one "
+              "bf16 ulp %d)\n", name.c_str(), worst, worst_cpu, agree, (long long)P, agree_tie);
+  // Prefill runs with bf16 intermediates (qkv, attention output, gate|up, activation: activation_dtype bf16 for
+  // bf16 weights, as transformers computes bf16 models), the CPU backend with f32 ones. Emulating the roundings on
+  // the CPU backend, the max-row error of tiny-gemma3 (hidden 64: a few rows dominated by few logits) moved from
+  // 0.024 / 0.014 (vs transformers f32 / vs the CPU) with f32 intermediates to 0.027 / 0.020 (mean over rows 0.012 ->
+  // 0.014), and rounding every activation including the residual stream, as transformers bf16 does, gives the same
+  // band (0.024 / 0.017, mean 0.015); the GPU measured ~10% above the emulation before. Hence 4e-2 / 3e-2 (were
+  // 3e-2 / 2e-2 with f32 intermediates); tiny-llama stays below 1e-2 either way.
+  if (f32_fixture) EXPECT_LT(worst, 4e-2) << "prefill logits (f32 checkpoint stored in bf16 on the GPU)";
+  EXPECT_GE(agree_tie, int(0.95 * double(P))) << "prefill top-1 agreement, within one bf16 ulp";
+  EXPECT_GE(agree, int(0.90 * double(P))) << "prefill top-1 agreement, strict";
+  EXPECT_LT(worst_cpu, 3e-2) << "prefill logits vs the CPU backend (bf16 weights on both)";
 
   int dagree = 0;
   double worst_ge = 0, worst_dec = 0;
@@ -150,5 +166,38 @@ TEST(CudaEngineModel, OneRowAllLogitsStepsDoNotReplayTheDecodeGraph) {
   for (size_t i = 0; i < g.size(); ++i) {
     ASSERT_EQ(int64_t(g[i].size()), V) << "row " << i;
     EXPECT_LT(rel_err(g[i].data(), e[i].data(), V), 1e-5) << "step " << i << " (graphs on vs off)";
+  }
+}
+
+// The backend picks the cache and intermediate dtypes: a bf16-weight CUDA model keeps its KV cache and its prefill
+// intermediates in bf16 (f32 weights keep both f32; the CPU backend is f32 throughout). Decode then reads a bf16
+// cache (prefill already attended bf16 keys), so teacher-forced decode logits must stay within the bound the prefill
+// uses against the CPU backend (bf16 weights on both, f32 activations and cache on the CPU).
+TEST(CudaEngineModel, Bf16WeightsGetABf16CacheAndDecodeMatchesTheCpu) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
+  for (const char* name : {"tiny-llama-bf16", "tiny-gemma3-bf16"}) {
+    const std::string dir = kData + "/models/" + name;
+    const Fixture ex = read_fixture(dir);
+    const int64_t V = ex.vocab;
+    for (const char* dt : {"bf16", "f32"}) {
+      flashkit::LoadOptions o;
+      o.device = "cuda";
+      o.dtype = dt;
+      auto m = flashkit::Model::load(dir, o);
+      EXPECT_EQ(m->info().kv_dtype, dt) << name;
+      EXPECT_EQ(m->info().activation_dtype, dt) << name;
+    }
+    const ::Run g = run_model(dir, ex, "cuda", "1");
+    const ::Run c = run_model(dir, ex, "cpu", nullptr);
+    double worst = 0;
+    int agree = 0;
+    for (size_t i = 0; i < g.decode.size(); ++i) {
+      worst = std::max(worst, rel_err(g.decode[i].data(), c.decode[i].data(), V));
+      agree += argmax(g.decode[i].data(), V) == argmax(c.decode[i].data(), V);
+    }
+    std::printf("[%s] bf16 cache: decode vs cpu backend max row rel err %.3g, top-1 %d/%zu\n", name, worst, agree,
+                g.decode.size());
+    EXPECT_LT(worst, 2e-2) << name << ": decode logits vs the CPU backend";
+    EXPECT_GE(agree, int(0.9 * double(g.decode.size()))) << name;
   }
 }

@@ -364,13 +364,14 @@ struct AttnCase {
   int64_t window, P, T;
   float softcap;
   bool qk_norm, rope;
-  bool cache_bf16 = false;  // the model allocates f32 caches today; the kernels take bf16 too
+  bool cache_bf16 = false;  // the model's cache for bf16 weights (kv_dtype); f32 otherwise
+  bool act_bf16 = false;    // bf16 q/k/v and output (activation_dtype of a bf16 prefill)
 };
 std::string name(const AttnCase& c) {
   return "H" + std::to_string(c.H) + "x" + std::to_string(c.KVH) + " D" + std::to_string(c.D) + " cap" +
          std::to_string(c.cap) + (c.ring ? " ring" : "") + " win" + std::to_string(c.window) + " P" +
          std::to_string(c.P) + " T" + std::to_string(c.T) + (c.softcap > 0 ? " cap" : "") +
-         (c.cache_bf16 ? " bf16 cache" : "");
+         (c.cache_bf16 ? " bf16 cache" : "") + (c.act_bf16 ? " bf16 q/k/v/out" : "");
 }
 
 // Runs one attention step (with the q/k norms and rope for T == 1, as the model schedules them) and checks the
@@ -383,9 +384,11 @@ void attention_case(Backend& be, const AttnCase& c, uint64_t seed) {
   if (c.cache_bf16) kc0 = bfr(kc0), vc0 = bfr(vc0);  // what a bf16 cache holds
   const DType cdt = c.cache_bf16 ? DType::bf16 : DType::f32;
   auto qkv = rnd(size_t(T * W), seed + 2, -2, 2);
+  if (c.act_bf16) qkv = bfr(qkv);  // what the bf16 buffer holds
+  const DType adt = c.act_bf16 ? DType::bf16 : DType::f32;
   auto qw = rnd(size_t(D), seed + 3, 0.5f, 1.5f), kw = rnd(size_t(D), seed + 4, 0.5f, 1.5f);
   auto inv = inv_freq(D, 10000.0);
-  Buf kc(be, c.cap, kvd, &kc0, cdt), vc(be, c.cap, kvd, &vc0, cdt), qb(be, T, W, &qkv), out(be, T, qd);
+  Buf kc(be, c.cap, kvd, &kc0, cdt), vc(be, c.cap, kvd, &vc0, cdt), qb(be, T, W, &qkv, adt), out(be, T, qd, nullptr, adt);
   Tensor qwt = vec(be, qw), kwt = vec(be, kw), it = vec(be, inv);
   KVLayer kv{kc.t, vc.t, c.cap, c.ring};
   AttentionParams ap{H, KVH, D, scale, c.softcap, c.window};
@@ -463,8 +466,8 @@ void attention_case(Backend& be, const AttnCase& c, uint64_t seed) {
     }
   }
   // T == 1 keeps f32 math end to end (f32 cache; a bf16 cache may round a new element one ulp apart from the
-  // f64 reference); T > 1 runs flash attention in bf16.
-  EXPECT_LT(rel(got, ref), T == 1 ? (c.cache_bf16 ? 1e-3 : 1e-5) : 2e-2);
+  // f64 reference; a bf16 output is rounded once, ~2^-9 relative); T > 1 runs flash attention in bf16.
+  EXPECT_LT(rel(got, ref), T == 1 ? (c.act_bf16 ? 1e-2 : c.cache_bf16 ? 1e-3 : 1e-5) : 2e-2);
   // cache rows of the new positions (the last `cap` of them for a ring); all other rows untouched
   std::vector<bool> written(size_t(c.cap), false);
   for (int64_t t = 0; t < T; ++t) {
@@ -473,7 +476,8 @@ void attention_case(Backend& be, const AttnCase& c, uint64_t seed) {
     const int64_t r = slot(p);
     written[size_t(r)] = true;
     for (int64_t i = 0; i < kvd; ++i) {
-      const double tol = c.cache_bf16 ? 8e-3 : 1e-4;  // one bf16 ulp
+      // one bf16 ulp (a bf16 cache, or k normed and rotated in place in a bf16 buffer: T > 1 runs them unfused)
+      const double tol = c.cache_bf16 || c.act_bf16 ? 8e-3 : 1e-4;
       EXPECT_NEAR(kgot[size_t(r * kvd + i)], kn[size_t(t * kvd + i)], tol * (1 + std::fabs(kn[size_t(t * kvd + i)])))
           << "k row of position " << p;
       EXPECT_NEAR(vgot[size_t(r * kvd + i)], vn[size_t(t * kvd + i)], c.cache_bf16 ? tol * (1 + std::fabs(vn[size_t(t * kvd + i)])) : 1e-6)
@@ -501,6 +505,8 @@ TEST(CudaEngineOps, DecodeAttention) {
       {6, 3, 64, 4096, false, 0, 4000, 1, 30.0f, true, false},  // long context, many splits
       {4, 1, 256, 512, true, 512, 700, 1, 0.0f, true, true, true},     // bf16 cache: ring
       {32, 8, 64, 2048, false, 0, 1000, 1, 0.0f, false, true, true},   // bf16 cache: linear
+      {4, 1, 256, 512, true, 512, 700, 1, 0.0f, true, true, true, true},    // bf16 q/k/v/out, bf16 cache
+      {32, 8, 64, 2048, false, 0, 1000, 1, 0.0f, false, true, false, true},  // bf16 q/k/v/out, f32 cache
   };
   uint64_t seed = 100;
   for (const auto& c : cases) attention_case(*be, c, seed += 10);
@@ -509,6 +515,7 @@ TEST(CudaEngineOps, DecodeAttentionUnfused) {
   NEED_CUDA(be, "0");
   attention_case(*be, {4, 1, 256, 512, true, 512, 700, 1, 0.0f, true, true}, 7);
   attention_case(*be, {32, 8, 64, 2048, false, 0, 1000, 1, 0.0f, false, true}, 8);
+  attention_case(*be, {4, 1, 256, 512, true, 512, 700, 1, 0.0f, true, true, true, true}, 9);
 }
 
 TEST(CudaEngineOps, PrefillAttention) {
@@ -522,6 +529,12 @@ TEST(CudaEngineOps, PrefillAttention) {
       {8, 2, 16, 100, false, 0, 10, 20, 0.0f, false, true},  // head_dim 16
       {4, 2, 64, 64, false, 0, 37, 5, 0.0f, false, false, true},  // bf16 cache: attends the cache in place
       {4, 2, 64, 8, true, 8, 5, 13, 50.0f, false, false, true},   // bf16 cache: ring
+      // bf16 q/k/v/out (a bf16 prefill): q read in place from the qkv buffer, the output written in place
+      {4, 2, 64, 64, false, 0, 20, 40, 0.0f, false, false, true, true},
+      {4, 2, 64, 8, true, 8, 5, 13, 50.0f, false, false, true, true},
+      {4, 1, 256, 16, true, 16, 40, 24, 0.0f, true, true, true, true},
+      {8, 2, 16, 100, false, 0, 10, 20, 0.0f, false, true, false, true},  // f32 cache, head_dim 16
+      {4, 2, 64, 16, true, 16, 3, 9, 0.0f, false, true, true, true},      // bf16 ring not yet wrapped: in place
   };
   uint64_t seed = 500;
   for (const auto& c : cases) attention_case(*be, c, seed += 10);
@@ -593,6 +606,167 @@ TEST(CudaEngineOps, GraphReplayMatchesEagerAndCpu) {
     EXPECT_LT(rel(g[size_t(s)], to_d(e[size_t(s)])), 1e-6) << "graph vs eager";
     EXPECT_LT(rel(g[size_t(s)], to_d(c[size_t(s)])), 1e-4) << "cuda vs cpu backend";
   }
+}
+
+// ================================================================ bf16 intermediates (activation_dtype bf16)
+// A bf16 prefill's ops: rms_norm from the f32 residual into a bf16 row, linear from bf16 x into bf16 (qkv, gate|up)
+// or f32 (o, down) outputs through cuBLAS (T > 8) and the GEMV (T <= 8), per-head norms and RoPE in place in bf16,
+// the gated activation in bf16. References in f64 from the bf16-rounded inputs; a bf16 output is one rounding away
+// (~2^-9 relative per element), hence 4e-3 on the norm of the error; f32 outputs keep the f32 bounds.
+TEST(CudaEngineOps, Bf16Intermediates) {
+  NEED_CUDA(be);
+  be->reserve_step(32);
+  const float eps = 1e-6f;
+  for (int64_t T : {3, 17}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    const int64_t K = 256, N = 300, F = 160, H = 4, D = 64;
+    // rms_norm f32 -> bf16 (strided input)
+    auto h0 = rnd(size_t(T * (K + 8)), 1 + T, -2, 2), w = rnd(size_t(K), 2, 0.5f, 1.5f);
+    Buf h(*be, T, K + 8, &h0), xn(*be, T, K, nullptr, DType::bf16);
+    Tensor wt = vec(*be, w);
+    const Tensor hv = h.t.col_slice(8, K);
+    be->rms_norm(hv, wt, xn.t, T, K, eps);
+    std::vector<double> xref;
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<double> row(h0.begin() + t * (K + 8) + 8, h0.begin() + t * (K + 8) + 8 + K);
+      auto y = rms_ref(row.data(), K, w.data(), eps);
+      xref.insert(xref.end(), y.begin(), y.end());
+    }
+    const auto xgot = xn.get();
+    EXPECT_LT(rel(xgot, xref), 4e-3) << "rms_norm f32 -> bf16";
+    // linear from the bf16 row: bf16 output (with bias) and f32 output
+    auto W = rnd(size_t(N * K), 3, -0.3f, 0.3f), b = rnd(size_t(N), 4);
+    Mat m(*be, W, N, K, &b), m0(*be, W, N, K);
+    Buf yb(*be, T, N, nullptr, DType::bf16), yf(*be, T, N);
+    be->linear(xn.t, m.m, yb.t, T);
+    be->linear(xn.t, m0.m, yf.t, T);
+    const auto xd = to_d(xgot);  // exactly what the bf16 row holds
+    EXPECT_LT(rel(yb.get(), linear_ref(xd, T, K, W, N, &b)), 4e-3) << "linear bf16 -> bf16 (+ bias)";
+    EXPECT_LT(rel(yf.get(), linear_ref(xd, T, K, W, N, nullptr)), 1e-5) << "linear bf16 -> f32";
+    // per-head norm and rope in place on a bf16 [T, H * D] buffer
+    auto q0 = bfr(rnd(size_t(T * H * D), 5, -2, 2));
+    auto qw = rnd(size_t(D), 6, 0.5f, 1.5f);
+    auto inv = inv_freq(D, 10000.0);
+    Buf q(*be, T, H * D, &q0, DType::bf16);
+    Tensor qwt = vec(*be, qw), it = vec(*be, inv);
+    be->set_step(std::vector<int32_t>(size_t(T), 1), 9);
+    be->rms_norm(q.t, qwt, q.t, T, D, eps);
+    be->rope(q.t, T, H, D, it, 1.0f);
+    std::vector<double> qref = to_d(q0);
+    for (int64_t r = 0; r < T * H; ++r) {
+      auto y = rms_ref(qref.data() + r * D, D, qw.data(), eps);
+      std::copy(y.begin(), y.end(), qref.begin() + r * D);
+      rope_ref(qref.data() + r * D, D, double(9 + r / H), inv, 1.0);
+    }
+    EXPECT_LT(rel(q.get(), qref), 6e-3) << "per-head rms_norm + rope in place, bf16 (two roundings)";
+    // gated activation bf16 -> bf16
+    auto gu0 = bfr(rnd(size_t(T * 2 * F), 7, -3, 3));
+    Buf gu(*be, T, 2 * F, &gu0, DType::bf16), act(*be, T, F, nullptr, DType::bf16);
+    be->gated_act(gu.t, act.t, T, Activation::silu);
+    std::vector<double> aref;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t f = 0; f < F; ++f) aref.push_back(silu_ref(gu0[size_t(t * 2 * F + f)]) * gu0[size_t(t * 2 * F + F + f)]);
+    EXPECT_LT(rel(act.get(), aref), 4e-3) << "gated_act bf16";
+    for (Tensor* x : {&wt, &qwt, &it}) be->free(*x);
+  }
+}
+
+// ================================================================ argmax (greedy decoding on the device)
+ArgmaxResult argmax_ref(const std::vector<float>& v) {
+  ArgmaxResult r;
+  bool bad = false;
+  float mx = -INFINITY;
+  for (float x : v) {
+    bad |= std::isnan(x) || x == INFINITY;
+    if (x > mx) mx = x;
+  }
+  r.valid = !bad && mx != -INFINITY;
+  if (!r.valid) return r;
+  int n = 0;
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] == mx && n++ == 0) r.index = int32_t(i);
+  r.unique = n == 1;
+  return r;
+}
+
+// Sizes around the kernel's block and vector boundaries, the max in the vector tail, ties far apart (across blocks),
+// +0 / -0, NaN / +inf / all -inf, a misaligned row (a column slice starting at 1), and the same launch captured in a
+// graph and replayed over new contents (the arrival counter is reset by every launch).
+TEST(CudaEngineOps, Argmax) {
+  NEED_CUDA(be);
+  auto cpu = make_cpu_backend({});
+  const float inf = INFINITY, nan = std::numeric_limits<float>::quiet_NaN();
+  auto check = [&](const std::vector<float>& v, const std::string& what) {
+    SCOPED_TRACE(what + " n=" + std::to_string(v.size()));
+    const ArgmaxResult ref = argmax_ref(v);
+    for (int64_t off : {0, 1}) {
+      std::vector<float> padded(size_t(off), 123.0f);  // larger than anything: must not be read
+      padded.insert(padded.end(), v.begin(), v.end());
+      Buf b(*be, 1, int64_t(padded.size()), &padded);
+      be->argmax(b.t.col_slice(off, int64_t(v.size())));
+      const ArgmaxResult r = be->argmax_result();
+      EXPECT_EQ(r.valid, ref.valid) << "offset " << off;
+      if (ref.valid) {
+        EXPECT_EQ(r.index, ref.index) << "offset " << off;
+        EXPECT_EQ(r.unique, ref.unique) << "offset " << off;
+      }
+    }
+    Tensor c = cpu->alloc(DType::f32, 1, int64_t(v.size()));
+    cpu->upload(c, v.data(), v.size() * 4);
+    cpu->argmax(c);
+    const ArgmaxResult rc = cpu->argmax_result();
+    EXPECT_EQ(rc.valid, ref.valid) << "cpu backend";
+    if (ref.valid) EXPECT_EQ(rc.index, ref.index) << "cpu backend";
+    if (ref.valid) EXPECT_EQ(rc.unique, ref.unique) << "cpu backend";
+    cpu->free(c);
+  };
+  uint64_t seed = 900;
+  for (int64_t n : {1, 2, 3, 4, 5, 255, 1024, 4095, 4099, 16384, 65537, 128256, 262144}) {
+    auto v = rnd(size_t(n), seed++, -10, 10);
+    check(v, "random");
+    v[size_t(n - 1)] = 11.0f;
+    check(v, "max last");
+    if (n > 2) {
+      v[size_t(n / 2)] = 11.0f;
+      check(v, "tie");
+      v[0] = 11.0f;
+      check(v, "tie at 0");
+    }
+  }
+  std::vector<float> z(262144, -1.0f);
+  z[200000] = 0.0f, z[70000] = -0.0f;
+  check(z, "+0 / -0");
+  z[100] = nan;
+  check(z, "NaN");
+  z[100] = inf;
+  check(z, "+inf");
+  check(std::vector<float>(4099, -inf), "all -inf");
+  std::vector<float> w(4099, -inf);
+  w[4098] = -1e30f;
+  check(w, "one finite");
+
+  // captured once, replayed over new contents
+  be->reserve_step(1);
+  const int64_t n = 262144;
+  Buf lg(*be, 1, n);
+  for (int s = 0; s < 5; ++s) {
+    auto v = rnd(size_t(n), 950 + uint64_t(s), -10, 10);
+    v[size_t((s * 52361) % n)] = 20.0f;
+    if (s == 3) v[size_t(n - 2)] = 20.0f;
+    be->upload(lg.t, v.data(), v.size() * 4);
+    const int32_t tok = 0;
+    be->set_step(std::span<const int32_t>(&tok, 1), s);
+    if (!be->graph_replay(77)) {
+      ASSERT_EQ(s, 0) << "not replayed";
+      be->graph_begin(77);
+      be->argmax(lg.t);
+      be->graph_end(77);
+    }
+    const ArgmaxResult r = be->argmax_result(), ref = argmax_ref(v);
+    EXPECT_EQ(r.index, ref.index) << "step " << s;
+    EXPECT_EQ(r.unique, ref.unique) << "step " << s;
+  }
+  be->graph_forget_all();
 }
 
 }  // namespace

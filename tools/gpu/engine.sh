@@ -15,8 +15,8 @@
 #   opprofile the engine's per-op profile mode (a sync after every op: unfused, no graphs) -> in engine.log
 #   kbench    the decode kernels alone (GEMVs of both models vs cuBLAS, decode attention at several context lengths),
 #             CUDA-graph timed -> engine-kbench.json (test_cuda_kernel_bench.cpp)
-#   ab        decode with one switch flipped at a time (FLASHKIT_CUDA_{PDL,FUSE,LDCS}=0, FLASHKIT_CUDA_PREFETCH=1),
-#             random weights
+#   ab        decode with one switch flipped at a time (FLASHKIT_CUDA_{PDL,FUSE,LDCS}=0, FLASHKIT_CUDA_PREFETCH=1,
+#             FLASHKIT_DEVICE_ARGMAX=0), random weights
 #             -> engine-ab.txt
 # Results in $OUT (or ./build-gpu-out): engine.log, engine-flashkit.json, engine-hf.json, engine-fidelity.json.
 # Exit status: non-zero if any stage failed. Stages of one call share $BUILD and $MODELS, so on a warm machine a
@@ -64,9 +64,9 @@ for st in "${STAGES[@]}"; do
       ;;
     test) run engine_tests "$T" --gtest_brief=1 ;;
     sanitize)
-      F='CudaEngineOps.Linear:CudaEngineOps.FusedSequences:CudaEngineOps.SmallOps:CudaEngineOps.DecodeAttention:CudaEngineOps.PrefillAttention:CudaEngineOps.GraphReplayMatchesEagerAndCpu'
+      F='CudaEngineOps.Linear:CudaEngineOps.FusedSequences:CudaEngineOps.SmallOps:CudaEngineOps.DecodeAttention:CudaEngineOps.PrefillAttention:CudaEngineOps.GraphReplayMatchesEagerAndCpu:CudaEngineOps.Argmax:CudaEngineOps.Bf16Intermediates:DeviceGreedy.*Cuda*'
       run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$T" --gtest_filter="$F" --gtest_brief=1
-      run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$T" --gtest_filter='CudaEngineOps.DecodeAttention' --gtest_brief=1
+      run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$T" --gtest_filter='CudaEngineOps.DecodeAttention:CudaEngineOps.Argmax' --gtest_brief=1
       ;;
     models) run make_models python3 bench/engine/bench_hf_cuda.py make "$MODELS" ;;
     bench)
@@ -115,8 +115,8 @@ PY
       grep "^\[kbench\]" "$LOG"
       ;;
     ab)
-      for knob in none PDL=0 FUSE=0 PREFETCH=1 LDCS=0; do
-        extra=(); [ "$knob" != none ] && extra=("FLASHKIT_CUDA_$knob")
+      for knob in none CUDA_PDL=0 CUDA_FUSE=0 CUDA_PREFETCH=1 CUDA_LDCS=0 DEVICE_ARGMAX=0; do
+        extra=(); [ "$knob" != none ] && extra=("FLASHKIT_$knob")
         env "${extra[@]}" FLASHKIT_BENCH_RANDOM=1 FLASHKIT_BENCH_REPS=2 FLASHKIT_BENCH_NEW=128 FLASHKIT_BENCH_PREFILL=512 \
           FLASHKIT_BENCH_MODELS=models/configs/gemma-3-270m.json,models/configs/llama-3.2-1b.json \
           "$T" --gtest_also_run_disabled_tests --gtest_filter='CudaEngineBench.*' 2>&1 | grep "graphs_on" |

@@ -7,11 +7,17 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <set>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "engine/backend.hpp"
 #include "engine/cpu/gemv.hpp"
+#include "engine/sampler.hpp"
 #include "flashkit/attention.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/runtime.hpp"
@@ -39,6 +45,7 @@ class CpuBackend final : public Backend {
     return std::string("cpu.") + cpu::isa_name(isa_) + " (" + std::to_string(threads_) + " threads)";
   }
   DType activation_dtype() const override { return DType::f32; }
+  DType kv_dtype() const override { return DType::f32; }
 
   Tensor alloc(DType dtype, int64_t rows, int64_t cols) override {
     size_t bytes = size_t(std::max<int64_t>(rows * cols, 1)) * size_t(dtype_size(dtype));
@@ -256,11 +263,43 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // Nothing to save on the host but the row copy; same rules as the sampler's greedy scan.
+  void argmax(const Tensor& logits) override { argmax_ = scan_argmax(frow(logits, 0), logits.cols); }
+  ArgmaxResult argmax_result() override { return argmax_; }
+
  private:
   static const char* row(const Tensor& t, int64_t r) {
     return static_cast<const char*>(t.data) + r * t.ld * dtype_size(t.dtype);
   }
   static float* frow(const Tensor& t, int64_t r) { return static_cast<float*>(t.data) + r * t.ld; }
+  // Max and validity in one vectorised pass, then the first index of the max and whether it repeats.
+  static ArgmaxResult scan_argmax(const float* v, int64_t n) {
+    constexpr float kInf = std::numeric_limits<float>::infinity();
+    const LogitsScan sc = scan_logits(v, size_t(n));
+    const float mx = sc.max;
+    const bool bad = sc.invalid;
+    ArgmaxResult r;
+    r.valid = !bad && mx != -kInf && n > 0;
+    if (!r.valid) return r;
+    int64_t best = 0;
+    while (v[best] != mx) ++best;
+    r.index = int32_t(best);
+    int64_t j = best + 1;
+#if defined(__SSE2__)
+    const __m128 vm = _mm_set1_ps(mx);
+    for (; j + 4 <= n; j += 4)
+      if (_mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(v + j), vm))) {
+        r.unique = false;
+        return r;
+      }
+#endif
+    for (; j < n; ++j)
+      if (v[j] == mx) {
+        r.unique = false;
+        break;
+      }
+    return r;
+  }
   static float inv_rms(const float* x, int64_t n, float eps) {
     double ss = 0;
     for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * double(x[i]);
@@ -311,6 +350,7 @@ class CpuBackend final : public Backend {
   std::vector<int32_t> tokens_;
   int64_t pos0_ = 0;
   std::vector<float> cs_, ktmp_, vtmp_, lse_;
+  ArgmaxResult argmax_;
 };
 
 }  // namespace

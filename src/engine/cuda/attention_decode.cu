@@ -42,17 +42,17 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a)
   const bool CBF16 = a.cache_bf16;  // uniform branch (one instantiation per LPK keeps the build small)
 
   // One thread per head dimension (head_dim <= 256 = kThreads). The norm weights and RoPE frequencies are constants:
-  // load them before waiting for the previous kernel; the q/k/v row is loaded together with the position.
+  // load them before waiting for the previous kernel.
   const bool in_d = tid < D;
   const float qnw = a.q_norm_w && in_d ? a.q_norm_w[tid] : 1.0f;
   const float knw = a.k_norm_w && in_d ? a.k_norm_w[tid] : 1.0f;
   const float invf = a.inv_freq && tid < D / 2 ? a.inv_freq[tid] : 0.0f;
   pdl_trigger();
-  pdl_wait();
+  // The position and the cached keys of earlier positions are read BEFORE waiting for the previous kernel: no
+  // kernel of this step writes them. The step buffer is uploaded (a stream-ordered copy, which waits for every
+  // earlier kernel) before the step's first kernel, and cache row j < p was written by an earlier step; this
+  // launch's own row p comes from shared memory. Only q/k/v, written by the previous kernel, wait.
   const int64_t p = *a.pos0;
-  float qv = in_d ? ld_any(a.q, a.in_bf16, int64_t(h) * D + tid) : 0.0f;
-  float kv = in_d ? ld_any(a.k, a.in_bf16, int64_t(kvh) * D + tid) : 0.0f;
-  float vv = in_d ? ld_any(a.v, a.in_bf16, int64_t(kvh) * D + tid) : 0.0f;
   // Visible keys: positions [start, p], n of them. The grid has gridDim.x splits (fixed: the launch is captured
   // once), but a short context only uses S of them, each with at least kMinKeys keys (two loop iterations): a
   // split costs a memory round trip or two whatever its length, and every extra split is one more partial to
@@ -98,6 +98,10 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a)
   const int64_t base0 = lo + int64_t(warp) * KPW;
   uint4 kA[2][2], vA[2][2], kB[2][2], vB[2][2];
   if (base0 < hi) load_iter(base0, kA, vA);
+  pdl_wait();
+  float qv = in_d ? ld_any(a.q, a.in_bf16, int64_t(h) * D + tid) : 0.0f;
+  float kv = in_d ? ld_any(a.k, a.in_bf16, int64_t(kvh) * D + tid) : 0.0f;
+  float vv = in_d ? ld_any(a.v, a.in_bf16, int64_t(kvh) * D + tid) : 0.0f;
 
   // ---- the query row and the new key/value row, in f32: per-head RMSNorm, then RoPE (pairs i, i + D/2)
   if (a.q_norm_w) qv *= rsqrtf(block_sum(qv * qv, red) / float(D) + a.eps) * qnw;

@@ -1,10 +1,15 @@
 // The CUDA engine backend (the contract is src/engine/backend.hpp).
 //
 //   * Weights: bf16 on the device (f32 / f16 / Q8_0 checkpoints are converted once at load); norm vectors f32.
-//   * Activations: f32 (the residual stream stays f32, as on the CPU backend).
-//   * Linear: T <= 8 rows -> the bandwidth-bound GEMV (gemv.cu); more rows -> cuBLAS (bf16 x bf16 -> f32).
+//   * Activations: the residual stream is f32 (as on the CPU backend). For bf16 weights (the requested storage),
+//     activation_dtype() and kv_dtype() are bf16: multi-row steps keep their intermediates (qkv, attention output,
+//     gate|up, ...) in bf16, as transformers does, which halves a long prefill's element-wise traffic and feeds
+//     cuBLAS and flash attention without conversions; the KV cache is bf16 (half the bytes decode attention reads).
+//     f32 checkpoints keep f32 activations and an f32 cache. Every op takes f32 or bf16 operands.
+//   * Linear: T <= 8 rows -> the bandwidth-bound GEMV (gemv.cu); more rows -> cuBLAS (bf16 x bf16 -> f32 or bf16).
 //   * Attention: T == 1 -> the fused decode kernel (attention_decode.cu), graph-safe; T > 1 -> flashkit's flash
 //     attention (flashkit::attention_forward on CUDA tensors) over the cache, or over a gathered copy for rings.
+//   * argmax (greedy decoding): one kernel (argmax.cu) at the end of the step; argmax_result() downloads 8 bytes.
 //
 // Deferred execution and fusion. Ops are queued, not launched, and the queue is run ("flushed") at the points
 // where the host can observe device memory or the step inputs change: download*, upload, zero, free,
@@ -62,7 +67,7 @@ bool env_off(const char* name) {
 bool bf(const Tensor& t) { return t.dtype == DType::bf16; }
 bool same(const Tensor& a, const Tensor& b) { return a.data == b.data && a.ld == b.ld && a.dtype == b.dtype; }
 
-enum class OpKind { embed, rms_norm, add_rms_norm, linear, rope, attention, gated_act, add, softcap };
+enum class OpKind { embed, rms_norm, add_rms_norm, linear, rope, attention, gated_act, add, softcap, argmax };
 
 // One queued op. Operand slots: see the enqueue functions.
 struct Op {
@@ -80,7 +85,7 @@ kc::Act to_act(Activation a) { return a == Activation::silu ? kc::Act::silu : kc
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(const BackendOptions& o) : dev_(o.device_index) {
+  explicit CudaBackend(const BackendOptions& o) : dev_(o.device_index), bf16_acts_(o.weight_dtype == DType::bf16) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
       cudaGetLastError();
@@ -101,6 +106,9 @@ class CudaBackend final : public Backend {
     ckb(cublasSetWorkspace(blas_, blas_ws_, kBlasWs), "cublasSetWorkspace");
     ck(cudaMalloc(&counters_, kCounters * sizeof(unsigned)), "cudaMalloc(counters)");
     ck(cudaMemset(counters_, 0, kCounters * sizeof(unsigned)), "cudaMemset(counters)");
+    ck(cudaMalloc(&argmax_dev_, 4 * sizeof(int32_t)), "cudaMalloc(argmax result)");
+    ck(cudaMemset(argmax_dev_, 0, 4 * sizeof(int32_t)), "cudaMemset(argmax result)");
+    ck(cudaMallocHost(&argmax_host_, 2 * sizeof(int32_t)), "cudaMallocHost(argmax result)");
     graphs_on_ = !env_off("FLASHKIT_CUDA_GRAPHS");
     fuse_ = !env_off("FLASHKIT_CUDA_FUSE");
     ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // the memsets above ran on the legacy stream
@@ -115,12 +123,14 @@ class CudaBackend final : public Backend {
     if (stream_) cudaStreamSynchronize(stream_);
     drop_graphs();
     for (void* p : owned_) cudaFree(p);
-    for (Scratch* s : {&part_, &bfx_, &q16_, &o16_, &lse_, &kt_, &vt_, &f32tmp_})
+    for (Scratch* s : {&part_, &bfx_, &q16_, &o16_, &lse_, &kt_, &vt_, &f32tmp_, &argpart_})
       if (s->p) cudaFree(s->p);
     if (d_step_) cudaFree(d_step_);
     if (h_step_) cudaFreeHost(h_step_);
     if (pinned_) cudaFreeHost(pinned_);
     if (counters_) cudaFree(counters_);
+    if (argmax_dev_) cudaFree(argmax_dev_);
+    if (argmax_host_) cudaFreeHost(argmax_host_);
     if (blas_) cublasDestroy(blas_);
     if (blas_ws_) cudaFree(blas_ws_);
     if (step_evt_) cudaEventDestroy(step_evt_);
@@ -129,7 +139,8 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return Device::cuda; }
   std::string name() const override { return name_; }
-  DType activation_dtype() const override { return DType::f32; }
+  DType activation_dtype() const override { return bf16_acts_ ? DType::bf16 : DType::f32; }
+  DType kv_dtype() const override { return bf16_acts_ ? DType::bf16 : DType::f32; }
 
   // ---------------------------------------------------------------- memory
   Tensor alloc(DType dtype, int64_t rows, int64_t cols) override {
@@ -412,6 +423,24 @@ class CudaBackend final : public Backend {
     o.a = x, o.T = T, o.f = cap;
     push(std::move(o));
   }
+  void argmax(const Tensor& logits) override {
+    if (logits.dtype != DType::f32) fail(Status::invalid_argument, "cuda argmax: logits must be f32");
+    Op o;
+    o.kind = OpKind::argmax;
+    o.a = logits, o.T = 1;
+    push(std::move(o));
+  }
+  ArgmaxResult argmax_result() override {
+    flush();
+    ck(cudaMemcpyAsync(argmax_host_, argmax_dev_ + 1, 2 * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
+       "argmax_result");
+    ck(cudaStreamSynchronize(stream_), "argmax_result (synchronize)");
+    ArgmaxResult r;
+    r.valid = (argmax_host_[1] & 1) == 0;
+    r.unique = (argmax_host_[1] & 2) == 0;
+    r.index = r.valid ? argmax_host_[0] : -1;
+    return r;
+  }
 
  private:
   static constexpr size_t kBlasWs = size_t(32) << 20;
@@ -482,7 +511,8 @@ class CudaBackend final : public Backend {
   bool gemv_ok(const Op& lin) const {
     const int64_t K = lin.M.cols;
     return lin.T >= 1 && lin.T <= 8 && K % 8 == 0 && lin.M.w.dtype == DType::bf16 && lin.T * K * 4 <= 200 * 1024 &&
-           lin.a.dtype == DType::f32;
+           (lin.a.dtype == DType::f32 || lin.a.dtype == DType::bf16) &&
+           (lin.c.dtype == DType::f32 || lin.c.dtype == DType::bf16);
   }
 
   // Sizes the scratch every op of `ops` needs (before a capture, so nothing is allocated while capturing).
@@ -490,19 +520,23 @@ class CudaBackend final : public Backend {
     ck(cudaSetDevice(dev_), "cudaSetDevice");
     for (const Op& o : ops) {
       if (o.kind == OpKind::linear) {
-        ensure(bfx_, size_t(o.T * o.M.cols) * 2);
+        if (!bf(o.a)) ensure(bfx_, size_t(o.T * o.M.cols) * 2);  // cuBLAS takes bf16 x
+      } else if (o.kind == OpKind::argmax) {
+        ensure(argpart_, size_t(kc::argmax_part_bytes(o.a.cols)));
       } else if (o.kind == OpKind::attention) {
         const int64_t H = o.ap.heads, D = o.ap.head_dim, kvd = o.ap.kv_heads * D;
         if (o.T == 1) {
           ensure(part_, size_t(kc::decode_attention_part_floats(int(H), int(D), splits_for(o))) * 4);
           if (H + 1 > int64_t(kCounters)) fail(Status::invalid_argument, "cuda attention: too many heads");
         } else {
-          ensure(q16_, size_t(o.T * H * D) * 2);
-          ensure(o16_, size_t(o.T * H * D) * 2);
+          if (!bf(o.a)) ensure(q16_, size_t(o.T * H * D) * 2);  // bf16 q and out are used in place
+          if (!bf(o.d)) ensure(o16_, size_t(o.T * H * D) * 2);
           ensure(lse_, size_t(o.T * H) * 4);
-          const int64_t nk = host_pos0_ + o.T;
-          ensure(kt_, size_t(nk * kvd) * 2);
-          ensure(vt_, size_t(nk * kvd) * 2);
+          if (needs_gather(o.kv, host_pos0_, o.T)) {
+            const int64_t nk = gather_old(o, host_pos0_) + o.T;
+            ensure(kt_, size_t(nk * kvd) * 2);
+            ensure(vt_, size_t(nk * kvd) * 2);
+          }
         }
       }
     }
@@ -532,10 +566,10 @@ class CudaBackend final : public Backend {
     while (j < ops.size() && j < i + 4 && (ops[j].kind == OpKind::rms_norm || ops[j].kind == OpKind::rope)) ++j;
     if (j >= ops.size() || ops[j].kind != OpKind::attention) return 0;
     const Op& at = ops[j];
-    if (at.T != 1 || at.a.dtype != DType::f32 || at.b.dtype != DType::f32 || at.c.dtype != DType::f32) return 0;
+    if (at.T != 1 || at.b.dtype != at.a.dtype || at.c.dtype != at.a.dtype) return 0;  // f32 or bf16 q/k/v
     for (size_t t = i; t < j; ++t) {
       const Op& o = ops[t];
-      if (o.T != 1 || o.a.dtype != DType::f32) return 0;
+      if (o.T != 1 || o.a.dtype != at.a.dtype) return 0;
       const bool isq = same(o.a, at.a), isk = same(o.a, at.b);
       if (!isq && !isk) return 0;
       if (o.kind == OpKind::rms_norm) {
@@ -582,7 +616,7 @@ class CudaBackend final : public Backend {
     kc::GemvIn in;
     kc::GemvOut out;
     const Tensor& x = pre ? pre->c : (norm ? norm->a : lin.a);
-    in.x = x.data, in.x_bf16 = false, in.ldx = x.ld;
+    in.x = x.data, in.x_bf16 = bf(x), in.ldx = x.ld;  // pre / norm need f32 (checked above); a lone x may be bf16
     if (pre) {
       in.d = static_cast<const float*>(pre->a.data), in.ldd = pre->a.ld;
       if (pre->kind == OpKind::add_rms_norm) in.post_w = static_cast<const float*>(pre->b.data), in.eps = pre->f;
@@ -616,8 +650,10 @@ class CudaBackend final : public Backend {
   }
 
   void decode_attention(const Op& at, const Op* qn, const Op* kn, const Op* rope) {
+    if (at.b.dtype != at.a.dtype || at.c.dtype != at.a.dtype)
+      fail(Status::internal, "cuda decode attention: q, k and v of different dtypes");
     kc::DecodeAttnArgs a;
-    a.q = at.a.data, a.k = at.b.data, a.v = at.c.data, a.in_bf16 = false;
+    a.q = at.a.data, a.k = at.b.data, a.v = at.c.data, a.in_bf16 = bf(at.a);
     if (qn) a.q_norm_w = static_cast<const float*>(qn->b.data), a.eps = qn->f;
     if (kn) a.k_norm_w = static_cast<const float*>(kn->b.data), a.eps = kn->f;
     if (rope) a.inv_freq = static_cast<const float*>(rope->b.data), a.attn_scaling = rope->f;
@@ -634,21 +670,42 @@ class CudaBackend final : public Backend {
     kc::decode_attention(a, stream_);
   }
 
+  // Prefill attends over the cache in place when it is bf16 (the flash kernel's dtype) and its rows are in position
+  // order (a linear cache, or a ring that has not wrapped by the end of the chunk); a wrapped ring (whose old window
+  // must be unrolled in position order) or an f32 cache is gathered into bf16 scratch first.
+  static bool needs_gather(const KVLayer& kv, int64_t pos0, int64_t T) {
+    return kv.k.dtype != DType::bf16 || (kv.ring && pos0 + T > kv.capacity);
+  }
+  // Positions before pos0 a gathered chunk attends to.
+  static int64_t gather_old(const Op& o, int64_t pos0) {
+    int64_t n_old = pos0;
+    if (o.ap.window > 0) n_old = std::min(n_old, o.ap.window - 1);
+    if (o.kv.ring) n_old = std::min(n_old, o.kv.capacity - 1);
+    return n_old;
+  }
+
   void prefill_attention(const Op& o) {
     const int64_t T = o.T, H = o.ap.heads, KVH = o.ap.kv_heads, D = o.ap.head_dim, kvd = KVH * D;
     const int64_t P = host_pos0_;
     const bool cbf = o.kv.k.dtype == DType::bf16;
     const KVLayer& kv = o.kv;
-    // q -> bf16
-    kc::convert_rows(o.a.data, bf(o.a), o.a.ld, q16_.p, true, H * D, T, H * D, stream_);
+    // q and out in bf16: used in place when they are (strided column slices are fine for the flash kernel; it
+    // repacks rows that are not 16-byte aligned), else converted through scratch.
+    const void* qp = o.a.data;
+    int64_t ldq = o.a.ld;
+    if (!bf(o.a)) {
+      kc::convert_rows(o.a.data, false, o.a.ld, q16_.p, true, H * D, T, H * D, stream_);
+      qp = q16_.p, ldq = H * D;
+    }
+    void* outp = o.d.data;
+    int64_t ldo = o.d.ld;
+    if (!bf(o.d)) outp = o16_.p, ldo = H * D;
     const void* kp;
     const void* vp;
     int64_t nk;
-    const bool gather = kv.ring || !cbf;
+    const bool gather = needs_gather(kv, P, T);
     if (gather) {
-      int64_t n_old = P;
-      if (o.ap.window > 0) n_old = std::min(n_old, o.ap.window - 1);
-      if (kv.ring) n_old = std::min(n_old, kv.capacity - 1);
+      const int64_t n_old = gather_old(o, P);
       kc::kv_gather(kv.k.data, kv.v.data, cbf, kv.capacity, kv.ring, kvd, P, n_old, o.b.data, o.b.ld, o.c.data, o.c.ld,
                     bf(o.b), T, static_cast<uint16_t*>(kt_.p), static_cast<uint16_t*>(vt_.p), stream_);
       kp = kt_.p, vp = vt_.p, nk = n_old + T;
@@ -657,8 +714,10 @@ class CudaBackend final : public Backend {
                     T, d_step_, stream_);
       kp = kv.k.data, vp = kv.v.data, nk = P + T;
     }
-    auto view = [&](const void* p, DType dt, std::initializer_list<int64_t> shape) {
-      TensorView t = TensorView::contiguous(const_cast<void*>(p), dt, shape, Device::cuda);
+    // [1, rows, heads, D] over rows of stride ld
+    auto view = [&](const void* p, DType dt, int64_t rows, int64_t heads, int64_t ld) {
+      TensorView t = TensorView::contiguous(const_cast<void*>(p), dt, {1, rows, heads, D}, Device::cuda);
+      t.strides = {rows * ld, ld, D, 1};
       t.device_index = dev_;
       return t;
     };
@@ -668,18 +727,19 @@ class CudaBackend final : public Backend {
     opt.window_left = o.ap.window > 0 ? o.ap.window - 1 : -1;
     opt.softcap = o.ap.softcap;
     opt.check_finite = false;
+    TensorView lse = TensorView::contiguous(lse_.p, DType::f32, {1, H, T}, Device::cuda);
+    lse.device_index = dev_;
     void* prev = flashkit::cuda_stream();
     flashkit::set_cuda_stream(stream_);
     try {
-      attention_forward(view(q16_.p, DType::bf16, {1, T, H, D}), view(kp, DType::bf16, {1, nk, KVH, D}),
-                        view(vp, DType::bf16, {1, nk, KVH, D}), view(o16_.p, DType::bf16, {1, T, H, D}),
-                        view(lse_.p, DType::f32, {1, H, T}), opt);
+      attention_forward(view(qp, DType::bf16, T, H, ldq), view(kp, DType::bf16, nk, KVH, kvd),
+                        view(vp, DType::bf16, nk, KVH, kvd), view(outp, DType::bf16, T, H, ldo), lse, opt);
     } catch (...) {
       flashkit::set_cuda_stream(prev);
       throw;
     }
     flashkit::set_cuda_stream(prev);
-    kc::convert_rows(o16_.p, true, H * D, o.d.data, bf(o.d), o.d.ld, T, H * D, stream_);
+    if (!bf(o.d)) kc::convert_rows(o16_.p, true, H * D, o.d.data, false, o.d.ld, T, H * D, stream_);
     if (gather)
       kc::kv_append(o.b.data, o.b.ld, o.c.data, o.c.ld, bf(o.b), kv.k.data, kv.v.data, cbf, kvd, kv.capacity, kv.ring,
                     T, d_step_, stream_);
@@ -712,10 +772,12 @@ class CudaBackend final : public Backend {
                   stream_);
         break;
       case OpKind::rms_norm:
-        kc::rms_norm(o.a.data, o.a.ld, static_cast<const float*>(o.b.data), o.c.data, o.c.ld, bf(o.a), o.T, o.a.cols,
-                     o.group, o.f, stream_);
+        if (o.a.data == o.c.data && bf(o.a) != bf(o.c)) fail(Status::internal, "cuda rms_norm: in place across dtypes");
+        kc::rms_norm(o.a.data, o.a.ld, bf(o.a), static_cast<const float*>(o.b.data), o.c.data, o.c.ld, bf(o.c), o.T,
+                     o.a.cols, o.group, o.f, stream_);
         break;
       case OpKind::add_rms_norm:
+        same_dtype(o.a, o.c, "add_rms_norm");
         kc::add_rms_norm(o.a.data, o.a.ld, static_cast<const float*>(o.b.data), o.c.data, o.c.ld, bf(o.a), o.T,
                          o.a.cols, o.f, stream_);
         break;
@@ -729,11 +791,25 @@ class CudaBackend final : public Backend {
         else prefill_attention(o);
         break;
       case OpKind::gated_act:
+        same_dtype(o.a, o.c, "gated_act");
         kc::gated_act(o.a.data, o.a.ld, o.c.data, o.c.ld, bf(o.a), o.T, o.c.cols, to_act(o.act), stream_);
         break;
-      case OpKind::add: kc::add(o.a.data, o.a.ld, o.c.data, o.c.ld, bf(o.a), o.T, o.a.cols, stream_); break;
+      case OpKind::add:
+        same_dtype(o.a, o.c, "add");
+        kc::add(o.a.data, o.a.ld, o.c.data, o.c.ld, bf(o.a), o.T, o.a.cols, stream_);
+        break;
       case OpKind::softcap: kc::softcap(o.a.data, o.a.ld, bf(o.a), o.T, o.a.cols, o.f, stream_); break;
+      case OpKind::argmax:
+        kc::argmax_f32(static_cast<const float*>(o.a.data), o.a.cols, argpart_.p, reinterpret_cast<unsigned*>(argmax_dev_),
+                       argmax_dev_ + 1, stream_);
+        break;
     }
+  }
+  // The element-wise kernels take one dtype flag for both operands (the model never mixes them there).
+  static void same_dtype(const Tensor& a, const Tensor& b, const char* op) {
+    if (a.dtype != b.dtype)
+      fail(Status::internal, std::string("cuda ") + op + ": operands of different dtypes (" +
+                                 std::string(dtype_name(a.dtype)) + ", " + std::string(dtype_name(b.dtype)) + ")");
   }
 
   int dev_ = 0;
@@ -743,13 +819,16 @@ class CudaBackend final : public Backend {
   cublasHandle_t blas_ = nullptr;
   void* blas_ws_ = nullptr;
   unsigned int* counters_ = nullptr;
+  int32_t* argmax_dev_ = nullptr;   // [counter, index, flags, pad]
+  int32_t* argmax_host_ = nullptr;  // pinned [index, flags]
+  bool bf16_acts_ = false;          // bf16 weights requested: bf16 intermediates and KV cache
   std::set<void*> owned_;
   int32_t* d_step_ = nullptr;  // [pos0, tokens...]
   int32_t* h_step_ = nullptr;  // pinned staging copy
   void* pinned_ = nullptr;     // download_f32 staging
   size_t pinned_bytes_ = 0;
   int64_t step_rows_ = 0, host_pos0_ = 0;
-  Scratch part_, bfx_, q16_, o16_, lse_, kt_, vt_, f32tmp_;
+  Scratch part_, bfx_, q16_, o16_, lse_, kt_, vt_, f32tmp_, argpart_;
   std::vector<Op> queue_;
   bool capturing_ = false, graphs_on_ = true, fuse_ = true;
   uint64_t cap_key_ = 0;

@@ -7,9 +7,11 @@
 // arguments are trusted (the backend checks shapes once).
 //
 // Programmatic dependent launch (sm_90): every kernel is launched with the PDL attribute when the device supports
-// it (FLASHKIT_CUDA_PDL=0 disables). Kernels signal their dependents at entry, may prefetch weights (constant
-// data) into L2, and wait for the preceding grid (griddepcontrol.wait) before touching any activation: no kernel
-// reads or writes step data before that wait.
+// it (FLASHKIT_CUDA_PDL=0 disables). Kernels signal their dependents at entry, may load constants (weights) before
+// waiting for the preceding grid (griddepcontrol.wait), and touch activations only after that wait; nothing is
+// written before it. One exception, in the decode attention: it reads the step buffer's position and the cache rows
+// of earlier positions before the wait, because no kernel of a step writes them (the step buffer is uploaded by a
+// stream-ordered copy, which waits for every earlier kernel, and row j < p was written by an earlier step).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -24,9 +26,9 @@ enum class Act : int32_t { none = 0, gelu_tanh = 1, silu = 2 };
 // True when kernels are launched with programmatic dependent launch (device >= sm_90, FLASHKIT_CUDA_PDL != 0).
 bool pdl_enabled();
 int sm_count();  // multiprocessors of the current device
-// A/B switches of the GEMV, read once from the environment (default on): FLASHKIT_CUDA_PREFETCH=0 drops the L2 bulk
-// prefetch of each block's weight stripe, FLASHKIT_CUDA_LDCS=0 loads weights with ld.global.nc instead of the
-// streaming (evict-first) ld.global.cs.
+// A/B switches of the GEMV, read once from the environment: FLASHKIT_CUDA_PREFETCH=1 adds an L2 bulk prefetch of
+// each block's weight stripe (off by default: it measured 3-8% slower on the H200), FLASHKIT_CUDA_LDCS=0 loads
+// weights with ld.global.nc instead of the streaming (evict-first) ld.global.cs.
 bool gemv_prefetch_enabled();
 bool gemv_streaming_loads();
 
@@ -79,6 +81,10 @@ void embed(const void* table, bool table_bf16, int64_t ldtab, int64_t vocab, con
 // out = rms_norm(x) * w per group of `group` columns; out may alias x. x/out f32 or bf16 (same dtype).
 void rms_norm(const void* x, int64_t ldx, const float* w, void* out, int64_t ldo, bool bf16, int64_t T,
               int64_t cols, int64_t group, float eps, cudaStream_t stream);
+// The same with separate dtypes (the f32 residual stream normed into a bf16 row); out may alias x only when the
+// dtypes are equal.
+void rms_norm(const void* x, int64_t ldx, bool x_bf16, const float* w, void* out, int64_t ldo, bool out_bf16,
+              int64_t T, int64_t cols, int64_t group, float eps, cudaStream_t stream);
 // residual += rms_norm(x) * w (one group = cols); x f32 or bf16, residual f32 or bf16 (same flag).
 void add_rms_norm(const void* x, int64_t ldx, const float* w, void* residual, int64_t ldr, bool bf16, int64_t T,
                   int64_t cols, float eps, cudaStream_t stream);
@@ -108,6 +114,14 @@ void add_bias(void* y, int64_t ldy, bool bf16, const float* bias, int64_t T, int
 // dst[r, c] = bf16(src[r, c]) (or f32 copy when dst_bf16 is false), strided rows.
 void convert_rows(const void* src, bool src_bf16, int64_t lds, void* dst, bool dst_bf16, int64_t ldd, int64_t rows,
                   int64_t cols, cudaStream_t stream);
+
+// ---------------------------------------------------------------- greedy argmax (argmax.cu)
+// out[0] = the lowest index of the maximum of x[0, n) (f32; +0 == -0), or -1 when the row is invalid for sampling;
+// out[1] = flags: 1 = invalid (a NaN or +inf, or only -inf), 2 = the maximum occurs more than once. One launch with
+// a last-block merge: `part` >= argmax_part_bytes(n) bytes of scratch, `counter` one zero-initialized uint32 (left
+// at zero), so the launch is graph-replayable.
+int64_t argmax_part_bytes(int64_t n);
+void argmax_f32(const float* x, int64_t n, void* part, unsigned int* counter, int32_t* out, cudaStream_t stream);
 
 // ---------------------------------------------------------------- decode attention (attention_decode.cu)
 // One query token (T = 1) at position p = *pos0: optional per-head rms_norm of q and k (q_norm_w / k_norm_w, f32

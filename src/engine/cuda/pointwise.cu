@@ -29,8 +29,8 @@ __global__ void embed_kernel(const void* table, bool table_bf16, int64_t ldtab, 
   }
 }
 
-// One block per (row, group).
-template <bool BF16>
+// One block per (row, group). XBF / OBF: input / output dtypes (out aliases x only when they are equal).
+template <bool XBF, bool OBF>
 __global__ void rms_norm_kernel(const void* x, int64_t ldx, const float* w, void* out, int64_t ldo, int64_t group,
                                 float eps) {
   __shared__ float red[32];
@@ -39,13 +39,13 @@ __global__ void rms_norm_kernel(const void* x, int64_t ldx, const float* w, void
   const int64_t t = blockIdx.y, g0 = int64_t(blockIdx.x) * group;
   float ss = 0;
   for (int64_t c = threadIdx.x; c < group; c += blockDim.x) {
-    const float v = ld_act<BF16>(x, t * ldx + g0 + c);
+    const float v = ld_act<XBF>(x, t * ldx + g0 + c);
     ss += v * v;
   }
   ss = block_sum(ss, red);
   const float r = rsqrtf(ss / float(group) + eps);
   for (int64_t c = threadIdx.x; c < group; c += blockDim.x)
-    st_act<BF16>(out, t * ldo + g0 + c, ld_act<BF16>(x, t * ldx + g0 + c) * r * w[c]);
+    st_act<OBF>(out, t * ldo + g0 + c, ld_act<XBF>(x, t * ldx + g0 + c) * r * w[c]);
 }
 
 template <bool BF16>
@@ -189,13 +189,19 @@ void embed(const void* table, bool table_bf16, int64_t ldtab, int64_t vocab, con
 
 void rms_norm(const void* x, int64_t ldx, const float* w, void* out, int64_t ldo, bool bf16, int64_t T, int64_t cols,
               int64_t group, float eps, cudaStream_t stream) {
+  rms_norm(x, ldx, bf16, w, out, ldo, bf16, T, cols, group, eps, stream);
+}
+
+void rms_norm(const void* x, int64_t ldx, bool x_bf16, const float* w, void* out, int64_t ldo, bool out_bf16,
+              int64_t T, int64_t cols, int64_t group, float eps, cudaStream_t stream) {
   if (T <= 0 || cols <= 0) return;
   if (group <= 0 || cols % group) fail(Status::invalid_argument, "rms_norm: cols must be a multiple of group");
   check_rows(T);
   const int th = threads_for(std::min<int64_t>(group, 1024));
   const dim3 grid(unsigned(cols / group), unsigned(T));
-  if (bf16) launch("rms_norm", rms_norm_kernel<true>, grid, dim3(th), 0, stream, x, ldx, w, out, ldo, group, eps);
-  else launch("rms_norm", rms_norm_kernel<false>, grid, dim3(th), 0, stream, x, ldx, w, out, ldo, group, eps);
+  auto kern = x_bf16 ? (out_bf16 ? rms_norm_kernel<true, true> : rms_norm_kernel<true, false>)
+                     : (out_bf16 ? rms_norm_kernel<false, true> : rms_norm_kernel<false, false>);
+  launch("rms_norm", kern, grid, dim3(th), 0, stream, x, ldx, w, out, ldo, group, eps);
 }
 
 void add_rms_norm(const void* x, int64_t ldx, const float* w, void* residual, int64_t ldr, bool bf16, int64_t T,
