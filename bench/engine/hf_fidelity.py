@@ -17,11 +17,13 @@ CPU backend (f32 checkpoint) and CUDA backend (f32 and bf16 checkpoints). Criter
   Informational: flashkit CUDA on the f32 checkpoint (the CUDA backend rounds f32 weights to bf16 at load) vs
        transformers f32.
 
-flashkit runs through fk_session_dump (bench/engine/fk_session_dump.cpp, built here with g++ against
-$BUILD/lib/libflashkit.so: the Python package has only fresh-session last-row logits and generate(), no all-row
-prefill and no decode-step logits), and through the Python package (flashkit.Model: last-row logits and generate(),
-checked against the dump and the reference). If the helper cannot be built, the Python package alone gives the last
-prefill row, the decode positions through fresh prefills (not the decode path), and generate()'s tokens.
+flashkit runs through the Python package's session (flashkit.Session, `fk --session`, what `run` asks for: all
+prefill rows, the teacher-forced decode steps, and 64 greedy tokens as the argmax of its decode logits, eos ignored;
+source "python-session"). Where the library has no sessions (an older build) or that part fails, through
+fk_session_dump (bench/engine/fk_session_dump.cpp, built here with g++ against $BUILD/lib/libflashkit.so, the C++
+Session API; source "session"). Either way the Python package's last-row logits and generate() are checked against
+them and the reference. Without both, the Python package alone gives the last prefill row, the decode positions
+through fresh prefills (not the decode path), and generate()'s tokens (source "python-prefill").
 
   hf_fidelity.py run [--models gemma-3-270m,llama-3.2-1b] [--work DIR] [--build DIR] [--json F] [--clean]
       each step of each model in its own process (one crash loses one step); F is rewritten after every step and
@@ -29,7 +31,8 @@ prefill row, the decode positions through fresh prefills (not the decode path), 
       model's checkpoints when it is done); a later run with the same settings skips re-making them.
   hf_fidelity.py run --summary --json F            the summary table of F
   hf_fidelity.py make|ref MODEL --work DIR         (transformers, GPU)
-  hf_fidelity.py fk MODEL TAG --work DIR [--helper EXE]    TAG: cpu-f32, cuda-f32, cuda-bf16 (flashkit, no torch)
+  hf_fidelity.py fk MODEL TAG --work DIR [--session] [--helper EXE]
+                                                   TAG: cpu-f32, cuda-f32, cuda-bf16 (flashkit, no torch)
   hf_fidelity.py compare MODEL --work DIR          (numpy only)
 """
 import argparse
@@ -411,7 +414,39 @@ def read_ids(path):
         return [int(x) for x in f.read().split()]
 
 
-def cmd_fk(name, tag, work, helper, n_feed=DECODE_STEPS):
+SESSION_SOURCES = ("session", "python-session")  # every prefill row and real decode steps
+
+
+def session_dump(flashkit, path, device, dtype, prompt, feed, od):
+    """flashkit.Session: prefill.f32 (every prompt row), decode.f32 (teacher-forced on feed), greedy.txt (GREEDY
+    argmax ids through its decode steps, eos ignored). Returns seconds per part."""
+    t = {}
+    t0 = time.time()
+    with flashkit.Model(path, device=device, dtype=dtype) as m, m.session() as s:
+        t["load_s"] = time.time() - t0
+        t0 = time.time()
+        pre = s.prefill(prompt, all_logits=True)
+        pre.astype("<f4").tofile(os.path.join(od, "prefill.f32"))
+        t["prefill_s"] = time.time() - t0
+        t0 = time.time()
+        dec = np.empty((len(feed), m.vocab_size), dtype=np.float32)
+        for i, tok in enumerate(feed):
+            dec[i] = s.decode(tok)
+        dec.astype("<f4").tofile(os.path.join(od, "decode.f32"))
+        t["decode_s"] = time.time() - t0
+        t0 = time.time()
+        s.reset()
+        row, greedy = s.prefill(prompt), []
+        while len(greedy) < GREEDY:
+            greedy.append(int(np.argmax(row)))  # lowest id on ties, as the engine's sampler
+            if len(greedy) < GREEDY:
+                row = s.decode(greedy[-1])
+        write_ids(os.path.join(od, "greedy.txt"), greedy)
+        t["greedy_s"] = time.time() - t0
+    return {k: round(v, 2) for k, v in t.items()}
+
+
+def cmd_fk(name, tag, work, helper, n_feed=DECODE_STEPS, session=False):
     device, dtype, ckpt, _ = FK_RUNS[tag]
     d = mdir(work, name)
     od = os.path.join(d, "fk-" + tag)
@@ -424,7 +459,23 @@ def cmd_fk(name, tag, work, helper, n_feed=DECODE_STEPS):
     path = os.path.join(d, ckpt)
     res = {"device": device, "dtype": dtype, "checkpoint": ckpt}
     t_all = time.time()
-    if helper and os.path.exists(helper):
+    if session:
+        sys.path.insert(0, os.path.join(ROOT, "python"))
+        try:
+            import flashkit
+            res["session"] = session_dump(flashkit, path, device, dtype, prompt, feed, od)
+            res["source"] = "python-session"
+            with open(os.path.join(od, "fk.json"), "w") as f:  # kept if the Python part below crashes
+                json.dump(res, f, indent=1)
+        except Exception as e:  # noqa: BLE001 - an older library without sessions, or a failure: the helper
+            res["session_error"] = "%s: %s" % (type(e).__name__, e)
+            log(name, tag, "flashkit.Session:", res["session_error"])
+            for f in ("prefill.f32", "decode.f32", "greedy.txt"):
+                if os.path.exists(os.path.join(od, f)):
+                    os.remove(os.path.join(od, f))
+    if res.get("source") == "python-session":
+        pass
+    elif helper and os.path.exists(helper):
         write_ids(os.path.join(od, "prompt.txt"), prompt)
         write_ids(os.path.join(od, "feed.txt"), feed)
         t0 = time.time()
@@ -455,10 +506,12 @@ def cmd_fk(name, tag, work, helper, n_feed=DECODE_STEPS):
         last = m.logits(prompt)
         last.astype("<f4").tofile(os.path.join(od, "api_last.f32"))
         # with the session dump, a short generate() is enough to check the package against it
+        # with the session dump, a short generate() is enough to check the package against it; the Python
+        # session's greedy ids are argmax picks, so the engine's generate loop is checked over all GREEDY tokens
         n_gen = 16 if res.get("source") == "session" else GREEDY
         gen = m.generate(prompt, max_new_tokens=n_gen, temperature=0.0)
         res["api_generate"] = gen
-        if res.get("source") != "session":
+        if res.get("source") not in SESSION_SOURCES:
             res["source"] = "python-prefill"  # the last prefill row; decode positions through fresh prefills
             last.astype("<f4").tofile(os.path.join(od, "prefill.f32"))
             rows = np.empty((len(feed), vocab), dtype=np.float32)
@@ -479,7 +532,7 @@ def cmd_fk(name, tag, work, helper, n_feed=DECODE_STEPS):
 def load_fk(od, vocab):
     with open(os.path.join(od, "fk.json")) as f:
         fk = json.load(f)
-    rows = "all" if fk["source"] == "session" else "last"
+    rows = "all" if fk["source"] in SESSION_SOURCES else "last"
     pre = np.fromfile(os.path.join(od, "prefill.f32"), dtype="<f4").reshape(-1, vocab)
     dec = np.fromfile(os.path.join(od, "decode.f32"), dtype="<f4").reshape(-1, vocab)
     greedy = read_ids(os.path.join(od, "greedy.txt"))
@@ -630,7 +683,8 @@ def cmd_run(a):
         plan = [("make", ["make", name, "--work", work, "--seed", str(seed), "--gain", str(a.gain)],
                  STEP_TIMEOUT["make"], []),
                 ("ref", ["ref", name, "--work", work], STEP_TIMEOUT["ref"], ["made.json"])]
-        plan += [("fk-" + t, ["fk", name, t, "--work", work] + (["--helper", helper] if helper else []),
+        plan += [("fk-" + t, ["fk", name, t, "--work", work] + ([] if a.no_session else ["--session"]) +
+                  (["--helper", helper] if helper else []),
                   STEP_TIMEOUT["fk"], ["made.json"]) for t in tags]
         for step, argv, timeout, needs in plan:
             missing = [n for n in needs if not os.path.exists(os.path.join(d, n))]
@@ -722,7 +776,9 @@ def main(argv=None):
     r.add_argument("--seed", type=int, default=1234)
     r.add_argument("--gain", type=float, default=1.0)
     r.add_argument("--clean", action="store_true", help="remove each model's checkpoints when it is done")
-    r.add_argument("--no-helper", action="store_true", help="the Python package only (no fk_session_dump)")
+    r.add_argument("--no-helper", action="store_true", help="no fk_session_dump (the C++ fallback when flashkit.Session fails or with --no-session)")
+    r.add_argument("--no-session", action="store_true",
+                   help="not flashkit.Session: fk_session_dump, else the Python package's fresh prefills")
     r.add_argument("--summary", action="store_true", help="only print the summary of --json")
     mk = sub.add_parser("make")
     mk.add_argument("model", choices=list(CONFIGS))
@@ -737,6 +793,7 @@ def main(argv=None):
     fk.add_argument("tag", choices=list(FK_RUNS))
     fk.add_argument("--work", required=True)
     fk.add_argument("--helper", default=None)
+    fk.add_argument("--session", action="store_true", help="flashkit.Session first (the helper is the fallback)")
     cp = sub.add_parser("compare")
     cp.add_argument("model", choices=list(CONFIGS))
     cp.add_argument("--work", required=True)
@@ -756,7 +813,7 @@ def main(argv=None):
     if a.cmd == "ref":
         return cmd_ref(a.model, a.work)
     if a.cmd == "fk":
-        return cmd_fk(a.model, a.tag, a.work, a.helper)
+        return cmd_fk(a.model, a.tag, a.work, a.helper, session=a.session)
     print(json.dumps(cmd_compare(a.model, a.work), indent=1))
     return 0
 

@@ -277,3 +277,17 @@ def test_fk_session_bf16_top1_against_fixture(tmp_path, helper):
     r = H.compare_tag(d, "cpu-bf16")
     t = r["top1"]
     assert t["positions"] == 40 + 32 and t["strict"] >= 0.95 and t["tolerant"] >= 0.98, t
+
+
+@needs_lib
+@pytest.mark.parametrize("fixture", ["tiny-llama", "tiny-gemma3"])
+def test_fk_python_session_against_fixture(tmp_path, fixture):
+    # flashkit.Session (the C API's fk_session_*): every prefill row, decode steps through the KV cache, greedy ids
+    name, d = fixture_work(tmp_path, fixture, "f32")
+    assert H.cmd_fk(name, "cpu-f32", str(tmp_path), None, n_feed=32, session=True) == 0
+    r = H.compare_tag(d, "cpu-f32")
+    assert r["source"] == "python-session" and r["prefill_rows_compared"] == 40
+    assert r["prefill_rel_max"] < 1e-4 and r["decode_rel_max"] < 1e-4, r
+    assert r["decode_steps_compared"] == 32
+    assert r["greedy"]["identical"] and r["greedy"]["compared"] == 64
+    assert H.f32_pass(r)

@@ -33,7 +33,7 @@ struct LoadOptions {
   std::string device = "cpu";   // "cpu" or "cuda" / "cuda:N"
   std::string dtype = "auto";   // weight storage: auto | f32 | bf16 | f16
   int threads = 0;              // CPU threads (0: flashkit::num_threads())
-  int64_t max_context = 0;      // KV capacity per session (0: min(max_position_embeddings, 8192))
+  int64_t max_context = 0;      // KV capacity per session (0: min(max_position_embeddings, 4096))
   int64_t prefill_chunk = 512;  // prompt tokens per forward pass
   bool profile = false;         // time every op kind (adds a device sync per op)
   // Test / benchmark hook: ignore the safetensors files and fill every weight with seeded random values

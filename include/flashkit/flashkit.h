@@ -92,14 +92,15 @@ FK_API fk_status fk_attention_backward(const fk_tensor* dout, const fk_tensor* q
 /* ---- Tokenizer and model engine -------------------------------------------------------------------------
  * Opaque handles; every function returns an fk_status and, on failure, fk_last_error() names the argument at
  * fault and what was expected. A handle may be used from several threads at once (a tokenizer concurrently;
- * a model runs one fk_generate / fk_model_logits call at a time, each in a fresh session, the others wait);
- * free it once, when no call is using it. *_free(NULL) is a no-op.
+ * a model runs one fk_generate / fk_model_logits / fk_session_* call at a time, the others wait: its sessions
+ * share the backend's scratch buffers); free it once, when no call is using it. *_free(NULL) is a no-op.
  *
  * Output buffers, two-call pattern: pass the buffer NULL and cap 0 to ask for the size (FK_OK, the size in
  * *n / *len); a non-NULL buffer whose cap is too small gives FK_INVALID_ARGUMENT with the size needed in
  * *n / *len and a message that says so. */
 typedef struct fk_tokenizer fk_tokenizer;
 typedef struct fk_model fk_model;
+typedef struct fk_session fk_session;
 
 /* Reads DIR/tokenizer.json (and DIR/tokenizer_config.json when present). */
 FK_API fk_status fk_tokenizer_load(const char* dir, fk_tokenizer** out);
@@ -134,6 +135,42 @@ FK_API fk_status fk_generate(fk_model* model, const int32_t* prompt, size_t n_pr
  * to out_last_logits; cap (in floats) must be >= the vocab size. */
 FK_API fk_status fk_model_logits(fk_model* model, const int32_t* prompt, size_t n, float* out_last_logits,
                                  size_t cap);
+
+/* ---- Sessions: one sequence and its KV cache, token by token ----------------------------------------------
+ *
+ *   fk_session* s;  float row[VOCAB];
+ *   fk_session_new(model, &s);
+ *   fk_session_prefill(s, prompt, n, 0, row, VOCAB);   // appends the prompt; row: the last position's logits
+ *   fk_session_decode(s, next_id, row, VOCAB);         // appends one token; row: the logits after it
+ *   fk_session_free(s);
+ *
+ * A session holds max_context positions (fk_session_max_context: the model's default context,
+ * min(max_position_embeddings, 4096)); fk_session_position says how many it holds. Logits are f32, as the
+ * engine computes them (the last row of fk_session_prefill is, up to f32 rounding, fk_model_logits' row).
+ * Threads: every fk_session_* call takes its model's lock (the one fk_generate and fk_model_logits take), so the
+ * sessions of one model run one call at a time; calls of several sessions may interleave (each has its own KV
+ * cache); use one model per thread for parallel sequences. A session keeps its model's weights alive:
+ * fk_model_free may come before fk_session_free. Arguments are checked before any work: a rejected call leaves
+ * the session as it was. */
+
+/* A new, empty session of `model` (*out is NULL on failure). */
+FK_API fk_status fk_session_new(fk_model* model, fk_session** out);
+FK_API void fk_session_free(fk_session* sess);
+/* Appends ids[0, n) (n >= 1, every id in [0, vocab size), position + n <= max_context) to the session's cache
+ * (in chunks of 512 positions). all_logits 0: writes the last position's logits (vocab size floats) to out, cap
+ * (in floats) >= the vocab size; all_logits non-zero: every position's row, [n, vocab] row-major, cap >= n x the
+ * vocab size. */
+FK_API fk_status fk_session_prefill(fk_session* sess, const int32_t* ids, size_t n, int all_logits, float* out,
+                                    size_t cap);
+/* Appends one token (in [0, vocab size), position < max_context) and writes its logits (vocab size floats) to
+ * out; cap >= the vocab size. The graph-friendly one-row path (on CUDA a replayed graph). */
+FK_API fk_status fk_session_decode(fk_session* sess, int32_t token, float* out, size_t cap);
+/* Positions in the cache: the tokens prefilled and decoded since fk_session_new or fk_session_reset. */
+FK_API fk_status fk_session_position(const fk_session* sess, int64_t* out);
+/* Positions the cache holds (position + the tokens of a call must not exceed it). */
+FK_API fk_status fk_session_max_context(const fk_session* sess, int64_t* out);
+/* Empties the cache (position 0); the buffers are kept. */
+FK_API fk_status fk_session_reset(fk_session* sess);
 
 #ifdef __cplusplus
 }

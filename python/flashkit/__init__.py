@@ -17,7 +17,7 @@ else the system library path.
 from . import _capi
 from ._attention import Cost, attention, attention_backward
 from ._bf16 import BF16Array, bf16
-from ._engine import Model
+from ._engine import Model, Session
 from ._tokenizer import Tokenizer
 from .errors import (
     DeviceError,
@@ -35,6 +35,7 @@ __all__ = [
     "BF16Array",
     "bf16",
     "Model",
+    "Session",
     "Tokenizer",
     "version",
     "cpu_isa",

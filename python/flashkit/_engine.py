@@ -1,13 +1,18 @@
-"""flashkit.Model: load a model directory and generate, through the C API (fk_model_*, fk_generate).
+"""flashkit.Model and flashkit.Session: load a model directory and run it, through the C API (fk_model_*,
+fk_generate, fk_session_*).
 
     with flashkit.Model("tests/data/models/tiny-llama", dtype="f32") as m:
         ids = m.generate([1, 450, 319], max_new_tokens=16)          # greedy (temperature 0)
         last = m.logits([1, 450, 319])                               # float32 [vocab_size]
+        with m.session() as s:                                       # one sequence, its own KV cache
+            rows = s.prefill([1, 450, 319], all_logits=True)         # float32 [3, vocab_size]
+            nxt = s.decode(int(rows[-1].argmax()))                   # float32 [vocab_size]; s.position == 4
 
-Each generate() / logits() call runs a fresh session (its own KV cache); one Model may be shared by several
-threads, which the library serves one call at a time. Wrong Python types raise TypeError naming the argument; values the library rejects raise the typed
-errors of :mod:`flashkit.errors` with its message. numpy is optional: logits() returns a float32 ndarray when
-numpy is importable, else a list of floats.
+Each generate() / logits() call runs a fresh session (its own KV cache); a Session keeps its cache between calls.
+One Model (and its sessions) may be shared by several threads, which the library serves one call at a time. Wrong
+Python types raise TypeError naming the argument; values the library rejects raise the typed errors of
+:mod:`flashkit.errors` with its message. numpy is optional: logits() and the Session's methods return float32
+ndarrays when numpy is importable, else lists of floats.
 """
 
 import ctypes
@@ -18,7 +23,7 @@ from . import _capi
 from ._tokenizer import NativeHandle, as_ids, as_int, as_path, declare, require, type_name
 from .errors import InvalidArgumentError
 
-__all__ = ["Model"]
+__all__ = ["Model", "Session"]
 
 _c_size_p = ctypes.POINTER(ctypes.c_size_t)
 _c_i32_p = ctypes.POINTER(ctypes.c_int32)
@@ -41,7 +46,24 @@ _PROTOS = {
     ),
 }
 
+_c_float_p = ctypes.POINTER(ctypes.c_float)
+
+# Declared apart so that a library without sessions still serves Model; Model.session() then raises UnsupportedError.
+_SESSION_PROTOS = {
+    "fk_session_new": (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]),
+    "fk_session_free": (None, [ctypes.c_void_p]),
+    "fk_session_prefill": (
+        ctypes.c_int32,
+        [ctypes.c_void_p, _c_i32_p, ctypes.c_size_t, ctypes.c_int, _c_float_p, ctypes.c_size_t],
+    ),
+    "fk_session_decode": (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_int32, _c_float_p, ctypes.c_size_t]),
+    "fk_session_position": (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]),
+    "fk_session_max_context": (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]),
+    "fk_session_reset": (ctypes.c_int32, [ctypes.c_void_p]),
+}
+
 _MISSING = declare(_capi.lib, _PROTOS)
+_MISSING_SESSION = declare(_capi.lib, _SESSION_PROTOS)
 
 _INT_MAX = 2**31 - 1
 
@@ -134,3 +156,136 @@ class Model(NativeHandle):
         buf = (ctypes.c_float * self._vocab)()  # pragma: no cover
         _capi.check(_capi.lib.fk_model_logits(h, arr, n, buf, self._vocab))  # pragma: no cover
         return list(buf)  # pragma: no cover
+
+    def session(self):
+        """A new :class:`Session` of this model: an empty KV cache for one sequence, token by token."""
+        return Session(self)
+
+
+def _numpy():
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is optional
+        return None
+    return np
+
+
+def _float_out(rows, vocab):
+    """(result, pointer, cap) for `rows` rows of `vocab` floats: a float32 ndarray ([vocab] when rows is None,
+    else [rows, vocab]) when numpy is importable, else a ctypes array the caller turns into lists."""
+    np = _numpy()
+    count = vocab * (1 if rows is None else rows)
+    if np is not None:
+        out = np.empty(vocab if rows is None else (rows, vocab), dtype=np.float32)
+        return out, out.ctypes.data_as(_c_float_p), count
+    buf = (ctypes.c_float * count)()  # pragma: no cover
+    return buf, ctypes.cast(buf, _c_float_p), count  # pragma: no cover
+
+
+def _as_result(out, rows, vocab):
+    if not isinstance(out, ctypes.Array):
+        return out
+    flat = list(out)  # pragma: no cover
+    if rows is None:  # pragma: no cover
+        return flat
+    return [flat[i * vocab:(i + 1) * vocab] for i in range(rows)]  # pragma: no cover
+
+
+class Session(NativeHandle):
+    """One sequence of a :class:`Model` and its KV cache (``Model.session()``): prefill() appends tokens and
+    returns their logits, decode() appends one token and returns the logits after it.
+
+        with model.session() as s:
+            last = s.prefill(prompt_ids)                  # float32 [vocab_size]: the last position's logits
+            rows = s.prefill(more_ids, all_logits=True)   # float32 [len(more_ids), vocab_size]
+            nxt = s.decode(token)                         # float32 [vocab_size]
+            s.position                                    # tokens in the cache; s.max_context: its capacity
+            s.reset()                                     # empty the cache
+
+    The cache holds ``max_context`` positions (the model's default context, min(max_position_embeddings, 4096)).
+    Threads: the sessions of one Model run one call at a time (the library's per-model lock, which generate() and
+    logits() take too); use one Model per thread for parallel sequences. A Session keeps the model's weights alive
+    after ``Model.close()``. ``close()`` (or a ``with`` block) frees its cache at once, else garbage collection
+    does; a closed Session raises InvalidArgumentError. Rejected arguments leave the session as it was.
+    """
+
+    _free_name = "fk_session_free"
+
+    def __init__(self, model):
+        require(_MISSING_SESSION)
+        if not isinstance(model, Model):
+            raise TypeError("model: expected a flashkit.Model, got %s" % type_name(model))
+        mh = model._handle()
+        self._h = None
+        self.path = model.path
+        self._vocab = model.vocab_size
+        h = ctypes.c_void_p()
+        _capi.check(_capi.lib.fk_session_new(mh, ctypes.byref(h)))
+        self._h = h
+        c = ctypes.c_int64()
+        _capi.check(_capi.lib.fk_session_max_context(self._h, ctypes.byref(c)))
+        self._max_context = int(c.value)
+
+    def _handle(self):
+        if self._h is None:
+            raise InvalidArgumentError("session: this Session is closed", 1)
+        return self._h
+
+    @property
+    def vocab_size(self):
+        """Columns of every logits row."""
+        return self._vocab
+
+    @property
+    def max_context(self):
+        """Positions the cache holds: position + the tokens of a call may not exceed it."""
+        self._handle()
+        return self._max_context
+
+    @property
+    def position(self):
+        """Tokens in the cache (prefilled and decoded since the session began or was reset)."""
+        p = ctypes.c_int64()
+        _capi.check(_capi.lib.fk_session_position(self._handle(), ctypes.byref(p)))
+        return int(p.value)
+
+    def prefill(self, ids, all_logits=False):
+        """Appends `ids` (a non-empty sequence of token ids in [0, vocab_size)) to the cache. Returns the logits of
+        the last position (float32 [vocab_size]), or with all_logits every position's (float32 [len(ids),
+        vocab_size])."""
+        h = self._handle()
+        if not isinstance(all_logits, (bool, int)):
+            raise TypeError("all_logits: expected a bool, got %s" % type_name(all_logits))
+        arr, n = as_ids(ids, "ids", self._vocab)
+        if n == 0:
+            raise InvalidArgumentError("ids: no tokens to prefill (give at least one)", 1)
+        pos = self.position
+        if n > self._max_context - pos:
+            raise InvalidArgumentError(
+                "ids: %d tokens do not fit the session: position %d + %d > max_context %d (%d positions left)"
+                % (n, pos, n, self._max_context, self._max_context - pos), 1)
+        rows = n if all_logits else None
+        out, ptr, cap = _float_out(rows, self._vocab)
+        _capi.check(_capi.lib.fk_session_prefill(h, arr, n, 1 if all_logits else 0, ptr, cap))
+        return _as_result(out, rows, self._vocab)
+
+    def decode(self, token):
+        """Appends one token id (in [0, vocab_size)) and returns the logits after it (float32 [vocab_size])."""
+        h = self._handle()
+        if isinstance(token, bool) or not isinstance(token, numbers.Integral):
+            raise TypeError("token: expected an int token id, got %s %r" % (type_name(token), token))
+        t = int(token)
+        if not 0 <= t < self._vocab:
+            raise InvalidArgumentError("token: token id %d is outside the vocabulary [0, %d)" % (t, self._vocab), 1)
+        out, ptr, cap = _float_out(None, self._vocab)
+        _capi.check(_capi.lib.fk_session_decode(h, t, ptr, cap))
+        return _as_result(out, None, self._vocab)
+
+    def reset(self):
+        """Empties the cache (position 0); the session can be used again."""
+        _capi.check(_capi.lib.fk_session_reset(self._handle()))
+
+    def __repr__(self):
+        if self._h is None:
+            return "flashkit.Session(%r, closed)" % getattr(self, "path", "?")
+        return "flashkit.Session(%r, position=%d, max_context=%d)" % (self.path, self.position, self._max_context)

@@ -25,8 +25,15 @@ struct fk_tokenizer {
 struct fk_model {
   std::shared_ptr<flashkit::Model> model;
   // The engine's sessions of one model share its backend's scratch buffers: concurrent sessions give wrong
-  // results, so the C API runs one generate / logits call per model at a time.
-  std::mutex mu;
+  // results, so the C API runs one generate / logits / session call per model at a time. Shared with the model's
+  // fk_sessions, which may outlive this handle (a flashkit::Session keeps its Model alive).
+  std::shared_ptr<std::mutex> mu = std::make_shared<std::mutex>();
+};
+
+struct fk_session {
+  std::shared_ptr<std::mutex> mu;  // the model's lock
+  std::unique_ptr<flashkit::Session> session;
+  int64_t vocab = 0;
 };
 
 namespace {
@@ -204,7 +211,7 @@ fk_status fk_generate(fk_model* model, const int32_t* prompt, size_t n_prompt, i
     g.top_k = top_k;
     g.top_p = top_p;
     g.seed = seed;
-    std::lock_guard<std::mutex> lock(model->mu);
+    std::lock_guard<std::mutex> lock(*model->mu);
     auto session = model->model->new_session();
     const flashkit::GenerationResult r =
         flashkit::generate(*session, std::span<const int32_t>(prompt, n_prompt), g);
@@ -224,11 +231,113 @@ fk_status fk_model_logits(fk_model* model, const int32_t* prompt, size_t n, floa
     if (cap < size_t(vocab))
       bad("cap: out_last_logits holds " + std::to_string(cap) + " floats but the vocabulary has " +
           std::to_string(vocab) + "; pass cap >= " + std::to_string(vocab));
-    std::lock_guard<std::mutex> lock(model->mu);
+    std::lock_guard<std::mutex> lock(*model->mu);
     auto session = model->model->new_session();
     session->prefill(std::span<const int32_t>(prompt, n));
     const std::span<const float> l = session->logits();
     std::memcpy(out_last_logits, l.data(), l.size() * sizeof(float));
+  });
+}
+
+fk_status fk_session_new(fk_model* model, fk_session** out) {
+  return guarded([&] {
+    need(out, "out");
+    *out = nullptr;
+    need(model, "model");
+    auto h = std::make_unique<fk_session>();
+    h->mu = model->mu;
+    h->vocab = model->model->info().vocab_size;
+    std::lock_guard<std::mutex> lock(*model->mu);  // a new session reserves backend buffers
+    h->session = model->model->new_session();
+    *out = h.release();
+  });
+}
+
+void fk_session_free(fk_session* sess) {
+  if (sess == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(*sess->mu);  // the session frees backend buffers
+    sess->session.reset();                        // (and the model, when it is its last user)
+  }
+  delete sess;
+}
+
+fk_status fk_session_prefill(fk_session* sess, const int32_t* ids, size_t n, int all_logits, float* out,
+                             size_t cap) {
+  return guarded([&] {
+    need(sess, "sess");
+    if (n == 0) bad("n: no tokens to prefill (give at least one)");
+    check_ids(ids, n, sess->vocab, "ids");
+    need(out, "out");
+    std::lock_guard<std::mutex> lock(*sess->mu);
+    flashkit::Session& s = *sess->session;
+    const int64_t pos = s.position(), ctx = s.max_context();
+    if (n > size_t(ctx - pos))
+      bad("n: " + std::to_string(n) + " tokens do not fit the session: position " + std::to_string(pos) + " + n > " +
+          "max_context " + std::to_string(ctx) + " (" + std::to_string(ctx - pos) + " positions left)");
+    const size_t V = size_t(sess->vocab), need_floats = all_logits ? n * V : V;
+    if (cap < need_floats)
+      bad("cap: out holds " + std::to_string(cap) + " floats but " +
+          (all_logits ? std::to_string(n) + " rows x vocabulary " + std::to_string(V) + " need "
+                      : std::string("the vocabulary has ")) +
+          std::to_string(need_floats) + "; pass cap >= " + std::to_string(need_floats));
+    s.prefill(std::span<const int32_t>(ids, n), all_logits != 0);
+    if (all_logits) {
+      const std::vector<float>& a = s.all_logits();
+      if (a.size() != need_floats)
+        flashkit::fail(Status::internal, "fk_session_prefill: the engine returned " + std::to_string(a.size()) +
+                                             " logits, expected " + std::to_string(need_floats));
+      std::memcpy(out, a.data(), need_floats * sizeof(float));
+    } else {
+      const std::span<const float> l = s.logits();
+      std::memcpy(out, l.data(), V * sizeof(float));
+    }
+  });
+}
+
+fk_status fk_session_decode(fk_session* sess, int32_t token, float* out, size_t cap) {
+  return guarded([&] {
+    need(sess, "sess");
+    if (token < 0 || token >= sess->vocab)
+      bad("token: token id " + std::to_string(token) + " is outside the vocabulary [0, " +
+          std::to_string(sess->vocab) + ")");
+    need(out, "out");
+    if (cap < size_t(sess->vocab))
+      bad("cap: out holds " + std::to_string(cap) + " floats but the vocabulary has " + std::to_string(sess->vocab) +
+          "; pass cap >= " + std::to_string(sess->vocab));
+    std::lock_guard<std::mutex> lock(*sess->mu);
+    flashkit::Session& s = *sess->session;
+    if (s.position() >= s.max_context())
+      bad("token: the session is full: position " + std::to_string(s.position()) + " = max_context " +
+          std::to_string(s.max_context()) + " (fk_session_reset empties it)");
+    s.decode(token);
+    const std::span<const float> l = s.logits();
+    std::memcpy(out, l.data(), l.size() * sizeof(float));
+  });
+}
+
+fk_status fk_session_position(const fk_session* sess, int64_t* out) {
+  return guarded([&] {
+    need(sess, "sess");
+    need(out, "out");
+    std::lock_guard<std::mutex> lock(*sess->mu);
+    *out = sess->session->position();
+  });
+}
+
+fk_status fk_session_max_context(const fk_session* sess, int64_t* out) {
+  return guarded([&] {
+    need(sess, "sess");
+    need(out, "out");
+    *out = sess->session->max_context();
+  });
+}
+
+fk_status fk_session_reset(fk_session* sess) {
+  return guarded([&] {
+    need(sess, "sess");
+    std::lock_guard<std::mutex> lock(*sess->mu);
+    sess->session->reset();
   });
 }
 

@@ -1,9 +1,11 @@
-"""flashkit.Model and flashkit.Tokenizer: greedy ids and last-row logits equal transformers' (the fixtures'
-expected.json / expected_prefill_logits.f32), tokenizer round trips, and bad input raising a clear error that
-names the argument."""
+"""flashkit.Model, flashkit.Session and flashkit.Tokenizer: greedy ids, last-row logits, all prefill rows and
+decode steps equal transformers' (the fixtures' expected.json / expected_*_logits.f32), session decode equals a fresh
+prefill, tokenizer round trips, and bad input raising a clear error that names the argument."""
 
+import ctypes
 import json
 import os
+import re
 import threading
 
 import numpy as np
@@ -101,6 +103,178 @@ def test_close_and_context_manager():
         assert t.encode("hi")
     with pytest.raises(flashkit.InvalidArgumentError, match="closed"):
         t.encode("hi")
+
+
+# --- sessions -------------------------------------------------------------------------------------------
+
+FEED = 16
+
+
+def rel(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.mark.parametrize("model", [LLAMA, GEMMA], ids=["tiny-llama", "tiny-gemma3"])
+def test_session_rows_and_decode_match_transformers(model):
+    e = expected(model)
+    P, V = e["prefill_logits_shape"]
+    want_pre = np.fromfile(os.path.join(model, "expected_prefill_logits.f32"), dtype="<f4").reshape(P, V)
+    want_dec = np.fromfile(os.path.join(model, "expected_decode_logits.f32"), dtype="<f4").reshape(-1, V)
+    prompt, feed = e["prompt_ids"], e["greedy_ids"][:FEED]
+    with flashkit.Model(model, dtype="f32") as m, m.session() as s:
+        assert isinstance(s, flashkit.Session) and s.position == 0 and s.max_context == 4096 and s.vocab_size == V
+        rows = s.prefill(prompt, all_logits=True)
+        assert isinstance(rows, np.ndarray) and rows.dtype == np.float32 and rows.shape == (P, V)
+        assert s.position == P
+        assert max(rel(rows[i], want_pre[i]) for i in range(P)) < 1e-3
+        assert rel(rows[-1], m.logits(prompt)) < 1e-5
+        for i, tok in enumerate(feed):
+            row = s.decode(tok)
+            assert row.shape == (V,) and row.dtype == np.float32
+            assert rel(row, want_dec[i]) < 1e-3, i  # transformers, after feeding greedy_ids[i]
+            assert rel(row, m.logits(prompt + feed[: i + 1])) < 1e-5, i  # a fresh full prefill's last row
+        assert s.position == P + FEED
+
+
+def test_session_last_row_parts_and_reset(llama):
+    e = expected(LLAMA)
+    prompt = e["prompt_ids"]
+    with llama.session() as s:
+        rows = s.prefill(np.asarray(prompt, dtype=np.int64), all_logits=True)
+        s.reset()
+        assert s.position == 0
+        last = s.prefill(prompt)  # all_logits=False: the last row only
+        assert last.shape == (llama.vocab_size,) and rel(last, rows[-1]) < 1e-5
+        s.reset()
+        a = s.prefill(prompt[:25], all_logits=True)
+        b = s.prefill(prompt[25:], all_logits=True)
+        assert s.position == len(prompt)
+        assert rel(np.concatenate([a, b]), rows) < 1e-5
+        # decode continues the greedy path (argmax of the last row is transformers' first greedy id)
+        assert int(b[-1].argmax()) == e["greedy_ids"][0]
+        assert int(s.decode(e["greedy_ids"][0]).argmax()) == e["greedy_ids"][1]
+
+
+def test_session_context_manager_close_and_use_after_free():
+    m = flashkit.Model(LLAMA)
+    with m.session() as s:
+        s.prefill([1, 2, 3])
+        assert "position=3" in repr(s)
+    assert s._h is None and "closed" in repr(s)  # freed on exit, not at garbage collection
+    for call in (lambda: s.prefill([1, 2]), lambda: s.decode(1), lambda: s.position, lambda: s.reset(),
+                 lambda: s.max_context):
+        with pytest.raises(flashkit.InvalidArgumentError, match=r"^session: this Session is closed"):
+            call()
+    s.close()  # twice is fine
+    # a session keeps the model's weights alive after Model.close()
+    s2 = m.session()
+    want = s2.prefill([1, 450, 319])
+    s2.reset()
+    m.close()
+    np.testing.assert_array_equal(s2.prefill([1, 450, 319]), want)
+    s2.close()
+    with pytest.raises(flashkit.InvalidArgumentError, match=r"^model: this Model is closed"):
+        m.session()
+    with pytest.raises(TypeError, match=r"^model: expected a flashkit.Model"):
+        flashkit.Session("not a model")
+
+
+def test_session_bad_input(llama):
+    V = llama.vocab_size
+    with llama.session() as s:
+        s.prefill([1, 2, 3])
+        with pytest.raises(flashkit.InvalidArgumentError, match=r"^ids\[1\]: token id 512 is outside the vocabulary \[0, 512\)"):
+            s.prefill([1, V, 3])
+        with pytest.raises(flashkit.InvalidArgumentError, match=r"^ids\[0\]: token id -1"):
+            s.prefill([-1], all_logits=True)
+        with pytest.raises(flashkit.InvalidArgumentError, match=r"^ids: no tokens to prefill"):
+            s.prefill([])
+        with pytest.raises(flashkit.InvalidArgumentError, match=r"^token: token id 512 is outside the vocabulary"):
+            s.decode(V)
+        with pytest.raises(flashkit.InvalidArgumentError, match=r"^token: token id -2 "):
+            s.decode(-2)
+        with pytest.raises(TypeError, match=r"^ids: expected a sequence of int token ids"):
+            s.prefill("hello")
+        with pytest.raises(TypeError, match=r"^ids\[1\]: expected an int token id, got float"):
+            s.prefill([1, 2.0])
+        with pytest.raises(TypeError, match=r"^ids: expected a 1-D"):
+            s.prefill(np.ones((2, 2), dtype=np.int32))
+        with pytest.raises(TypeError, match=r"^token: expected an int token id, got float"):
+            s.decode(1.0)
+        with pytest.raises(TypeError, match=r"^token: expected an int token id, got bool"):
+            s.decode(True)
+        with pytest.raises(TypeError, match=r"^all_logits: expected a bool"):
+            s.prefill([1], all_logits="yes")
+        assert s.position == 3  # rejected calls change nothing
+        # the context: max_context positions
+        filler = [(i * 37 + 11) % V for i in range(s.max_context + 1)]
+        with pytest.raises(flashkit.InvalidArgumentError,
+                           match=r"^ids: 4097 tokens do not fit the session: position 3 \+ 4097 > max_context 4096"):
+            s.prefill(filler)
+        s.reset()
+        with pytest.raises(flashkit.InvalidArgumentError, match=r"^ids: 4097 tokens do not fit"):
+            s.prefill(filler, all_logits=True)
+        s.prefill(filler[:-2])
+        s.decode(7)
+        assert s.position == s.max_context == 4096
+        with pytest.raises(flashkit.InvalidArgumentError, match=r"^token: the session is full: position 4096"):
+            s.decode(7)
+        with pytest.raises(flashkit.InvalidArgumentError, match=r"\(0 positions left\)"):
+            s.prefill([1])
+        s.reset()
+        assert s.position == 0 and s.prefill([1, 2, 3]).shape == (V,)
+
+
+def test_session_c_checks_through_ctypes(llama):
+    """What the Python wrapper never passes: the C functions' own NULL and buffer-size checks."""
+    lib, V = flashkit._capi.lib, llama.vocab_size
+    ids = (ctypes.c_int32 * 3)(1, 2, 3)
+    out = (ctypes.c_float * (3 * V))()
+    fp = ctypes.cast(out, ctypes.POINTER(ctypes.c_float))
+    with llama.session() as s:
+        h = s._h
+        cases = [
+            (lambda: lib.fk_session_prefill(None, ids, 3, 0, fp, V), r"^sess: pointer is NULL"),
+            (lambda: lib.fk_session_prefill(h, None, 3, 0, fp, V), r"^ids: pointer is NULL"),
+            (lambda: lib.fk_session_prefill(h, ids, 3, 0, None, V), r"^out: pointer is NULL"),
+            (lambda: lib.fk_session_prefill(h, ids, 3, 0, fp, V - 1), r"^cap: out holds 511 floats but the vocabulary has 512"),
+            (lambda: lib.fk_session_prefill(h, ids, 3, 1, fp, 3 * V - 1), r"^cap: .* 3 rows x vocabulary 512 need 1536"),
+            (lambda: lib.fk_session_decode(h, 1, fp, 0), r"^cap: out holds 0 floats"),
+            (lambda: lib.fk_session_decode(h, 1, None, V), r"^out: pointer is NULL"),
+            (lambda: lib.fk_session_position(h, None), r"^out: pointer is NULL"),
+            (lambda: lib.fk_session_reset(None), r"^sess: pointer is NULL"),
+            (lambda: lib.fk_session_new(None, ctypes.byref(ctypes.c_void_p())), r"^model: pointer is NULL"),
+        ]
+        for call, pattern in cases:
+            assert call() == flashkit._capi.FK_INVALID_ARGUMENT, pattern
+            assert re.search(pattern, flashkit._capi.last_error()), (pattern, flashkit._capi.last_error())
+        assert s.position == 0
+        flashkit._capi.check(lib.fk_session_prefill(h, ids, 3, 1, fp, 3 * V))
+        assert s.position == 3 and np.isfinite(np.ctypeslib.as_array(out)).all()
+
+
+def test_sessions_on_threads(llama):
+    """Sessions of one model on several threads: the library runs one call at a time, each keeps its cache."""
+    e = expected(LLAMA)
+    prompt, feed = e["prompt_ids"], e["greedy_ids"][:8]
+    with llama.session() as s:
+        s.prefill(prompt)
+        want = [s.decode(t) for t in feed]
+    results = [None] * 3
+
+    def work(i):
+        with llama.session() as s:
+            s.prefill(prompt)
+            results[i] = [s.decode(t) for t in feed]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in results:
+        assert r is not None and all(rel(a, b) < 1e-6 for a, b in zip(r, want))
 
 
 # --- tokenizer ------------------------------------------------------------------------------------------
