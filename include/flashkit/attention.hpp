@@ -42,6 +42,7 @@ struct AttentionOptions {
   int64_t num_seqs = 0;         // varlen: number of sequences (cu arrays have num_seqs+1 entries)
   AttentionImpl impl = AttentionImpl::automatic;
   bool check_finite = true;     // reject NaN/Inf in q/k/v (and do/o in backward); an O(N*d) pass
+  int threads = 0;              // CPU: threads for this call only (0: num_threads()); 1..4096
 };
 
 // What an implementation did, under a stated model. FLOPs count the multiply-adds of the matrix

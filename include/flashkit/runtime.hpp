@@ -5,9 +5,21 @@
 
 namespace flashkit {
 
-// Threads used by CPU kernels (default: FLASHKIT_NUM_THREADS, else OpenMP's default).
+// Threads used by CPU kernels (default: FLASHKIT_NUM_THREADS, else OpenMP's default). set_num_threads() is
+// process-wide; a ScopedNumThreads overrides it for the calling thread only, until it is destroyed (so two callers,
+// e.g. two engine backends on two threads, can use different counts without racing on the global).
 int num_threads();
 void set_num_threads(int n);
+class ScopedNumThreads {
+ public:
+  explicit ScopedNumThreads(int n);  // n in 1..4096 (invalid_argument otherwise); 0 keeps the current count
+  ~ScopedNumThreads();
+  ScopedNumThreads(const ScopedNumThreads&) = delete;
+  ScopedNumThreads& operator=(const ScopedNumThreads&) = delete;
+
+ private:
+  int prev_;
+};
 
 // The SIMD level CPU kernels dispatch to: "avx512", "avx2" or "scalar".
 // FLASHKIT_CPU_ISA=scalar|avx2|avx512 forces a lower level (for testing every path).

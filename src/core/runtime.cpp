@@ -36,9 +36,11 @@ int default_threads() {
 }
 
 std::atomic<int> g_threads{0};
+thread_local int t_threads = 0;  // ScopedNumThreads' override for this thread (0: none)
 }  // namespace
 
 int num_threads() {
+  if (t_threads > 0) return t_threads;
   int n = g_threads.load();
   if (n == 0) {
     n = default_threads();
@@ -51,6 +53,12 @@ void set_num_threads(int n) {
   if (n < 1 || n > 4096) fail(Status::invalid_argument, "num_threads: expected 1..4096, got " + std::to_string(n));
   g_threads.store(n);
 }
+
+ScopedNumThreads::ScopedNumThreads(int n) : prev_(t_threads) {
+  if (n < 0 || n > 4096) fail(Status::invalid_argument, "threads: expected 1..4096 (or 0: keep), got " + std::to_string(n));
+  if (n > 0) t_threads = n;
+}
+ScopedNumThreads::~ScopedNumThreads() { t_threads = prev_; }
 
 std::string cpu_isa() {
   static const std::string isa = [] {

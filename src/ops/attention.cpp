@@ -167,6 +167,8 @@ AttentionFwdArgs validate_common(const TensorView& q, const TensorView& k, const
     bad("softcap: must be finite and >= 0 (0 disables it), got " + std::to_string(opts.softcap));
   if (opts.window_left < -1) bad("window_left: must be >= 0, or -1 for unbounded; got " + std::to_string(opts.window_left));
   if (opts.window_right < -1) bad("window_right: must be >= 0, or -1 for unbounded; got " + std::to_string(opts.window_right));
+  if (opts.threads < 0 || opts.threads > 4096)
+    bad("threads: must be 0 (flashkit's thread count) or 1..4096, got " + std::to_string(opts.threads));
 
   AttentionFwdArgs a;
   a.dtype = q.dtype;
@@ -257,6 +259,7 @@ void attention_forward(const TensorView& q, const TensorView& k, const TensorVie
     cuda_attention_forward(a, host_cu, impl, opts.check_finite, cost);
     return;
   }
+  const ScopedNumThreads threads(opts.threads);  // this call only, this thread only
   OpCost c;
   switch (impl) {
     case AttentionImpl::reference: c = attention_forward_reference_cost(a); break;
@@ -304,6 +307,7 @@ void attention_backward(const TensorView& dout, const TensorView& q, const Tenso
     cuda_attention_backward(g, host_cu, impl, opts.check_finite, cost);
     return;
   }
+  const ScopedNumThreads threads(opts.threads);
   OpCost c;
   switch (impl) {
     case AttentionImpl::reference: c = attention_backward_reference_cost(g); break;

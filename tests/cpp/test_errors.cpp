@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attention_fixture.hpp"
@@ -425,6 +426,16 @@ TEST(Errors, Softcap) {
   }
 }
 
+TEST(Errors, Threads) {
+  for (int t : {-1, 4097}) {
+    SCOPED_TRACE(t);
+    Problem p;
+    p.opts.threads = t;
+    EXPECT_INVALID(p.forward(), "threads: must be 0");
+    EXPECT_INVALID(p.backward(), "threads:");
+  }
+}
+
 TEST(Errors, Window) {
   {
     Problem p;
@@ -808,6 +819,28 @@ TEST(Errors, SetNumThreads) {
   set_num_threads(1);
   EXPECT_EQ(num_threads(), 1);
   set_num_threads(before);
+  EXPECT_EQ(num_threads(), before);
+}
+
+// ScopedNumThreads overrides the count for its thread only and restores it; the global setting is untouched.
+TEST(Errors, ScopedNumThreads) {
+  const int before = num_threads();
+  expect_error([] { ScopedNumThreads s(-1); }, Status::invalid_argument, {"threads", "got -1"});
+  expect_error([] { ScopedNumThreads s(4097); }, Status::invalid_argument, {"threads"});
+  {
+    ScopedNumThreads outer(3);
+    EXPECT_EQ(num_threads(), 3);
+    {
+      ScopedNumThreads keep(0);  // 0 keeps the current (overridden) count
+      EXPECT_EQ(num_threads(), 3);
+      ScopedNumThreads inner(1);
+      EXPECT_EQ(num_threads(), 1);
+    }
+    EXPECT_EQ(num_threads(), 3);
+    int other = -1;
+    std::thread([&] { other = num_threads(); }).join();
+    EXPECT_EQ(other, before) << "another thread must see the process-wide count";
+  }
   EXPECT_EQ(num_threads(), before);
 }
 

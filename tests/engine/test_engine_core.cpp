@@ -13,10 +13,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/backend.hpp"
 #include "engine/config.hpp"
 #include "engine/cpu/gemv.hpp"
 #include "flashkit/engine.hpp"
 #include "flashkit/error.hpp"
+#include "flashkit/runtime.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -519,4 +521,15 @@ TEST(EngineErrors, BadOptionsAndInputs) {
   g.max_new_tokens = 4;
   g.top_p = 0;
   expect_error([&] { flashkit::generate(*s, std::vector<int32_t>{1, 2}, g); }, {"top_p"});
+}
+
+// A CPU backend's thread count is its own: creating one must not change flashkit's process-wide setting (two
+// models on two threads would otherwise fight over it).
+TEST(EngineCpuBackend, ThreadsOptionIsPerBackend) {
+  const int before = flashkit::num_threads();
+  flashkit::engine::BackendOptions o;
+  o.threads = before == 1 ? 2 : 1;
+  auto be = flashkit::engine::make_cpu_backend(o);
+  EXPECT_EQ(flashkit::num_threads(), before);
+  EXPECT_NE(be->name().find("(" + std::to_string(o.threads) + " threads)"), std::string::npos) << be->name();
 }

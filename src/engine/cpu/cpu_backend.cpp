@@ -31,8 +31,7 @@ using cpu::Isa;
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& o) {
-    if (o.threads > 0) set_num_threads(o.threads);
-    threads_ = num_threads();
+    threads_ = o.threads > 0 ? o.threads : num_threads();  // this backend's own count; the global stays as it is
     isa_ = cpu::detect_isa();
     wtype_ = o.weight_dtype == DType::bf16 ? DType::bf16 : DType::f32;  // f16 requests are stored as f32
   }
@@ -330,16 +329,8 @@ class CpuBackend final : public Backend {
     o.softcap = p.softcap;
     o.check_finite = false;
     o.impl = AttentionImpl::flash;
-    // Small problems (decode over a short cache, tiny models) cost less than waking a second thread: run them on one
-    // (flashkit's thread count is process-wide; restored even if the call throws).
-    struct Threads {
-      int saved;
-      bool on;
-      ~Threads() {
-        if (on) set_num_threads(saved);
-      }
-    } guard{num_threads(), T * L * p.heads * p.head_dim < (int64_t(1) << 18) && num_threads() > 1};
-    if (guard.on) set_num_threads(1);
+    // Small problems (decode over a short cache, tiny models) cost less than waking a second thread: run them on one.
+    o.threads = T * L * p.heads * p.head_dim < (int64_t(1) << 18) ? 1 : threads_;
     attention_forward(qv, kv, vv, ov, lv, o);
   }
 
