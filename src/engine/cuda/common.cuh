@@ -7,14 +7,13 @@
 #include <cstdint>
 #include <string>
 
+#include "core/cuda_check.hpp"
 #include "engine/cuda/kernels.hpp"
 #include "flashkit/error.hpp"
 
 namespace flashkit::engine::cuda {
 
-inline void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail(Status::device_error, std::string(what) + ": " + cudaGetErrorString(e));
-}
+using flashkit::check_cuda;  // core/cuda_check.hpp
 
 // Launches `kernel` with the PDL attribute when enabled; checks the launch.
 template <typename... KArgs, typename... Args>

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "engine/backend.hpp"
+#include "core/cuda_check.hpp"
 #include "engine/cuda/kernels.hpp"
 #include "flashkit/attention.hpp"
 #include "flashkit/error.hpp"
@@ -51,10 +52,7 @@ namespace {
 namespace kc = flashkit::engine::cuda;
 
 void ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    fail(Status::device_error, std::string("cuda backend: ") + what + ": " + cudaGetErrorString(e));
-  }
+  if (e != cudaSuccess) cuda_fail(e, std::string("cuda backend: ") + what);
 }
 void ckb(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
@@ -149,10 +147,7 @@ class CudaBackend final : public Backend {
     void* p = nullptr;
     ck(cudaSetDevice(dev_), "cudaSetDevice");
     const cudaError_t e = cudaMalloc(&p, bytes);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      fail(Status::out_of_memory, "cuda backend: cudaMalloc(" + std::to_string(bytes) + " bytes): " + cudaGetErrorString(e));
-    }
+    if (e != cudaSuccess) cuda_fail(e, "cuda backend: cudaMalloc(" + std::to_string(bytes) + " bytes)");
     owned_.insert(p);
     return Tensor{p, dtype, rows, cols, cols};
   }

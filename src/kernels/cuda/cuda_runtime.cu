@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda_check.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/flashkit.h"
 #include "flashkit/runtime.hpp"
@@ -34,9 +35,6 @@
 namespace flashkit {
 
 namespace {
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail(Status::device_error, std::string(what) + ": " + cudaGetErrorString(e));
-}
 thread_local cudaStream_t g_stream = nullptr;
 }  // namespace
 
@@ -50,8 +48,8 @@ int cuda_device_count() {
 }
 
 void cuda_copy_to_host(void* dst, const void* src, size_t bytes, int device_index) {
-  check(cudaSetDevice(device_index), "cudaSetDevice");
-  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy(cu_seqlens)");
+  check_cuda(cudaSetDevice(device_index), "cudaSetDevice");
+  check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy(cu_seqlens)");
 }
 
 namespace {
@@ -65,7 +63,7 @@ struct Workspace {
   void* p = nullptr;
   cudaStream_t s;
   Workspace(size_t bytes, cudaStream_t stream) : s(stream) {
-    if (bytes) check(cudaMallocAsync(&p, bytes, stream), "cudaMallocAsync(attention workspace)");
+    if (bytes) check_cuda(cudaMallocAsync(&p, bytes, stream), "cudaMallocAsync(attention workspace)");
   }
   ~Workspace() {
     if (p) cudaFreeAsync(p, s);
@@ -81,15 +79,15 @@ int prepare_device() {
   static std::mutex mu;
   static std::vector<int> sms;
   int dev = 0;
-  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
   std::lock_guard<std::mutex> lock(mu);
   if (int(sms.size()) <= dev) sms.resize(dev + 1, 0);
   if (sms[dev] == 0) {
     cudaMemPool_t pool;
-    check(cudaDeviceGetDefaultMemPool(&pool, dev), "cudaDeviceGetDefaultMemPool");
+    check_cuda(cudaDeviceGetDefaultMemPool(&pool, dev), "cudaDeviceGetDefaultMemPool");
     uint64_t keep = UINT64_MAX;
-    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
-    check(cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+    check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
+    check_cuda(cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
   }
   return sms[dev];
 }
@@ -306,7 +304,7 @@ void cuda_attention_backward(const AttentionBwdArgs& g0, const std::vector<int32
   Workspace ws(acc_bytes + dsum_bytes, stream);
   p.dq_accum = static_cast<float*>(ws.p);
   p.dsum = reinterpret_cast<float*>(static_cast<char*>(ws.p) + acc_bytes);
-  if (acc_bytes) check(cudaMemsetAsync(p.dq_accum, 0, acc_bytes, stream), "cudaMemsetAsync(dq accumulator)");
+  if (acc_bytes) check_cuda(cudaMemsetAsync(p.dq_accum, 0, acc_bytes, stream), "cudaMemsetAsync(dq accumulator)");
   cuda::launch_bwd_preprocess(p, stream);
   auto run = [&](auto tag) {
     using T = decltype(tag);

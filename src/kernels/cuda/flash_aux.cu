@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "core/cuda_check.hpp"
 #include "flashkit/error.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
@@ -12,10 +13,7 @@
 namespace flashkit::cuda {
 
 namespace {
-void check_launch(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) fail(Status::device_error, std::string(what) + ": " + cudaGetErrorString(e));
-}
+void check_launch(const char* what) { check_cuda(cudaGetLastError(), what); }
 
 template <typename T>
 __device__ __forceinline__ float ld(const T* p) {

@@ -7,6 +7,7 @@
 #pragma once
 #include <cmath>
 
+#include "core/cuda_check.hpp"
 #include "flashkit/error.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
@@ -301,14 +302,14 @@ void launch_bwd_cfg(const BwdParams& p, cudaStream_t stream) {
   auto kern = flash_bwd_kernel<T, D, NW, DSPLIT, BM, STAGES>;
   static const cudaError_t attr = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::smem));
   cudaError_t e = attr;
-  if (e != cudaSuccess) fail(Status::device_error, std::string("cudaFuncSetAttribute(flash backward): ") + cudaGetErrorString(e));
+  check_cuda(e, "cudaFuncSetAttribute(flash backward)");
   const auto& sh = p.g.fwd.shape;
   const int64_t nblocks = (sh.max_seqlen_k + Cfg::BN - 1) / Cfg::BN;
   if (nblocks == 0) return;
   dim3 grid(unsigned(nblocks), unsigned(sh.kv_heads), unsigned(sh.batch));
   kern<<<grid, NW * 32, Cfg::smem, stream>>>(p);
   e = cudaGetLastError();
-  if (e != cudaSuccess) fail(Status::device_error, std::string("flash backward launch: ") + cudaGetErrorString(e));
+  check_cuda(e, "flash backward launch");
 }
 
 template <typename T, int D>

@@ -6,6 +6,7 @@
 #pragma once
 #include <cmath>
 
+#include "core/cuda_check.hpp"
 #include "flashkit/error.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
@@ -335,9 +336,6 @@ __global__ void __launch_bounds__(NW * 32) flash_fwd_kernel(const FwdParams p) {
   }
 }
 
-inline void cuda_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail(Status::device_error, std::string(what) + ": " + cudaGetErrorString(e));
-}
 
 template <typename T, int D, int BN, int NW, bool QREG, int MT>
 void launch_fwd_cfg(const FwdParams& p, cudaStream_t stream) {
@@ -345,7 +343,7 @@ void launch_fwd_cfg(const FwdParams& p, cudaStream_t stream) {
   constexpr size_t smem = size_t(BM * D + 4 * BN * D) * 2;
   auto kern = flash_fwd_kernel<T, D, BN, NW, QREG, MT>;
   static const cudaError_t attr = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  cuda_check(attr, "cudaFuncSetAttribute(flash forward)");
+  check_cuda(attr, "cudaFuncSetAttribute(flash forward)");
   const auto& sh = p.a.shape;
   const int64_t group = sh.heads / sh.kv_heads;
   const int64_t rows = p.pack_gqa ? group * sh.max_seqlen_q : sh.max_seqlen_q;
@@ -353,7 +351,7 @@ void launch_fwd_cfg(const FwdParams& p, cudaStream_t stream) {
   if (mblocks == 0) return;
   dim3 grid(unsigned(mblocks * p.num_splits), unsigned(p.pack_gqa ? sh.kv_heads : sh.heads), unsigned(sh.batch));
   kern<<<grid, NW * 32, smem, stream>>>(p);
-  cuda_check(cudaGetLastError(), "flash forward launch");
+  check_cuda(cudaGetLastError(), "flash forward launch");
 }
 
 // Tile configurations (see docs/worklog/attention-cuda.md).

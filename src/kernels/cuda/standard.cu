@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda_check.hpp"
 #include "flashkit/error.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
@@ -21,9 +22,6 @@ namespace {
 
 constexpr double kChunkBytes = 4.0e9;  // materialized-matrix budget per GEMM chunk
 
-void ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail(Status::device_error, std::string(what) + ": " + cudaGetErrorString(e));
-}
 void cb(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) fail(Status::device_error, std::string(what) + ": cuBLAS status " + std::to_string(int(s)));
 }
@@ -41,7 +39,7 @@ struct DevBuf {
   void* p = nullptr;
   cudaStream_t s = nullptr;
   DevBuf(size_t bytes, cudaStream_t stream) : s(stream) {
-    if (bytes) ck(cudaMallocAsync(&p, bytes, stream), "cudaMallocAsync(standard attention workspace)");
+    if (bytes) check_cuda(cudaMallocAsync(&p, bytes, stream), "cudaMallocAsync(standard attention workspace)");
   }
   ~DevBuf() {
     if (p) cudaFreeAsync(p, s);
@@ -171,7 +169,7 @@ unsigned grid_for(int64_t n) {
 template <typename T>
 void forward_t(const kernels::AttentionFwdArgs& a, const int32_t* host_cu, cudaStream_t stream) {
   int dev = 0;
-  ck(cudaGetDevice(&dev), "cudaGetDevice");
+  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
   cublasHandle_t h = handle(dev);
   cb(cublasSetStream(h, stream), "cublasSetStream");
   const auto& sh = a.shape;
@@ -191,8 +189,8 @@ void forward_t(const kernels::AttentionFwdArgs& a, const int32_t* host_cu, cudaS
         softmax_fwd_kernel<T><<<unsigned(nh * q.nq), 256, 0, stream>>>(static_cast<float*>(S.p), static_cast<T*>(P.p), a.lse,
                                                                        lse_base, sh.seqlen_q, q.nq, 0, a.scale,
                                                                        a.softcap, a.mask);
-        ck(cudaGetLastError(), "softmax launch");
-        for (int64_t hh = 0; hh < nh; ++hh) ck(cudaMemset2DAsync(op + hh * a.o.stride_h, a.o.stride_s * sizeof(T), 0, D * sizeof(T), q.nq, stream), "cudaMemset2DAsync");
+        check_cuda(cudaGetLastError(), "softmax launch");
+        for (int64_t hh = 0; hh < nh; ++hh) check_cuda(cudaMemset2DAsync(op + hh * a.o.stride_h, a.o.stride_s * sizeof(T), 0, D * sizeof(T), q.nq, stream), "cudaMemset2DAsync");
         continue;
       }
       // Process each KV head's group of query heads with one batched GEMM (K stride 0 inside the group).
@@ -207,7 +205,7 @@ void forward_t(const kernels::AttentionFwdArgs& a, const int32_t* host_cu, cudaS
       softmax_fwd_kernel<T><<<unsigned(nh * q.nq), 256, 0, stream>>>(static_cast<float*>(S.p), static_cast<T*>(P.p), a.lse,
                                                                      lse_base, sh.seqlen_q, q.nq, q.nk, a.scale,
                                                                      a.softcap, a.mask);
-      ck(cudaGetLastError(), "softmax launch");
+      check_cuda(cudaGetLastError(), "softmax launch");
       for (int64_t g0 = 0; g0 < nh; g0 += group) {
         const int64_t kvh = (h0 + g0) / group;
         const T* vp = static_cast<const T*>(a.v.data) + q.bslot * a.v.stride_b + q.k0 * a.v.stride_s + kvh * a.v.stride_h;
@@ -224,7 +222,7 @@ template <typename T>
 void backward_t(const kernels::AttentionBwdArgs& g, const int32_t* host_cu, cudaStream_t stream) {
   const auto& a = g.fwd;
   int dev = 0;
-  ck(cudaGetDevice(&dev), "cudaGetDevice");
+  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
   cublasHandle_t h = handle(dev);
   cb(cublasSetStream(h, stream), "cublasSetStream");
   const auto& sh = a.shape;
@@ -245,12 +243,12 @@ void backward_t(const kernels::AttentionBwdArgs& g, const int32_t* host_cu, cuda
       const int64_t nh = std::min(hc, sh.heads - h0);
       const int64_t kv0 = h0 / group, nkv = nh / group;
       T* dqp = static_cast<T*>(g.dq.data) + q.bslot * g.dq.stride_b + q.q0 * g.dq.stride_s + h0 * g.dq.stride_h;
-      if (q.nk > 0) ck(cudaMemsetAsync(dK32.p, 0, size_t(nkv * q.nk * D) * 4, stream), "cudaMemsetAsync");
-      if (q.nk > 0) ck(cudaMemsetAsync(dV32.p, 0, size_t(nkv * q.nk * D) * 4, stream), "cudaMemsetAsync");
+      if (q.nk > 0) check_cuda(cudaMemsetAsync(dK32.p, 0, size_t(nkv * q.nk * D) * 4, stream), "cudaMemsetAsync");
+      if (q.nk > 0) check_cuda(cudaMemsetAsync(dV32.p, 0, size_t(nkv * q.nk * D) * 4, stream), "cudaMemsetAsync");
       if (q.nk == 0 || q.nq == 0) {
         if (q.nq > 0)
           for (int64_t hh = 0; hh < nh; ++hh)
-            ck(cudaMemset2DAsync(dqp + hh * g.dq.stride_h, g.dq.stride_s * sizeof(T), 0, D * sizeof(T), q.nq, stream), "cudaMemset2DAsync");
+            check_cuda(cudaMemset2DAsync(dqp + hh * g.dq.stride_h, g.dq.stride_s * sizeof(T), 0, D * sizeof(T), q.nq, stream), "cudaMemset2DAsync");
       } else {
         const int64_t lse_base = (q.bslot * sh.heads + h0) * sh.seqlen_q + q.q0;
         const int64_t nn = q.nq * q.nk;
@@ -269,7 +267,7 @@ void backward_t(const kernels::AttentionBwdArgs& g, const int32_t* host_cu, cuda
         softmax_bwd_p_kernel<T><<<unsigned(nh * q.nq), 256, 0, stream>>>(static_cast<float*>(S.p), static_cast<T*>(P.p), a.lse,
                                                                          lse_base, sh.seqlen_q, q.nq, q.nk, a.scale,
                                                                          a.softcap, a.mask);
-        ck(cudaGetLastError(), "softmax backward launch");
+        check_cuda(cudaGetLastError(), "softmax backward launch");
         for (int64_t g0 = 0; g0 < nh; g0 += group) {
           const int64_t kvl = g0 / group;
           for (int64_t hh = 0; hh < group; ++hh) {  // dV^T (D x nk) += dO^T (D x nq) P (nq x nk), summed over the group
@@ -282,7 +280,7 @@ void backward_t(const kernels::AttentionBwdArgs& g, const int32_t* host_cu, cuda
         softmax_bwd_ds_kernel<T><<<unsigned(nh * q.nq), 256, 0, stream>>>(static_cast<const float*>(S.p), static_cast<const float*>(dP.p),
                                                                           static_cast<T*>(P.p), bp.dsum, lse_base,
                                                                           sh.seqlen_q, q.nq, q.nk);
-        ck(cudaGetLastError(), "softmax backward launch");
+        check_cuda(cudaGetLastError(), "softmax backward launch");
         for (int64_t g0 = 0; g0 < nh; g0 += group) {
           const int64_t kvh = (h0 + g0) / group, kvl = g0 / group;
           const T* kp = static_cast<const T*>(a.k.data) + q.bslot * a.k.stride_b + q.k0 * a.k.stride_s + kvh * a.k.stride_h;
@@ -306,7 +304,7 @@ void backward_t(const kernels::AttentionBwdArgs& g, const int32_t* host_cu, cuda
                                                                            g.dk.stride_s, q.nk, D, D);
         f32_to_operand_kernel<T><<<grid_for<T>(q.nk * D), 256, 0, stream>>>(static_cast<float*>(dV32.p) + kv * q.nk * D, dvp,
                                                                            g.dv.stride_s, q.nk, D, D);
-        ck(cudaGetLastError(), "dK/dV conversion launch");
+        check_cuda(cudaGetLastError(), "dK/dV conversion launch");
       }
     }
   }
