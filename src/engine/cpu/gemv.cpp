@@ -317,29 +317,40 @@ void matmul(Isa isa, int threads, const float* x, int64_t ldx, int64_t T, const 
     }
     return;
   }
-  openblas_set_num_threads(threads);
-  if (!bf16) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(N), int(K), 1.f, x, int(ldx),
-                static_cast<const float*>(W), int(K), 0.f, out, int(ldo));
-    return;
-  }
-  // bf16 weights: widen a panel of rows to f32, then sgemm on the panel.
-  const int64_t panel = std::max<int64_t>(64, std::min<int64_t>(N, (int64_t(1) << 20) / std::max<int64_t>(K, 1)));
-  std::vector<float> buf(size_t(std::min(panel, N) * K));
-  const uint16_t* Wb = static_cast<const uint16_t*>(W);
-  for (int64_t n0 = 0; n0 < N; n0 += panel) {
-    const int64_t nn = std::min(panel, N - n0);
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t r = 0; r < nn; ++r) {
-      const uint16_t* src = Wb + (n0 + r) * K;
-      float* dst = buf.data() + r * K;
-      for (int64_t k = 0; k < K; ++k) {
-        uint32_t u = uint32_t(src[k]) << 16;
-        std::memcpy(dst + k, &u, 4);
+  // GEMM (prefill): one thread pool. OpenBLAS here is the pthread build, and its threads competing with OpenMP's
+  // spinning workers halved prefill on 2 cores (170 vs 375 tok/s, gemma-3-270m-sized, OMP_WAIT_POLICY unset vs
+  // passive). So OpenMP splits the output columns and each thread runs a single-threaded sgemm on its slice; bf16
+  // weights are widened per thread, a panel of rows at a time, into a thread-local buffer.
+  openblas_set_num_threads(1);
+  const int nt = int(std::max<int64_t>(1, std::min<int64_t>(threads, (N + 63) / 64)));
+  const int64_t slice = ((N + nt - 1) / nt + 15) / 16 * 16;
+#pragma omp parallel num_threads(nt)
+  {
+    const int64_t n_begin = std::min<int64_t>(N, int64_t(omp_get_thread_num()) * slice);
+    const int64_t n_end = std::min<int64_t>(N, n_begin + slice);
+    if (n_begin < n_end) {
+      if (!bf16) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(n_end - n_begin), int(K), 1.f, x, int(ldx),
+                    static_cast<const float*>(W) + n_begin * K, int(K), 0.f, out + n_begin, int(ldo));
+      } else {
+        // Panels of ~1 MB of f32 weights: widened once, used by all T rows while in cache.
+        const int64_t panel = std::max<int64_t>(16, (int64_t(1) << 18) / std::max<int64_t>(K, 1));
+        thread_local std::vector<float> buf;
+        buf.resize(size_t(std::min(panel, n_end - n_begin) * K));
+        const uint16_t* Wb = static_cast<const uint16_t*>(W);
+        for (int64_t n0 = n_begin; n0 < n_end; n0 += panel) {
+          const int64_t nn = std::min(panel, n_end - n0);
+          const uint16_t* src = Wb + n0 * K;
+          float* dst = buf.data();
+          for (int64_t i = 0; i < nn * K; ++i) {
+            const uint32_t u = uint32_t(src[i]) << 16;
+            std::memcpy(dst + i, &u, 4);
+          }
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(nn), int(K), 1.f, x, int(ldx), buf.data(),
+                      int(K), 0.f, out + n0, int(ldo));
+        }
       }
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(nn), int(K), 1.f, x, int(ldx), buf.data(),
-                int(K), 0.f, out + n0, int(ldo));
   }
 }
 
