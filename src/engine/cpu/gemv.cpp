@@ -109,6 +109,10 @@ __attribute__((target("avx2,fma"))) void block_avx2(const float* x, int64_t ldx,
 // bf16 bits in the high half of each 32-bit lane: two 1-uop shuffles instead of two widening moves and shifts).
 // Within each 128-bit lane unpacklo yields elements 0-3 and 8-11 of the 16, unpackhi 4-7 and 12-15, so x is
 // pre-permuted per 16-block to [x0-3, x8-11, x4-7, x12-15] (permute_x16) and the dot product is unchanged.
+// The weight streams are prefetched kPrefetchBytes ahead into L1: with the hardware prefetchers alone a 2-core bf16
+// GEMV streamed ~14 GB/s; 4 KB ahead measured ~18 GB/s on the gemma-3-270m lm_head (bf16 decode 28.7 -> 35.4 tok/s;
+// 512 B to 16 KB tried). The f32 path (more bytes per multiply) measured no gain, so it has none.
+constexpr int kPrefetchBytes = 4096;
 template <int TB, int R>
 __attribute__((target("avx2,fma"))) void tile_avx2_bf16p(const float* xp, int64_t K, const uint16_t* W, int64_t n,
                                                          float* out, int64_t ldo) {
@@ -121,6 +125,7 @@ __attribute__((target("avx2,fma"))) void tile_avx2_bf16p(const float* xp, int64_
   for (int64_t k = 0; k < K; k += 16) {
     __m256 lo[R], hi[R];
     for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(w[r] + k) + kPrefetchBytes, _MM_HINT_T0);
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r] + k));
       lo[r] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));
       hi[r] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));
