@@ -17,13 +17,9 @@ CPU backend (f32 checkpoint) and CUDA backend (f32 and bf16 checkpoints). Criter
   Informational: flashkit CUDA on the f32 checkpoint (the CUDA backend rounds f32 weights to bf16 at load) vs
        transformers f32.
 
-flashkit runs through the Python package's session (flashkit.Session, `fk --session`, what `run` asks for: all
-prefill rows, the teacher-forced decode steps, and 64 greedy tokens as the argmax of its decode logits, eos ignored;
-source "python-session"). Where the library has no sessions (an older build) or that part fails, through
-fk_session_dump (bench/engine/fk_session_dump.cpp, built here with g++ against $BUILD/lib/libflashkit.so, the C++
-Session API; source "session"). Either way the Python package's last-row logits and generate() are checked against
-them and the reference. Without both, the Python package alone gives the last prefill row, the decode positions
-through fresh prefills (not the decode path), and generate()'s tokens (source "python-prefill").
+flashkit runs through the Python package's session (flashkit.Session over the C API's fk_session_*: all prefill
+rows, the teacher-forced decode steps, and 64 greedy tokens as the argmax of its decode logits, eos ignored).
+Model.logits() (a fresh prefill's last row) and generate() are checked against the session and the reference.
 
   hf_fidelity.py run [--models gemma-3-270m,llama-3.2-1b] [--work DIR] [--build DIR] [--json F] [--clean]
       each step of each model in its own process (one crash loses one step); F is rewritten after every step and
@@ -31,7 +27,7 @@ through fresh prefills (not the decode path), and generate()'s tokens (source "p
       model's checkpoints when it is done); a later run with the same settings skips re-making them.
   hf_fidelity.py run --summary --json F            the summary table of F
   hf_fidelity.py make|ref MODEL --work DIR         (transformers, GPU)
-  hf_fidelity.py fk MODEL TAG --work DIR [--session] [--helper EXE]
+  hf_fidelity.py fk MODEL TAG --work DIR
                                                    TAG: cpu-f32, cuda-f32, cuda-bf16 (flashkit, no torch)
   hf_fidelity.py compare MODEL --work DIR          (numpy only)
 """
@@ -60,7 +56,7 @@ FK_RUNS = {
     "cuda-f32": ("cuda", "auto", "f32", "f32"),
     "cuda-bf16": ("cuda", "auto", "bf16", "bf16"),
 }
-STEP_TIMEOUT = {"make": 240, "ref": 240, "fk": 240, "helper": 120}
+STEP_TIMEOUT = {"make": 240, "ref": 240, "fk": 240}
 
 
 def log(*a):
@@ -414,9 +410,6 @@ def read_ids(path):
         return [int(x) for x in f.read().split()]
 
 
-SESSION_SOURCES = ("session", "python-session")  # every prefill row and real decode steps
-
-
 def session_dump(flashkit, path, device, dtype, prompt, feed, od):
     """flashkit.Session: prefill.f32 (every prompt row), decode.f32 (teacher-forced on feed), greedy.txt (GREEDY
     argmax ids through its decode steps, eos ignored). Returns seconds per part."""
@@ -446,12 +439,12 @@ def session_dump(flashkit, path, device, dtype, prompt, feed, od):
     return {k: round(v, 2) for k, v in t.items()}
 
 
-def cmd_fk(name, tag, work, helper, n_feed=DECODE_STEPS, session=False):
+def cmd_fk(name, tag, work, n_feed=DECODE_STEPS):
     device, dtype, ckpt, _ = FK_RUNS[tag]
     d = mdir(work, name)
     od = os.path.join(d, "fk-" + tag)
     os.makedirs(od, exist_ok=True)
-    for f in ("prefill.f32", "decode.f32", "greedy.txt", "info.json", "fk.json", "api_last.f32"):
+    for f in ("prefill.f32", "decode.f32", "greedy.txt", "fk.json", "api_last.f32"):
         if os.path.exists(os.path.join(od, f)):
             os.remove(os.path.join(od, f))
     prompt, feed = load_prompt(d)
@@ -459,80 +452,33 @@ def cmd_fk(name, tag, work, helper, n_feed=DECODE_STEPS, session=False):
     path = os.path.join(d, ckpt)
     res = {"device": device, "dtype": dtype, "checkpoint": ckpt}
     t_all = time.time()
-    if session:
-        sys.path.insert(0, os.path.join(ROOT, "python"))
-        try:
-            import flashkit
-            res["session"] = session_dump(flashkit, path, device, dtype, prompt, feed, od)
-            res["source"] = "python-session"
-            with open(os.path.join(od, "fk.json"), "w") as f:  # kept if the Python part below crashes
-                json.dump(res, f, indent=1)
-        except Exception as e:  # noqa: BLE001 - an older library without sessions, or a failure: the helper
-            res["session_error"] = "%s: %s" % (type(e).__name__, e)
-            log(name, tag, "flashkit.Session:", res["session_error"])
-            for f in ("prefill.f32", "decode.f32", "greedy.txt"):
-                if os.path.exists(os.path.join(od, f)):
-                    os.remove(os.path.join(od, f))
-    if res.get("source") == "python-session":
-        pass
-    elif helper and os.path.exists(helper):
-        write_ids(os.path.join(od, "prompt.txt"), prompt)
-        write_ids(os.path.join(od, "feed.txt"), feed)
-        t0 = time.time()
-        try:
-            p = subprocess.run([helper, path, device, dtype, "0", os.path.join(od, "prompt.txt"),
-                                os.path.join(od, "feed.txt"), str(GREEDY), od], timeout=STEP_TIMEOUT["fk"] - 60)
-            res["helper_rc"] = p.returncode
-        except subprocess.TimeoutExpired:
-            res["helper_rc"] = "timeout"
-        res["helper_s"] = round(time.time() - t0, 2)
-        if res["helper_rc"] == 0:
-            res["source"] = "session"
-            with open(os.path.join(od, "info.json")) as f:
-                res["helper"] = json.load(f)
-            with open(os.path.join(od, "fk.json"), "w") as f:  # kept if the Python part below crashes
-                json.dump(res, f, indent=1)
-    else:
-        res["helper_rc"] = None
-    # The Python package: last-row logits and generate() (and, without the helper, everything it can give)
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import flashkit
     res["library"] = flashkit.library_path()
     res["cpu_isa"] = flashkit.cpu_isa()
+    res["session"] = session_dump(flashkit, path, device, dtype, prompt, feed, od)
+    res["source"] = "python-session"
+    with open(os.path.join(od, "fk.json"), "w") as f:  # kept if the check below crashes
+        json.dump(res, f, indent=1)
+    # The package's other paths: a fresh prefill's last row, and generate()'s greedy loop over all GREEDY tokens
     t0 = time.time()
     with flashkit.Model(path, device=device, dtype=dtype) as m:
         res["api_load_s"] = round(time.time() - t0, 2)
-        vocab = m.vocab_size
-        last = m.logits(prompt)
-        last.astype("<f4").tofile(os.path.join(od, "api_last.f32"))
-        # with the session dump, a short generate() is enough to check the package against it
-        # with the session dump, a short generate() is enough to check the package against it; the Python
-        # session's greedy ids are argmax picks, so the engine's generate loop is checked over all GREEDY tokens
-        n_gen = 16 if res.get("source") == "session" else GREEDY
-        gen = m.generate(prompt, max_new_tokens=n_gen, temperature=0.0)
-        res["api_generate"] = gen
-        if res.get("source") not in SESSION_SOURCES:
-            res["source"] = "python-prefill"  # the last prefill row; decode positions through fresh prefills
-            last.astype("<f4").tofile(os.path.join(od, "prefill.f32"))
-            rows = np.empty((len(feed), vocab), dtype=np.float32)
-            for i in range(len(feed)):
-                rows[i] = m.logits(prompt + feed[: i + 1])
-            rows.astype("<f4").tofile(os.path.join(od, "decode.f32"))
-            write_ids(os.path.join(od, "greedy.txt"), gen)  # stops at an eos id
-    res["vocab_size"] = vocab
+        res["vocab_size"] = m.vocab_size
+        m.logits(prompt).astype("<f4").tofile(os.path.join(od, "api_last.f32"))
+        res["api_generate"] = m.generate(prompt, max_new_tokens=GREEDY, temperature=0.0)
     res["api_s"] = round(time.time() - t0, 2)
     with open(os.path.join(od, "fk.json"), "w") as f:
         json.dump(res, f, indent=1)
-    log(name, tag, "flashkit (%s, %s): greedy[:12] %s (%.1f s)" % (
-        res["source"], res.get("helper", {}).get("backend", device), read_ids(os.path.join(od, "greedy.txt"))[:12],
-        time.time() - t_all))
+    log(name, tag, "flashkit (%s): greedy[:12] %s (%.1f s)" % (
+        device, read_ids(os.path.join(od, "greedy.txt"))[:12], time.time() - t_all))
     return 0
 
 
 def load_fk(od, vocab):
     with open(os.path.join(od, "fk.json")) as f:
         fk = json.load(f)
-    rows = "all" if fk["source"] in SESSION_SOURCES else "last"
+    rows = "all"
     pre = np.fromfile(os.path.join(od, "prefill.f32"), dtype="<f4").reshape(-1, vocab)
     dec = np.fromfile(os.path.join(od, "decode.f32"), dtype="<f4").reshape(-1, vocab)
     greedy = read_ids(os.path.join(od, "greedy.txt"))
@@ -557,9 +503,8 @@ def compare_tag(d, tag):
     fk, rows, pre, dec, greedy, api_last = load_fk(os.path.join(d, "fk-" + tag), V)
     r = compare_run(ref_pre, ref_dec, pre, rows, dec, ref_greedy, greedy, grows, alt)
     r["source"] = fk["source"]
-    r["backend"] = fk.get("helper", {}).get("backend", fk.get("device"))
-    r["weight_dtype"] = fk.get("helper", {}).get("weight_dtype")
-    # the Python package against the reference and the session dump
+    r["backend"] = fk.get("device")
+    # Model.logits() and generate() against the reference and the session
     if api_last is None or "api_generate" not in fk:
         r["api_error"] = "the Python package's part did not finish (see the step's error)"
         return r
@@ -586,22 +531,6 @@ def cmd_compare(name, work):
 
 # ---------------------------------------------------------------------------------------------------------------
 # orchestration
-
-def build_helper(build, work, include=None):
-    """g++ bench/engine/fk_session_dump.cpp against BUILD/lib/libflashkit.so -> (path, None) or (None, error)."""
-    exe = os.path.join(work, "fk_session_dump")
-    lib = os.path.abspath(os.path.join(build, "lib"))
-    cmd = ["g++", "-std=c++20", "-O2", "-I" + (include or os.path.join(ROOT, "include")),
-           os.path.join(ROOT, "bench", "engine", "fk_session_dump.cpp"), "-L" + lib, "-lflashkit",
-           "-Wl,-rpath," + lib, "-Wl,--allow-shlib-undefined", "-o", exe]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=STEP_TIMEOUT["helper"])
-    except Exception as e:  # noqa: BLE001
-        return None, "%s: %s" % (type(e).__name__, e)
-    if p.returncode != 0:
-        return None, "g++ exit %d: %s" % (p.returncode, p.stderr[-1500:])
-    return exe, None
-
 
 def run_step(argv, timeout, env):
     """Runs `hf_fidelity.py ARGV` in its own process (stdout to ours, stderr to ours after it ends); returns
@@ -666,9 +595,6 @@ def cmd_run(a):
             json.dump(res, f, indent=1)
         os.replace(tmp, out_json)
 
-    helper, herr = (None, "disabled (--no-helper)") if a.no_helper else build_helper(a.build, work)
-    res["helper"] = {"path": helper, "error": herr}
-    log("[hf_fidelity] fk_session_dump:", helper or ("not built: " + herr))
     tags = [t for t in a.fk.split(",") if t]
     for name in a.models.split(","):
         if name not in CONFIGS:
@@ -683,9 +609,7 @@ def cmd_run(a):
         plan = [("make", ["make", name, "--work", work, "--seed", str(seed), "--gain", str(a.gain)],
                  STEP_TIMEOUT["make"], []),
                 ("ref", ["ref", name, "--work", work], STEP_TIMEOUT["ref"], ["made.json"])]
-        plan += [("fk-" + t, ["fk", name, t, "--work", work] + ([] if a.no_session else ["--session"]) +
-                  (["--helper", helper] if helper else []),
-                  STEP_TIMEOUT["fk"], ["made.json"]) for t in tags]
+        plan += [("fk-" + t, ["fk", name, t, "--work", work], STEP_TIMEOUT["fk"], ["made.json"]) for t in tags]
         for step, argv, timeout, needs in plan:
             missing = [n for n in needs if not os.path.exists(os.path.join(d, n))]
             if step == "ref" and "make" in steps and steps["make"].get("error"):
@@ -776,9 +700,6 @@ def main(argv=None):
     r.add_argument("--seed", type=int, default=1234)
     r.add_argument("--gain", type=float, default=1.0)
     r.add_argument("--clean", action="store_true", help="remove each model's checkpoints when it is done")
-    r.add_argument("--no-helper", action="store_true", help="no fk_session_dump (the C++ fallback when flashkit.Session fails or with --no-session)")
-    r.add_argument("--no-session", action="store_true",
-                   help="not flashkit.Session: fk_session_dump, else the Python package's fresh prefills")
     r.add_argument("--summary", action="store_true", help="only print the summary of --json")
     mk = sub.add_parser("make")
     mk.add_argument("model", choices=list(CONFIGS))
@@ -792,8 +713,6 @@ def main(argv=None):
     fk.add_argument("model", choices=list(CONFIGS))
     fk.add_argument("tag", choices=list(FK_RUNS))
     fk.add_argument("--work", required=True)
-    fk.add_argument("--helper", default=None)
-    fk.add_argument("--session", action="store_true", help="flashkit.Session first (the helper is the fallback)")
     cp = sub.add_parser("compare")
     cp.add_argument("model", choices=list(CONFIGS))
     cp.add_argument("--work", required=True)
@@ -804,8 +723,6 @@ def main(argv=None):
                 res = json.load(f)
             for line in summary_lines(res.get("models", {})):
                 print(line)
-            if res.get("helper", {}).get("error"):
-                print("fk_session_dump not built:", res["helper"]["error"][:300])
             return 0 if res.get("pass") else 1
         return cmd_run(a)
     if a.cmd == "make":
@@ -813,7 +730,7 @@ def main(argv=None):
     if a.cmd == "ref":
         return cmd_ref(a.model, a.work)
     if a.cmd == "fk":
-        return cmd_fk(a.model, a.tag, a.work, a.helper, session=a.session)
+        return cmd_fk(a.model, a.tag, a.work)
     print(json.dumps(cmd_compare(a.model, a.work), indent=1))
     return 0
 

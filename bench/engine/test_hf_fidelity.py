@@ -1,6 +1,6 @@
 """Tests of bench/engine/hf_fidelity.py that need no GPU and no transformers: the comparison helpers on synthetic
-data, the init rule, the orchestrator's failure recording, and the flashkit side (fk_session_dump and the Python
-package) end to end on the tiny fixtures, whose expected_*.f32 files are transformers' logits (they stand in for
+data, the init rule, the orchestrator's failure recording, and the flashkit side (flashkit.Session, Model.logits
+and generate) end to end on the tiny fixtures, whose expected_*.f32 files are transformers' logits (they stand in for
 the reference step).
 
     /usr/bin/python3 -m pytest -q bench/engine/test_hf_fidelity.py      (needs build/lib/libflashkit.so for the
@@ -182,7 +182,7 @@ def test_run_without_transformers_records_every_step(tmp_path):
     out = tmp_path / "f.json"
     json.dump({"models": {"other": {"pass": True}}}, open(out, "w"))
     p = subprocess.run([sys.executable, os.path.join(HERE, "hf_fidelity.py"), "run", "--models",
-                        "gemma-3-270m,bogus", "--work", str(tmp_path / "w"), "--json", str(out), "--no-helper"],
+                        "gemma-3-270m,bogus", "--work", str(tmp_path / "w"), "--json", str(out)],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 1, p.stdout + p.stderr
     res = json.load(open(out))
@@ -191,7 +191,7 @@ def test_run_without_transformers_records_every_step(tmp_path):
     assert m["steps"]["make"]["error"] and not m["pass"]
     assert all(m["steps"][s]["error"].startswith("skipped") for s in ("ref", "fk-cpu-f32", "fk-cuda-bf16"))
     assert "unknown model" in res["models"]["bogus"]["error"]
-    assert res["pass"] is False and res["helper"]["error"].startswith("disabled")
+    assert res["pass"] is False
     s = subprocess.run([sys.executable, os.path.join(HERE, "hf_fidelity.py"), "run", "--summary", "--json", str(out)],
                        capture_output=True, text=True)
     assert s.returncode == 1 and "gemma-3-270m" in s.stdout and "make: exit status 1" in s.stdout
@@ -220,17 +220,6 @@ def fixture_work(tmp_path, fixture, label, n_feed=32):
     return name, str(d)
 
 
-@pytest.fixture(scope="module")
-def helper(tmp_path_factory):
-    if not os.path.exists(LIB):
-        pytest.skip("build/lib/libflashkit.so not built")
-    tmp = tmp_path_factory.mktemp("helper")
-    include = None
-    exe, err = H.build_helper(os.path.dirname(os.path.dirname(LIB)), str(tmp), include)
-    assert exe, err
-    return exe
-
-
 @pytest.fixture(autouse=True)
 def _lib_env(monkeypatch):
     monkeypatch.setenv("FLASHKIT_LIBRARY", LIB)
@@ -240,17 +229,20 @@ def _lib_env(monkeypatch):
 
 @needs_lib
 @pytest.mark.parametrize("fixture", ["tiny-llama", "tiny-gemma3"])
-def test_fk_session_f32_against_fixture(tmp_path, helper, fixture):
+def test_fk_session_f32_against_fixture(tmp_path, fixture):
+    # flashkit.Session (the C API's fk_session_*): every prefill row, decode steps through the KV cache, greedy ids;
+    # Model.logits() and generate() checked against them
     name, d = fixture_work(tmp_path, fixture, "f32")
-    assert H.cmd_fk(name, "cpu-f32", str(tmp_path), helper, n_feed=32) == 0
+    assert H.cmd_fk(name, "cpu-f32", str(tmp_path), n_feed=32) == 0
     r = H.compare_tag(d, "cpu-f32")
-    assert r["source"] == "session" and r["prefill_rows_compared"] == 40
+    assert r["source"] == "python-session" and r["prefill_rows_compared"] == 40
     assert r["prefill_rel_max"] < 1e-4 and r["decode_rel_max"] < 1e-4, r
+    assert r["decode_steps_compared"] == 32
     assert r["greedy"]["identical"] and r["greedy"]["compared"] == 64
     assert H.f32_pass(r)
     assert r["api_last_rel_vs_session"] < 1e-5 and r["api_last_rel_vs_ref"] < 1e-4
     assert r["api_generate_matches_greedy_prefix"]
-    # the Python part crashed after the dump: the dump's numbers still count
+    # the Model part crashed after the session's files were written: the session's numbers still count
     od = os.path.join(d, "fk-cpu-f32")
     os.remove(os.path.join(od, "api_last.f32"))
     fk = json.load(open(os.path.join(od, "fk.json")))
@@ -261,33 +253,9 @@ def test_fk_session_f32_against_fixture(tmp_path, helper, fixture):
 
 
 @needs_lib
-def test_fk_python_fallback_against_fixture(tmp_path):
-    name, d = fixture_work(tmp_path, "tiny-llama", "f32")
-    assert H.cmd_fk(name, "cpu-f32", str(tmp_path), None, n_feed=32) == 0
-    r = H.compare_tag(d, "cpu-f32")
-    assert r["source"] == "python-prefill" and r["prefill_rows_compared"] == 1
-    assert r["prefill_rel_max"] < 1e-4 and r["decode_rel_max"] < 1e-4, r
-    assert r["decode_steps_compared"] == 32
-
-
-@needs_lib
-def test_fk_session_bf16_top1_against_fixture(tmp_path, helper):
+def test_fk_session_bf16_top1_against_fixture(tmp_path):
     name, d = fixture_work(tmp_path, "tiny-llama-bf16", "bf16")
-    assert H.cmd_fk(name, "cpu-bf16", str(tmp_path), helper, n_feed=32) == 0
+    assert H.cmd_fk(name, "cpu-bf16", str(tmp_path), n_feed=32) == 0
     r = H.compare_tag(d, "cpu-bf16")
     t = r["top1"]
     assert t["positions"] == 40 + 32 and t["strict"] >= 0.95 and t["tolerant"] >= 0.98, t
-
-
-@needs_lib
-@pytest.mark.parametrize("fixture", ["tiny-llama", "tiny-gemma3"])
-def test_fk_python_session_against_fixture(tmp_path, fixture):
-    # flashkit.Session (the C API's fk_session_*): every prefill row, decode steps through the KV cache, greedy ids
-    name, d = fixture_work(tmp_path, fixture, "f32")
-    assert H.cmd_fk(name, "cpu-f32", str(tmp_path), None, n_feed=32, session=True) == 0
-    r = H.compare_tag(d, "cpu-f32")
-    assert r["source"] == "python-session" and r["prefill_rows_compared"] == 40
-    assert r["prefill_rel_max"] < 1e-4 and r["decode_rel_max"] < 1e-4, r
-    assert r["decode_steps_compared"] == 32
-    assert r["greedy"]["identical"] and r["greedy"]["compared"] == 64
-    assert H.f32_pass(r)

@@ -12,7 +12,7 @@
 #               (tools/chat/check_transformers.py, which also runs render_expected.py --use-transformers --check)
 # env: BUILD (build-gpu), OUT (./build-gpu-out), HF_MODELS (/tmp/fk-hf-models: checkpoints and reference logits,
 #      kept so a later call on the same machine skips re-making them), HF_FIDELITY_ARGS (extra arguments to
-#      hf_fidelity.py run, e.g. --no-helper or --fk cpu-f32).
+#      hf_fidelity.py run, e.g. --fk cpu-f32).
 # Results in $OUT: hf_checks.log (everything), hf-fidelity.json, hf-chat.json. Every model step and the chat check
 # run in their own processes, so a crash loses one number; the JSON files are rewritten after every step.
 # Exit status: non-zero if any stage failed.
