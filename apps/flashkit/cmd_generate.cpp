@@ -64,7 +64,7 @@ void add_common(CLI::App* c, GenArgs* a) {
   c->add_option("--repeat-penalty", a->repeat_penalty, "Repetition penalty (1 = off)");
   c->add_option("--seed", a->seed, "Sampler seed (default 0: runs are reproducible)");
   c->add_option("--device", a->device, "cpu | cuda | cuda:N (default cpu)");
-  c->add_option("--dtype", a->dtype, "Weight storage: auto | f32 | bf16 | f16 (default auto: as the checkpoint)");
+  c->add_option("--dtype", a->dtype, "Weight storage: auto | f32 | bf16 | f16 | q8_0 (default auto: as the checkpoint; Q8_0 GGUFs stay Q8_0 on the CPU)");
   c->add_option("--threads", a->threads, "CPU threads (default: flashkit's)");
   c->add_option("--ctx", a->ctx, "Context (KV cache) length in tokens (default min(model max, 4096))");
   c->add_option("--prefill-chunk", a->chunk, "Prompt tokens per forward pass (default 512)");

@@ -8,7 +8,8 @@
 //   ...or the whole loop: flashkit::generate(*session, prompt_ids, opts, on_token) -> GenerationResult
 //
 // `dir` is a model directory (config.json + model.safetensors or shards), a config.json with random_weights, or a
-// .gguf file (config from its metadata; f32/f16/bf16/q8_0 tensors are converted at load).
+// .gguf file (config from its metadata; f32/f16/bf16 tensors are converted at load; Q8_0 matrices stay Q8_0 on the
+// CPU with dtype auto or q8_0, and are converted to bf16 on CUDA).
 // Architectures: gemma3_text (Gemma 3), llama (Llama 3.x incl. llama3 rope scaling), qwen2, qwen3. Config files
 // written by transformers 4 (rope_theta / rope_scaling / rope_local_base_freq / sliding_window_pattern) and 5
 // (rope_parameters, layer_types) are both read. Weights are memory-mapped; matrices are stored as f32 or bf16 on
@@ -31,7 +32,7 @@ namespace flashkit {
 
 struct LoadOptions {
   std::string device = "cpu";   // "cpu" or "cuda" / "cuda:N"
-  std::string dtype = "auto";   // weight storage: auto | f32 | bf16 | f16
+  std::string dtype = "auto";   // weight storage: auto | f32 | bf16 | f16 | q8_0 (CPU, Q8_0 GGUFs)
   int threads = 0;              // CPU threads (0: flashkit::num_threads())
   int64_t max_context = 0;      // KV capacity per session (0: min(max_position_embeddings, 4096))
   int64_t prefill_chunk = 512;  // prompt tokens per forward pass

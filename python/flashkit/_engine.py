@@ -95,7 +95,7 @@ class Model(NativeHandle):
         require(_MISSING)
         path = as_path(dir, "dir")
         dev = _str_arg(device, "device", "cpu, cuda or cuda:N")
-        dt = _str_arg(dtype, "dtype", "auto, f32, bf16 or f16")
+        dt = _str_arg(dtype, "dtype", "auto, f32, bf16, f16 or q8_0")
         th = as_int(threads, "threads", 0, _INT_MAX, "threads >= 0, 0 for the library's default")
         self._h = None
         h = ctypes.c_void_p()

@@ -138,6 +138,9 @@ struct BackendOptions {
   int threads = 0;          // CPU: 0 = flashkit::num_threads()
   int device_index = 0;     // CUDA
   DType weight_dtype = DType::f32;  // requested storage for matrices (f32 / bf16 / f16)
+  // CPU: keep GGUF Q8_0 matrices as Q8_0 blocks and compute with them (other matrices use weight_dtype). Such a
+  // Matrix has w.dtype == DType::i32 as its marker and w.data pointing at the blocks; other backends ignore this.
+  bool keep_q8_0 = false;
 };
 
 class Backend {

@@ -307,6 +307,7 @@ bool parse_weight_dtype(const std::string& s, std::string* norm) {
   else if (s == "f32" || s == "float32" || s == "fp32") *norm = "f32";
   else if (s == "bf16" || s == "bfloat16") *norm = "bf16";
   else if (s == "f16" || s == "float16" || s == "fp16" || s == "half") *norm = "f16";
+  else if (s == "q8_0" || s == "q8") *norm = "q8_0";
   else return false;
   return true;
 }
@@ -315,7 +316,7 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts) 
   namespace fs = std::filesystem;
   std::string dt;
   if (!parse_weight_dtype(opts.dtype, &dt))
-    bad("unknown dtype \"" + opts.dtype + "\" (expected auto, f32, bf16 or f16)");
+    bad("unknown dtype \"" + opts.dtype + "\" (expected auto, f32, bf16, f16 or q8_0)");
   if (opts.max_context < 0) bad("max_context must be >= 0 (0: the model's default), got " + std::to_string(opts.max_context));
   if (opts.prefill_chunk <= 0) bad("prefill_chunk must be positive, got " + std::to_string(opts.prefill_chunk));
   if (opts.threads < 0) bad("threads must be >= 0, got " + std::to_string(opts.threads));
@@ -358,6 +359,10 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts) 
   }
 
   using model::WeightType;
+  if (dt == "q8_0" && cuda)
+    bad("dtype q8_0: Q8_0 weights are computed as such on the CPU backend only; on CUDA use auto or bf16 (a Q8_0 "
+        "checkpoint is converted to bf16 at load)");
+  if (dt == "q8_0" && opts.random_weights) bad("dtype q8_0 needs a GGUF checkpoint with Q8_0 tensors, not --random-weights");
   if (opts.random_weights) {
     WeightType rt = (dt == "f32") ? WeightType::f32 : (dt == "f16" ? WeightType::f16 : WeightType::bf16);
     if (dt == "auto") rt = c.torch_dtype == "float32" ? WeightType::f32 : WeightType::bf16;
@@ -386,7 +391,14 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts) 
       break;
     }
   const model::WeightView& emb = get(P + "embed_tokens.weight", {c.vocab_size, c.hidden_size});
+  // A GGUF with Q8_0 matrices (the first layer's q_proj tells) keeps them quantized on the CPU (`auto` or q8_0):
+  // 1.06 bytes per weight instead of 4 after dequantizing, and the GEMV reads them as they are.
+  const model::WeightView* q0 = store_->find(P + "layers.0.self_attn.q_proj.weight");
+  const bool q8_src = q0 && q0->type == model::WeightType::q8_0;
+  if (dt == "q8_0" && !q8_src) bad("dtype q8_0: " + src + " holds no Q8_0 weight matrices (layer 0's q_proj is not Q8_0)");
+  if (dt == "auto" && q8_src && !cuda) dt = "q8_0";
   if (dt == "auto") dt = emb.type == model::WeightType::bf16 ? "bf16" : "f32";
+  bo.keep_q8_0 = dt == "q8_0";
   bo.weight_dtype = dt == "bf16" ? DType::bf16 : (dt == "f16" ? DType::f16 : DType::f32);
   be_ = cuda ? make_cuda_backend(bo) : make_cpu_backend(bo);
 
@@ -476,7 +488,7 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts) 
   info_.architecture = c.model_type;
   info_.source = dir.string();
   info_.backend = be_->name();
-  info_.weight_dtype = std::string(dtype_name(embed_.w.dtype));
+  info_.weight_dtype = bo.keep_q8_0 ? "q8_0" : std::string(dtype_name(embed_.w.dtype));
   info_.activation_dtype = std::string(dtype_name(be_->activation_dtype()));
   info_.kv_dtype = std::string(dtype_name(be_->kv_dtype()));
   info_.vocab_size = c.vocab_size;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -197,6 +198,22 @@ TEST(EngineConfig, Rejections) {
 }
 
 // ------------------------------------------------------------------------------------------------ kernels
+// ||out - x W^T|| / ||x W^T|| with the reference in f64; x [T, K] rows of stride ldx, W [N, K] as doubles, out rows of
+// stride ldo.
+double matmul_rel_err(const std::vector<float>& x, int64_t ldx, int64_t T, const std::vector<double>& w, int64_t N,
+                      int64_t K, const std::vector<float>& out, int64_t ldo) {
+  double d = 0, r = 0;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t n = 0; n < N; ++n) {
+      double e = 0;
+      for (int64_t k = 0; k < K; ++k) e += double(x[size_t(t * ldx + k)]) * w[size_t(n * K + k)];
+      const double o = out[size_t(t * ldo + n)];
+      d += (o - e) * (o - e);
+      r += e * e;
+    }
+  return std::sqrt(d / r);
+}
+
 TEST(EngineKernels, MatmulEveryIsaAndShape) {
   using flashkit::engine::cpu::Isa;
   std::mt19937 rng(7);
@@ -209,33 +226,57 @@ TEST(EngineKernels, MatmulEveryIsaAndShape) {
       for (bool bf16 : {false, true}) {
         std::vector<float> x(size_t(T * (K + 3))), wf(size_t(N * K));
         std::vector<uint16_t> wb(size_t(N * K));
+        std::vector<double> wd(size_t(N * K));
         for (auto& v : x) v = nd(rng);
         for (size_t i = 0; i < wf.size(); ++i) {
           wb[i] = flashkit::f32_to_bf16(nd(rng));
           wf[i] = flashkit::bf16_to_f32(wb[i]);
+          wd[i] = wf[i];
         }
-        std::vector<double> ref(size_t(T * N));
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t n = 0; n < N; ++n) {
-            double s = 0;
-            for (int64_t k = 0; k < K; ++k) s += double(x[size_t(t * (K + 3) + k)]) * wf[size_t(n * K + k)];
-            ref[size_t(t * N + n)] = s;
-          }
         for (Isa isa : isas) {
           std::vector<float> out(size_t(T * (N + 1)), NAN);
           flashkit::engine::cpu::matmul(isa, 2, x.data(), K + 3, T, bf16 ? (const void*)wb.data() : wf.data(),
                                         bf16 ? flashkit::DType::bf16 : flashkit::DType::f32, N, K, out.data(), N + 1);
-          double d = 0, r = 0;
-          for (int64_t t = 0; t < T; ++t)
-            for (int64_t n = 0; n < N; ++n) {
-              const double o = out[size_t(t * (N + 1) + n)], e = ref[size_t(t * N + n)];
-              d += (o - e) * (o - e);
-              r += e * e;
-            }
-          EXPECT_LT(std::sqrt(d / r), 1e-5) << "isa " << flashkit::engine::cpu::isa_name(isa) << " T " << T << " N "
+          EXPECT_LT(matmul_rel_err(x, K + 3, T, wd, N, K, out, N + 1), 1e-5) << "isa " << flashkit::engine::cpu::isa_name(isa) << " T " << T << " N "
                                              << N << " K " << K << " bf16 " << bf16;
         }
       }
+}
+
+// Q8_0 weights (GGUF blocks: f16 scale + 32 int8) computed as they are, against the dequantized weights in f64; GEMV
+// (T <= 8) and GEMM (T > 8) paths, every ISA, odd row counts and strided, NaN-poisoned outputs.
+TEST(EngineKernels, MatmulQ8EveryIsaAndShape) {
+  using flashkit::engine::cpu::Isa;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  std::uniform_int_distribution<int> qd(-127, 127);
+  std::vector<Isa> isas = {Isa::scalar};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    isas.push_back(Isa::avx2);
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) isas.push_back(Isa::avx512);
+  for (int64_t T : {1, 2, 3, 5, 8, 13})
+    for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{1, 32}, {7, 64}, {37, 96}, {130, 640}}) {
+      std::vector<float> x(size_t(T * (K + 5)));
+      for (auto& v : x) v = nd(rng);
+      std::vector<uint8_t> blocks(size_t(N * (K / 32) * 34));
+      std::vector<double> wf(size_t(N * K));
+      for (int64_t b = 0; b < N * K / 32; ++b) {
+        const uint16_t h = flashkit::f32_to_f16(0.01f + 0.02f * std::fabs(nd(rng)));
+        std::memcpy(&blocks[size_t(34 * b)], &h, 2);
+        for (int j = 0; j < 32; ++j) {
+          const int8_t q = int8_t(qd(rng));
+          blocks[size_t(34 * b + 2 + j)] = uint8_t(q);
+          wf[size_t(32 * b + j)] = double(flashkit::f16_to_f32(h)) * q;
+        }
+      }
+      for (Isa isa : isas) {
+        std::vector<float> out(size_t(T * (N + 2)), NAN);
+        flashkit::engine::cpu::matmul(isa, 2, x.data(), K + 5, T, blocks.data(), flashkit::DType::f32, N, K,
+                                      out.data(), N + 2, /*q8=*/true);
+        EXPECT_LT(matmul_rel_err(x, K + 5, T, wf, N, K, out, N + 2), 1e-5) << "isa " << flashkit::engine::cpu::isa_name(isa) << " T " << T << " N " << N
+                                           << " K " << K;
+      }
+    }
 }
 
 // The gated activations against the textbook formulas in double (gelu with tanh, as transformers writes it; where

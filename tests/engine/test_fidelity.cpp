@@ -14,6 +14,7 @@
 
 #include "fixture.hpp"
 #include "flashkit/engine.hpp"
+#include "flashkit/error.hpp"
 
 namespace {
 
@@ -168,3 +169,45 @@ TEST(FidelityGguf, Gemma3Bf16EqualsSafetensors) {
 TEST(FidelityGguf, LlamaF16) { check_gguf("tiny-llama-f16.gguf", "tiny-llama", 5e-3, 0.95); }
 TEST(FidelityGguf, LlamaQ8) { check_gguf("tiny-llama-q8_0.gguf", "tiny-llama", 5e-2, 0.85); }
 TEST(FidelityGguf, Gemma3Q8) { check_gguf("tiny-gemma3-q8_0.gguf", "tiny-gemma3", 8e-2, 0.85); }
+
+// Q8_0 GGUFs on the CPU: `auto` keeps the Q8_0 matrices quantized (computed as such); the logits equal those of the
+// same weights dequantized to f32 at load (dtype f32) up to summation order, prefill and decode.
+TEST(FidelityGguf, Q8ComputedAsSuchEqualsDequantized) {
+  for (const char* file : {"tiny-llama-q8_0.gguf", "tiny-gemma3-q8_0.gguf"}) {
+    SCOPED_TRACE(file);
+    const std::string path = kData + "/gguf/" + file;
+    flashkit::LoadOptions f32;
+    f32.dtype = "f32";
+    auto q = flashkit::Model::load(path), d = flashkit::Model::load(path, f32);
+    EXPECT_EQ(q->info().weight_dtype, "q8_0");
+    EXPECT_EQ(d->info().weight_dtype, "f32");
+    const std::vector<int32_t> prompt = {2, 17, 5, 99, 3, 42, 7, 11, 64, 8, 13};
+    auto sq = q->new_session(), sd = d->new_session();
+    sq->prefill(prompt, true);
+    sd->prefill(prompt, true);
+    EXPECT_LT(rel_err(sq->all_logits().data(), sd->all_logits().data(), int64_t(sq->all_logits().size())), 1e-5);
+    for (int32_t t : {5, 6, 7}) {
+      sq->decode(t);
+      sd->decode(t);
+      EXPECT_LT(rel_err(sq->logits().data(), sd->logits().data(), int64_t(sq->logits().size())), 1e-5);
+    }
+  }
+}
+
+TEST(FidelityGguf, Q8DtypeErrors) {
+  flashkit::LoadOptions o;
+  o.dtype = "q8_0";
+  try {
+    flashkit::Model::load(kData + "/models/tiny-llama", o);
+    ADD_FAILURE() << "q8_0 on a safetensors checkpoint must fail";
+  } catch (const flashkit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds no Q8_0"), std::string::npos) << e.what();
+  }
+  o.device = "cuda";
+  try {
+    flashkit::Model::load(kData + "/gguf/tiny-llama-q8_0.gguf", o);
+    ADD_FAILURE() << "q8_0 on CUDA must fail";
+  } catch (const flashkit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CPU backend only"), std::string::npos) << e.what();
+  }
+}

@@ -335,7 +335,7 @@ def test_tokenizer_missing_dir_names_the_path(tmp_path):
 
 @pytest.mark.parametrize("dtype", ["int3", "F32 ", ""])
 def test_model_bad_dtype(dtype):
-    with pytest.raises(flashkit.InvalidArgumentError, match=r"^dtype: .*expected auto, f32, bf16 or f16"):
+    with pytest.raises(flashkit.InvalidArgumentError, match=r"^dtype: .*expected auto, f32, bf16, f16 or q8_0"):
         flashkit.Model(LLAMA, dtype=dtype)
 
 

@@ -34,6 +34,7 @@ class CpuBackend final : public Backend {
     threads_ = o.threads > 0 ? o.threads : num_threads();  // this backend's own count; the global stays as it is
     isa_ = cpu::detect_isa();
     wtype_ = o.weight_dtype == DType::bf16 ? DType::bf16 : DType::f32;  // f16 requests are stored as f32
+    keep_q8_ = o.keep_q8_0;
   }
   ~CpuBackend() override {
     for (void* p : owned_) std::free(p);
@@ -78,9 +79,26 @@ class CpuBackend final : public Backend {
     Matrix m;
     m.cols = parts[0]->shape.size() == 2 ? parts[0]->shape[1] : parts[0]->numel();
     for (auto* p : parts) m.rows += p->shape[0];
+    bool all_q8 = keep_q8_ && m.cols % 32 == 0;
+    for (auto* p : parts) all_q8 = all_q8 && p->type == model::WeightType::q8_0;
+    if (all_q8) {  // Q8_0 blocks as they are: mapped when one part, else the parts' rows concatenated
+      m.w = Tensor{nullptr, kQ8Marker, m.rows, m.cols, m.cols};
+      if (parts.size() == 1) {
+        m.w.data = const_cast<void*>(parts[0]->data);
+      } else {
+        auto blocks = std::make_shared<std::vector<uint8_t>>();
+        for (auto* p : parts) {
+          const auto* b = static_cast<const uint8_t*>(p->data);
+          blocks->insert(blocks->end(), b, b + p->shape[0] * (m.cols / 32) * 34);
+        }
+        m.w.data = blocks->data();
+        m.impl = blocks;
+      }
+    }
     const bool zero_copy = parts.size() == 1 && ((wtype_ == DType::f32 && parts[0]->type == model::WeightType::f32) ||
                                                  (wtype_ == DType::bf16 && parts[0]->type == model::WeightType::bf16));
-    if (zero_copy) {
+    if (all_q8) {
+    } else if (zero_copy) {
       m.w = Tensor{const_cast<void*>(parts[0]->data), wtype_, m.rows, m.cols, m.cols};
     } else {
       m.w = alloc(wtype_, m.rows, m.cols);
@@ -115,7 +133,7 @@ class CpuBackend final : public Backend {
     return t;
   }
   void free_matrix(Matrix& m) override {
-    free(m.w);  // no-op for zero-copy views (not owned)
+    if (m.w.dtype != kQ8Marker) free(m.w);  // no-op for zero-copy views (not owned); Q8_0 blocks live in m.impl
     if (!m.bias.empty()) free(m.bias);
     m = Matrix{};
   }
@@ -131,7 +149,15 @@ class CpuBackend final : public Backend {
     for (int64_t t = 0; t < T; ++t) {
       const int64_t id = tokens_[size_t(t)];
       float* o = frow(out, t);
-      if (table.w.dtype == DType::bf16) {
+      if (table.w.dtype == kQ8Marker) {  // one row of Q8_0 blocks
+        const auto* row = static_cast<const uint8_t*>(table.w.data) + id * (H / 32) * 34;
+        for (int64_t b = 0; b < H / 32; ++b) {
+          uint16_t h;
+          std::memcpy(&h, row + 34 * b, 2);
+          const float d = f16_to_f32(h);
+          for (int j = 0; j < 32; ++j) o[32 * b + j] = d * float(int8_t(row[34 * b + 2 + j])) * scale;
+        }
+      } else if (table.w.dtype == DType::bf16) {
         auto* s = static_cast<const uint16_t*>(table.w.data) + id * H;
         for (int64_t i = 0; i < H; ++i) o[i] = bf16_to_f32(s[i]) * scale;
       } else {
@@ -167,7 +193,7 @@ class CpuBackend final : public Backend {
 
   void linear(const Tensor& x, const Matrix& W, const Tensor& out, int64_t T) override {
     cpu::matmul(isa_, threads_, static_cast<const float*>(x.data), x.ld, T, W.w.data, W.w.dtype, W.rows, W.cols,
-                static_cast<float*>(out.data), out.ld);
+                static_cast<float*>(out.data), out.ld, W.w.dtype == kQ8Marker);
     if (!W.bias.empty()) {
       const float* b = static_cast<const float*>(W.bias.data);
       for (int64_t t = 0; t < T; ++t) {
@@ -334,7 +360,9 @@ class CpuBackend final : public Backend {
     attention_forward(qv, kv, vv, ov, lv, o);
   }
 
+  static constexpr DType kQ8Marker = DType::i32;  // Matrix::w.dtype of Q8_0 blocks (BackendOptions::keep_q8_0)
   int threads_ = 1;
+  bool keep_q8_ = false;
   Isa isa_ = Isa::scalar;
   DType wtype_ = DType::f32;
   std::set<void*> owned_;

@@ -96,13 +96,19 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int64_t ldx, 
     }
 }
 
-template <int TB, typename WT>
-__attribute__((target("avx2,fma"))) void block_avx2(const float* x, int64_t ldx, const WT* W, int64_t K, int64_t n0,
-                                                    int64_t n1, float* out, int64_t ldo) {
+// Weight rows [n0, n1) in tiles of R rows (4 when there are at most 2 activation rows, else 2; registers), the rest
+// one row at a time: tile.template operator()<R>(n) runs one tile. Shared by every kernel family below.
+template <int TB, typename Tile>
+inline void row_tiles(int64_t n0, int64_t n1, Tile&& tile) {
   constexpr int R = TB <= 2 ? 4 : 2;
   int64_t n = n0;
-  for (; n + R <= n1; n += R) tile_avx2<TB, R>(x, ldx, W, K, n, out, ldo);
-  for (; n < n1; ++n) tile_avx2<TB, 1>(x, ldx, W, K, n, out, ldo);
+  for (; n + R <= n1; n += R) tile.template operator()<R>(n);
+  for (; n < n1; ++n) tile.template operator()<1>(n);
+}
+
+template <int TB, typename WT>
+void block_avx2(const float* x, int64_t ldx, const WT* W, int64_t K, int64_t n0, int64_t n1, float* out, int64_t ldo) {
+  row_tiles<TB>(n0, n1, [&]<int R>(int64_t n) { tile_avx2<TB, R>(x, ldx, W, K, n, out, ldo); });
 }
 
 // bf16 weights, K % 16 == 0: 16 weights per load, widened by interleaving with zeros (unpacklo/hi put the
@@ -140,12 +146,8 @@ __attribute__((target("avx2,fma"))) void tile_avx2_bf16p(const float* xp, int64_
 }
 
 template <int TB>
-__attribute__((target("avx2,fma"))) void block_avx2_bf16p(const float* xp, int64_t K, const uint16_t* W, int64_t n0,
-                                                          int64_t n1, float* out, int64_t ldo) {
-  constexpr int R = TB <= 2 ? 4 : 2;
-  int64_t n = n0;
-  for (; n + R <= n1; n += R) tile_avx2_bf16p<TB, R>(xp, K, W, n, out, ldo);
-  for (; n < n1; ++n) tile_avx2_bf16p<TB, 1>(xp, K, W, n, out, ldo);
+void block_avx2_bf16p(const float* xp, int64_t K, const uint16_t* W, int64_t n0, int64_t n1, float* out, int64_t ldo) {
+  row_tiles<TB>(n0, n1, [&]<int R>(int64_t n) { tile_avx2_bf16p<TB, R>(xp, K, W, n, out, ldo); });
 }
 
 // rows x [T, K] (row stride ldx) -> xp [T, K] contiguous, each 16-block permuted for tile_avx2_bf16p.
@@ -189,12 +191,9 @@ __attribute__((target("avx512f,avx512bw,fma"))) void tile_avx512(const float* x,
 }
 
 template <int TB, typename WT>
-__attribute__((target("avx512f,avx512bw,fma"))) void block_avx512(const float* x, int64_t ldx, const WT* W, int64_t K,
-                                                                  int64_t n0, int64_t n1, float* out, int64_t ldo) {
-  constexpr int R = TB <= 2 ? 4 : 2;
-  int64_t n = n0;
-  for (; n + R <= n1; n += R) tile_avx512<TB, R>(x, ldx, W, K, n, out, ldo);
-  for (; n < n1; ++n) tile_avx512<TB, 1>(x, ldx, W, K, n, out, ldo);
+void block_avx512(const float* x, int64_t ldx, const WT* W, int64_t K, int64_t n0, int64_t n1, float* out,
+                  int64_t ldo) {
+  row_tiles<TB>(n0, n1, [&]<int R>(int64_t n) { tile_avx512<TB, R>(x, ldx, W, K, n, out, ldo); });
 }
 
 template <int TB>
@@ -222,6 +221,96 @@ void rows_block(Isa isa, const float* x, int64_t ldx, int64_t T, const void* W, 
       case 2: block<2>(isa, xt, ldx, W, bf16, K, n0, n1, ot, ldo); break;
       case 3: block<3>(isa, xt, ldx, W, bf16, K, n0, n1, ot, ldo); break;
       default: block<4>(isa, xt, ldx, W, bf16, K, n0, n1, ot, ldo); break;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- Q8_0 weights (GGUF)
+// A row of K weights is K / 32 blocks of 34 bytes: an f16 scale d, then 32 int8 q; weight = d * q. The GEMV keeps the
+// blocks as they are (1.06 bytes per weight instead of 4 after dequantizing at load) and multiplies in f32: per block,
+// sum_j x_j q_j, then scaled by d, so the result is the dequantized weights' dot product up to summation order.
+constexpr int64_t kQ8Block = 34;
+
+inline float q8_scale(const uint8_t* blk) {
+  uint16_t h;
+  std::memcpy(&h, blk, 2);
+  return f16_to_f32(h);
+}
+
+void q8_rows_scalar(const float* x, int64_t ldx, int64_t T, const uint8_t* W, int64_t K, int64_t n0, int64_t n1,
+                    float* out, int64_t ldo) {
+  const int64_t nb = K / 32;
+  for (int64_t n = n0; n < n1; ++n)
+    for (int64_t t = 0; t < T; ++t) {
+      const float* xt = x + t * ldx;
+      const uint8_t* row = W + n * nb * kQ8Block;
+      float s = 0;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = row + b * kQ8Block;
+        float bs = 0;
+        for (int j = 0; j < 32; ++j) bs += xt[32 * b + j] * float(int8_t(blk[2 + j]));
+        s += q8_scale(blk) * bs;
+      }
+      out[t * ldo + n] = s;
+    }
+}
+
+// R weight rows x TB rows of x; the int8 -> f32 widening of a block is shared by the TB rows.
+template <int TB, int R>
+__attribute__((target("avx2,fma,f16c"))) void tile_q8_avx2(const float* x, int64_t ldx, const uint8_t* W, int64_t K,
+                                                           int64_t n, float* out, int64_t ldo) {
+  const int64_t nb = K / 32;
+  __m256 acc[TB][R];
+  for (int t = 0; t < TB; ++t)
+    for (int r = 0; r < R; ++r) acc[t][r] = _mm256_setzero_ps();
+  const uint8_t* w[R];
+  for (int r = 0; r < R; ++r) w[r] = W + (n + r) * nb * kQ8Block;
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256 q[R][4], d[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = w[r] + b * kQ8Block;
+      _mm_prefetch(reinterpret_cast<const char*>(blk) + 2048, _MM_HINT_T0);
+      uint16_t h;
+      std::memcpy(&h, blk, 2);
+      d[r] = _mm256_cvtph_ps(_mm_set1_epi16(short(h)));
+      for (int j = 0; j < 4; ++j)
+        q[r][j] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * j))));
+    }
+    for (int t = 0; t < TB; ++t) {
+      const float* xb = x + t * ldx + 32 * b;
+      const __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8), x2 = _mm256_loadu_ps(xb + 16),
+                   x3 = _mm256_loadu_ps(xb + 24);
+      for (int r = 0; r < R; ++r) {
+        __m256 bs = _mm256_mul_ps(x0, q[r][0]);
+        bs = _mm256_fmadd_ps(x1, q[r][1], bs);
+        bs = _mm256_fmadd_ps(x2, q[r][2], bs);
+        bs = _mm256_fmadd_ps(x3, q[r][3], bs);
+        acc[t][r] = _mm256_fmadd_ps(bs, d[r], acc[t][r]);
+      }
+    }
+  }
+  for (int t = 0; t < TB; ++t)
+    for (int r = 0; r < R; ++r) out[t * ldo + n + r] = hsum8(acc[t][r]);
+}
+
+template <int TB>
+void block_q8_avx2(const float* x, int64_t ldx, const uint8_t* W, int64_t K, int64_t n0, int64_t n1, float* out,
+                   int64_t ldo) {
+  row_tiles<TB>(n0, n1, [&]<int R>(int64_t n) { tile_q8_avx2<TB, R>(x, ldx, W, K, n, out, ldo); });
+}
+
+void q8_rows(Isa isa, const float* x, int64_t ldx, int64_t T, const uint8_t* W, int64_t K, int64_t n0, int64_t n1,
+             float* out, int64_t ldo) {
+  if (isa == Isa::scalar) return q8_rows_scalar(x, ldx, T, W, K, n0, n1, out, ldo);
+  for (int64_t t = 0; t < T; t += 4) {  // AVX-512 machines run the AVX2 kernel
+    const int64_t tb = std::min<int64_t>(4, T - t);
+    const float* xt = x + t * ldx;
+    float* ot = out + t * ldo;
+    switch (tb) {
+      case 1: block_q8_avx2<1>(xt, ldx, W, K, n0, n1, ot, ldo); break;
+      case 2: block_q8_avx2<2>(xt, ldx, W, K, n0, n1, ot, ldo); break;
+      case 3: block_q8_avx2<3>(xt, ldx, W, K, n0, n1, ot, ldo); break;
+      default: block_q8_avx2<4>(xt, ldx, W, K, n0, n1, ot, ldo); break;
     }
   }
 }
@@ -283,21 +372,38 @@ void gated_act(Isa isa, int threads, const float* gu, int64_t ldg, float* out, i
   }
 }
 
+namespace {
+// GEMV work split: output rows in blocks of a multiple of 4 rows, enough blocks to balance the threads; f(n0, n1) per
+// block, on OpenMP's threads when the work (multiply-adds) is worth it.
+template <typename F>
+void parallel_row_blocks(int threads, int64_t N, int64_t work, F&& f) {
+  const int64_t nb = std::max<int64_t>(1, std::min<int64_t>(int64_t(threads) * 8, (N + 15) / 16));
+  const int64_t per = ((N + nb - 1) / nb + 3) / 4 * 4;
+#pragma omp parallel for schedule(static) num_threads(threads) if (work > 32768)
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t n0 = b * per, n1 = std::min(N, n0 + per);
+    if (n0 < n1) f(n0, n1);
+  }
+}
+}  // namespace
+
 void matmul(Isa isa, int threads, const float* x, int64_t ldx, int64_t T, const void* W, DType wtype, int64_t N,
-            int64_t K, float* out, int64_t ldo) {
-  const bool bf16 = wtype == DType::bf16;
+            int64_t K, float* out, int64_t ldo, bool q8) {
+  const bool bf16 = !q8 && wtype == DType::bf16;
+  if (q8 && (T <= 8 || isa == Isa::scalar)) {
+    const uint8_t* Wq = static_cast<const uint8_t*>(W);
+    parallel_row_blocks(threads, N, N * K * T,
+                        [&](int64_t n0, int64_t n1) { q8_rows(isa, x, ldx, T, Wq, K, n0, n1, out, ldo); });
+    return;
+  }
   if (bf16 && isa == Isa::avx2 && K % 16 == 0 && T <= 8) {
     thread_local std::vector<float> xp;
     xp.resize(size_t(T * K));
     permute_x16(x, ldx, T, K, xp.data());
     const float* xq = xp.data();
     const uint16_t* Wb = static_cast<const uint16_t*>(W);
-    const int64_t nb = std::max<int64_t>(1, std::min<int64_t>(int64_t(threads) * 8, (N + 15) / 16));
-    const int64_t per = ((N + nb - 1) / nb + 3) / 4 * 4;
-#pragma omp parallel for schedule(static) num_threads(threads) if (N * K * T > 32768)
-    for (int64_t b = 0; b < nb; ++b) {
-      const int64_t n0 = b * per, n1 = std::min(N, n0 + per);
-      for (int64_t t = 0; t < T && n0 < n1; t += 4) {
+    parallel_row_blocks(threads, N, N * K * T, [&](int64_t n0, int64_t n1) {
+      for (int64_t t = 0; t < T; t += 4) {
         const int64_t tb = std::min<int64_t>(4, T - t);
         const float* xt = xq + t * K;
         float* ot = out + t * ldo;
@@ -308,18 +414,12 @@ void matmul(Isa isa, int threads, const float* x, int64_t ldx, int64_t T, const 
           default: block_avx2_bf16p<4>(xt, K, Wb, n0, n1, ot, ldo); break;
         }
       }
-    }
+    });
     return;
   }
   if (T <= 8 || isa == Isa::scalar) {
-    // Blocks of output rows: enough blocks to balance threads, each a multiple of 4 rows.
-    const int64_t nb = std::max<int64_t>(1, std::min<int64_t>(int64_t(threads) * 8, (N + 15) / 16));
-    const int64_t per = ((N + nb - 1) / nb + 3) / 4 * 4;
-#pragma omp parallel for schedule(static) num_threads(threads) if (N * K * T > 32768)
-    for (int64_t b = 0; b < nb; ++b) {
-      const int64_t n0 = b * per, n1 = std::min(N, n0 + per);
-      if (n0 < n1) rows_block(isa, x, ldx, T, W, bf16, K, n0, n1, out, ldo);
-    }
+    parallel_row_blocks(threads, N, N * K * T,
+                        [&](int64_t n0, int64_t n1) { rows_block(isa, x, ldx, T, W, bf16, K, n0, n1, out, ldo); });
     return;
   }
   // GEMM (prefill): one thread pool. OpenBLAS here is the pthread build, and its threads competing with OpenMP's
@@ -334,7 +434,7 @@ void matmul(Isa isa, int threads, const float* x, int64_t ldx, int64_t T, const 
     const int64_t n_begin = std::min<int64_t>(N, int64_t(omp_get_thread_num()) * slice);
     const int64_t n_end = std::min<int64_t>(N, n_begin + slice);
     if (n_begin < n_end) {
-      if (!bf16) {
+      if (!bf16 && !q8) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(n_end - n_begin), int(K), 1.f, x, int(ldx),
                     static_cast<const float*>(W) + n_begin * K, int(K), 0.f, out + n_begin, int(ldo));
       } else {
@@ -345,11 +445,20 @@ void matmul(Isa isa, int threads, const float* x, int64_t ldx, int64_t T, const 
         const uint16_t* Wb = static_cast<const uint16_t*>(W);
         for (int64_t n0 = n_begin; n0 < n_end; n0 += panel) {
           const int64_t nn = std::min(panel, n_end - n0);
-          const uint16_t* src = Wb + n0 * K;
           float* dst = buf.data();
-          for (int64_t i = 0; i < nn * K; ++i) {
-            const uint32_t u = uint32_t(src[i]) << 16;
-            std::memcpy(dst + i, &u, 4);
+          if (q8) {
+            const uint8_t* src = static_cast<const uint8_t*>(W) + n0 * (K / 32) * kQ8Block;
+            for (int64_t b = 0; b < nn * K / 32; ++b) {
+              const uint8_t* blk = src + b * kQ8Block;
+              const float dsc = q8_scale(blk);
+              for (int j = 0; j < 32; ++j) dst[32 * b + j] = dsc * float(int8_t(blk[2 + j]));
+            }
+          } else {
+            const uint16_t* src = Wb + n0 * K;
+            for (int64_t i = 0; i < nn * K; ++i) {
+              const uint32_t u = uint32_t(src[i]) << 16;
+              std::memcpy(dst + i, &u, 4);
+            }
           }
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(nn), int(K), 1.f, x, int(ldx), buf.data(),
                       int(K), 0.f, out + n0, int(ldo));

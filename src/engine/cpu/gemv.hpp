@@ -13,8 +13,9 @@ Isa detect_isa();  // flashkit::cpu_isa() (honours FLASHKIT_CPU_ISA), AVX-512 ke
 const char* isa_name(Isa isa);
 
 // out[t * ldo + n] = sum_k x[t * ldx + k] * W[n * K + k]   for t < T, n < N.
+// q8: W is GGUF Q8_0 blocks (per row K / 32 blocks of an f16 scale and 32 int8; K % 32 == 0), wtype ignored.
 void matmul(Isa isa, int threads, const float* x, int64_t ldx, int64_t T, const void* W, DType wtype, int64_t N,
-            int64_t K, float* out, int64_t ldo);
+            int64_t K, float* out, int64_t ldo, bool q8 = false);
 
 // out[t, f] = act(gu[t, f]) * gu[t, F + f] for t < T, f < F; act = silu (x * sigmoid(x)) or gelu_tanh, computed as
 // x * sigmoid(2 * sqrt(2/pi) * (x + 0.044715 x^3)) (= 0.5 x (1 + tanh(...)), exactly, without tanh's cancellation).
