@@ -227,6 +227,14 @@ std::vector<Case> grid() {
   g.push_back({1, 16, 1024, 32, 4, 64, true});
   g.push_back({1, 3, 3000, 4, 1, 256, true, 500, -1});
   g.push_back({1, 1, 777, 4, 4, 96, false, -1, -1, 4.0f, DType::f16});
+  // Decode v2 shapes: one KV head at d256 (Gemma-like; ~125 splits, merged by launch_split_combine), GQA with
+  // the merge fused in the kernel, a window with 16 packed rows, two m-tiles with a padded head dim, batch > 1.
+  g.push_back({1, 1, 4000, 8, 1, 256});
+  g.push_back({1, 1, 4000, 8, 1, 256, false, -1, -1, 0, DType::f16});
+  g.push_back({1, 1, 5000, 32, 8, 128, false, -1, -1, 0, DType::f16});
+  g.push_back({1, 2, 5000, 16, 2, 128, true, 1000, -1});
+  g.push_back({1, 5, 2500, 8, 2, 200, true});
+  g.push_back({3, 1, 3000, 32, 8, 64, false, -1, -1, 30.0f});
   {
     Case c{1, 0, 0, 8, 2, 128, true};
     c.varlen = {{1, 1500}, {1, 0}, {3, 700}, {2, 2}};

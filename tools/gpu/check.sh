@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds flashkit with CUDA and runs the GPU checks and benchmarks on the device machine (an H200).
 #   tools/gpu/check.sh STAGES...   (default: build test sanitize torch sass)
-# stages: build (cmake, sm_90a only by default: ARCHS=...), test (GPU GoogleTest grid), sanitize (memcheck and
+# stages: build (cmake, sm_90a only by default: ARCHS=...), test (GPU GoogleTest grid, on each kernel path), sanitize (memcheck and
 # racecheck on small cases), torch (tools/gpu/torch_check.py), sass (HMMA/HGMMA counts, spills), bench (full FA grid
-# vs SDPA + decode), quickbench, decode (decode only), ncu (HBM bytes, standard vs flash), profile (ncu sections of
+# vs SDPA + decode), quickbench, decode (decode only), decodeab (batch-1 decode with its knobs flipped), ncu (HBM bytes, standard vs flash), profile (ncu sections of
 # the d128 kernels), variant (the FK_BWD_NW=4 backward), splitsweep (decode split caps at batch 1).
 # Logs and results go to $OUT (or ./build-gpu-out). Exit status: non-zero if any stage failed.
 set -u
@@ -52,18 +52,35 @@ for st in "${STAGES[@]}"; do
       pyfix
       grep -E "Compiling entry|registers|spill" "$BUILD"/.ninja_log >/dev/null 2>&1 || true
       ;;
-    test) run cuda_tests "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1 ;;
+    test)
+      run cuda_tests "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1
+      # The grid again on every other path the dispatcher can pick: the portable sm_80 kernels on this Hopper
+      # GPU, and each forced Hopper forward tile configuration.
+      FLASHKIT_SM90=0 run cuda_tests_sm80 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1
+      for cfg in 1 2; do
+        FLASHKIT_SM90_CFG=$cfg run cuda_tests_sm90_cfg$cfg "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1
+      done
+      FLASHKIT_SM90_BWD_CFG=1 run cuda_tests_sm90_bwd_cfg1 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1
+      # decode: the split merge in the kernel, in launch_split_combine, and the v1 kernel
+      for e in FLASHKIT_DECODE_COMBINE=fused FLASHKIT_DECODE_COMBINE=kernel FLASHKIT_DECODE_KERNEL=v1; do
+        run "cuda_tests_$e" env $e "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1 \
+          --gtest_filter='*Sq1_*:*Sq2_*:*Sq3_*:*Sq4_*:*Sq5_*:*Sq16_*:*varlen*'
+      done ;;
     sanitize)
-      F='*flash_B2_Sq128_Sk128_H4x4_D64_bf16*:*flash_B2_Sq128_Sk128_H4x4_D128_causal_bf16*:*flash_B1_Sq16_Sk1024*:*flash_B1_Sq0_Sk0_H8x2_D128_causal_bf16_varlen*:*standard_B2_Sq129_Sk200_H4x2_D64_bf16*:*flash_B1_Sq100_Sk333_H6x2_D256_bf16*'
+      F='*flash_B2_Sq128_Sk128_H4x4_D64_bf16*:*flash_B2_Sq128_Sk128_H4x4_D128_causal_bf16*:*flash_B1_Sq16_Sk1024*:*flash_B1_Sq0_Sk0_H8x2_D128_causal_bf16_varlen*:*standard_B2_Sq129_Sk200_H4x2_D64_bf16*:*flash_B1_Sq100_Sk333_H6x2_D256_bf16*:*Sq96_Sk160*:*Sq1_Sk4000*:*Sq1_Sk5000*:*Sq2_Sk5000*'
       run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
       run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
+      # the other Hopper forward tile configuration on the same cases (the filter covers the Hopper forward and
+      # backward, the softcap backward variant, decode v2 with in-kernel and separate split merges)
+      FLASHKIT_SM90_CFG=2 run memcheck_cfg2 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
+      FLASHKIT_SM90_CFG=2 run racecheck_cfg2 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
       ;;
     torch) run torch_check python3 tools/gpu/torch_check.py ;;
     sass)
       so=$BUILD/lib/libflashkit.so
       {
-        echo "HMMA per kernel (sm_90a SASS):"
-        cuobjdump -sass "$so" | awk '/Function :/{f=$3} /HMMA/{c[f]++} /HGMMA/{g[f]++} END{for(k in c) print c[k], (k in g ? g[k] : 0), k}' | sort -k3
+        echo "HMMA and HGMMA per kernel (sm_90a SASS): HMMA HGMMA name"
+        cuobjdump -sass "$so" | awk '/Function :/{f=$3} /HMMA/{c[f]++} /HGMMA/{g[f]++} END{for(k in c) u[k]=1; for(k in g) u[k]=1; for(k in u) print c[k]+0, g[k]+0, k}' | sort -k3
         echo "spills (ptxas -v):"
         grep -h -A2 "Compiling entry" "$OUT/check.log" | grep -E "spill" | sort | uniq -c | head -40
       } > "$OUT/sass.txt" 2>&1
@@ -86,6 +103,11 @@ for st in "${STAGES[@]}"; do
       for ms in 64 256 512; do
         FLASHKIT_DECODE_MAX_SPLITS=$ms run test_splits$ms "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1 --gtest_filter='*Sq1_*:*Sq3_*:*Sq4_*:*Sq16_*:*varlen*'
         mkdir -p "$OUT/s$ms"; FLASHKIT_DECODE_MAX_SPLITS=$ms run decode_splits$ms python3 bench/cuda/bench_attention.py --out "$OUT/s$ms" --decode-only --batch1
+      done ;;
+    decodeab)  # batch-1 decode with the split cap and the merge placement flipped (A/B of the v2 defaults)
+      for e in FLASHKIT_DECODE_MAX_SPLITS=32 FLASHKIT_DECODE_MAX_SPLITS=64 FLASHKIT_DECODE_COMBINE=fused FLASHKIT_DECODE_COMBINE=kernel; do
+        d="$OUT/ab/$(echo "$e" | tr '=A-Z' '-a-z')"  # no '=' in names that travel back from the GPU machine
+        mkdir -p "$d"; run "decode_$e" env $e python3 bench/cuda/bench_attention.py --out "$d" --decode-only --batch1
       done ;;
     decode) run decode_bench python3 bench/cuda/bench_attention.py --out "$OUT" --decode-only ;;
     quickbench) run bench python3 bench/cuda/bench_attention.py --out "$OUT" --quick --reps 5 ;;

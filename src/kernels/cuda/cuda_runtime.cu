@@ -92,13 +92,21 @@ int prepare_device() {
   return sms[dev];
 }
 
-// Upper bound on split-KV splits (FLASHKIT_DECODE_MAX_SPLITS overrides, for tuning; the combine kernel takes
-// up to 512).
-int64_t decode_max_splits() {
-  static const int64_t v = [] {
+// Upper bound on split-KV splits: `dflt` (decode v1: 128, v2: 512) unless FLASHKIT_DECODE_MAX_SPLITS overrides
+// it, for tuning; the combine kernel and decode v2 take up to 512.
+int64_t decode_max_splits(int64_t dflt) {
+  static const int64_t env = [] {
     const char* e = std::getenv("FLASHKIT_DECODE_MAX_SPLITS");
-    const int64_t n = e ? std::atoll(e) : 128;
-    return std::clamp<int64_t>(n, 1, 512);
+    return e ? std::clamp<int64_t>(std::atoll(e), 1, 512) : int64_t(0);
+  }();
+  return env ? env : dflt;
+}
+
+// FLASHKIT_SM90=0 keeps the portable sm_80 kernels on Hopper (for A/B runs and as an escape hatch).
+bool sm90_allowed() {
+  static const bool v = [] {
+    const char* e = std::getenv("FLASHKIT_SM90");
+    return !(e && std::string(e) == "0");
   }();
   return v;
 }
@@ -206,21 +214,68 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
     p.pack_gqa = true;
     const int sms = prepare_device();
     const int64_t mtiles = (sh.group() * sh.max_seqlen_q + 15) / 16;
-    const int64_t base = mtiles * sh.kv_heads * sh.batch;
-    const int64_t nblocks = (sh.max_seqlen_k + BN - 1) / BN;
-    const int64_t resident = D == 256 ? 3 : 6;  // CTAs per SM the decode tiles' shared memory allows
-    const int64_t slots = int64_t(sms) * resident;
-    // Many (sequence, KV head) tiles: about three waves of CTAs. Few (batch 1): fill ~2/3 of one wave; more
-    // splits were measured slower (per-split setup and combine; 2026-11-30, worklog v4).
-    int64_t splits = base * 8 <= slots ? std::max<int64_t>(1, (2 * slots / 3) / base) : (slots * 3 + base - 1) / base;
-    splits = std::min<int64_t>({splits, std::max<int64_t>(1, nblocks / 4), decode_max_splits()});
-    p.num_splits = int(std::max<int64_t>(1, splits));
+    const int64_t base = mtiles * sh.kv_heads * sh.batch;  // (m-tile, KV head, sequence) tiles
+    // FLASHKIT_DECODE_KERNEL=v1: the forward kernel with one warp per CTA (flash_fwd.cuh); v2 (default):
+    // flash_decode.cuh. FLASHKIT_DECODE_COMBINE=kernel|fused|auto: v2's split merge in launch_split_combine, in
+    // the kernel (last CTA of a tile), or in the kernel when the tile's partials are small (default). Read once.
+    static const int version = [] {
+      const char* e = std::getenv("FLASHKIT_DECODE_KERNEL");
+      return e && std::string(e) == "v1" ? 1 : 2;
+    }();
+    static const int combine = [] {
+      const char* e = std::getenv("FLASHKIT_DECODE_COMBINE");
+      return !e ? 0 : std::string(e) == "kernel" ? 1 : std::string(e) == "fused" ? 2 : 0;
+    }();
+    int dev = 0, optin = 0, smem_sm = 0;
+    check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "cudaDeviceGetAttribute");
+    check_cuda(cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev), "cudaDeviceGetAttribute");
+    const size_t smem2 = cuda::decode_smem_bytes(D);
+    p.decode_version = version == 2 && size_t(optin) >= smem2 ? 2 : 1;  // v2 needs 130-200 KB (sm_90: yes)
+    if (p.decode_version == 2) {
+      // One CTA per SM (its shared memory). Splits s minimize a wave model of the time: ceil(base*s / slots) waves
+      // of ceil(blocks/s) 16-key blocks per CTA plus a fixed cost c0 per CTA (prologue, merge: ~64 KB worth of
+      // loads, 1024/D blocks); more splits must gain 2% (partials, merge). E.g. H200 (132 slots), 32k keys (2048
+      // blocks): batch 1 and 8 KV heads -> 16 splits (128 CTAs, one wave); 1 KV head -> 128; batch 16 x 8 KV heads
+      // -> 1; batch 5 x 8 KV heads -> 13 (520 CTAs, ~4 waves).
+      const int64_t slots = int64_t(sms) * std::max<int64_t>(1, int64_t(smem_sm) / int64_t(smem2 + 1024));
+      int64_t nblocks = (sh.max_seqlen_k + 15) / 16;
+      // A left window bounds a tile's visible keys: hi(imax) - lo(imin) <= left + seqlen_q + max(right, 0).
+      if (a.mask.window_left >= 0)
+        nblocks = std::min<int64_t>(
+            nblocks, (a.mask.window_left + sh.max_seqlen_q + std::max<int64_t>(a.mask.window_right, 0)) / 16 + 2);
+      const int64_t c0 = 1024 / D;
+      const int64_t cap = std::min<int64_t>({std::max<int64_t>(1, nblocks / 2), decode_max_splits(512),
+                                             8 * slots / std::max<int64_t>(1, base) + 1});
+      int64_t best = 1, best_t = INT64_MAX;
+      for (int64_t s = 1; s <= cap; ++s) {
+        const int64_t t = (base * s + slots - 1) / slots * ((nblocks + s - 1) / s + c0);
+        if (best_t == INT64_MAX || t * 50 < best_t * 49) best_t = t, best = s;
+      }
+      p.num_splits = int(best);
+    } else {
+      const int64_t nblocks = (sh.max_seqlen_k + BN - 1) / BN;
+      const int64_t resident = D == 256 ? 3 : 6;  // CTAs per SM the decode tiles' shared memory allows
+      const int64_t slots = int64_t(sms) * resident;
+      // Many (sequence, KV head) tiles: about three waves of CTAs. Few (batch 1): fill ~2/3 of one wave; more
+      // splits were measured slower (per-split setup and combine; 2026-11-30, worklog v4).
+      int64_t splits = base * 8 <= slots ? std::max<int64_t>(1, (2 * slots / 3) / base) : (slots * 3 + base - 1) / base;
+      splits = std::min<int64_t>({splits, std::max<int64_t>(1, nblocks / 4), decode_max_splits(128)});
+      p.num_splits = int(std::max<int64_t>(1, splits));
+    }
     if (p.num_splits > 1) {
       part = std::make_unique<Workspace>(size_t(p.num_splits) * size_t(p.num_rows) * (D * 4 + 4), stream);
       p.o_part = static_cast<float*>(part->p);
       p.lse_part = p.o_part + size_t(p.num_splits) * p.num_rows * D;
+      // v2: merge in the kernel when one CTA can read the tile's partials quickly (<= 96 KB: 16 splits x 4 rows
+      // x d128 is 32 KB); otherwise (one KV head at batch 1: ~1 MB) launch_split_combine spreads it over SMs.
+      const double merge_bytes = double(p.num_splits) * double(std::min<int64_t>(16, sh.group() * sh.max_seqlen_q)) *
+                                 double(sh.head_dim) * 4;
+      if (p.decode_version == 2 && combine != 1 && (combine == 2 || merge_bytes <= 96 * 1024))
+        p.counters = cuda::decode_counters(stream, base);
     }
   }
+  bool used_sm90 = false;
   auto run = [&](auto tag) {
     using T = decltype(tag);
     if (decode) {
@@ -228,6 +283,11 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
       else if (D == 128) cuda::launch_flash_decode<T, 128>(p, stream);
       else cuda::launch_flash_decode<T, 256>(p, stream);
     } else {
+      // Hopper kernels first (when this build carries sm_90a code and FLASHKIT_SM90 is not 0), else sm_80.
+      const bool hopper = sm90_allowed() && ((D == 64 && cuda::launch_flash_fwd_sm90<T, 64>(p, stream)) ||
+                                             (D == 128 && cuda::launch_flash_fwd_sm90<T, 128>(p, stream)));
+      used_sm90 = hopper;
+      if (hopper) return;
       if (D == 64) cuda::launch_flash_fwd<T, 64>(p, stream);
       else if (D == 128) cuda::launch_flash_fwd<T, 128>(p, stream);
       else cuda::launch_flash_fwd<T, 256>(p, stream);
@@ -235,7 +295,7 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
   };
   if (a.dtype == DType::bf16) run(__nv_bfloat16{});
   else run(__half{});
-  if (p.num_splits > 1) cuda::launch_split_combine(p, D, stream);
+  if (p.num_splits > 1 && !p.counters) cuda::launch_split_combine(p, D, stream);  // v2 with counters merges in-kernel
   if (a.o.data != a0.o.data) cuda::copy_operand16(a0.o.data, a0.o, a.o.data, a.o, B, sh.seqlen_q, sh.heads, sh.head_dim, stream);
 
   const int BM = decode ? 16 : (D == 256 ? 64 : 64 * FK_FWD_MT);
@@ -253,9 +313,10 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
   }
   c.model = "cuda flash: q,k,v read once and o,lse written once (K/V re-reads across query tiles assumed served by L2)" +
             std::string(p.num_splits > 1 ? "; plus split-KV partials (f32) written and read once" : "");
-  c.kernel = std::string(decode ? "cuda.flash.decode" : "cuda.flash.fwd") + ".sm80mma." +
+  c.kernel = std::string(decode ? "cuda.flash.decode" : "cuda.flash.fwd") + (used_sm90 ? ".sm90wgmma." : ".sm80mma.") +
              (a.dtype == DType::bf16 ? "bf16" : "f16") + ".d" + std::to_string(D) +
              (p.num_splits > 1 ? ".splits" + std::to_string(p.num_splits) : "");
+  if (decode) c.kernel += p.decode_version == 2 ? (p.counters ? ".v2.fused" : ".v2") : ".v1";
   if (cost) *cost = c;
 }
 
@@ -306,8 +367,13 @@ void cuda_attention_backward(const AttentionBwdArgs& g0, const std::vector<int32
   p.dsum = reinterpret_cast<float*>(static_cast<char*>(ws.p) + acc_bytes);
   if (acc_bytes) check_cuda(cudaMemsetAsync(p.dq_accum, 0, acc_bytes, stream), "cudaMemsetAsync(dq accumulator)");
   cuda::launch_bwd_preprocess(p, stream);
+  bool used_sm90 = false;
   auto run = [&](auto tag) {
     using T = decltype(tag);
+    // Hopper kernel first (sm_90a code in this build and FLASHKIT_SM90 not 0), else sm_80.
+    used_sm90 = sm90_allowed() && ((D == 64 && cuda::launch_flash_bwd_sm90<T, 64>(p, stream)) ||
+                                   (D == 128 && cuda::launch_flash_bwd_sm90<T, 128>(p, stream)));
+    if (used_sm90) return;
     if (D == 64) cuda::launch_flash_bwd<T, 64>(p, stream);
     else if (D == 128) cuda::launch_flash_bwd<T, 128>(p, stream);
     else cuda::launch_flash_bwd<T, 256>(p, stream);
@@ -327,8 +393,8 @@ void cuda_attention_backward(const AttentionBwdArgs& g0, const std::vector<int32
   c.workspace_bytes = double(acc_bytes + dsum_bytes);
   c.model = "cuda flash backward: q,k,v,o,dout,lse read once, dq,dk,dv written once, plus the f32 dq accumulator "
             "(written once, read once) and rowsum(dO*O); K/V-tile re-reads and dq atomics assumed served by L2";
-  c.kernel = std::string("cuda.flash.bwd.sm80mma.") + (g.fwd.dtype == DType::bf16 ? "bf16" : "f16") + ".d" +
-             std::to_string(D);
+  c.kernel = std::string(used_sm90 ? "cuda.flash.bwd.sm90wgmma." : "cuda.flash.bwd.sm80mma.") +
+             (g.fwd.dtype == DType::bf16 ? "bf16" : "f16") + ".d" + std::to_string(D);
   if (cost) *cost = c;
 }
 

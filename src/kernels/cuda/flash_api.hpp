@@ -19,7 +19,25 @@ struct FwdParams {
   float* o_part = nullptr;    // [num_splits, num_rows, Dpad] f32
   float* lse_part = nullptr;  // [num_splits, num_rows] f32 (natural log)
   int64_t num_rows = 0;       // rows of the lse layout: batch_slots * heads * seqlen_q
+  // Decode only. decode_version: 2 = flash_decode.cuh (default), 1 = the forward kernel with one warp per CTA
+  // (FLASHKIT_DECODE_KERNEL=v1). counters (v2, num_splits > 1): one arrival counter per (m-tile, KV head,
+  // sequence), zero on entry and left zero; the last CTA of a tile merges the splits in the kernel. nullptr:
+  // launch_split_combine runs after the kernel instead.
+  int decode_version = 2;
+  unsigned int* counters = nullptr;
 };
+
+// Launch shape of decode v2 (flash_decode.cuh), shared with the split heuristic in cuda_runtime.cu: warps per
+// CTA, cp.async stages per warp (16 keys of K and V each) and dynamic shared memory (Q tile + all stages).
+template <int D>
+struct DecodeCfg {
+  static constexpr int kWarps = D == 256 ? 4 : 8;
+  static constexpr int kStages = D == 64 ? 4 : 3;
+  static constexpr size_t kSmem = size_t(16 * D * 2) * size_t(1 + 2 * kWarps * kStages);
+};
+inline size_t decode_smem_bytes(int dpad) {
+  return dpad == 64 ? DecodeCfg<64>::kSmem : (dpad == 128 ? DecodeCfg<128>::kSmem : DecodeCfg<256>::kSmem);
+}
 
 struct BwdParams {
   kernels::AttentionBwdArgs g;
@@ -32,11 +50,23 @@ template <typename T, int D>
 void launch_flash_fwd(const FwdParams& p, cudaStream_t stream);
 template <typename T, int D>
 void launch_flash_decode(const FwdParams& p, cudaStream_t stream);
+// Hopper forward (flash_fwd_sm90.cuh), head_dim 64 and 128, num_splits == 1. Returns false when this build or
+// device cannot run it (no sm_90a code, or FLASHKIT_SM90=0 handled by the caller); the caller then uses
+// launch_flash_fwd.
+template <typename T, int D>
+bool launch_flash_fwd_sm90(const FwdParams& p, cudaStream_t stream);
 template <typename T, int D>
 void launch_flash_bwd(const BwdParams& p, cudaStream_t stream);
+// Hopper backward (flash_bwd_sm90.cuh), head_dim 64 and 128. Returns false when this build or device cannot run
+// it; the caller then uses launch_flash_bwd.
+template <typename T, int D>
+bool launch_flash_bwd_sm90(const BwdParams& p, cudaStream_t stream);
 
 // dtype-generic helpers (flash_aux.cu)
 void launch_split_combine(const FwdParams& p, int dpad, cudaStream_t stream);
+// Decode v2 arrival counters for `n` tiles on `stream` (zeroed, persistent; see flash_aux.cu), or nullptr when
+// none can be handed out (then the caller runs launch_split_combine).
+unsigned int* decode_counters(cudaStream_t stream, int64_t n);
 void launch_bwd_preprocess(const BwdParams& p, cudaStream_t stream);
 void launch_bwd_postprocess(const BwdParams& p, int dpad, cudaStream_t stream);
 void copy_operand16(void* dst, const kernels::AttnOperand& ds, const void* src, const kernels::AttnOperand& ss,

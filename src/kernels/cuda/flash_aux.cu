@@ -3,7 +3,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/cuda_check.hpp"
 #include "flashkit/error.hpp"
@@ -22,17 +24,21 @@ __device__ __forceinline__ float ld(const T* p) {
 
 unsigned blocks_for(int64_t n, int per) { return unsigned((n + per - 1) / per); }
 
-// One 256-thread block per row of the [batch_slot, heads, seqlen_q] layout. Warp w sums splits w, w+8, ... for
-// all columns (lane + 32 i), so each thread has many independent loads in flight (a serial walk over the
-// splits is latency-bound: ~80 us for 128 splits), then the 8 partial sums meet in shared memory.
+// One 256-thread block per (row of the [batch_slot, heads, seqlen_q] layout, 64 columns). Warp w sums splits w,
+// w+8, ... with lane l covering columns 2l, 2l+1 (one coalesced 256-byte read per split and warp, all of them
+// independent: a serial walk over the splits is latency-bound, ~80 us for 128 splits), then the 8 partial sums
+// meet in shared memory. Spreading a row's columns over blocks matters when rows are few: one KV head at batch 1
+// is 8 rows x ~130 splits x 256 columns (1 MB of partials) that one block per row read with only 8 SMs.
 constexpr int kMaxSplits = 512;  // keep in step with cuda_runtime.cu
+constexpr int kCombineCols = 64;
 template <typename T>
 __global__ void __launch_bounds__(256) split_combine_kernel(const FwdParams p, int dpad) {
   __shared__ float wsh[kMaxSplits];
-  __shared__ float red[8][256];
+  __shared__ float red[8][kCombineCols];
   __shared__ float stat[8];
   const int tid = threadIdx.x, wid = tid >> 5, lane = tid & 31;
   const int64_t ridx = blockIdx.x;
+  const int c0 = int(blockIdx.y) * kCombineCols;
   const auto& a = p.a;
   const int S = p.num_splits, hd = int(a.shape.head_dim);
   const RowIndex ri = split_row_index(ridx, a.shape.heads, a.shape.seqlen_q);
@@ -47,38 +53,48 @@ __global__ void __launch_bounds__(256) split_combine_kernel(const FwdParams p, i
   for (int w = 1; w < 8; ++w) m = fmaxf(m, stat[w]);
   T* o = static_cast<T*>(a.o.data) + ri.bslot * a.o.stride_b + ri.row * a.o.stride_s + ri.h * a.o.stride_h;
   if (m == -INFINITY) {  // uniform across the block
-    for (int d = tid; d < hd; d += 256) o[d] = MmaOp<T>::from_f32(0.f);
-    if (tid == 0) a.lse[ridx] = -INFINITY;
+    if (tid < kCombineCols && c0 + tid < hd) o[c0 + tid] = MmaOp<T>::from_f32(0.f);
+    if (blockIdx.y == 0 && tid == 0) a.lse[ridx] = -INFINITY;
     return;
   }
-  for (int s = tid; s < S; s += 256) wsh[s] = __expf(p.lse_part[int64_t(s) * p.num_rows + ridx] - m);
-  __syncthreads();
-  float acc[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) acc[i] = 0.f;
-  const float* part = p.o_part + ridx * dpad;
-  const int64_t sstride = p.num_rows * int64_t(dpad);
-#pragma unroll 2
-  for (int s = wid; s < S; s += 8) {
-    const float w = wsh[s];
-    const float* ps = part + s * sstride;
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      if (lane + 32 * i < hd) acc[i] += w * ps[lane + 32 * i];
+  __syncthreads();  // every thread has read stat[] before it is reused for the weight sum
+  float ws = 0.f;
+  for (int s = tid; s < S; s += 256) {
+    const float w = __expf(p.lse_part[int64_t(s) * p.num_rows + ridx] - m);
+    wsh[s] = w;
+    ws += w;
   }
 #pragma unroll
-  for (int i = 0; i < 8; ++i)
-    if (lane + 32 * i < hd) red[wid][lane + 32 * i] = acc[i];
+  for (int w = 16; w > 0; w >>= 1) ws += __shfl_xor_sync(0xffffffffu, ws, w);
+  if (lane == 0) stat[wid] = ws;
   __syncthreads();
   float wsum = 0.f;
-  for (int s = 0; s < S; ++s) wsum += wsh[s];
-  for (int d = tid; d < hd; d += 256) {
+#pragma unroll
+  for (int w = 0; w < 8; ++w) wsum += stat[w];
+  const int col = c0 + 2 * lane;  // head_dim is a multiple of 8: col < hd implies col + 1 < hd
+  const bool ok = col < hd;
+  float2 acc = make_float2(0.f, 0.f);
+  const float* part = p.o_part + ridx * dpad + col;
+  const int64_t sstride = p.num_rows * int64_t(dpad);
+  if (ok) {
+#pragma unroll 4
+    for (int s = wid; s < S; s += 8) {
+      const float w = wsh[s];
+      const float2 x = *reinterpret_cast<const float2*>(part + s * sstride);
+      acc.x += w * x.x;
+      acc.y += w * x.y;
+    }
+  }
+  red[wid][2 * lane] = acc.x;
+  red[wid][2 * lane + 1] = acc.y;
+  __syncthreads();
+  if (tid < kCombineCols && c0 + tid < hd) {
     float v = 0.f;
 #pragma unroll
-    for (int w = 0; w < 8; ++w) v += red[w][d];
-    o[d] = MmaOp<T>::from_f32(v / wsum);
+    for (int w = 0; w < 8; ++w) v += red[w][tid];
+    o[c0 + tid] = MmaOp<T>::from_f32(v / wsum);
   }
-  if (tid == 0) a.lse[ridx] = m + __logf(wsum);
+  if (blockIdx.y == 0 && tid == 0) a.lse[ridx] = m + __logf(wsum);
 }
 
 template <typename T>
@@ -122,11 +138,73 @@ __global__ void copy_strided_kernel(uint16_t* dst, kernels::AttnOperand ds, cons
 
 void launch_split_combine(const FwdParams& p, int dpad, cudaStream_t stream) {
   if (p.num_rows == 0) return;
+  if (p.num_splits > kMaxSplits) fail(Status::internal, "split-KV combine: too many splits");
+  const dim3 grid(unsigned(p.num_rows), unsigned((p.a.shape.head_dim + kCombineCols - 1) / kCombineCols));
   if (p.a.dtype == DType::bf16)
-    split_combine_kernel<__nv_bfloat16><<<unsigned(p.num_rows), 256, 0, stream>>>(p, dpad);
+    split_combine_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(p, dpad);
   else
-    split_combine_kernel<__half><<<unsigned(p.num_rows), 256, 0, stream>>>(p, dpad);
+    split_combine_kernel<__half><<<grid, 256, 0, stream>>>(p, dpad);
   check_launch("split-KV combine launch");
+}
+
+// Decode v2 arrival counters. One zeroed buffer per device (allocated at the first request that is not being
+// captured into a graph: cudaMalloc is not capture-safe), cut into slices handed to streams at first use, so
+// decode calls running concurrently on different streams never share a counter; calls on one stream are ordered,
+// and each kernel leaves its counters zero. A graph captured on a stream keeps that stream's slice: replaying it
+// concurrently with other decode calls on the capture stream (or twice at once) would share counters.
+namespace {
+constexpr int kCounterSlices = 16;
+constexpr int64_t kSliceCounters = 8192;
+struct DeviceCounters {
+  unsigned int* buf = nullptr;
+  std::vector<cudaStream_t> owners;  // slice k belongs to owners[k]
+};
+}  // namespace
+
+unsigned int* decode_counters(cudaStream_t stream, int64_t n) {
+  if (n <= 0 || n > kSliceCounters) return nullptr;
+  static std::mutex mu;
+  static std::vector<DeviceCounters> devs;
+  int dev = 0;
+  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+  std::lock_guard<std::mutex> lock(mu);
+  if (int(devs.size()) <= dev) devs.resize(dev + 1);
+  DeviceCounters& d = devs[dev];
+  int slice = -1;
+  for (int k = 0; k < int(d.owners.size()); ++k)
+    if (d.owners[k] == stream) slice = k;
+  if (slice < 0 && int(d.owners.size()) >= kCounterSlices) return nullptr;
+  if (!d.buf) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    if (cs != cudaStreamCaptureStatusNone) return nullptr;
+    // Relaxed: another thread may be capturing in global mode. The zeroing runs on a private non-blocking stream
+    // (the legacy stream would synchronize with a capturing blocking stream) and is waited for here.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    check_cuda(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
+    const size_t bytes = size_t(kCounterSlices) * kSliceCounters * sizeof(unsigned int);
+    void* ptr = nullptr;
+    cudaStream_t zs = nullptr;
+    cudaError_t e = cudaMalloc(&ptr, bytes);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&zs, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMemsetAsync(ptr, 0, bytes, zs);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(zs);
+    if (zs) cudaStreamDestroy(zs);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    if (e != cudaSuccess) {
+      if (ptr) cudaFree(ptr);
+      cuda_fail(e, "decode counters");
+    }
+    d.buf = static_cast<unsigned int*>(ptr);
+  }
+  if (slice < 0) {
+    slice = int(d.owners.size());
+    d.owners.push_back(stream);
+  }
+  return d.buf + int64_t(slice) * kSliceCounters;
 }
 
 void launch_bwd_preprocess(const BwdParams& p, cudaStream_t stream) {

@@ -58,17 +58,8 @@ __global__ void __launch_bounds__(NW * 32) flash_bwd_kernel(const BwdParams p) {
   const int64_t off = nk - nq;
 
   // Query rows that see any key of [n0, n0+BN).
-  const int64_t nlast = (n0 + BN < nk ? n0 + BN : nk) - 1;
-  int64_t i_min = 0, i_max = nq - 1;
-  if (a.mask.window_right >= 0) i_min = n0 - off - a.mask.window_right;
-  if (a.mask.window_left >= 0) i_max = nlast - off + a.mask.window_left;
-  if (i_min < 0) i_min = 0;
-  if (i_max > nq - 1) i_max = nq - 1;
-  int mb_lo = 0, nmb = 0;
-  if (i_min <= i_max) {
-    mb_lo = int(i_min / BM);
-    nmb = int(i_max / BM) - mb_lo + 1;
-  }
+  int mb_lo, nmb;
+  key_tile_query_blocks(a.mask, n0, BN, nq, nk, BM, mb_lo, nmb);
   const int nsteps = nmb * group;
 
   const T* qbase = static_cast<const T*>(p.g.fwd.q.data) + sr.bslot * a.q.stride_b + sr.q0 * a.q.stride_s;

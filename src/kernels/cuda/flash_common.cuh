@@ -128,4 +128,88 @@ __host__ __device__ __forceinline__ RowIndex split_row_index(int64_t ridx, int64
   return r;
 }
 
+// Rows of a forward tile: query indices of one head, or, with the GQA group packed into the tile (decode),
+// r = head-in-group * nq + query.
+struct TileRows {
+  bool pack;
+  int64_t group, nq;
+  int hblk, kvh;  // grid.y block (query head, or KV head when packed) and its KV head
+  __device__ __forceinline__ void head_query(int64_t r, int64_t& h, int64_t& i) const {
+    if (pack) {
+      h = int64_t(kvh) * group + r / nq;
+      i = r % nq;
+    } else {
+      h = hblk;
+      i = r;
+    }
+  }
+};
+
+// Keys the rows [m0, r_last] of a forward tile can see. A key block of BN keys starting at n0 needs no mask when
+// n0 >= lo_max and n0 + BN <= hi_min; the tile visits blocks [nb_begin, nb_end) (empty when no row sees a key).
+struct TileKeys {
+  int64_t lo_max, hi_min;
+  int nb_begin, nb_end;
+};
+__device__ __forceinline__ TileKeys tile_keys(const kernels::AttentionMask& mask, const TileRows& t, int64_t m0,
+                                              int64_t r_last, int64_t nk, int BN) {
+  const int64_t nq = t.nq;
+  int64_t imin, imax;  // query indices the rows cover (mask bounds are monotone in the query index)
+  if (!t.pack) {
+    imin = m0;
+    imax = r_last;
+  } else if (m0 / nq != r_last / nq) {
+    imin = 0;
+    imax = nq - 1;
+  } else {
+    imin = m0 % nq;
+    imax = r_last % nq;
+  }
+  const int64_t klo = mask.lo(imin, nq, nk), khi = mask.hi(imax, nq, nk);
+  TileKeys k{mask.lo(imax, nq, nk), mask.hi(imin, nq, nk), 0, 0};
+  if (khi > klo) {
+    k.nb_begin = int(klo / BN);
+    k.nb_end = int((khi + BN - 1) / BN);
+  }
+  return k;
+}
+
+// Copies a forward tile's BM query rows into shared memory with cp.async (16-byte chunks; rows past the tile's
+// end and chunks past the head dim are zero-filled); smem_off(r, c) is the byte offset of row r, chunk c.
+template <typename T, int BM, int CH, int NT, typename SmemOff>
+__device__ __forceinline__ void load_q_tile(uint32_t sQ, const T* qbase, const kernels::AttnOperand& q, int64_t q0,
+                                            const TileRows& trows, int64_t m0, int64_t rows, int dreal,
+                                            SmemOff smem_off) {
+  for (int idx = threadIdx.x; idx < BM * CH; idx += NT) {
+    const int r = idx / CH, c = idx % CH;
+    const int64_t gr = m0 + r;
+    const bool ok = gr < rows && c * 8 < dreal;
+    const T* src = qbase;
+    if (ok) {
+      int64_t h, i;
+      trows.head_query(gr, h, i);
+      src = qbase + (q0 + i) * q.stride_s + h * q.stride_h + c * 8;
+    }
+    cp_async16(sQ + smem_off(r, c), src, ok);
+  }
+}
+
+// Backward: the query blocks of BM rows that see any key of [n0, n0 + BN) (first block, count).
+__device__ __forceinline__ void key_tile_query_blocks(const kernels::AttentionMask& mask, int64_t n0, int BN,
+                                                      int64_t nq, int64_t nk, int BM, int& mb_lo, int& nmb) {
+  const int64_t off = nk - nq;
+  const int64_t nlast = (n0 + BN < nk ? n0 + BN : nk) - 1;
+  int64_t i_min = 0, i_max = nq - 1;
+  if (mask.window_right >= 0) i_min = n0 - off - mask.window_right;
+  if (mask.window_left >= 0) i_max = nlast - off + mask.window_left;
+  if (i_min < 0) i_min = 0;
+  if (i_max > nq - 1) i_max = nq - 1;
+  mb_lo = 0;
+  nmb = 0;
+  if (i_min <= i_max) {
+    mb_lo = int(i_min / BM);
+    nmb = int(i_max / BM) - mb_lo + 1;
+  }
+}
+
 }  // namespace flashkit::cuda

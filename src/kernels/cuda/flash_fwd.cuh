@@ -47,36 +47,14 @@ __global__ void __launch_bounds__(NW * 32) flash_fwd_kernel(const FwdParams p) {
   const int kvh = pack ? hblk : hblk / group;
   const int dreal = int(a.shape.head_dim);
 
-  auto row_head = [&](int64_t r, int64_t& h, int64_t& i) {
-    if (pack) {
-      h = int64_t(kvh) * group + r / nq;
-      i = r % nq;
-    } else {
-      h = hblk;
-      i = r;
-    }
-  };
+  const TileRows trows{pack, group, nq, hblk, kvh};
+  auto row_head = [&](int64_t r, int64_t& h, int64_t& i) { trows.head_query(r, h, i); };
 
   // Key blocks this tile needs: the union of its rows' visible ranges.
   const int64_t r_last = (m0 + BM < rows ? m0 + BM : rows) - 1;
-  int64_t imin, imax;
-  if (!pack) {
-    imin = m0;
-    imax = r_last;
-  } else if (m0 / nq != r_last / nq) {
-    imin = 0;
-    imax = nq - 1;
-  } else {
-    imin = m0 % nq;
-    imax = r_last % nq;
-  }
-  const int64_t klo = a.mask.lo(imin, nq, nk), khi = a.mask.hi(imax, nq, nk);
-  const int64_t lo_max = a.mask.lo(imax, nq, nk), hi_min = a.mask.hi(imin, nq, nk);
-  int nb_begin = 0, nb_end = 0;
-  if (khi > klo) {
-    nb_begin = int(klo / BN);
-    nb_end = int((khi + BN - 1) / BN);
-  }
+  const TileKeys tk = tile_keys(a.mask, trows, m0, r_last, nk, BN);
+  const int64_t lo_max = tk.lo_max, hi_min = tk.hi_min;
+  int nb_begin = tk.nb_begin, nb_end = tk.nb_end;
   if (p.num_splits > 1) {
     const int total = nb_end - nb_begin;
     const int per = (total + p.num_splits - 1) / p.num_splits;
@@ -144,18 +122,8 @@ __global__ void __launch_bounds__(NW * 32) flash_fwd_kernel(const FwdParams p) {
   const float cap_post = a.softcap * kLog2e;
 
   if (nb_begin < nb_end) {
-    for (int idx = tid; idx < BM * CH; idx += NT) {
-      const int r = idx / CH, c = idx % CH;
-      const int64_t gr = m0 + r;
-      const bool ok = gr < rows && c * 8 < dreal;
-      const T* src = qbase;
-      if (ok) {
-        int64_t h, i;
-        row_head(gr, h, i);
-        src = qbase + (sr.q0 + i) * a.q.stride_s + h * a.q.stride_h + c * 8;
-      }
-      cp_async16(sQ + swz<D>(r, c), src, ok);
-    }
+    load_q_tile<T, BM, CH, NT>(sQ, qbase, a.q, sr.q0, trows, m0, rows, dreal,
+                               [](int r, int c) { return swz<D>(r, c); });
     load_kv(nb_begin, 0);
     cp_async_commit();
   }
@@ -362,11 +330,7 @@ void launch_flash_fwd(const FwdParams& p, cudaStream_t stream) {
   else launch_fwd_cfg<T, 256, 32, 4, false, 1>(p, stream);
 }
 
-template <typename T, int D>
-void launch_flash_decode(const FwdParams& p, cudaStream_t stream) {
-  if constexpr (D == 64) launch_fwd_cfg<T, 64, 64, 1, true, 1>(p, stream);
-  else if constexpr (D == 128) launch_fwd_cfg<T, 128, 32, 1, true, 1>(p, stream);
-  else launch_fwd_cfg<T, 256, 32, 1, false, 1>(p, stream);
-}
+// The decode entry point (launch_flash_decode: v2, and v1 = launch_fwd_cfg with one warp per CTA) lives in
+// flash_decode.cuh.
 
 }  // namespace flashkit::cuda

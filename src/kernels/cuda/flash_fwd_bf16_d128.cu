@@ -1,5 +1,6 @@
 // Forward and decode instantiations for bf16, head_dim 128 (one file per instantiation: parallel builds).
 #include "kernels/cuda/flash_fwd.cuh"
+#include "kernels/cuda/flash_decode.cuh"
 
 namespace flashkit::cuda {
 template void launch_flash_fwd<__nv_bfloat16, 128>(const FwdParams&, cudaStream_t);

@@ -1,5 +1,6 @@
 // Forward and decode instantiations for f16, head_dim 64 (one file per instantiation: parallel builds).
 #include "kernels/cuda/flash_fwd.cuh"
+#include "kernels/cuda/flash_decode.cuh"
 
 namespace flashkit::cuda {
 template void launch_flash_fwd<__half, 64>(const FwdParams&, cudaStream_t);

@@ -1,0 +1,6 @@
+// Hopper (sm_90a) forward instantiation for f16, head_dim 64 (one file per instantiation: parallel builds).
+#include "kernels/cuda/flash_fwd_sm90.cuh"
+
+namespace flashkit::cuda {
+template bool launch_flash_fwd_sm90<__half, 64>(const FwdParams&, cudaStream_t);
+}  // namespace flashkit::cuda
