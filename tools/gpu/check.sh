@@ -3,7 +3,8 @@
 #   tools/gpu/check.sh STAGES...   (default: build test sanitize torch sass)
 # stages: build (cmake, sm_90a only by default: ARCHS=...), test (GPU GoogleTest grid, on each kernel path), sanitize (memcheck and
 # racecheck on small cases), torch (tools/gpu/torch_check.py), sass (HMMA/HGMMA counts, spills), bench (full FA grid
-# vs SDPA + decode), quickbench, decode (decode only), decodeab (batch-1 decode with its knobs flipped), ncu (HBM bytes, standard vs flash), profile (ncu sections of
+# vs SDPA + decode), quickbench, decode (decode only), decodeab (batch-1 decode with its knobs flipped), gpt2m (FLOPs and time of
+# standard vs flash at the FlashAttention paper's GPT-2-medium shape), ncu (HBM bytes, standard vs flash), profile (ncu sections of
 # the d128 kernels), variant (the FK_BWD_NW=4 backward), splitsweep (decode split caps at batch 1).
 # Logs and results go to $OUT (or ./build-gpu-out). Exit status: non-zero if any stage failed.
 set -u
@@ -109,6 +110,7 @@ for st in "${STAGES[@]}"; do
         d="$OUT/ab/$(echo "$e" | tr '=A-Z' '-a-z')"  # no '=' in names that travel back from the GPU machine
         mkdir -p "$d"; run "decode_$e" env $e python3 bench/cuda/bench_attention.py --out "$d" --decode-only --batch1
       done ;;
+    gpt2m) run gpt2m python3 tools/gpu/gpt2m_io.py "$OUT/attention-cuda-gpt2m.json" ;;  # paper's IO comparison: FLOPs, time
     decode) run decode_bench python3 bench/cuda/bench_attention.py --out "$OUT" --decode-only ;;
     quickbench) run bench python3 bench/cuda/bench_attention.py --out "$OUT" --quick --reps 5 ;;
     bench) run bench python3 bench/cuda/bench_attention.py --out "$OUT" ;;
