@@ -16,21 +16,12 @@ sys.path.insert(0, os.environ.get("FLASHKIT_PYDIR") or os.path.join(os.path.dirn
 from flashkit import _capi  # noqa: E402
 from flashkit import torch as fkt  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "cuda"))
+from bench_attention import timeit  # noqa: E402  (CUDA events around one call, median after 3 warm-up calls)
 
-def median_ms(fn, reps=15, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e))
-    ts.sort()
-    return ts[len(ts) // 2]
+
+def median_ms(fn, reps=15):
+    return timeit(fn, reps)
 
 
 def main():
