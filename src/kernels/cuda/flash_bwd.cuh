@@ -55,7 +55,6 @@ __global__ void __launch_bounds__(NW * 32) flash_bwd_kernel(const BwdParams p) {
   const int kvh = blockIdx.y;
   const int group = int(a.shape.heads / a.shape.kv_heads);
   const int dreal = int(a.shape.head_dim);
-  const int64_t off = nk - nq;
 
   // Query rows that see any key of [n0, n0+BN).
   int mb_lo, nmb;
