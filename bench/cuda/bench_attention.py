@@ -203,7 +203,9 @@ def table(rows, pre=""):
                     if r is None or m not in r or pre + "fwd_tflops" not in r[m]:
                         cells.append("-")
                     else:
-                        cells.append("%.0f / %.0f" % (r[m][pre + "fwd_tflops"], r[m][pre + "bwd_tflops"]))
+                        # A headline that is not graph-timed (the graph capture failed) is marked.
+                        mark = "*" if not pre and TIMING != "eager" and r[m].get("timing") == "eager" else ""
+                        cells.append("%.0f / %.0f%s" % (r[m][pre + "fwd_tflops"], r[m][pre + "bwd_tflops"], mark))
                 lines.append("| %d | %s | %s | %s |" % (d, causal, m, " | ".join(cells)))
     return "\n".join(lines)
 
@@ -272,8 +274,8 @@ def main():
     with open(os.path.join(args.out, "attention-cuda.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
     md = "# flashkit CUDA attention vs SDPA, %s, %s\n\nTFLOP/s forward / backward (bf16), timing: %s.\n\n%s\n" % (
-        meta["device"], meta["date"], "CUDA-graph replays (GPU time)" if args.timing != "eager" else "eager",
-        table(rows))
+        meta["device"], meta["date"], "CUDA-graph replays (GPU time; * = eager, the call could not be captured)"
+        if args.timing != "eager" else "eager", table(rows))
     if args.timing == "both":
         md += "\nThe same, eager (one Python call per CUDA-event pair, host overhead included):\n\n%s\n" % table(rows, "eager_")
     with open(os.path.join(args.out, "attention-cuda.md"), "w") as f:

@@ -84,15 +84,14 @@ _OPTIONS_CACHE = {}
 
 
 def _options(causal, softmax_scale, window_size, softcap, cu_q, cu_k, impl, on_cuda):
-    # Options without cu_seqlens depend only on hashable scalars: built once per combination (the C API only
-    # reads them), which saves ~5 us per call; varlen options carry the pointers and are built each time.
+    # Options without cu_seqlens built from plain scalars are made once per combination (the C API only reads
+    # them), which saves ~5 us per call; varlen options carry the pointers and are built each time.
     key = None
-    if cu_q is None and cu_k is None:
+    if cu_q is None and cu_k is None and all(x is None or type(x) in (bool, int, float, str)
+                                             for x in (causal, softmax_scale, softcap, impl, *window_size)):
+        # Plain Python scalars only: a tensor or numpy value could change in place behind a cached struct.
         key = (bool(causal), softmax_scale, tuple(window_size), softcap, impl, on_cuda)
-        try:
-            o = _OPTIONS_CACHE.get(key)
-        except TypeError:  # an unhashable argument: build it the long way (make_options validates)
-            key, o = None, None
+        o = _OPTIONS_CACHE.get(key)
         if o is not None:
             return o
     num = 0

@@ -113,3 +113,16 @@ def test_bad_input_is_a_clear_error(make, exc, words):
     with pytest.raises(exc) as e:
         make(torch.tensor(q), torch.tensor(k), torch.tensor(v))
     assert words in str(e.value)
+
+
+def test_a_tensor_scale_is_read_at_each_call():
+    # Only plain Python scalars are cached; a 0-d tensor changed in place must not leave a stale options struct.
+    c = CASES[0]
+    q, k, v, _ = _tensors(c, seed=5)
+    tq, tk, tv = (torch.tensor(x) for x in (q, k, v))
+    scale = torch.tensor(0.5)
+    for value in (0.5, 0.25):
+        scale.fill_(value)
+        o, _ = fkt.attention_forward(tq, tk, tv, softmax_scale=scale)
+        ref, _ = attention_np(q, k, v, False, (-1, -1), 0.0, value)
+        assert rel_err(o.numpy(), ref) < TOL, value

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "node_reference.hpp"
 #include "tokenizer_test_util.hpp"
 
 namespace {
@@ -30,21 +31,13 @@ const json* expected(const std::string& model, std::string* why) {
   if (!cache.count(model) && !reasons.count(model)) {
     std::string& reason = reasons[model];
     json& data = cache[model];
-    if (!ft::have_real_tokenizer("llama3") || !ft::have_real_tokenizer("gemma3") ||
-        !std::filesystem::exists(ft::node_dir() / "node_modules" / "@huggingface" / "tokenizers")) {
+    if (!ft::have_real_tokenizer("llama3") || !ft::have_real_tokenizer("gemma3")) {
       reason = ft::kNpmHint;
-    } else if (std::system("node --version > /dev/null 2>&1") != 0) {
-      reason = "node is not installed";
-    } else {
-      auto out = std::filesystem::temp_directory_path() / ("flashkit_tok_expected_" + std::to_string(::getpid()) + ".json");
-      std::string cmd = "cd '" + ft::node_dir().string() + "' && node expected.mjs '" + out.string() + "' --only " + model;
-      if (std::system(cmd.c_str()) != 0) {
-        reason = "node expected.mjs failed: " + cmd;
-      } else {
-        std::ifstream f(out);
-        data = json::parse(f);
-        std::filesystem::remove(out);
-      }
+    } else if (auto got = fk_test::run_node_json(ft::node_dir(), "@huggingface/tokenizers",
+                                                 "expected.mjs {out} --only " + model, &reason)) {
+      data = std::move(*got);
+    } else if (reason.starts_with("FAIL")) {
+      reason = "node expected.mjs failed: " + reason;
     }
   }
   if (!reasons[model].empty()) {

@@ -264,18 +264,27 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
       p.num_splits = int(std::max<int64_t>(1, splits));
     }
     if (p.num_splits > 1) {
-      part = std::make_unique<Workspace>(size_t(p.num_splits) * size_t(p.num_rows) * (D * 4 + 4), stream);
-      p.o_part = static_cast<float*>(part->p);
-      p.lse_part = p.o_part + size_t(p.num_splits) * p.num_rows * D;
       // v2: merge in the kernel when one CTA can read the tile's partials quickly (<= 96 KB: 16 splits x 4 rows
       // x d128 is 32 KB); otherwise (one KV head at batch 1: ~1 MB) launch_split_combine spreads it over SMs.
       const double merge_bytes = double(p.num_splits) * double(std::min<int64_t>(16, sh.group() * sh.max_seqlen_q)) *
                                  double(sh.head_dim) * 4;
-      if (p.decode_version == 2 && combine != 1 && (combine == 2 || merge_bytes <= 96 * 1024))
-        p.counters = cuda::decode_counters(stream, base);
+      const bool fused = p.decode_version == 2 && combine != 1 && (combine == 2 || merge_bytes <= 96 * 1024);
+      // The in-kernel merge's arrival counters (one per tile) live in this call's stream-ordered workspace and are
+      // zeroed on the stream: no two calls, streams or CUDA-graph replays can ever share one.
+      const size_t part_bytes = size_t(p.num_splits) * size_t(p.num_rows) * (D * 4 + 4);
+      const size_t ctr_off = (part_bytes + 255) / 256 * 256;
+      part = std::make_unique<Workspace>(fused ? ctr_off + size_t(base) * sizeof(unsigned int) : part_bytes, stream);
+      p.o_part = static_cast<float*>(part->p);
+      p.lse_part = p.o_part + size_t(p.num_splits) * p.num_rows * D;
+      if (fused) {
+        p.counters = reinterpret_cast<unsigned int*>(static_cast<char*>(part->p) + ctr_off);
+        check_cuda(cudaMemsetAsync(p.counters, 0, size_t(base) * sizeof(unsigned int), stream),
+                   "cudaMemsetAsync(decode counters)");
+      }
     }
   }
   bool used_sm90 = false;
+  cuda::TileShape sm90_tile;
   auto run = [&](auto tag) {
     using T = decltype(tag);
     if (decode) {
@@ -284,8 +293,8 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
       else cuda::launch_flash_decode<T, 256>(p, stream);
     } else {
       // Hopper kernels first (when this build carries sm_90a code and FLASHKIT_SM90 is not 0), else sm_80.
-      const bool hopper = sm90_allowed() && ((D == 64 && cuda::launch_flash_fwd_sm90<T, 64>(p, stream)) ||
-                                             (D == 128 && cuda::launch_flash_fwd_sm90<T, 128>(p, stream)));
+      const bool hopper = sm90_allowed() && ((D == 64 && cuda::launch_flash_fwd_sm90<T, 64>(p, stream, &sm90_tile)) ||
+                                             (D == 128 && cuda::launch_flash_fwd_sm90<T, 128>(p, stream, &sm90_tile)));
       used_sm90 = hopper;
       if (hopper) return;
       if (D == 64) cuda::launch_flash_fwd<T, 64>(p, stream);
@@ -298,11 +307,12 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
   if (p.num_splits > 1 && !p.counters) cuda::launch_split_combine(p, D, stream);  // v2 with counters merges in-kernel
   if (a.o.data != a0.o.data) cuda::copy_operand16(a0.o.data, a0.o, a.o.data, a.o, B, sh.seqlen_q, sh.heads, sh.head_dim, stream);
 
-  const int BM = decode ? 16 : (D == 256 ? 64 : 64 * FK_FWD_MT);
-  const double pairs = decode ? 0 : fwd_tile_pairs(sh, a.mask, cu, BM, BN);
+  const int BM = decode ? 16 : used_sm90 ? sm90_tile.bm : (D == 256 ? 64 : 64 * FK_FWD_MT);
+  const int BNc = used_sm90 ? sm90_tile.bn : BN;
+  const double pairs = decode ? 0 : fwd_tile_pairs(sh, a.mask, cu, BM, BNc);
   c.flops = decode ? 4.0 * double(sh.batch) * sh.kv_heads * double((sh.group() * sh.max_seqlen_q + 15) / 16 * 16) *
                          double(sh.max_seqlen_k) * D
-                   : 4.0 * pairs * sh.heads * BM * BN * D;
+                   : 4.0 * pairs * sh.heads * BM * BNc * D;
   c.bytes_read = qb + 2 * kvb;
   c.bytes_written = qb + rows * 4;
   if (p.num_splits > 1) {

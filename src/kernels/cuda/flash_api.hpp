@@ -21,8 +21,8 @@ struct FwdParams {
   int64_t num_rows = 0;       // rows of the lse layout: batch_slots * heads * seqlen_q
   // Decode only. decode_version: 2 = flash_decode.cuh (default), 1 = the forward kernel with one warp per CTA
   // (FLASHKIT_DECODE_KERNEL=v1). counters (v2, num_splits > 1): one arrival counter per (m-tile, KV head,
-  // sequence), zero on entry and left zero; the last CTA of a tile merges the splits in the kernel. nullptr:
-  // launch_split_combine runs after the kernel instead.
+  // sequence), zeroed on the stream before the kernel (the call's own workspace); the last CTA of a tile merges
+  // the splits in the kernel. nullptr: launch_split_combine runs after the kernel instead.
   int decode_version = 2;
   unsigned int* counters = nullptr;
 };
@@ -50,11 +50,16 @@ template <typename T, int D>
 void launch_flash_fwd(const FwdParams& p, cudaStream_t stream);
 template <typename T, int D>
 void launch_flash_decode(const FwdParams& p, cudaStream_t stream);
-// Hopper forward (flash_fwd_sm90.cuh), head_dim 64 and 128, num_splits == 1. Returns false when this build or
+// Query rows x keys of the tile a launch used (for the FLOP count of what the kernel computed).
+struct TileShape {
+  int bm = 0, bn = 0;
+};
+
+// Hopper forward (flash_fwd_sm90.cuh), head_dim 64 and 128, num_splits == 1; *tile gets the tile it used. Returns false when this build or
 // device cannot run it (no sm_90a code, or FLASHKIT_SM90=0 handled by the caller); the caller then uses
 // launch_flash_fwd.
 template <typename T, int D>
-bool launch_flash_fwd_sm90(const FwdParams& p, cudaStream_t stream);
+bool launch_flash_fwd_sm90(const FwdParams& p, cudaStream_t stream, TileShape* tile);
 template <typename T, int D>
 void launch_flash_bwd(const BwdParams& p, cudaStream_t stream);
 // Hopper backward (flash_bwd_sm90.cuh), head_dim 64 and 128. Returns false when this build or device cannot run
@@ -64,9 +69,6 @@ bool launch_flash_bwd_sm90(const BwdParams& p, cudaStream_t stream);
 
 // dtype-generic helpers (flash_aux.cu)
 void launch_split_combine(const FwdParams& p, int dpad, cudaStream_t stream);
-// Decode v2 arrival counters for `n` tiles on `stream` (zeroed, persistent; see flash_aux.cu), or nullptr when
-// none can be handed out (then the caller runs launch_split_combine).
-unsigned int* decode_counters(cudaStream_t stream, int64_t n);
 void launch_bwd_preprocess(const BwdParams& p, cudaStream_t stream);
 void launch_bwd_postprocess(const BwdParams& p, int dpad, cudaStream_t stream);
 void copy_operand16(void* dst, const kernels::AttnOperand& ds, const void* src, const kernels::AttnOperand& ss,

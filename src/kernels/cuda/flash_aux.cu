@@ -3,9 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "core/cuda_check.hpp"
 #include "flashkit/error.hpp"
@@ -145,66 +143,6 @@ void launch_split_combine(const FwdParams& p, int dpad, cudaStream_t stream) {
   else
     split_combine_kernel<__half><<<grid, 256, 0, stream>>>(p, dpad);
   check_launch("split-KV combine launch");
-}
-
-// Decode v2 arrival counters. One zeroed buffer per device (allocated at the first request that is not being
-// captured into a graph: cudaMalloc is not capture-safe), cut into slices handed to streams at first use, so
-// decode calls running concurrently on different streams never share a counter; calls on one stream are ordered,
-// and each kernel leaves its counters zero. A graph captured on a stream keeps that stream's slice: replaying it
-// concurrently with other decode calls on the capture stream (or twice at once) would share counters.
-namespace {
-constexpr int kCounterSlices = 16;
-constexpr int64_t kSliceCounters = 8192;
-struct DeviceCounters {
-  unsigned int* buf = nullptr;
-  std::vector<cudaStream_t> owners;  // slice k belongs to owners[k]
-};
-}  // namespace
-
-unsigned int* decode_counters(cudaStream_t stream, int64_t n) {
-  if (n <= 0 || n > kSliceCounters) return nullptr;
-  static std::mutex mu;
-  static std::vector<DeviceCounters> devs;
-  int dev = 0;
-  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
-  std::lock_guard<std::mutex> lock(mu);
-  if (int(devs.size()) <= dev) devs.resize(dev + 1);
-  DeviceCounters& d = devs[dev];
-  int slice = -1;
-  for (int k = 0; k < int(d.owners.size()); ++k)
-    if (d.owners[k] == stream) slice = k;
-  if (slice < 0 && int(d.owners.size()) >= kCounterSlices) return nullptr;
-  if (!d.buf) {
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess) {
-      cudaGetLastError();
-      return nullptr;
-    }
-    if (cs != cudaStreamCaptureStatusNone) return nullptr;
-    // Relaxed: another thread may be capturing in global mode. The zeroing runs on a private non-blocking stream
-    // (the legacy stream would synchronize with a capturing blocking stream) and is waited for here.
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    check_cuda(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
-    const size_t bytes = size_t(kCounterSlices) * kSliceCounters * sizeof(unsigned int);
-    void* ptr = nullptr;
-    cudaStream_t zs = nullptr;
-    cudaError_t e = cudaMalloc(&ptr, bytes);
-    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&zs, cudaStreamNonBlocking);
-    if (e == cudaSuccess) e = cudaMemsetAsync(ptr, 0, bytes, zs);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(zs);
-    if (zs) cudaStreamDestroy(zs);
-    cudaThreadExchangeStreamCaptureMode(&mode);
-    if (e != cudaSuccess) {
-      if (ptr) cudaFree(ptr);
-      cuda_fail(e, "decode counters");
-    }
-    d.buf = static_cast<unsigned int*>(ptr);
-  }
-  if (slice < 0) {
-    slice = int(d.owners.size());
-    d.owners.push_back(stream);
-  }
-  return d.buf + int64_t(slice) * kSliceCounters;
 }
 
 void launch_bwd_preprocess(const BwdParams& p, cudaStream_t stream) {

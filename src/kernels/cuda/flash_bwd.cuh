@@ -11,6 +11,7 @@
 #include "flashkit/error.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
+#include "kernels/cuda/launch.hpp"
 
 #ifndef FK_BWD_NW
 #define FK_BWD_NW 8  // warps of the d64/d128 backward CTA (16 keys each)
@@ -290,16 +291,13 @@ template <typename T, int D, int NW, int DSPLIT, int BM, int STAGES>
 void launch_bwd_cfg(const BwdParams& p, cudaStream_t stream) {
   using Cfg = BwdCfg<D, NW, DSPLIT, BM, STAGES>;
   auto kern = flash_bwd_kernel<T, D, NW, DSPLIT, BM, STAGES>;
-  static const cudaError_t attr = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::smem));
-  cudaError_t e = attr;
-  check_cuda(e, "cudaFuncSetAttribute(flash backward)");
+  set_max_dynamic_smem(kern, Cfg::smem, "cudaFuncSetAttribute(flash backward)");
   const auto& sh = p.g.fwd.shape;
   const int64_t nblocks = (sh.max_seqlen_k + Cfg::BN - 1) / Cfg::BN;
   if (nblocks == 0) return;
   dim3 grid(unsigned(nblocks), unsigned(sh.kv_heads), unsigned(sh.batch));
   kern<<<grid, NW * 32, Cfg::smem, stream>>>(p);
-  e = cudaGetLastError();
-  check_cuda(e, "flash backward launch");
+  check_cuda(cudaGetLastError(), "flash backward launch");
 }
 
 template <typename T, int D>

@@ -26,7 +26,7 @@
 #include "core/cuda_check.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
-#include "kernels/cuda/flash_fwd_sm90.cuh"  // sm90_kernel_usable
+#include "kernels/cuda/launch.hpp"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace flashkit::cuda {
@@ -380,13 +380,8 @@ template <typename T, int D, int BM, int NWG, bool CAP>
 bool launch_bwd_sm90_kernel(const BwdParams& p, cudaStream_t stream) {
   using Cfg = Sm90BwdCfg<D, BM, NWG>;
   auto kern = flash_bwd_sm90_kernel<T, D, BM, NWG, CAP>;
-  static const bool usable = [&] {
-    if (!sm90_kernel_usable(kern)) return false;
-    check_cuda(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::smem)),
-               "cudaFuncSetAttribute(flash backward sm90)");
-    return true;
-  }();
-  if (!usable) return false;
+  if (!sm90_kernel_usable(kern)) return false;
+  set_max_dynamic_smem(kern, Cfg::smem, "cudaFuncSetAttribute(flash backward sm90)");
   const auto& sh = p.g.fwd.shape;
   const int64_t nblocks = (sh.max_seqlen_k + Cfg::BN - 1) / Cfg::BN;
   if (nblocks == 0) return true;

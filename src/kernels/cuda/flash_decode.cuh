@@ -18,9 +18,9 @@
 //  - at the end the warps meet in shared memory (an LSE-weighted merge: per row M = max_w m_w, each warp's O
 //    scaled by 2^(m_w - M), L = sum_w l_w 2^(m_w - M)); one split writes o/lse directly, several write f32
 //    partials (same layout as v1: [split, row, Dpad] and [split, row]);
-//  - split merge: with p.counters, each CTA bumps its tile's counter after writing its partial; the CTA that
-//    arrives last (and resets the counter to 0 for the next call on this stream) merges the tile's partials
-//    (threadfence reduction). Without counters (big merges: one KV head and ~130 splits is 1 MB of partials, too
+//  - split merge: with p.counters (zeroed on the stream by the caller), each CTA bumps its tile's counter after
+//    writing its partial; the CTA that arrives last merges the tile's partials (threadfence reduction) and puts
+//    the counter back to 0. Without counters (big merges: one KV head and ~130 splits is 1 MB of partials, too
 //    much for one SM) launch_split_combine runs after the kernel, spread over rows and columns.
 //
 // Index walk-through (checked by hand): nk = 100, nq = 1, causal, window_left 30, 3 splits, one row group.
@@ -39,6 +39,7 @@
 #include "flashkit/error.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
+#include "kernels/cuda/launch.hpp"
 #include "kernels/cuda/flash_fwd.cuh"
 
 namespace flashkit::cuda {
@@ -418,8 +419,7 @@ template <typename T, int D>
 void launch_decode_v2(const FwdParams& p, cudaStream_t stream) {
   constexpr size_t smem = DecodeCfg<D>::kSmem;
   auto kern = flash_decode_kernel<T, D>;
-  static const cudaError_t attr = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  check_cuda(attr, "cudaFuncSetAttribute(flash decode)");
+  set_max_dynamic_smem(kern, smem, "cudaFuncSetAttribute(flash decode)");
   if (p.num_splits < 1 || p.num_splits > kDecodeMaxSplits) fail(Status::internal, "flash decode: bad split count");
   const auto& sh = p.a.shape;
   const int64_t mtiles = (sh.heads / sh.kv_heads * sh.max_seqlen_q + 15) / 16;

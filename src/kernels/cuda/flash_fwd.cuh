@@ -10,6 +10,7 @@
 #include "flashkit/error.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
+#include "kernels/cuda/launch.hpp"
 
 #ifndef FK_FWD_MT
 #define FK_FWD_MT 2  // m16 tiles per warp in the prefill forward (d64/d128)
@@ -310,8 +311,7 @@ void launch_fwd_cfg(const FwdParams& p, cudaStream_t stream) {
   constexpr int BM = 16 * NW * MT;
   constexpr size_t smem = size_t(BM * D + 4 * BN * D) * 2;
   auto kern = flash_fwd_kernel<T, D, BN, NW, QREG, MT>;
-  static const cudaError_t attr = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  check_cuda(attr, "cudaFuncSetAttribute(flash forward)");
+  set_max_dynamic_smem(kern, smem, "cudaFuncSetAttribute(flash forward)");
   const auto& sh = p.a.shape;
   const int64_t group = sh.heads / sh.kv_heads;
   const int64_t rows = p.pack_gqa ? group * sh.max_seqlen_q : sh.max_seqlen_q;

@@ -13,6 +13,7 @@
 #include "core/cuda_check.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
+#include "kernels/cuda/launch.hpp"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace flashkit::cuda {
@@ -279,29 +280,14 @@ __global__ void __launch_bounds__(NWG * 128, MINB) flash_fwd_sm90_kernel(const F
 #endif
 }
 
-// Whether this binary carries sm_90a code for the kernel and the device runs it (not a JIT of older PTX).
-template <typename Kern>
-bool sm90_kernel_usable(Kern kern) {
-  cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, kern) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return attr.binaryVersion == 90 && attr.ptxVersion >= 90;
-}
-
 template <typename T, int D, int BN, int NWG, int STAGES, int MINB>
-bool launch_fwd_sm90_cfg(const FwdParams& p, cudaStream_t stream) {
+bool launch_fwd_sm90_cfg(const FwdParams& p, cudaStream_t stream, TileShape* tile) {
   using Cfg = Sm90FwdCfg<D, BN, NWG, STAGES>;
   static_assert(Cfg::smem * MINB <= 228 * 1024, "MINB CTAs per SM do not fit in shared memory");
   auto kern = flash_fwd_sm90_kernel<T, D, BN, NWG, STAGES, MINB>;
-  static const bool usable = [&] {
-    if (!sm90_kernel_usable(kern)) return false;
-    check_cuda(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::smem)),
-               "cudaFuncSetAttribute(flash forward sm90)");
-    return true;
-  }();
-  if (!usable) return false;
+  if (!sm90_kernel_usable(kern)) return false;
+  set_max_dynamic_smem(kern, Cfg::smem, "cudaFuncSetAttribute(flash forward sm90)");
+  *tile = TileShape{Cfg::BM, BN};
   const auto& sh = p.a.shape;
   const int64_t group = sh.heads / sh.kv_heads;
   const int64_t rows = p.pack_gqa ? group * sh.max_seqlen_q : sh.max_seqlen_q;
@@ -325,7 +311,7 @@ inline int sm90_fwd_cfg() {
 }
 
 template <typename T, int D>
-bool launch_flash_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
+bool launch_flash_fwd_sm90(const FwdParams& p, cudaStream_t stream, TileShape* tile) {
   if (p.num_splits != 1) return false;
   const int64_t sq = p.a.shape.max_seqlen_q;
   const bool causal = p.a.mask.causal;
@@ -333,12 +319,12 @@ bool launch_flash_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   if constexpr (D == 64) {
     if (cfg < 1 || cfg > 2) cfg = causal && sq <= 1024 ? 2 : 1;
     // <T, D, BN, warpgroups, stages, CTAs per SM>
-    if (cfg == 2) return launch_fwd_sm90_cfg<T, 64, 64, 1, 2, 4>(p, stream);
-    return launch_fwd_sm90_cfg<T, 64, 128, 2, 2, 2>(p, stream);
+    if (cfg == 2) return launch_fwd_sm90_cfg<T, 64, 64, 1, 2, 4>(p, stream, tile);
+    return launch_fwd_sm90_cfg<T, 64, 128, 2, 2, 2>(p, stream, tile);
   } else if constexpr (D == 128) {
     if (cfg < 1 || cfg > 2) cfg = sq <= 2048 ? 1 : 2;
-    if (cfg == 2) return launch_fwd_sm90_cfg<T, 128, 128, 2, 2, 1>(p, stream);
-    return launch_fwd_sm90_cfg<T, 128, 64, 2, 2, 2>(p, stream);
+    if (cfg == 2) return launch_fwd_sm90_cfg<T, 128, 128, 2, 2, 1>(p, stream, tile);
+    return launch_fwd_sm90_cfg<T, 128, 64, 2, 2, 2>(p, stream, tile);
   } else {
     return false;
   }

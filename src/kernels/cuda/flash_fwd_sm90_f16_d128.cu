@@ -2,5 +2,5 @@
 #include "kernels/cuda/flash_fwd_sm90.cuh"
 
 namespace flashkit::cuda {
-template bool launch_flash_fwd_sm90<__half, 128>(const FwdParams&, cudaStream_t);
+template bool launch_flash_fwd_sm90<__half, 128>(const FwdParams&, cudaStream_t, TileShape*);
 }  // namespace flashkit::cuda
