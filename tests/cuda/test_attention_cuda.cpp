@@ -210,6 +210,7 @@ std::vector<Case> grid() {
   }
   g.push_back({1, 256, 256, 4, 2, 64, false, 32, 16});
   g.push_back({1, 256, 300, 4, 4, 128, true, 64, -1});
+  g.push_back({1, 200, 300, 4, 2, 128, true, -1, -1, 4.0f});  // prefill d128 with softcap (Hopper forward)
   g.push_back({2, 96, 160, 4, 2, 64, true, -1, -1, 5.0f});
   g.push_back({1, 128, 128, 2, 2, 256, false, -1, -1, 3.0f, DType::f16});
   {
@@ -305,6 +306,72 @@ TEST(CudaAttention, ForwardDeterministic) {
   o1.download(&a);
   o2.download(&b);
   EXPECT_EQ(0, std::memcmp(a.bytes.data(), b.bytes.data(), a.bytes.size()));
+}
+
+// Decode with the split merge inside the kernel (batch 1, GQA, 5000 keys: many splits): captured into a CUDA graph
+// on a side stream and replayed twice, then run eagerly on two streams at once. Every output must equal the eager
+// run's bit for bit: the merge's arrival counters belong to each call, so no replay or concurrent call can make a
+// tile merge early or never.
+TEST(CudaAttention, DecodeGraphReplayAndConcurrentStreams) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(11);
+  const int64_t Sk = 5000, H = 32, Hkv = 8, D = 128;
+  HostTensor q(DType::bf16, {1, 1, H, D}), k(DType::bf16, {1, Sk, Hkv, D}), v(DType::bf16, {1, Sk, Hkv, D});
+  q.fill_random(rng);
+  k.fill_random(rng);
+  v.fill_random(rng);
+  DevTensor dq, dk, dv, o_ref, o_graph, o_a, o_b, l_ref, l_graph, l_a, l_b;
+  dq.alloc(DType::bf16, {1, 1, H, D});
+  dk.alloc(DType::bf16, {1, Sk, Hkv, D});
+  dv.alloc(DType::bf16, {1, Sk, Hkv, D});
+  for (DevTensor* o : {&o_ref, &o_graph, &o_a, &o_b}) o->alloc(DType::bf16, {1, 1, H, D});
+  for (DevTensor* l : {&l_ref, &l_graph, &l_a, &l_b}) l->alloc(DType::f32, {1, H, 1});
+  dq.upload(q);
+  dk.upload(k);
+  dv.upload(v);
+  AttentionOptions opts;
+  opts.check_finite = false;
+  OpCost cost;
+  attention_forward(dq.view, dk.view, dv.view, o_ref.view, l_ref.view, opts, &cost);
+  CK(cudaDeviceSynchronize());
+  EXPECT_NE(cost.kernel.find("splits"), std::string::npos) << cost.kernel;  // the split path is what this tests
+  HostTensor ref(DType::bf16, {1, 1, H, D}), got(DType::bf16, {1, 1, H, D});
+  o_ref.download(&ref);
+
+  cudaStream_t s1 = nullptr, s2 = nullptr;
+  CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  set_cuda_stream(s1);
+  o_graph.poison();
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeThreadLocal));
+  attention_forward(dq.view, dk.view, dv.view, o_graph.view, l_graph.view, opts);
+  CK(cudaStreamEndCapture(s1, &graph));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    o_graph.poison();
+    CK(cudaGraphLaunch(exec, s1));
+    CK(cudaStreamSynchronize(s1));
+    o_graph.download(&got);
+    EXPECT_EQ(0, std::memcmp(ref.bytes.data(), got.bytes.data(), ref.bytes.size())) << "graph replay " << replay;
+  }
+  o_a.poison();
+  o_b.poison();
+  attention_forward(dq.view, dk.view, dv.view, o_a.view, l_a.view, opts);  // on s1
+  set_cuda_stream(s2);
+  attention_forward(dq.view, dk.view, dv.view, o_b.view, l_b.view, opts);
+  CK(cudaGraphLaunch(exec, s2));  // a replay concurrent with both
+  set_cuda_stream(nullptr);
+  CK(cudaDeviceSynchronize());
+  for (DevTensor* o : {&o_a, &o_b, &o_graph}) {
+    o->download(&got);
+    EXPECT_EQ(0, std::memcmp(ref.bytes.data(), got.bytes.data(), ref.bytes.size()));
+  }
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+  CK(cudaStreamDestroy(s1));
+  CK(cudaStreamDestroy(s2));
 }
 
 TEST(CudaAttention, RejectsF32) {
