@@ -92,12 +92,12 @@ int prepare_device() {
   return sms[dev];
 }
 
-// Upper bound on split-KV splits: `dflt` (decode v1: 128, v2: 512) unless FLASHKIT_DECODE_MAX_SPLITS overrides
-// it, for tuning; the combine kernel and decode v2 take up to 512.
+// Upper bound on split-KV splits: `dflt` (decode v1: 128, v2: kMaxDecodeSplits) unless FLASHKIT_DECODE_MAX_SPLITS
+// overrides it, for tuning (clamped to 1..kMaxDecodeSplits).
 int64_t decode_max_splits(int64_t dflt) {
   static const int64_t env = [] {
     const char* e = std::getenv("FLASHKIT_DECODE_MAX_SPLITS");
-    return e ? std::clamp<int64_t>(std::atoll(e), 1, 512) : int64_t(0);
+    return e ? std::clamp<int64_t>(std::atoll(e), 1, cuda::kMaxDecodeSplits) : int64_t(0);
   }();
   return env ? env : dflt;
 }
@@ -245,7 +245,8 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
         nblocks = std::min<int64_t>(
             nblocks, (a.mask.window_left + sh.max_seqlen_q + std::max<int64_t>(a.mask.window_right, 0)) / 16 + 2);
       const int64_t c0 = 1024 / D;
-      const int64_t cap = std::min<int64_t>({std::max<int64_t>(1, nblocks / 2), decode_max_splits(512),
+      const int64_t cap = std::min<int64_t>({std::max<int64_t>(1, nblocks / 2),
+                                             decode_max_splits(cuda::kMaxDecodeSplits),
                                              8 * slots / std::max<int64_t>(1, base) + 1});
       int64_t best = 1, best_t = INT64_MAX;
       for (int64_t s = 1; s <= cap; ++s) {

@@ -27,6 +27,10 @@ struct FwdParams {
   unsigned int* counters = nullptr;
 };
 
+// Most split-KV splits any decode launch uses: the combine kernel and decode v2's in-kernel merge keep one weight
+// per split in shared memory.
+constexpr int kMaxDecodeSplits = 512;
+
 // Launch shape of decode v2 (flash_decode.cuh), shared with the split heuristic in cuda_runtime.cu: warps per
 // CTA, cp.async stages per warp (16 keys of K and V each) and dynamic shared memory (Q tile + all stages).
 template <int D>

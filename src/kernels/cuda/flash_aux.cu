@@ -27,11 +27,10 @@ unsigned blocks_for(int64_t n, int per) { return unsigned((n + per - 1) / per); 
 // independent: a serial walk over the splits is latency-bound, ~80 us for 128 splits), then the 8 partial sums
 // meet in shared memory. Spreading a row's columns over blocks matters when rows are few: one KV head at batch 1
 // is 8 rows x ~130 splits x 256 columns (1 MB of partials) that one block per row read with only 8 SMs.
-constexpr int kMaxSplits = 512;  // keep in step with cuda_runtime.cu
 constexpr int kCombineCols = 64;
 template <typename T>
 __global__ void __launch_bounds__(256) split_combine_kernel(const FwdParams p, int dpad) {
-  __shared__ float wsh[kMaxSplits];
+  __shared__ float wsh[kMaxDecodeSplits];
   __shared__ float red[8][kCombineCols];
   __shared__ float stat[8];
   const int tid = threadIdx.x, wid = tid >> 5, lane = tid & 31;
@@ -136,7 +135,7 @@ __global__ void copy_strided_kernel(uint16_t* dst, kernels::AttnOperand ds, cons
 
 void launch_split_combine(const FwdParams& p, int dpad, cudaStream_t stream) {
   if (p.num_rows == 0) return;
-  if (p.num_splits > kMaxSplits) fail(Status::internal, "split-KV combine: too many splits");
+  if (p.num_splits > kMaxDecodeSplits) fail(Status::internal, "split-KV combine: too many splits");
   const dim3 grid(unsigned(p.num_rows), unsigned((p.a.shape.head_dim + kCombineCols - 1) / kCombineCols));
   if (p.a.dtype == DType::bf16)
     split_combine_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(p, dpad);

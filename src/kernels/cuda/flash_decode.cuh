@@ -44,7 +44,6 @@
 
 namespace flashkit::cuda {
 
-constexpr int kDecodeMaxSplits = 512;  // the fused merge keeps 16 x splits weights in shared memory
 
 template <typename T, int D>
 __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_kernel(const FwdParams p) {
@@ -56,7 +55,7 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
   constexpr uint32_t kStage = 2 * kTile;                  // K then V
   static_assert(DecodeCfg<D>::kSmem == size_t(kTile) * (1 + NW * ST * 2), "keep DecodeCfg in step");
   static_assert(size_t(NW * 32 + NW * 16 * DP) * 4 <= DecodeCfg<D>::kSmem, "warp merge buffer must fit");
-  static_assert(size_t(16 * kDecodeMaxSplits + 32) * 4 <= DecodeCfg<D>::kSmem, "split weights must fit");
+  static_assert(size_t(16 * kMaxDecodeSplits + 32) * 4 <= DecodeCfg<D>::kSmem, "split weights must fit");
   static_assert(CH <= 32 && 32 % CH == 0, "a warp copies whole rows");
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int s_last;
@@ -420,7 +419,7 @@ void launch_decode_v2(const FwdParams& p, cudaStream_t stream) {
   constexpr size_t smem = DecodeCfg<D>::kSmem;
   auto kern = flash_decode_kernel<T, D>;
   set_max_dynamic_smem(kern, smem, "cudaFuncSetAttribute(flash decode)");
-  if (p.num_splits < 1 || p.num_splits > kDecodeMaxSplits) fail(Status::internal, "flash decode: bad split count");
+  if (p.num_splits < 1 || p.num_splits > kMaxDecodeSplits) fail(Status::internal, "flash decode: bad split count");
   const auto& sh = p.a.shape;
   const int64_t mtiles = (sh.heads / sh.kv_heads * sh.max_seqlen_q + 15) / 16;
   if (mtiles == 0) return;
