@@ -72,24 +72,38 @@ struct Workspace {
   Workspace& operator=(const Workspace&) = delete;
 };
 
+// What the dispatch needs to know about a device, read once per device.
+struct DeviceInfo {
+  int sms = 0;               // multiprocessors
+  int smem_block_optin = 0;  // largest dynamic shared memory one CTA may opt into
+  int smem_per_sm = 0;
+};
+
 // Once per device: keep freed workspace in the stream-ordered pool (the default release threshold of 0
-// returns it to the driver at every synchronization, and the next cudaMallocAsync maps it again: ~100 us).
-// Returns the multiprocessor count.
-int prepare_device() {
+// returns it to the driver at every synchronization, and the next cudaMallocAsync maps it again: ~100 us), and
+// read the attributes the dispatch uses. Returns them for the current device.
+DeviceInfo prepare_device() {
   static std::mutex mu;
-  static std::vector<int> sms;
+  static std::vector<DeviceInfo> infos;
   int dev = 0;
   check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
   std::lock_guard<std::mutex> lock(mu);
-  if (int(sms.size()) <= dev) sms.resize(dev + 1, 0);
-  if (sms[dev] == 0) {
+  if (int(infos.size()) <= dev) infos.resize(dev + 1);
+  DeviceInfo& d = infos[dev];
+  if (d.sms == 0) {
     cudaMemPool_t pool;
     check_cuda(cudaDeviceGetDefaultMemPool(&pool, dev), "cudaDeviceGetDefaultMemPool");
     uint64_t keep = UINT64_MAX;
     check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
-    check_cuda(cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+    DeviceInfo n;
+    check_cuda(cudaDeviceGetAttribute(&n.smem_block_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+               "cudaDeviceGetAttribute");
+    check_cuda(cudaDeviceGetAttribute(&n.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev),
+               "cudaDeviceGetAttribute");
+    check_cuda(cudaDeviceGetAttribute(&n.sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+    d = n;
   }
-  return sms[dev];
+  return d;
 }
 
 // Upper bound on split-KV splits: `dflt` (decode v1: 128, v2: kMaxDecodeSplits) unless FLASHKIT_DECODE_MAX_SPLITS
@@ -169,7 +183,7 @@ double operand_bytes(const AttentionShape& s, bool kv) {
 
 void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_t>& host_cu, AttentionImpl impl,
                             bool /*check_finite*/, OpCost* cost) {
-  prepare_device();
+  const DeviceInfo dinfo = prepare_device();
   const cudaStream_t stream = g_stream;
   const AttentionShape& sh = a0.shape;
   const std::vector<int32_t>& cu = host_cu;  // validated host copy from src/ops
@@ -212,7 +226,7 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
   const int BN = decode ? (D == 64 ? 64 : 32) : (D == 256 ? 32 : 64);  // as in flash_fwd.cuh
   if (decode) {
     p.pack_gqa = true;
-    const int sms = prepare_device();
+    const int sms = dinfo.sms;
     const int64_t mtiles = (sh.group() * sh.max_seqlen_q + 15) / 16;
     const int64_t base = mtiles * sh.kv_heads * sh.batch;  // (m-tile, KV head, sequence) tiles
     // FLASHKIT_DECODE_KERNEL=v1: the forward kernel with one warp per CTA (flash_fwd.cuh); v2 (default):
@@ -226,10 +240,7 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
       const char* e = std::getenv("FLASHKIT_DECODE_COMBINE");
       return !e ? 0 : std::string(e) == "kernel" ? 1 : std::string(e) == "fused" ? 2 : 0;
     }();
-    int dev = 0, optin = 0, smem_sm = 0;
-    check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
-    check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "cudaDeviceGetAttribute");
-    check_cuda(cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev), "cudaDeviceGetAttribute");
+    const int optin = dinfo.smem_block_optin, smem_sm = dinfo.smem_per_sm;
     const size_t smem2 = cuda::decode_smem_bytes(D);
     p.decode_version = version == 2 && size_t(optin) >= smem2 ? 2 : 1;  // v2 needs 130-200 KB (sm_90: yes)
     if (p.decode_version == 2) {
