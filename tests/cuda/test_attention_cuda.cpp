@@ -374,6 +374,24 @@ TEST(CudaAttention, DecodeGraphReplayAndConcurrentStreams) {
   CK(cudaStreamDestroy(s2));
 }
 
+// More sequences than the kernels' grid holds: a clear error naming the limit, not a launch failure.
+TEST(CudaAttention, RejectsTooManySequences) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  DevTensor q, o, l;
+  q.alloc(DType::bf16, {65536, 1, 1, 8});
+  o.alloc(DType::bf16, {65536, 1, 1, 8});
+  l.alloc(DType::f32, {65536, 1, 1});
+  AttentionOptions opts;
+  opts.check_finite = false;
+  try {
+    attention_forward(q.view, q.view, q.view, o.view, l.view, opts);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::unsupported);
+    EXPECT_NE(std::string(e.what()).find("65535 sequences"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CudaAttention, RejectsF32) {
   if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
   DevTensor q, o, l;

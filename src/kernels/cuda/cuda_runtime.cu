@@ -125,6 +125,15 @@ bool sm90_allowed() {
   return v;
 }
 
+// The flash kernels put sequences on grid.z and heads on grid.y (at most 65535 each).
+void check_grid_limits(const AttentionShape& sh) {
+  if (sh.batch > 65535)
+    fail(Status::unsupported, "CUDA flash attention: at most 65535 sequences per call (batch, or num_seqs when "
+                              "varlen), got " + std::to_string(sh.batch) + "; split the call");
+  if (sh.heads > 65535)
+    fail(Status::unsupported, "CUDA flash attention: at most 65535 heads, got " + std::to_string(sh.heads));
+}
+
 int dpad_of(int64_t d) { return d <= 64 ? 64 : (d <= 128 ? 128 : 256); }
 
 int64_t batch_slots(const AttentionShape& s) { return s.varlen() ? 1 : s.batch; }
@@ -209,6 +218,7 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
     if (cost) *cost = c;
     return;
   }
+  check_grid_limits(sh);
   const int D = dpad_of(sh.head_dim);
   AttentionFwdArgs a = a0;
   Repack rp;
@@ -367,6 +377,7 @@ void cuda_attention_backward(const AttentionBwdArgs& g0, const std::vector<int32
     if (cost) *cost = c;
     return;
   }
+  check_grid_limits(sh);
   const int D = dpad_of(sh.head_dim);
   AttentionBwdArgs g = g0;
   Repack rp;
