@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/env.hpp"
 #include "flashkit/runtime.hpp"
 #include "kernels_avx2.hpp"
 
@@ -114,11 +115,10 @@ DeviceSpec local_cpu_spec() {
     // FLASHKIT_CPU_PEAK_GFLOPS and FLASHKIT_CPU_BW_GBS pin the roof (skipping the measurement): for a shared
     // machine, where a 0.4 s measurement can catch other jobs, and for fast deterministic tests.
     CpuMeasurement m;
-    const char* pk = std::getenv("FLASHKIT_CPU_PEAK_GFLOPS");
-    const char* bw = std::getenv("FLASHKIT_CPU_BW_GBS");
-    if (pk && bw && std::atof(pk) > 0 && std::atof(bw) > 0) {
-      m.fma_peak_gflops = std::atof(pk);
-      m.triad_gbs = std::atof(bw);
+    const double pk = env::positive("FLASHKIT_CPU_PEAK_GFLOPS", 0), bw = env::positive("FLASHKIT_CPU_BW_GBS", 0);
+    if (pk > 0 && bw > 0) {
+      m.fma_peak_gflops = pk;
+      m.triad_gbs = bw;
       m.threads = num_threads();
       m.isa = "pinned by FLASHKIT_CPU_PEAK_GFLOPS/FLASHKIT_CPU_BW_GBS";
     } else {

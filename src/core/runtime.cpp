@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/env.hpp"
 #include "flashkit/error.hpp"
 
 #ifdef _OPENMP
@@ -19,17 +20,9 @@
 namespace flashkit {
 
 namespace {
-int env_int(const char* name, int fallback) {
-  const char* s = std::getenv(name);
-  if (!s || !*s) return fallback;
-  char* end = nullptr;
-  long v = std::strtol(s, &end, 10);
-  return (end && *end == 0 && v > 0) ? int(v) : fallback;
-}
-
 int default_threads() {
 #ifdef _OPENMP
-  return env_int("FLASHKIT_NUM_THREADS", omp_get_max_threads());
+  return int(env::integer("FLASHKIT_NUM_THREADS", omp_get_max_threads(), 1, 4096));
 #else
   return 1;
 #endif
@@ -70,11 +63,8 @@ std::string cpu_isa() {
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
       level = 2;
 #endif
-    if (const char* force = std::getenv("FLASHKIT_CPU_ISA")) {
-      std::string f = force;
-      int want = f == "scalar" ? 0 : f == "avx2" ? 1 : f == "avx512" ? 2 : level;
-      if (want < level) level = want;
-    }
+    const int want = env::choice("FLASHKIT_CPU_ISA", {"scalar", "avx2", "avx512"}, level);
+    if (want < level) level = want;
     return std::string(level == 2 ? "avx512" : level == 1 ? "avx2" : "scalar");
   }();
   return isa;
@@ -86,12 +76,7 @@ int64_t physical_memory_bytes() {
 }
 
 int64_t max_workspace_bytes() {
-  if (const char* s = std::getenv("FLASHKIT_MAX_WORKSPACE_BYTES")) {
-    char* end = nullptr;
-    long long v = std::strtoll(s, &end, 10);
-    if (end && *end == 0 && v > 0) return v;
-  }
-  return physical_memory_bytes() / 10 * 8;
+  return env::integer("FLASHKIT_MAX_WORKSPACE_BYTES", physical_memory_bytes() / 10 * 8, 1, INT64_MAX);
 }
 
 const char* version() { return FLASHKIT_VERSION; }

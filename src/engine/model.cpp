@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 
+#include "core/env.hpp"
 #include "engine/backend.hpp"
 #include "engine/config.hpp"
 #include "engine/random_weights.hpp"
@@ -569,9 +570,8 @@ GenerationResult generate(Session& session, std::span<const int32_t> prompt, con
   // among them; on a tie, and on an invalid row, the step falls back to the sampler on the downloaded logits, which
   // also raises the sampler's errors). FLASHKIT_DEVICE_ARGMAX=0 turns it off (A/B runs, tests).
   const bool argmax_pick = sp.repetition_penalty == 1.0f && (sp.greedy() || sp.top_k == 1);
-  const char* env = std::getenv("FLASHKIT_DEVICE_ARGMAX");
-  auto* fast = argmax_pick && !(env && std::strcmp(env, "0") == 0) ? dynamic_cast<engine::SessionImpl*>(&session)
-                                                                     : nullptr;
+  auto* fast = argmax_pick && env::flag("FLASHKIT_DEVICE_ARGMAX", true) ? dynamic_cast<engine::SessionImpl*>(&session)
+                                                                        : nullptr;
 
   GenerationResult r;
   r.prompt_tokens = int64_t(prompt.size());

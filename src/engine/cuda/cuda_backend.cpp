@@ -37,6 +37,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/env.hpp"
 #include "engine/backend.hpp"
 #include "core/cuda_check.hpp"
 #include "engine/cuda/kernels.hpp"
@@ -57,10 +58,6 @@ void ck(cudaError_t e, const char* what) {
 void ckb(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
     fail(Status::device_error, std::string("cuda backend: ") + what + ": cuBLAS status " + std::to_string(int(s)));
-}
-bool env_off(const char* name) {
-  const char* e = std::getenv(name);
-  return e && std::strcmp(e, "0") == 0;
 }
 bool bf(const Tensor& t) { return t.dtype == DType::bf16; }
 bool same(const Tensor& a, const Tensor& b) { return a.data == b.data && a.ld == b.ld && a.dtype == b.dtype; }
@@ -107,8 +104,8 @@ class CudaBackend final : public Backend {
     ck(cudaMalloc(&argmax_dev_, 4 * sizeof(int32_t)), "cudaMalloc(argmax result)");
     ck(cudaMemset(argmax_dev_, 0, 4 * sizeof(int32_t)), "cudaMemset(argmax result)");
     ck(cudaMallocHost(&argmax_host_, 2 * sizeof(int32_t)), "cudaMallocHost(argmax result)");
-    graphs_on_ = !env_off("FLASHKIT_CUDA_GRAPHS");
-    fuse_ = !env_off("FLASHKIT_CUDA_FUSE");
+    graphs_on_ = env::flag("FLASHKIT_CUDA_GRAPHS", true);
+    fuse_ = env::flag("FLASHKIT_CUDA_FUSE", true);
     ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // the memsets above ran on the legacy stream
   }
 

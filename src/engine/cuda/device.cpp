@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/env.hpp"
 #include "engine/cuda/kernels.hpp"
 
 namespace flashkit::engine::cuda {
@@ -34,8 +35,7 @@ const DevInfo& info() {
       cudaGetLastError();
       sms = 1, major = 0;
     }
-    const char* e = std::getenv("FLASHKIT_CUDA_PDL");
-    d.pdl = major >= 9 && !(e && std::strcmp(e, "0") == 0);
+    d.pdl = major >= 9 && env::flag("FLASHKIT_CUDA_PDL", true);
     d.sms = sms > 0 ? sms : 1;
   }
   return d;
@@ -44,23 +44,14 @@ const DevInfo& info() {
 
 bool pdl_enabled() { return info().pdl; }
 
-namespace {
-bool env_on(const char* name) {
-  const char* e = std::getenv(name);
-  return !(e && std::strcmp(e, "0") == 0);
-}
-}  // namespace
 // Off by default: measured on the H200, the bulk L2 prefetch of each block's weight stripe cost 5-8% of the decode
 // step (it competes with the stripe's own loads); FLASHKIT_CUDA_PREFETCH=1 turns it on for A/B runs.
 bool gemv_prefetch_enabled() {
-  static const bool v = [] {
-    const char* e = std::getenv("FLASHKIT_CUDA_PREFETCH");
-    return e && std::strcmp(e, "1") == 0;
-  }();
+  static const bool v = env::flag("FLASHKIT_CUDA_PREFETCH", false);
   return v;
 }
 bool gemv_streaming_loads() {
-  static const bool v = env_on("FLASHKIT_CUDA_LDCS");
+  static const bool v = env::flag("FLASHKIT_CUDA_LDCS", true);
   return v;
 }
 int sm_count() { return info().sms; }

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.hpp"
 #include "core/cuda_check.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/flashkit.h"
@@ -109,19 +110,13 @@ DeviceInfo prepare_device() {
 // Upper bound on split-KV splits: `dflt` (decode v1: 128, v2: kMaxDecodeSplits) unless FLASHKIT_DECODE_MAX_SPLITS
 // overrides it, for tuning (clamped to 1..kMaxDecodeSplits).
 int64_t decode_max_splits(int64_t dflt) {
-  static const int64_t env = [] {
-    const char* e = std::getenv("FLASHKIT_DECODE_MAX_SPLITS");
-    return e ? std::clamp<int64_t>(std::atoll(e), 1, cuda::kMaxDecodeSplits) : int64_t(0);
-  }();
-  return env ? env : dflt;
+  static const int64_t v = env::integer("FLASHKIT_DECODE_MAX_SPLITS", 0, 1, cuda::kMaxDecodeSplits);
+  return v ? v : dflt;
 }
 
 // FLASHKIT_SM90=0 keeps the portable sm_80 kernels on Hopper (for A/B runs and as an escape hatch).
 bool sm90_allowed() {
-  static const bool v = [] {
-    const char* e = std::getenv("FLASHKIT_SM90");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool v = env::flag("FLASHKIT_SM90", true);
   return v;
 }
 
@@ -242,14 +237,8 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
     // FLASHKIT_DECODE_KERNEL=v1: the forward kernel with one warp per CTA (flash_fwd.cuh); v2 (default):
     // flash_decode.cuh. FLASHKIT_DECODE_COMBINE=kernel|fused|auto: v2's split merge in launch_split_combine, in
     // the kernel (last CTA of a tile), or in the kernel when the tile's partials are small (default). Read once.
-    static const int version = [] {
-      const char* e = std::getenv("FLASHKIT_DECODE_KERNEL");
-      return e && std::string(e) == "v1" ? 1 : 2;
-    }();
-    static const int combine = [] {
-      const char* e = std::getenv("FLASHKIT_DECODE_COMBINE");
-      return !e ? 0 : std::string(e) == "kernel" ? 1 : std::string(e) == "fused" ? 2 : 0;
-    }();
+    static const int version = 1 + env::choice("FLASHKIT_DECODE_KERNEL", {"v1", "v2"}, 1);
+    static const int combine = env::choice("FLASHKIT_DECODE_COMBINE", {"auto", "kernel", "fused"}, 0);
     const int optin = dinfo.smem_block_optin, smem_sm = dinfo.smem_per_sm;
     const size_t smem2 = cuda::decode_smem_bytes(D);
     p.decode_version = version == 2 && size_t(optin) >= smem2 ? 2 : 1;  // v2 needs 130-200 KB (sm_90: yes)

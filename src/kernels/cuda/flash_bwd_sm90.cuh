@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "core/env.hpp"
 #include "core/cuda_check.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
@@ -399,10 +400,7 @@ bool launch_bwd_sm90_cfg(const BwdParams& p, cudaStream_t stream) {
 
 // Tile configurations; FLASHKIT_SM90_BWD_CFG picks an alternative for tuning (read once).
 inline int sm90_bwd_cfg() {
-  static const int v = [] {
-    const char* e = std::getenv("FLASHKIT_SM90_BWD_CFG");
-    return e ? std::atoi(e) : 0;
-  }();
+  static const int v = int(env::integer("FLASHKIT_SM90_BWD_CFG", 0, 0, 1));
   return v;
 }
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "core/env.hpp"
 #include "core/cuda_check.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
@@ -303,10 +304,7 @@ bool launch_fwd_sm90_cfg(const FwdParams& p, cudaStream_t stream, TileShape* til
 // small CTAs per SM (their prologues and epilogues overlap other CTAs' main loops), long ones the larger key
 // tile. FLASHKIT_SM90_CFG=1..4 forces one configuration (for tuning; read once).
 inline int sm90_fwd_cfg() {
-  static const int v = [] {
-    const char* e = std::getenv("FLASHKIT_SM90_CFG");
-    return e ? std::atoi(e) : 0;
-  }();
+  static const int v = int(env::integer("FLASHKIT_SM90_CFG", 0, 0, 2));
   return v;
 }
 
