@@ -15,7 +15,9 @@
 #   opprofile the engine's per-op profile mode (a sync after every op: unfused, no graphs) -> in engine.log
 #   kbench    the decode kernels alone (GEMVs of both models vs cuBLAS, decode attention at several context lengths),
 #             CUDA-graph timed -> engine-kbench.json (test_cuda_kernel_bench.cpp)
-#   ab        decode with one switch flipped at a time (FLASHKIT_CUDA_{PDL,FUSE,LDCS}=0, FLASHKIT_CUDA_PREFETCH=1,
+#   floor     what one dependency level of a decode step costs at minimum (bench/cuda/latency_floor.cu: empty
+#             kernels, PDL, a 640-float level, a grid barrier) -> engine-latency-floor.json
+#   ab        decode with one switch flipped at a time (FLASHKIT_CUDA_{PDL,FUSE,PINGPONG,LDCS}=0, FLASHKIT_CUDA_PREFETCH=1,
 #             FLASHKIT_DEVICE_ARGMAX=0), random weights
 #             -> engine-ab.txt
 # Results in $OUT (or ./build-gpu-out): engine.log, engine-flashkit.json, engine-hf.json, engine-fidelity.json.
@@ -114,8 +116,13 @@ PY
         run kbench "$T" --gtest_also_run_disabled_tests --gtest_filter='CudaKernelBench.*'
       grep "^\[kbench\]" "$LOG"
       ;;
+    floor)
+      run floor_build nvcc -O3 -std=c++17 -arch=sm_90a -o "$BUILD/latency_floor" bench/cuda/latency_floor.cu &&
+        run floor "$BUILD/latency_floor" "$OUT/engine-latency-floor.json"
+      grep "^\[floor\]" "$LOG"
+      ;;
     ab)
-      for knob in none CUDA_PDL=0 CUDA_FUSE=0 CUDA_PREFETCH=1 CUDA_LDCS=0 DEVICE_ARGMAX=0; do
+      for knob in ${AB_KNOBS:-none CUDA_PDL=0 CUDA_FUSE=0 CUDA_PINGPONG=0 CUDA_PREFETCH=1 CUDA_LDCS=0 DEVICE_ARGMAX=0}; do
         extra=(); [ "$knob" != none ] && extra=("FLASHKIT_$knob")
         env "${extra[@]}" FLASHKIT_BENCH_RANDOM=1 FLASHKIT_BENCH_REPS=2 FLASHKIT_BENCH_NEW=128 FLASHKIT_BENCH_PREFILL=512 \
           FLASHKIT_BENCH_MODELS=models/configs/gemma-3-270m.json,models/configs/llama-3.2-1b.json \

@@ -106,6 +106,7 @@ class CudaBackend final : public Backend {
     ck(cudaMallocHost(&argmax_host_, 2 * sizeof(int32_t)), "cudaMallocHost(argmax result)");
     graphs_on_ = env::flag("FLASHKIT_CUDA_GRAPHS", true);
     fuse_ = env::flag("FLASHKIT_CUDA_FUSE", true);
+    pingpong_ = env::flag("FLASHKIT_CUDA_PINGPONG", true);
     ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // the memsets above ran on the legacy stream
   }
 
@@ -513,6 +514,8 @@ class CudaBackend final : public Backend {
     for (const Op& o : ops) {
       if (o.kind == OpKind::linear) {
         if (!bf(o.a)) ensure(bfx_, size_t(o.T * o.M.cols) * 2);  // cuBLAS takes bf16 x
+      } else if ((o.kind == OpKind::add || o.kind == OpKind::add_rms_norm) && o.T <= 8 && fuse_) {
+        ensure(hshadow_, extent(o.c, o.T));  // residual ping-pong target
       } else if (o.kind == OpKind::argmax) {
         ensure(argpart_, size_t(kc::argmax_part_bytes(o.a.cols)));
       } else if (o.kind == OpKind::attention) {
@@ -535,17 +538,61 @@ class CudaBackend final : public Backend {
   }
 
   // ---------------------------------------------------------------- execution with fusion
+  //
+  // Residual ping-pong. A fused GEMV whose prologue updates the residual h in place (h += norm(delta)) can only
+  // write h once every block has read it: the last block to arrive writes it, which keeps the kernel alive ~1.2 us
+  // longer (an atomic round trip and a one-block write; bench/cuda/latency_floor.cu). When the next op to touch h
+  // is again such an update (the next fused GEMV's prologue), the first kernel writes h to a shadow buffer instead,
+  // each block its slice, and the second reads the shadow and writes h back home, also by slices: two updates per
+  // layer, so h is home again at the end of every layer. Any other op that touches h while it lives in the shadow
+  // first gets a copy back (never in the model's decode step, but kept for correctness).
+  static size_t extent_rows(const Tensor& t, int64_t rows) {
+    return size_t(((std::max<int64_t>(rows, 1) - 1) * t.ld + t.cols) * int64_t(dtype_size(t.dtype)));
+  }
+  static size_t extent(const Tensor& t, int64_t T) { return extent_rows(t, std::max(t.rows, T)); }
+  static bool overlaps(const Tensor& a, int64_t Ta, const Tensor& b, int64_t Tb) {
+    if (!a.data || !b.data) return false;
+    const char* a0 = static_cast<const char*>(a.data);
+    const char* b0 = static_cast<const char*>(b.data);
+    return a0 < b0 + extent(b, Tb) && b0 < a0 + extent(a, Ta);
+  }
+  static bool touches(const Op& o, const Tensor& t) {
+    for (const Tensor* x : {&o.a, &o.b, &o.c, &o.d})
+      if (overlaps(*x, o.T, t, 0)) return true;
+    return false;
+  }
+  // An in-place residual update that fused_linear can take as a GEMV prologue with h read from the shadow.
+  bool is_residual_update(const Op& o, const Tensor& h, int64_t T) const {
+    return (o.kind == OpKind::add || o.kind == OpKind::add_rms_norm) && o.T == T && same(o.c, h) &&
+           o.c.dtype == DType::f32 && o.a.dtype == DType::f32;
+  }
+  // Whether the next op after `from` that touches h is another residual update (then h may go to the shadow).
+  bool next_touch_is_update(const std::vector<Op>& ops, size_t from, const Tensor& h, int64_t T) const {
+    for (size_t k = from; k < ops.size(); ++k)
+      if (touches(ops[k], h)) return is_residual_update(ops[k], h, T);
+    return false;
+  }
+  void materialize_residual() {
+    if (!redirect_.active) return;
+    redirect_.active = false;
+    ck(cudaMemcpyAsync(redirect_.home.data, hshadow_.p, extent_rows(redirect_.home, redirect_.T),
+                       cudaMemcpyDeviceToDevice, stream_),
+       "cudaMemcpyAsync(residual)");  // only the T rows the shadow holds
+  }
+
   void run(std::vector<Op>& ops) {
     size_t i = 0;
     while (i < ops.size()) {
-      size_t used = fuse_ ? fused_attention(ops, i) : 0;
-      if (!used) used = fused_linear(ops, i, fuse_);
+      size_t used = fuse_ ? fused_attention(ops, i) : 0;  // (attention never touches the residual)
+      if (!used) used = fused_linear(ops, i, fuse_);       // handles the shadow itself
       if (!used) {
+        if (redirect_.active && touches(ops[i], redirect_.home)) materialize_residual();
         single(ops[i]);
         used = 1;
       }
       i += used;
     }
+    materialize_residual();
   }
 
   // [rms_norm(q|k) ... rope(q|k) ...] attention, T == 1. Returns the ops consumed (0: no match).
@@ -605,6 +652,15 @@ class CudaBackend final : public Backend {
       if (norm->T != T || norm->group != K || norm->a.cols != K || !f32(norm->a) || !f32(norm->c)) return 0;
       if (!same(lin.a, norm->c)) return 0;
     }
+    // Residual ping-pong (run()): a prologue update of the redirected residual reads the shadow and writes h home;
+    // any other op of this group touching it needs it home first.
+    const bool from_shadow = redirect_.active && pre && same(pre->c, redirect_.home) && pre->T == redirect_.T;
+    if (redirect_.active && !from_shadow)
+      for (size_t k = i; k < j; ++k)
+        if (touches(ops[k], redirect_.home)) {
+          materialize_residual();
+          break;
+        }
     kc::GemvIn in;
     kc::GemvOut out;
     const Tensor& x = pre ? pre->c : (norm ? norm->a : lin.a);
@@ -637,6 +693,14 @@ class CudaBackend final : public Backend {
       if (p && p == y.data) return 0;
     out.y = y.data, out.y_bf16 = bf(y), out.ldy = y.ld;
     out.bias = lin.M.bias.data ? static_cast<const float*>(lin.M.bias.data) : nullptr;
+    if (from_shadow) {
+      in.x = hshadow_.p;  // same layout as h (ld); h_out stays h
+      redirect_.active = false;
+    } else if (pingpong_ && pre && !redirect_.active && hshadow_.bytes >= extent_rows(pre->c, T) &&
+               next_touch_is_update(ops, j, pre->c, T)) {
+      in.h_out = static_cast<float*>(hshadow_.p);
+      redirect_ = Redirect{true, pre->c, T};
+    }
     kc::gemv_bf16(in, static_cast<const uint16_t*>(lin.M.w.data), N, K, int(T), out, counters_, stream_);
     return j - i;
   }
@@ -820,9 +884,15 @@ class CudaBackend final : public Backend {
   void* pinned_ = nullptr;     // download_f32 staging
   size_t pinned_bytes_ = 0;
   int64_t step_rows_ = 0, host_pos0_ = 0;
-  Scratch part_, bfx_, q16_, o16_, lse_, kt_, vt_, f32tmp_, argpart_;
+  Scratch part_, bfx_, q16_, o16_, lse_, kt_, vt_, f32tmp_, argpart_, hshadow_;
+  // Residual ping-pong (see run()): while active, the current value of the residual at `home` is in hshadow_.
+  struct Redirect {
+    bool active = false;
+    Tensor home;
+    int64_t T = 0;  // rows held
+  } redirect_;
   std::vector<Op> queue_;
-  bool capturing_ = false, graphs_on_ = true, fuse_ = true;
+  bool capturing_ = false, graphs_on_ = true, fuse_ = true, pingpong_ = true;
   uint64_t cap_key_ = 0;
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
   std::unordered_set<uint64_t> no_graph_;

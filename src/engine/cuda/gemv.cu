@@ -11,6 +11,7 @@
 #include "engine/cuda/common.cuh"
 
 #include <algorithm>
+#include <utility>
 
 namespace flashkit::engine::cuda {
 
@@ -30,6 +31,7 @@ struct GemvParams {
   bool ldcs;               // streaming (evict-first) weight loads
   bool vec;                // x / d rows 16-byte (f32) or 8-byte (bf16) aligned: vector loads in the prologue
   bool keep_h;             // h kept in shared memory (after the input rows) for the side output
+  bool slice;              // side outputs overlap no input: each block writes its slice (no arrival counter)
 };
 
 // Four consecutive activations [i, i + 4) of a row, f32 or bf16; one vector load when `vec`, else four scalar
@@ -137,14 +139,38 @@ __device__ void prologue(const GemvParams& p, float* xs, float* hs, float* red, 
   __syncthreads();
 }
 
-// The block that arrives last (all others have read x) writes h_out and a_out from shared memory (h recomputed
-// from x and d when it was not kept).
+// Side outputs h_out and a_out, from shared memory (h recomputed from x and d when it was not kept).
+//  - slice mode (p.slice: neither output overlaps x or d): every block writes its own slice of the columns at once.
+//  - otherwise (in-place residual or norm): only the block that arrives last, when every block has read its input,
+//    writes them. The arrival (an atomic round trip, then the whole write by one block) keeps the kernel from
+//    completing ~1.2 us longer (bench/cuda/latency_floor.cu, H200), so the backend avoids in-place residual updates
+//    where it can (residual ping-pong, cuda_backend.cpp).
 template <int TT>
 __device__ void write_side_outputs(const GemvParams& p, const float* xs, const float* hs, const float* rs_d) {
   const GemvIn& in = p.in;
   if (!in.h_out && !in.a_out) return;
-  // h_out / a_out may alias x or d (in-place residual, in-place norm): only the last block to arrive, when every
-  // block has its input in shared memory, writes them.
+  const int64_t K = p.K;
+  if (p.slice) {
+    const int64_t per = (K + gridDim.x - 1) / gridDim.x, kb = min(K, int64_t(blockIdx.x) * per), ke = min(K, kb + per);
+    for (int t = 0; t < p.T; ++t) {
+      const float* row = xs + int64_t(t) * K;
+      for (int64_t k = kb + threadIdx.x; k < ke; k += blockDim.x) {
+        if (in.a_out) in.a_out[t * in.lda + k] = row[k];
+        if (!in.h_out) continue;
+        float h;
+        if (!in.norm_w) h = row[k];  // a == h
+        else if (p.keep_h) h = hs[int64_t(t) * K + k];
+        else {
+          const float x = in.x_bf16 ? bf2f(static_cast<const uint16_t*>(in.x)[t * in.ldx + k])
+                                    : static_cast<const float*>(in.x)[t * in.ldx + k];
+          const float d = in.d ? in.d[t * in.ldd + k] * (in.post_w ? rs_d[t] * in.post_w[k] : 1.0f) : 0.0f;
+          h = x + d;
+        }
+        in.h_out[t * in.ldh + k] = h;
+      }
+    }
+    return;
+  }
   __shared__ int s_last;
   if (threadIdx.x == 0) {
     __threadfence();
@@ -155,7 +181,6 @@ __device__ void write_side_outputs(const GemvParams& p, const float* xs, const f
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  const int64_t K = p.K;
   for (int t = 0; t < p.T; ++t) {
     const float* row = xs + int64_t(t) * K;
     if (in.a_out)
@@ -415,7 +440,22 @@ void gemv_bf16(const GemvIn& in, const uint16_t* W, int64_t N, int64_t K, int T,
   if (K * 4 > smem_cap)
     fail(Status::invalid_argument, "gemv_bf16: K = " + std::to_string(K) + " too large for shared memory (K * 4 > " +
                                        std::to_string(smem_cap) + " bytes)");
-  if ((in.h_out || in.a_out) && !counter) fail(Status::invalid_argument, "gemv_bf16: h_out/a_out need a counter");
+  // Side outputs that overlap an input the prologue reads (in place) are written by the last block to arrive, which
+  // needs the counter; others are written by every block, a slice each.
+  // Byte ranges of T rows of K elements: do two row sets overlap?
+  auto overlap = [&](const void* p, int64_t lp, size_t sp, const void* q, int64_t lq, size_t sq) {
+    if (!p || !q) return false;
+    const char* p0 = static_cast<const char*>(p);
+    const char* q0 = static_cast<const char*>(q);
+    return p0 < q0 + (int64_t(T - 1) * lq + K) * int64_t(sq) && q0 < p0 + (int64_t(T - 1) * lp + K) * int64_t(sp);
+  };
+  const size_t xsz = in.x_bf16 ? 2 : 4;
+  bool slice = true;
+  for (auto [o, lo] : {std::pair<const float*, int64_t>{in.h_out, in.ldh}, {in.a_out, in.lda}})
+    slice = slice && !overlap(o, lo, 4, in.x, in.ldx, xsz) && !overlap(o, lo, 4, in.d, in.ldd, 4);
+  slice = slice && !overlap(in.h_out, in.ldh, 4, in.a_out, in.lda, 4);
+  if ((in.h_out || in.a_out) && !slice && !counter)
+    fail(Status::invalid_argument, "gemv_bf16: in-place h_out/a_out need a counter");
   if (N <= 0) return;
   // Vector loads in the prologue when every activation row and norm weight allows them.
   const size_t xa = in.x_bf16 ? 8 : 16;
@@ -436,7 +476,7 @@ void gemv_bf16(const GemvIn& in, const uint16_t* W, int64_t N, int64_t K, int T,
     const int Tc = std::min(tc, T - t0);
     const bool keep_h = ci.h_out && ci.norm_w && 2 * int64_t(Tc) * row_bytes <= smem_cap;
     GemvParams p{ci, co, W, N, K, Tc, 0, counter, gemv_prefetch_enabled() ? (48u << 10) : 0u, gemv_streaming_loads(),
-                 vec, keep_h};
+                 vec, keep_h, slice};
     // Register budget: two weight buffers of RR x U 16-byte chunks per lane (RR = R, or 2R when gated) <= 16.
     if (Tc == 1) {
       if (gated) {

@@ -64,6 +64,16 @@ __global__ void __launch_bounds__(NWG * 128, MINB) flash_fwd_sm90_kernel(const F
   const TileKeys tk = tile_keys(a.mask, trows, m0, r_last, nk, BN);
   const int64_t lo_max = tk.lo_max, hi_min = tk.hi_min;
   int nb_begin = tk.nb_begin, nb_end = tk.nb_end;
+  // This warpgroup's own 64 rows see a sub-range of the CTA's key tiles (causal diagonal, windows, rows past the
+  // end): it skips its MMAs and softmax outside that range (uniform per warpgroup) but keeps the CTA's pipeline
+  // barriers. With BM = 128 and BN = 64, a causal diagonal tile is fully masked for warpgroup 0.
+  int wnb_begin = 0, wnb_end = 0;
+  int w_lo_max = int(lo_max), w_hi_min = int(hi_min);  // key indices fit int (nk does)
+  if (m0 + wg * 64 < rows) {
+    const int64_t w0 = m0 + wg * 64;
+    const TileKeys wk = tile_keys(a.mask, trows, w0, (w0 + 64 < rows ? w0 + 64 : rows) - 1, nk, BN);
+    wnb_begin = wk.nb_begin, wnb_end = wk.nb_end, w_lo_max = int(wk.lo_max), w_hi_min = int(wk.hi_min);
+  }
 
   // Visible key range of the two rows (g, g+8) this thread holds in its warp's 16 rows.
   int my_lo[2], my_hi[2];
@@ -131,7 +141,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) flash_fwd_sm90_kernel(const F
   // (accumulator layout: sacc[4*nt + e] is row g + 8*(e>>1), key 8*nt + 2*t4 + (e&1)).
   auto softmax = [&](float (&sacc)[BN / 2], int n, float (&alpha)[2]) {
     const int64_t n0 = int64_t(n) * BN;
-    const bool full = n0 >= lo_max && n0 + BN <= hi_min;
+    const bool full = int(n0) >= w_lo_max && int(n0) + BN <= w_hi_min;
     if (use_cap || !full) {
 #pragma unroll
       for (int nt = 0; nt < NTILE; ++nt)
@@ -228,6 +238,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) flash_fwd_sm90_kernel(const F
     tile_ready();
     if (n + STAGES - 1 < nb_end) load_kv(n + STAGES - 1, (n - nb_begin + STAGES - 1) % STAGES);
     cp_async_commit();
+    if (n < wnb_begin || n >= wnb_end) continue;
     issue_qk(s, st);
     wgmma_wait<0>();
     wgmma_fence_regs<BN / 2>(s);
