@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <random>
@@ -17,6 +18,14 @@
 #include "flashkit/error.hpp"
 #include "flashkit/runtime.hpp"
 #include "model/weights.hpp"
+
+#ifdef FLASHKIT_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include <cstdio>
+
+#include "engine/cuda/kernels.hpp"
+#endif
 
 using namespace flashkit;
 using namespace flashkit::engine;
@@ -299,6 +308,71 @@ TEST(CudaEngineOps, FusedSequencesWithFusionOff) {
   fused_suite(*be);
 }
 
+// Residual ping-pong (cuda_backend.cpp, run()): two in-place residual updates, each the prologue of a fused GEMV,
+// with an op between them that does not touch h. The first GEMV writes h to the backend's shadow buffer, the second
+// reads the shadow and writes h home. Variants put an op that touches h between them (softcap on h: h must come home
+// first) or end the flush between them (a download), at T = 1 and 3. With fusion off nothing is redirected.
+void residual_chain_case(Backend& be, int64_t T, int between, uint64_t seed) {
+  SCOPED_TRACE("residual chain T=" + std::to_string(T) + " between=" + std::to_string(between));
+  const float eps = 1e-6f, cap = 2.0f;
+  const int64_t K = 640, N1 = 96, N2 = 200;
+  auto h0 = rnd(size_t(T * K), seed), d1 = rnd(size_t(T * K), seed + 1, -3, 3);
+  auto pw1 = rnd(size_t(K), seed + 2, 0.5f, 1.5f), w1 = rnd(size_t(K), seed + 3, 0.5f, 1.5f);
+  auto pw2 = rnd(size_t(K), seed + 4, 0.5f, 1.5f), w2 = rnd(size_t(K), seed + 5, 0.5f, 1.5f);
+  auto W1 = rnd(size_t(N1 * K), seed + 6, -0.3f, 0.3f), Wd = rnd(size_t(K * N1), seed + 7, -0.3f, 0.3f);
+  auto W2 = rnd(size_t(N2 * K), seed + 8, -0.3f, 0.3f);
+  Mat m1(be, W1, N1, K), md(be, Wd, K, N1), m2(be, W2, N2, K);
+  Buf h(be, T, K, &h0), db(be, T, K, &d1), xn(be, T, K), y1(be, T, N1), d2(be, T, K), y2(be, T, N2);
+  Tensor pw1t = vec(be, pw1), w1t = vec(be, w1), pw2t = vec(be, pw2), w2t = vec(be, w2);
+
+  // f64 reference of the same chain
+  std::vector<double> href(size_t(T * K)), x1, x2;
+  for (int64_t t = 0; t < T; ++t) {
+    auto dn = rms_ref(to_d(d1).data() + t * K, K, pw1.data(), eps);
+    for (int64_t k = 0; k < K; ++k) href[size_t(t * K + k)] = h0[size_t(t * K + k)] + dn[size_t(k)];
+    auto a = rms_ref(href.data() + t * K, K, w1.data(), eps);
+    x1.insert(x1.end(), a.begin(), a.end());
+  }
+  const std::vector<double> h_mid = href;
+  const auto y1ref = linear_ref(x1, T, K, W1, N1, nullptr);
+  const auto d2ref = linear_ref(y1ref, T, N1, Wd, K, nullptr);
+  if (between == 1)
+    for (auto& v : href) v = cap * std::tanh(v / cap);
+  for (int64_t t = 0; t < T; ++t) {
+    auto dn = rms_ref(d2ref.data() + t * K, K, pw2.data(), eps);
+    for (int64_t k = 0; k < K; ++k) href[size_t(t * K + k)] += dn[size_t(k)];
+    auto a = rms_ref(href.data() + t * K, K, w2.data(), eps);
+    x2.insert(x2.end(), a.begin(), a.end());
+  }
+  const auto y2ref = linear_ref(x2, T, K, W2, N2, nullptr);
+
+  be.add_rms_norm(db.t, pw1t, h.t, T, eps);
+  be.rms_norm(h.t, w1t, xn.t, T, K, eps);
+  be.linear(xn.t, m1.m, y1.t, T);
+  be.linear(y1.t, md.m, d2.t, T);  // does not touch h
+  if (between == 1) be.softcap(h.t, T, cap);
+  if (between == 2) EXPECT_LT(rel(h.get(), h_mid), 1e-5) << "h between the updates";
+  be.add_rms_norm(d2.t, pw2t, h.t, T, eps);
+  be.rms_norm(h.t, w2t, xn.t, T, K, eps);
+  be.linear(xn.t, m2.m, y2.t, T);
+
+  EXPECT_LT(rel(y1.get(), y1ref), 2e-6);
+  EXPECT_LT(rel(d2.get(), d2ref), 1e-5);
+  EXPECT_LT(rel(h.get(), href), 1e-5);
+  EXPECT_LT(rel(xn.get(), x2), 1e-5);
+  EXPECT_LT(rel(y2.get(), y2ref), 1e-5);
+  for (Tensor t : {pw1t, w1t, pw2t, w2t}) be.free(t);
+}
+
+TEST(CudaEngineOps, ResidualPingPong) {
+  for (const char* fuse : {"1", "0"}) {
+    SCOPED_TRACE(std::string("FLASHKIT_CUDA_FUSE=") + fuse);
+    NEED_CUDA(be, fuse);
+    for (int64_t T : {1, 3})
+      for (int between : {0, 1, 2}) residual_chain_case(*be, T, between, 50 + uint64_t(T * 10 + between));
+  }
+}
+
 // ================================================================ small ops
 TEST(CudaEngineOps, SmallOps) {
   NEED_CUDA(be);
@@ -507,6 +581,13 @@ TEST(CudaEngineOps, DecodeAttention) {
       {32, 8, 64, 2048, false, 0, 1000, 1, 0.0f, false, true, true},   // bf16 cache: linear
       {4, 1, 256, 512, true, 512, 700, 1, 0.0f, true, true, true, true},    // bf16 q/k/v/out, bf16 cache
       {32, 8, 64, 2048, false, 0, 1000, 1, 0.0f, false, true, false, true},  // bf16 q/k/v/out, f32 cache
+      // short contexts (1, 7, 100, 257 keys): one split, then a few of the grid's (a cluster's idle blocks on sm_90)
+      {4, 1, 256, 512, true, 512, 0, 1, 0.0f, true, true, true},
+      {4, 1, 256, 512, true, 512, 6, 1, 0.0f, true, true, true},
+      {4, 1, 256, 512, true, 512, 99, 1, 0.0f, true, true, true},
+      {4, 1, 256, 512, true, 512, 256, 1, 0.0f, true, true, true},
+      {4, 1, 256, 4096, false, 0, 99, 1, 0.0f, true, true, true},  // gemma global layer: a 64-split grid
+      {32, 8, 64, 2048, false, 0, 256, 1, 0.0f, false, true, true},
   };
   uint64_t seed = 100;
   for (const auto& c : cases) attention_case(*be, c, seed += 10);
@@ -539,6 +620,265 @@ TEST(CudaEngineOps, PrefillAttention) {
   uint64_t seed = 500;
   for (const auto& c : cases) attention_case(*be, c, seed += 10);
 }
+
+#ifdef FLASHKIT_WITH_CUDA
+// ================================================================ decode attention: the two split merges
+// The launcher itself (the backend picks one split count per layer and the merge from the environment). Each case
+// runs once per merge (global memory; a thread-block cluster where the device runs one), captured once in a graph
+// and replayed over positions that walk through one split (no merge), a few splits (idle blocks in the cluster),
+// the cluster's full width and, for grids wider than a cluster, the global merge, sometimes going back. Every
+// replay gets fresh q/k/v and a NaN-poisoned output and is checked against an f64 reference over what the cache
+// holds; the two merges are checked against each other; at the end the whole cache against the rows written.
+namespace kc = flashkit::engine::cuda;
+
+struct DevBuf {
+  void* p = nullptr;
+  explicit DevBuf(size_t bytes) {
+    if (cudaMalloc(&p, bytes) != cudaSuccess) p = nullptr;
+  }
+  ~DevBuf() {
+    if (p) cudaFree(p);
+  }
+  DevBuf(const DevBuf&) = delete;
+};
+void put(void* dst, const std::vector<float>& v, bool bf16) {
+  if (bf16) {
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
+    ASSERT_EQ(cudaMemcpy(dst, h.data(), h.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  } else {
+    ASSERT_EQ(cudaMemcpy(dst, v.data(), v.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+}
+std::vector<float> take(const void* src, size_t n, bool bf16) {
+  std::vector<float> v(n);
+  if (bf16) {
+    std::vector<uint16_t> h(n);
+    EXPECT_EQ(cudaMemcpy(h.data(), src, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = 0; i < n; ++i) v[i] = bf16_to_f32(h[i]);
+  } else {
+    EXPECT_EQ(cudaMemcpy(v.data(), src, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  return v;
+}
+
+struct MergeCase {
+  int H, KVH, D;
+  int64_t cap;
+  bool ring;
+  int64_t window;
+  int splits;
+  bool cache_bf16, io_bf16, norm_rope;
+  float softcap;
+  std::vector<int64_t> positions;
+};
+
+// The outputs of every replay of one case under one merge.
+std::vector<std::vector<float>> merge_case(const MergeCase& c, kc::DecodeMerge merge, uint64_t seed) {
+  const int64_t H = c.H, KVH = c.KVH, D = c.D, qd = H * D, kvd = KVH * D;
+  const float eps = 1e-6f, scale = 1.1f / std::sqrt(float(D));
+  const size_t esz = c.cache_bf16 ? 2 : 4, isz = c.io_bf16 ? 2 : 4;
+  std::vector<float> kmir = rnd(size_t(c.cap * kvd), seed), vmir = rnd(size_t(c.cap * kvd), seed + 1);
+  if (c.cache_bf16) kmir = bfr(kmir), vmir = bfr(vmir);
+  const auto qw = rnd(size_t(D), seed + 2, 0.5f, 1.5f), kw = rnd(size_t(D), seed + 3, 0.5f, 1.5f);
+  const auto inv = inv_freq(D, 10000.0);
+  const int splits = c.splits;
+  DevBuf kcache(size_t(c.cap * kvd) * esz), vcache(size_t(c.cap * kvd) * esz), q(size_t(qd) * isz),
+      k(size_t(kvd) * isz), v(size_t(kvd) * isz), out(size_t(qd) * isz), pos(4), qwd(size_t(D) * 4),
+      kwd(size_t(D) * 4), invd(size_t(D) * 2), part(size_t(kc::decode_attention_part_floats(c.H, c.D, splits)) * 4),
+      counters(size_t(H) * 4);
+  for (const DevBuf* b : {&kcache, &vcache, &q, &k, &v, &out, &pos, &qwd, &kwd, &invd, &part, &counters})
+    if (!b->p) {
+      ADD_FAILURE() << "cudaMalloc";
+      return {};
+    }
+  put(kcache.p, kmir, c.cache_bf16);
+  put(vcache.p, vmir, c.cache_bf16);
+  put(qwd.p, qw, false);
+  put(kwd.p, kw, false);
+  put(invd.p, inv, false);
+  EXPECT_EQ(cudaMemset(counters.p, 0, size_t(H) * 4), cudaSuccess);
+
+  kc::DecodeAttnArgs a;
+  a.q = q.p, a.k = k.p, a.v = v.p, a.in_bf16 = c.io_bf16;
+  if (c.norm_rope) {
+    a.q_norm_w = static_cast<const float*>(qwd.p), a.k_norm_w = static_cast<const float*>(kwd.p), a.eps = eps;
+    a.inv_freq = static_cast<const float*>(invd.p), a.attn_scaling = 1.0f;
+  }
+  a.k_cache = kcache.p, a.v_cache = vcache.p, a.cache_bf16 = c.cache_bf16;
+  a.capacity = c.cap, a.ring = c.ring, a.window = c.window;
+  a.pos0 = static_cast<const int32_t*>(pos.p);
+  a.scale = scale, a.softcap = c.softcap;
+  a.out = out.p, a.out_bf16 = c.io_bf16;
+  a.heads = c.H, a.kv_heads = c.KVH, a.head_dim = c.D;
+  a.splits = splits;
+  a.part = static_cast<float*>(part.p);
+  a.counters = static_cast<unsigned*>(counters.p);
+  a.merge = merge;
+  const int csize = kc::decode_attention_cluster_size(a);
+  std::printf("[ decode attention ] H%dx%d D%d splits %d, %s merge: cluster size %d\n", c.H, c.KVH, c.D, splits,
+              merge == kc::DecodeMerge::cluster ? "cluster" : "global", csize);
+  if (merge == kc::DecodeMerge::global) EXPECT_EQ(csize, 1);
+  int dev = 0, major = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (merge == kc::DecodeMerge::cluster && major == 9 && splits > 1)
+    EXPECT_GT(csize, 1) << "no cluster on an sm_90 device (a build without sm_90a code?)";
+
+  cudaStream_t st = nullptr;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  EXPECT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  EXPECT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  try {
+    kc::decode_attention(a, st);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "decode_attention: " << e.what();
+  }
+  EXPECT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+  EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+
+  const int lpk = D <= 16 ? 2 : D <= 32 ? 4 : D <= 64 ? 8 : D <= 128 ? 16 : 32;  // the kernel's keys per block step
+  const int64_t min_keys = 1024 / lpk;
+  std::vector<std::vector<float>> outs;
+  for (size_t step = 0; step < c.positions.size(); ++step) {
+    const int64_t p = c.positions[step];
+    int64_t lo = 0;
+    if (c.window > 0) lo = std::max<int64_t>(lo, p - c.window + 1);
+    if (c.ring) lo = std::max<int64_t>(lo, p - c.cap + 1);
+    const int64_t n = p - lo + 1;
+    const int used = int(std::min<int64_t>(splits, (n + min_keys - 1) / min_keys));
+    SCOPED_TRACE("p=" + std::to_string(p) + " keys=" + std::to_string(n) + " splits used " + std::to_string(used) +
+                 (used == 1 ? " (no merge)" : used <= csize ? " (cluster merge)" : " (global merge)"));
+    const uint64_t s2 = seed + 100 * (step + 1);
+    auto qh = rnd(size_t(qd), s2, -2, 2), kh = rnd(size_t(kvd), s2 + 1, -2, 2), vh = rnd(size_t(kvd), s2 + 2, -2, 2);
+    if (c.io_bf16) qh = bfr(qh), kh = bfr(kh), vh = bfr(vh);
+    put(q.p, qh, c.io_bf16);
+    put(k.p, kh, c.io_bf16);
+    put(v.p, vh, c.io_bf16);
+    const int32_t p32 = int32_t(p);
+    EXPECT_EQ(cudaMemcpy(pos.p, &p32, 4, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemset(out.p, 0xff, size_t(qd) * isz), cudaSuccess);  // NaN: every element must be written
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the copies above ran on the legacy stream
+    EXPECT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    const auto got = take(out.p, size_t(qd), c.io_bf16);
+
+    // reference: the processed query and new row, then attention over the mirror of the cache
+    std::vector<double> qn(qh.begin(), qh.end()), kn(kh.begin(), kh.end()), vn(vh.begin(), vh.end());
+    if (c.norm_rope) {
+      for (int64_t h = 0; h < H; ++h) {
+        auto y = rms_ref(qn.data() + h * D, D, qw.data(), eps);
+        std::copy(y.begin(), y.end(), qn.begin() + h * D);
+        rope_ref(qn.data() + h * D, D, double(p), inv, 1.0);
+      }
+      for (int64_t h = 0; h < KVH; ++h) {
+        auto y = rms_ref(kn.data() + h * D, D, kw.data(), eps);
+        std::copy(y.begin(), y.end(), kn.begin() + h * D);
+        rope_ref(kn.data() + h * D, D, double(p), inv, 1.0);
+      }
+    }
+    if (c.cache_bf16)
+      for (size_t i = 0; i < kn.size(); ++i) kn[i] = bfr(float(kn[i])), vn[i] = bfr(float(vn[i]));
+    const int64_t slot = c.ring ? p % c.cap : p;
+    auto row = [&](int64_t j) { return (c.ring ? j % c.cap : j) * kvd; };
+    auto key = [&](int64_t j, int64_t i) -> double { return j == p ? kn[size_t(i)] : kmir[size_t(row(j) + i)]; };
+    auto val = [&](int64_t j, int64_t i) -> double { return j == p ? vn[size_t(i)] : vmir[size_t(row(j) + i)]; };
+    std::vector<double> ref(static_cast<size_t>(qd));
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / (H / KVH);
+      std::vector<double> w(static_cast<size_t>(n));
+      double mx = -INFINITY;
+      for (int64_t j = lo; j <= p; ++j) {
+        double d = 0;
+        for (int64_t i = 0; i < D; ++i) d += qn[size_t(h * D + i)] * key(j, g * D + i);
+        d *= scale;
+        if (c.softcap > 0) d = c.softcap * std::tanh(d / c.softcap);
+        w[size_t(j - lo)] = d;
+        mx = std::max(mx, d);
+      }
+      double den = 0;
+      for (auto& x : w) den += (x = std::exp(x - mx));
+      for (int64_t i = 0; i < D; ++i) {
+        double o = 0;
+        for (int64_t j = lo; j <= p; ++j) o += w[size_t(j - lo)] * val(j, g * D + i);
+        ref[size_t(h * D + i)] = o / den;
+      }
+    }
+    EXPECT_LT(rel(got, ref), c.io_bf16 ? 1e-2 : c.cache_bf16 ? 1e-3 : 1e-5);
+    outs.push_back(got);
+
+    // the new row as written; from now on the mirror holds exactly what the cache does
+    const auto krow = take(static_cast<const char*>(kcache.p) + size_t(slot * kvd) * esz, size_t(kvd), c.cache_bf16);
+    const auto vrow = take(static_cast<const char*>(vcache.p) + size_t(slot * kvd) * esz, size_t(kvd), c.cache_bf16);
+    const double tol = c.cache_bf16 ? 8e-3 : 1e-4;
+    for (int64_t i = 0; i < kvd; ++i) {
+      EXPECT_NEAR(krow[size_t(i)], kn[size_t(i)], tol * (1 + std::fabs(kn[size_t(i)]))) << "k row, element " << i;
+      EXPECT_NEAR(vrow[size_t(i)], vn[size_t(i)], tol * (1 + std::fabs(vn[size_t(i)]))) << "v row, element " << i;
+      if (::testing::Test::HasFailure()) break;
+    }
+    std::copy(krow.begin(), krow.end(), kmir.begin() + slot * kvd);
+    std::copy(vrow.begin(), vrow.end(), vmir.begin() + slot * kvd);
+    if (::testing::Test::HasFailure()) break;
+  }
+  // no other cache row was touched; the arrival counters are back at zero
+  EXPECT_EQ(take(kcache.p, size_t(c.cap * kvd), c.cache_bf16), kmir) << "k cache";
+  EXPECT_EQ(take(vcache.p, size_t(c.cap * kvd), c.cache_bf16), vmir) << "v cache";
+  std::vector<uint32_t> cnt(size_t(H), 1u);
+  EXPECT_EQ(cudaMemcpy(cnt.data(), counters.p, size_t(H) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(cnt, std::vector<uint32_t>(size_t(H), 0u)) << "arrival counters";
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  if (st) cudaStreamDestroy(st);
+  return outs;
+}
+
+TEST(CudaEngineOps, DecodeAttentionMerges) {
+  if (cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device";
+  // Keys per split at least 1024 / lanes-per-key (32 at head_dim 256, 64 at 128, 128 at 64 and 40, 512 at 8), so
+  // the positions below use 1, a few, or all of each grid's splits.
+  const MergeCase cases[] = {
+      // gemma-3-270m sliding layer (ring of 512, bf16 cache, norms + RoPE): 1, 1, 4, 9, 16, 16, 16 splits
+      {4, 1, 256, 512, true, 512, 16, true, false, true, 0.0f, {0, 6, 99, 256, 511, 999, 1000}},
+      // its global layer at short contexts: a 64-split grid, so the merge changes with the context (a cluster up
+      // to 16 splits, the global merge past that) and back: 1, 4, 9, 16, 17, 32, 47, 8 splits
+      {4, 1, 256, 2048, false, 0, 64, false, false, true, 0.0f, {0, 99, 256, 511, 512, 999, 1500, 255}},
+      // Llama-3.2-1B (32 / 8 heads, d64): 1, 1, 1, 3, 8, 8 splits; then with a bf16 cache and bf16 q/k/v/out
+      {32, 8, 64, 4096, false, 0, 8, false, false, false, 0.0f, {0, 6, 99, 256, 999, 3999}},
+      {32, 8, 64, 2048, false, 0, 8, true, true, true, 0.0f, {300, 1000, 2047}},
+      // 5 splits in a cluster of 8 (three blocks past the grid's splits), softcap, bf16 q/k/v/out
+      {6, 3, 64, 1024, false, 0, 5, false, true, false, 30.0f, {0, 200, 700}},
+      // 12 splits in a cluster of 16 (or the global merge where only 8 fit), a window on a linear cache: 1, 5, 11, 12
+      {8, 8, 128, 1024, false, 800, 12, false, false, true, 0.0f, {10, 299, 700, 1000}},
+      // 20 splits: a cluster of 16 for 10 and 4, the global merge (with blocks past the splits) for 19 and 20
+      {2, 1, 256, 1024, false, 0, 20, false, false, false, 0.0f, {300, 600, 700, 100}},
+      // head_dim 40 (8 lanes per key, 3 idle) on a wrapped ring with softcap; head_dim 8 (the 2-lane variant)
+      {4, 2, 40, 1024, true, 0, 8, false, false, true, 50.0f, {300, 900, 1500}},
+      {4, 4, 8, 8192, false, 0, 4, false, false, false, 0.0f, {600, 2000}},
+  };
+  uint64_t seed = 3000;
+  for (const auto& c : cases) {
+    SCOPED_TRACE("H" + std::to_string(c.H) + "x" + std::to_string(c.KVH) + " D" + std::to_string(c.D) + " cap" +
+                 std::to_string(c.cap) + (c.ring ? " ring" : "") + " win" + std::to_string(c.window) + " splits " +
+                 std::to_string(c.splits) + (c.cache_bf16 ? " bf16 cache" : "") + (c.io_bf16 ? " bf16 q/k/v/out" : ""));
+    seed += 1000;
+    std::vector<std::vector<float>> g, cl;
+    {
+      SCOPED_TRACE("global merge");
+      g = merge_case(c, kc::DecodeMerge::global, seed);
+    }
+    {
+      SCOPED_TRACE("cluster merge");
+      cl = merge_case(c, kc::DecodeMerge::cluster, seed);  // same inputs step by step
+    }
+    if (::testing::Test::HasFailure()) return;
+    ASSERT_EQ(g.size(), cl.size());
+    for (size_t s = 0; s < g.size(); ++s)
+      EXPECT_LT(rel(cl[s], to_d(g[s])), c.io_bf16 ? 8e-3 : 1e-5)
+          << "cluster vs global merge, position " << c.positions[s];
+  }
+}
+#endif  // FLASHKIT_WITH_CUDA
 
 // ================================================================ a captured decode step
 // embed -> norm -> qkv -> q/k norms, rope -> attention (ring) -> o-proj -> sandwich norm -> gate/up -> down -> add,

@@ -56,11 +56,13 @@ for st in "${STAGES[@]}"; do
     test)
       run cuda_tests "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1
       # The grid again on every other path the dispatcher can pick: the portable sm_80 kernels on this Hopper
-      # GPU, and each forced Hopper forward tile configuration.
+      # GPU, and each forced Hopper forward tile configuration (3: the warp-specialized TMA kernel, with and
+      # without ping-pong; a time limit so that a barrier hang fails the stage instead of the whole run).
       FLASHKIT_SM90=0 run cuda_tests_sm80 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1
-      for cfg in 1 2; do
-        FLASHKIT_SM90_CFG=$cfg run cuda_tests_sm90_cfg$cfg "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1
+      for cfg in 1 2 3; do
+        FLASHKIT_SM90_CFG=$cfg run cuda_tests_sm90_cfg$cfg timeout 300 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1
       done
+      FLASHKIT_SM90_CFG=3 FLASHKIT_SM90_WS_PINGPONG=0 run cuda_tests_sm90_cfg3_nopingpong timeout 300 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1
       FLASHKIT_SM90_BWD_CFG=1 run cuda_tests_sm90_bwd_cfg1 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1
       # decode: the split merge in the kernel, in launch_split_combine, and the v1 kernel
       for e in FLASHKIT_DECODE_COMBINE=fused FLASHKIT_DECODE_COMBINE=kernel FLASHKIT_DECODE_KERNEL=v1; do
@@ -75,6 +77,9 @@ for st in "${STAGES[@]}"; do
       # backward, the softcap backward variant, decode v2 with in-kernel and separate split merges)
       FLASHKIT_SM90_CFG=2 run memcheck_cfg2 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
       FLASHKIT_SM90_CFG=2 run racecheck_cfg2 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
+      # the warp-specialized forward (TMA, mbarriers, named-barrier ping-pong)
+      FLASHKIT_SM90_CFG=3 run memcheck_cfg3 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
+      FLASHKIT_SM90_CFG=3 run racecheck_cfg3 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
       ;;
     torch) run torch_check python3 tools/gpu/torch_check.py ;;
     sass)
@@ -82,8 +87,12 @@ for st in "${STAGES[@]}"; do
       {
         echo "HMMA and HGMMA per kernel (sm_90a SASS): HMMA HGMMA name"
         cuobjdump -sass "$so" | awk '/Function :/{f=$3} /HMMA/{c[f]++} /HGMMA/{g[f]++} END{for(k in c) u[k]=1; for(k in g) u[k]=1; for(k in u) print c[k]+0, g[k]+0, k}' | sort -k3
+        echo "warp-specialized forward (sm_90a SASS): HGMMA UTMALDG SYNCS USETMAXREG name"
+        cuobjdump -sass "$so" | awk '/Function :/{f=$3} f ~ /ws_kernel/ && /HGMMA/{g[f]++} f ~ /ws_kernel/ && /UTMALDG/{t[f]++} f ~ /ws_kernel/ && /SYNCS/{y[f]++} f ~ /ws_kernel/ && /USETMAXREG/{r[f]++} END{for(k in g) print g[k]+0, t[k]+0, y[k]+0, r[k]+0, k}' | sort -k5
         echo "spills (ptxas -v):"
         grep -h -A2 "Compiling entry" "$OUT/check.log" | grep -E "spill" | sort | uniq -c | head -40
+        echo "serialized wgmma (ptxas C7512/C7515, should be none):"
+        grep -h -E "C751[0-9]" "$OUT/check.log" | sort | uniq -c | head -20
       } > "$OUT/sass.txt" 2>&1
       ;;
     variant)  # the d64/d128 backward with 4 warps per CTA (FK_BWD_NW=4): bwd timings vs the default build

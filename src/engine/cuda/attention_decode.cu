@@ -9,10 +9,15 @@
 //
 // Keys: LPK lanes (a power of two, 8 dims each) hold one key; a warp takes 32 / LPK keys per step, two steps per
 // iteration so each lane has two 16-byte K loads and two V loads in flight. Online softmax per lane group, a
-// shared-memory merge of the groups, then either the output (one split) or an f32 partial (o, lse) that the last
-// block of the head to arrive (atomic counter, reset by that block) merges. The grid's split count is fixed per
-// launch site (graph capture); how many of those splits work is decided in the kernel from the visible-key count.
+// shared-memory merge of the groups, then one of three ends: the output (one split); on sm_90, when the grid is
+// launched as clusters along the splits and the splits used fit in the first cluster, a merge through distributed
+// shared memory (no global partials, fence or counter: at short contexts the chain of dependent global round trips
+// is the whole cost); otherwise an f32 partial (o, lse) that the last block of the head to arrive (atomic counter,
+// reset by that block) merges. The grid's split count is fixed per launch site (graph capture); how many of those
+// splits work, and so which merge runs, is decided in the kernel from the visible-key count.
 #include "engine/cuda/common.cuh"
+
+#include <cooperative_groups.h>
 
 #include <algorithm>
 #include <cmath>
@@ -22,10 +27,70 @@ namespace flashkit::engine::cuda {
 namespace {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
-constexpr int kMaxSplits = 64;  // decode_attention_splits() never returns more
+constexpr int kMaxSplits = 64;   // decode_attention_splits() never returns more
+constexpr int kMaxCluster = 16;  // the non-portable cluster size limit of sm_90
 
+// The cluster merge is only compiled for sm_90 and later; other builds of the kernel merge through global memory
+// whether or not they were launched as clusters.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+constexpr bool kClusterMerge = true;
+#else
+constexpr bool kClusterMerge = false;
+#endif
+
+// The merge of head h's S split partials in its first cluster of C >= S blocks (block rank = split index). Every
+// block of that cluster calls it, idle ones too: the first barrier publishes the partials (each active block's
+// (M, L) and accumulator scaled by exp(-M), in its shared memory), then block r combines dims [r * per, (r + 1) *
+// per) of the S active blocks through distributed shared memory and writes them; the second barrier keeps every
+// block, and so its shared memory, alive until all ranks have read it.
+__device__ __forceinline__ void cluster_merge(const DecodeAttnArgs& a, int S, int C, int h, const float2* ml,
+                                              const float* acc) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cl = cg::this_cluster();
+  cl.sync();
+  const int D = a.head_dim, per = (D + C - 1) / C;
+  const int d = int(cl.block_rank()) * per + int(threadIdx.x);
+  const bool mine = int(threadIdx.x) < per && d < D;
+  float o = 0.0f, den = 0.0f;
+  if (mine) {
+    // All 2S remote loads are issued before any is used: one round trip, not S.
+    float2 ms[kMaxCluster];
+    float vs[kMaxCluster];
+#pragma unroll
+    for (int s = 0; s < kMaxCluster; ++s)
+      if (s < S) ms[s] = *cl.map_shared_rank(ml, s), vs[s] = cl.map_shared_rank(acc, s)[d];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < kMaxCluster; ++s)
+      if (s < S) mx = fmaxf(mx, ms[s].x);
+    if (mx != -INFINITY) {
+#pragma unroll
+      for (int s = 0; s < kMaxCluster; ++s)
+        if (s < S) {
+          const float w = __expf(ms[s].x - mx);  // 0 for an empty split (M = -inf, L = 0, acc = 0)
+          o = fmaf(w, vs[s], o);
+          den = fmaf(w, ms[s].y, den);
+        }
+    }
+  }
+  // The remote values are consumed above, so this block's reads are complete when it arrives.
+  cl.barrier_arrive();
+  if (mine) {
+    const float r = den > 0.0f ? o / den : 0.0f;
+    const int64_t i = int64_t(h) * D + d;
+    if (a.out_bf16) static_cast<uint16_t*>(a.out)[i] = f2bf(r);
+    else static_cast<float*>(a.out)[i] = r;
+  }
+  cl.barrier_wait();
+#else
+  (void)a, (void)S, (void)C, (void)h, (void)ml, (void)acc;
+#endif
+}
+
+// csize: the cluster size along x the grid was launched with (1: none).
 template <int LPK>
-__global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a) {
+__global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a, int csize) {
   constexpr int KPW = 32 / LPK;  // keys per warp step
   constexpr int NG = kWarps * KPW;
   constexpr int DP = LPK * 8;
@@ -34,6 +99,8 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a)
   __shared__ float gm[NG], gl[NG];
   __shared__ float gacc[NG][DP];
   __shared__ int s_last;
+  __shared__ float2 cml;      // cluster merge: this block's (M, L)
+  __shared__ float cacc[DP];  // and its accumulator, scaled by exp(-M)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int split = blockIdx.x, h = blockIdx.y;
@@ -53,17 +120,26 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a)
   // earlier kernel) before the step's first kernel, and cache row j < p was written by an earlier step; this
   // launch's own row p comes from shared memory. Only q/k/v, written by the previous kernel, wait.
   const int64_t p = *a.pos0;
-  // Visible keys: positions [start, p], n of them. The grid has gridDim.x splits (fixed: the launch is captured
-  // once), but a short context only uses S of them, each with at least kMinKeys keys (two loop iterations): a
-  // split costs a memory round trip or two whatever its length, and every extra split is one more partial to
-  // merge. Blocks past S leave at once (block 0 always stays: it appends the new key/value row).
+  // Visible keys: positions [start, p], n of them. The grid has a.splits splits (fixed: the launch is captured
+  // once; gridDim.x may be larger, rounded up to whole clusters), but a short context only uses S of them, each
+  // with at least kMinKeys keys (two loop iterations): a split costs a memory round trip or two whatever its
+  // length, and every extra split is one more partial to merge. Blocks past S leave at once (block 0 always
+  // stays: it appends the new key/value row), except the idle members of a merging cluster.
   int64_t start = 0;
   if (a.window > 0) start = max(start, p - a.window + 1);
   if (a.ring) start = max(start, p - a.capacity + 1);
   const int64_t n = p - start + 1;
   constexpr int64_t kMinKeys = 4 * NG;
-  const int S = int(min(int64_t(gridDim.x), max(int64_t(1), (n + kMinKeys - 1) / kMinKeys)));
-  if (split >= S) return;
+  const int S = int(min(int64_t(a.splits), max(int64_t(1), (n + kMinKeys - 1) / kMinKeys)));
+  // Uniform over the grid (S depends on p only), so whole clusters agree on which merge runs.
+  const bool cmerge = kClusterMerge && csize > 1 && S > 1 && S <= csize;
+  if (split >= S) {
+    if (cmerge && split < csize) {  // an idle block of the merging cluster: the barriers, and its slice of the dims
+      pdl_wait();                   // it writes output
+      cluster_merge(a, S, csize, h, &cml, cacc);
+    }
+    return;
+  }
 
   // ---- this split takes indices [lo, hi) of the visible range [start, p]
   int64_t chunk = (n + S - 1) / S;
@@ -214,7 +290,18 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a)
     }
     return;
   }
-  const int64_t SG = gridDim.x;  // the buffer is laid out for the grid's splits
+  if (cmerge) {
+    for (int d = tid; d < D; d += kThreads) {
+      float o = 0;
+      if (L > 0)
+        for (int i = 0; i < NG; ++i) o += gacc[i][d] * __expf(gm[i] - M);
+      cacc[d] = o;
+    }
+    if (tid == 0) cml = make_float2(M, L);
+    cluster_merge(a, S, csize, h, &cml, cacc);  // its first barrier also orders these shared-memory writes
+    return;
+  }
+  const int64_t SG = a.splits;  // the buffer is laid out for the launch site's splits
   float* po = a.part + (int64_t(h) * SG + split) * D;                  // [heads][SG][D]
   float* plse = a.part + int64_t(a.heads) * SG * D + int64_t(h) * SG;  // [heads][SG]
   for (int d = tid; d < D; d += kThreads) {
@@ -237,8 +324,8 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a)
   // ---- last block of head h: merge the S partials. The S log-sum-exps are loaded at once into shared memory and
   // the partial rows with 8 loads in flight per thread: a serial walk over the splits put one L2 round trip per
   // split on the critical path (v1: ~8 us of a 12 us launch at 16 splits).
-  const float* ph = a.part + int64_t(h) * gridDim.x * D;
-  const float* lh = a.part + int64_t(a.heads) * gridDim.x * D + int64_t(h) * gridDim.x;
+  const float* ph = a.part + int64_t(h) * SG * D;
+  const float* lh = a.part + int64_t(a.heads) * SG * D + int64_t(h) * SG;
   __shared__ float wsplit[kMaxSplits];
   if (tid < S) wsplit[tid] = __ldcg(lh + tid);
   __syncthreads();
@@ -272,6 +359,98 @@ int decode_attention_splits(int heads, int64_t max_keys) {
   return int(std::clamp<int64_t>(std::min(want, by_keys), 1, 64));
 }
 
+namespace {
+
+int lanes_per_key(int head_dim) {  // head_dim 8 runs on the 2-lane variant (the second lane idles)
+  const int c = head_dim / 8;     // 16-byte chunks per row
+  return c <= 2 ? 2 : c <= 4 ? 4 : c <= 8 ? 8 : c <= 16 ? 16 : 32;
+}
+
+// The largest cluster decode_attn_kernel<LPK> runs in on the current device: 16 (non-portable, when one fits), 8,
+// or 1 (none: a device before sm_90). Cached per device. A newer chip running the sm_80 PTX (JIT-compiled, no
+// cluster merge in it) gets clusters too and merges through global memory: slower, still correct.
+template <int LPK>
+int max_cluster(int* resident_out = nullptr) {
+  static thread_local int dev_cached = -1, best = 1, best_resident = 0;
+  int dev = 0;
+  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+  if (resident_out) *resident_out = best_resident;
+  if (dev == dev_cached) return best;
+  dev_cached = dev, best = 1, best_resident = 0;
+  // The first launch may be inside a graph capture on this thread; these queries enqueue nothing, but a strict
+  // capture mode could still count one as an unsafe call and invalidate the capture. Relax it around them.
+  struct RelaxCapture {
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    RelaxCapture() { cudaThreadExchangeStreamCaptureMode(&mode); }
+    ~RelaxCapture() { cudaThreadExchangeStreamCaptureMode(&mode); }
+  } relax;
+  auto kern = decode_attn_kernel<LPK>;
+  cudaFuncAttributes fa{};
+  if (cudaFuncGetAttributes(&fa, kern) != cudaSuccess) {
+    cudaGetLastError();
+    return best;
+  }
+  if (fa.binaryVersion < 90) return best;
+  for (const int c : {kMaxCluster, 8}) {
+    if (c > 8 && cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(c), 1, 1);
+    cfg.blockDim = dim3(kThreads, 1, 1);
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = unsigned(c), attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int resident = 0;
+    if (cudaOccupancyMaxActiveClusters(&resident, kern, &cfg) == cudaSuccess && resident > 0) {
+      best = c, best_resident = resident;
+      if (resident_out) *resident_out = resident;
+      break;
+    }
+    cudaGetLastError();
+  }
+  return best;
+}
+
+template <int LPK>
+int cluster_size(const DecodeAttnArgs& a) {
+  if (a.splits < 2 || a.merge == DecodeMerge::global) return 1;
+  if (a.merge == DecodeMerge::automatic && !attn_cluster_enabled()) return 1;
+  int resident = 0;
+  const int cmax = max_cluster<LPK>(&resident);
+  // One cluster per head merges. Clusters are placed whole inside one GPC, next to the previous kernel's blocks
+  // (PDL): with many heads they queue. Measured on the H200 (engine-cuda.md v6): Llama's 32 heads in clusters of 8
+  // were 7% slower per decode step than the global merge, Gemma's 4 heads in clusters of 16 4% faster. So clusters
+  // only when the heads fill at most half of the resident clusters.
+  if (a.merge == DecodeMerge::automatic && 2 * a.heads > resident) return 1;
+  int c = 1;
+  while (c < a.splits && c < cmax) c *= 2;  // a power of two; the grid is rounded up to whole clusters
+  return std::min(c, cmax);
+}
+
+template <int LPK>
+void run(const DecodeAttnArgs& a, cudaStream_t stream) {
+  const int c = cluster_size<LPK>(a);
+  const unsigned gx = unsigned((a.splits + c - 1) / c * c);
+  launch_clustered("decode_attention", unsigned(c), decode_attn_kernel<LPK>, dim3(gx, unsigned(a.heads)),
+                   dim3(kThreads), 0, stream, a, c);
+}
+
+}  // namespace
+
+int decode_attention_cluster_size(const DecodeAttnArgs& a) {
+  switch (lanes_per_key(a.head_dim)) {
+    case 2: return cluster_size<2>(a);
+    case 4: return cluster_size<4>(a);
+    case 8: return cluster_size<8>(a);
+    case 16: return cluster_size<16>(a);
+    default: return cluster_size<32>(a);
+  }
+}
+
 void decode_attention(const DecodeAttnArgs& a, cudaStream_t stream) {
   const int D = a.head_dim;
   if (D <= 0 || D % 8 || D > 256 || a.heads <= 0 || a.kv_heads <= 0 || a.heads % a.kv_heads)
@@ -281,16 +460,12 @@ void decode_attention(const DecodeAttnArgs& a, cudaStream_t stream) {
   if (a.heads > 65535) fail(Status::invalid_argument, "decode_attention: too many heads");
   if (a.splits > kMaxSplits)
     fail(Status::invalid_argument, "decode_attention: splits must be at most " + std::to_string(kMaxSplits));
-  const int c = D / 8;  // 16-byte chunks per row
-  const int lpk = c <= 1 ? 1 : c <= 2 ? 2 : c <= 4 ? 4 : c <= 8 ? 8 : c <= 16 ? 16 : 32;
-  const dim3 grid{unsigned(a.splits), unsigned(a.heads)};
-  switch (lpk) {  // head_dim 8 runs on the 2-lane variant (the second lane idles)
-    case 1:
-    case 2: launch("decode_attention", decode_attn_kernel<2>, grid, dim3(kThreads), 0, stream, a); break;
-    case 4: launch("decode_attention", decode_attn_kernel<4>, grid, dim3(kThreads), 0, stream, a); break;
-    case 8: launch("decode_attention", decode_attn_kernel<8>, grid, dim3(kThreads), 0, stream, a); break;
-    case 16: launch("decode_attention", decode_attn_kernel<16>, grid, dim3(kThreads), 0, stream, a); break;
-    default: launch("decode_attention", decode_attn_kernel<32>, grid, dim3(kThreads), 0, stream, a); break;
+  switch (lanes_per_key(D)) {
+    case 2: run<2>(a, stream); break;
+    case 4: run<4>(a, stream); break;
+    case 8: run<8>(a, stream); break;
+    case 16: run<16>(a, stream); break;
+    default: run<32>(a, stream); break;
   }
 }
 

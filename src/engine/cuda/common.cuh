@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "core/cuda_check.hpp"
 #include "engine/cuda/kernels.hpp"
@@ -15,24 +16,40 @@ namespace flashkit::engine::cuda {
 
 using flashkit::check_cuda;  // core/cuda_check.hpp
 
-// Launches `kernel` with the PDL attribute when enabled; checks the launch.
+// Launches `kernel` with the PDL attribute when enabled and, when cluster_x > 1, as thread-block clusters of
+// cluster_x blocks along x (sm_90; grid.x a multiple of cluster_x); checks the launch.
 template <typename... KArgs, typename... Args>
-void launch(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-            Args&&... args) {
+void launch_clustered(const char* name, unsigned cluster_x, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+                      size_t smem, cudaStream_t stream, Args&&... args) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
   if (pdl_enabled()) {
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
   }
+  if (cluster_x > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster_x;
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  cfg.attrs = n ? attr : nullptr;
+  cfg.numAttrs = n;
   check_cuda(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), name);
+}
+// Launches `kernel` with the PDL attribute when enabled; checks the launch.
+template <typename... KArgs, typename... Args>
+void launch(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            Args&&... args) {
+  launch_clustered(name, 1u, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 // PDL: let the next grid start launching (it still waits for this grid in pdl_wait), and wait for the previous one.

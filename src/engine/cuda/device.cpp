@@ -55,5 +55,11 @@ bool gemv_streaming_loads() {
   return v;
 }
 int sm_count() { return info().sms; }
+// Whether the device can run clusters is the launcher's question (it asks per kernel: the binary it runs must have
+// been built for sm_90); this is only the A/B switch.
+bool attn_cluster_enabled() {
+  static const bool v = env::flag("FLASHKIT_CUDA_ATTN_CLUSTER", true);
+  return v;
+}
 
 }  // namespace flashkit::engine::cuda

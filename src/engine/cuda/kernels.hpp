@@ -31,6 +31,9 @@ int sm_count();  // multiprocessors of the current device
 // weights with ld.global.nc instead of the streaming (evict-first) ld.global.cs.
 bool gemv_prefetch_enabled();
 bool gemv_streaming_loads();
+// FLASHKIT_CUDA_ATTN_CLUSTER=0 makes the decode attention merge its splits through global memory even where a
+// thread-block cluster could merge them in distributed shared memory (A/B; on by default).
+bool attn_cluster_enabled();
 
 // ---------------------------------------------------------------- GEMV (gemv.cu), decode-sized T <= 8
 // y[t, n] = sum_k a[t, k] * W[n, k], W bf16 row-major [N (x2 when gated), K], f32 accumulation.
@@ -128,8 +131,15 @@ void argmax_f32(const float* x, int64_t n, void* part, unsigned int* counter, in
 // [head_dim]), optional RoPE (inv_freq), then the new k/v row is written to the bf16 cache (row p, or p % capacity
 // for a ring) and attention runs over the visible keys (j <= p, and p - window < j when window > 0) with GQA,
 // softcap and split-KV: `splits` blocks per head (fixed at launch, graph-safe), each over a slice of the keys the
-// kernel computes from p, combined by the last-arriving block (f32 partials in `part`, counters in `counters`).
-// q/k/v are only read: the normalized, rotated q and k are not written back (the new k/v rows go to the cache).
+// kernel computes from p. The partials of the splits a launch uses are merged either in distributed shared memory
+// (sm_90: the splits of a head are one thread-block cluster, when they fit in it) or by the last-arriving block
+// (f32 partials in `part`, counters in `counters`; always needed, as a long context may use more splits than a
+// cluster holds). q/k/v are only read: the normalized, rotated q and k are not written back.
+enum class DecodeMerge : int32_t {
+  automatic = 0,  // a cluster where the device and FLASHKIT_CUDA_ATTN_CLUSTER allow it
+  global = 1,     // never a cluster (the global-memory merge only)
+  cluster = 2,    // a cluster where the device allows it, whatever the environment says (tests)
+};
 struct DecodeAttnArgs {
   const void* q = nullptr;  // [heads * head_dim]
   const void* k = nullptr;  // [kv_heads * head_dim]
@@ -154,10 +164,14 @@ struct DecodeAttnArgs {
   int splits = 1;
   float* part = nullptr;           // >= decode_attention_part_floats(heads, head_dim, splits)
   unsigned int* counters = nullptr;  // >= heads zero-initialized uint32
+  DecodeMerge merge = DecodeMerge::automatic;
 };
 int64_t decode_attention_part_floats(int heads, int head_dim, int splits);
 // A split count for a layer whose visible-key count can reach max_keys (fixed per launch site).
 int decode_attention_splits(int heads, int64_t max_keys);
+// The cluster size (blocks along the split dimension) decode_attention(a) launches with; 1 when it uses no cluster.
+// A launch merges in the cluster when the splits it uses (from the visible-key count) are at most this many.
+int decode_attention_cluster_size(const DecodeAttnArgs& a);
 void decode_attention(const DecodeAttnArgs& a, cudaStream_t stream);
 
 }  // namespace flashkit::engine::cuda

@@ -64,6 +64,10 @@ struct TileShape {
 // launch_flash_fwd.
 template <typename T, int D>
 bool launch_flash_fwd_sm90(const FwdParams& p, cudaStream_t stream, TileShape* tile);
+// The warp-specialized Hopper forward (flash_fwd_sm90_ws.cuh: TMA producer warp, ping-pong consumer warpgroups);
+// same contract. Also false when TMA cannot describe K/V (unaligned base or strides).
+template <typename T, int D>
+bool launch_flash_fwd_sm90_ws(const FwdParams& p, cudaStream_t stream, TileShape* tile);
 template <typename T, int D>
 void launch_flash_bwd(const BwdParams& p, cudaStream_t stream);
 // Hopper backward (flash_bwd_sm90.cuh), head_dim 64 and 128. Returns false when this build or device cannot run

@@ -313,9 +313,10 @@ bool launch_fwd_sm90_cfg(const FwdParams& p, cudaStream_t stream, TileShape* til
 
 // Tile configurations, measured on the H200 (docs/worklog/attention-cuda.md, v6): short sequences want several
 // small CTAs per SM (their prologues and epilogues overlap other CTAs' main loops), long ones the larger key
-// tile. FLASHKIT_SM90_CFG=1..4 forces one configuration (for tuning; read once).
+// tile. FLASHKIT_SM90_CFG=1..3 forces one configuration (3: the warp-specialized TMA kernel of
+// flash_fwd_sm90_ws.cuh; for tuning; read once).
 inline int sm90_fwd_cfg() {
-  static const int v = int(env::integer("FLASHKIT_SM90_CFG", 0, 0, 2));
+  static const int v = int(env::integer("FLASHKIT_SM90_CFG", 0, 0, 3));
   return v;
 }
 
@@ -325,6 +326,10 @@ bool launch_flash_fwd_sm90(const FwdParams& p, cudaStream_t stream, TileShape* t
   const int64_t sq = p.a.shape.max_seqlen_q;
   const bool causal = p.a.mask.causal;
   int cfg = sm90_fwd_cfg();
+  // The warp-specialized TMA kernel (flash_fwd_sm90_ws.cuh) wins at d128 everywhere measured and at d64 from 2k
+  // tokens (causal: 4k); short d64 sequences keep the small multi-CTA tiles (run s5-6, attention-cuda.md v9).
+  const bool ws_default = D == 128 || (D == 64 && sq >= (causal ? 4096 : 2048));
+  if ((cfg == 3 || (cfg == 0 && ws_default)) && launch_flash_fwd_sm90_ws<T, D>(p, stream, tile)) return true;
   if constexpr (D == 64) {
     if (cfg < 1 || cfg > 2) cfg = causal && sq <= 1024 ? 2 : 1;
     // <T, D, BN, warpgroups, stages, CTAs per SM>

@@ -1,6 +1,9 @@
-// Hopper (sm_90a) forward instantiation for bf16, head_dim 64 (one file per instantiation: parallel builds).
+// Hopper (sm_90a) forward instantiations for bf16, head_dim 64: the cp.async kernel and the
+// warp-specialized TMA kernel (one file per dtype and head dim: parallel builds).
 #include "kernels/cuda/flash_fwd_sm90.cuh"
+#include "kernels/cuda/flash_fwd_sm90_ws.cuh"
 
 namespace flashkit::cuda {
 template bool launch_flash_fwd_sm90<__nv_bfloat16, 64>(const FwdParams&, cudaStream_t, TileShape*);
+template bool launch_flash_fwd_sm90_ws<__nv_bfloat16, 64>(const FwdParams&, cudaStream_t, TileShape*);
 }  // namespace flashkit::cuda

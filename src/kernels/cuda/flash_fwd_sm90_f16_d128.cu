@@ -1,6 +1,9 @@
-// Hopper (sm_90a) forward instantiation for f16, head_dim 128 (one file per instantiation: parallel builds).
+// Hopper (sm_90a) forward instantiations for f16, head_dim 128: the cp.async kernel and the
+// warp-specialized TMA kernel (one file per dtype and head dim: parallel builds).
 #include "kernels/cuda/flash_fwd_sm90.cuh"
+#include "kernels/cuda/flash_fwd_sm90_ws.cuh"
 
 namespace flashkit::cuda {
 template bool launch_flash_fwd_sm90<__half, 128>(const FwdParams&, cudaStream_t, TileShape*);
+template bool launch_flash_fwd_sm90_ws<__half, 128>(const FwdParams&, cudaStream_t, TileShape*);
 }  // namespace flashkit::cuda

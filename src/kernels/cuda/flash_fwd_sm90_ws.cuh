@@ -1,0 +1,501 @@
+// FlashAttention forward for Hopper (sm_90a), warp-specialized (the FA3 structure). One CTA per (query tile of 128
+// rows, head, sequence) with three warpgroups:
+//   warpgroup 2 (producer, 24 registers per thread): one thread streams K and V tiles with TMA into a STAGES-deep
+//     ring of shared-memory buffers, each tracked by mbarriers: full (armed with the tile's byte count, completed by
+//     the TMA unit) and empty (one arrival per consumer warp when it no longer reads the buffer). K runs one tile
+//     ahead of V, the order in which the consumers need them.
+//   warpgroups 0-1 (consumers, 64 query rows and 240 registers each: setmaxnreg moves the producer's registers to
+//     them; a 9-warp CTA would be capped at 168 like a 12-warp one, the register file being split by warp slot):
+//     Q once with cp.async (GQA packing as in flash_common.cuh),
+//     then per key tile k: S_k = Q K_k^T (SS wgmma) and O += P_{k-1} V_{k-1} (RS wgmma) issued together, softmax of
+//     S_k while the PV product runs, O rescaled once it is done. No CTA barrier in the loop.
+//   Ping-pong (PINGPONG): the warpgroups take turns issuing their products (two named barriers), so one
+//     warpgroup's softmax runs under the other's tensor-core work instead of both waiting in lock step.
+// Each warpgroup computes only the key tiles its own 64 rows can see (causal diagonal, windows, rows past the end)
+// and passes the others by, still taking its turn and releasing their buffers so the protocol stays balanced.
+// Scores, masking, softcap, online softmax, GQA packing, varlen and padded head dims follow flash_fwd_sm90.cuh.
+// Included by flash_fwd_sm90_*.cu only.
+#pragma once
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <type_traits>
+
+#include "core/cuda_check.hpp"
+#include "core/env.hpp"
+#include "kernels/cuda/flash_api.hpp"
+#include "kernels/cuda/flash_common.cuh"
+#include "kernels/cuda/launch.hpp"
+#include "kernels/cuda/tma.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace flashkit::cuda {
+
+template <int D, int BN, int STAGES>
+struct Sm90WsCfg {
+  static constexpr int BM = 128, kConsumers = 256, NT = kConsumers + 128;
+  static constexpr int kProducerWarp = kConsumers / 32;
+  // __launch_bounds__(384, 1) gives 168 registers per thread; the reallocation must fit in that pool exactly.
+  static constexpr int kLaunchRegs = 168, kProducerRegs = 24, kConsumerRegs = 240;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumers <= kLaunchRegs * NT,
+                "register budgets exceed the pool");
+  static constexpr uint32_t q_bytes = BM * D * 2, kv_bytes = BN * D * 2;
+  static constexpr uint32_t bar_off = q_bytes + 2 * STAGES * kv_bytes;  // 4 * STAGES mbarriers after the buffers
+  static constexpr size_t smem = size_t(bar_off) + 4 * STAGES * 8 + 1024;  // + alignment slack
+  static_assert(q_bytes % 1024 == 0 && kv_bytes % 1024 == 0 && (BN * 128) % 1024 == 0,
+                "panels must stay 1024-byte aligned (TMA 128B swizzle and wgmma descriptors)");
+  static_assert(BN <= 256, "a TMA box has at most 256 rows");
+  static_assert(STAGES >= 2, "K runs one tile ahead of V: the ring needs two stages");
+};
+
+// Named barriers (0 is __syncthreads): Q in shared memory (all consumers), per-warpgroup epilogue, turns.
+constexpr int kWsBarQ = 1, kWsBarEpi = 2, kWsBarTurn = 4;
+
+template <typename T, int D, int BN, int STAGES, bool PINGPONG>
+__global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES>::NT, 1)
+    flash_fwd_sm90_ws_kernel(const FwdParams p, const __grid_constant__ CUtensorMap tmap_k,
+                             const __grid_constant__ CUtensorMap tmap_v) {
+#if FK_SM90_ENABLED
+  using Op = MmaOp<T>;
+  using Cfg = Sm90WsCfg<D, BN, STAGES>;
+  constexpr int BM = Cfg::BM, CH = D / 8, NTILE = BN / 8, DTILE = D / 8;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  uint8_t* smem = smem_raw + (base - smem_u32(smem_raw));
+  const uint32_t sQ = base;
+  const uint32_t sK0 = sQ + Cfg::q_bytes;
+  const uint32_t sV0 = sK0 + STAGES * Cfg::kv_bytes;
+  const uint32_t bar0 = base + Cfg::bar_off;
+  auto full_k = [&](int st) { return bar0 + 8u * uint32_t(st); };
+  auto full_v = [&](int st) { return bar0 + 8u * uint32_t(STAGES + st); };
+  auto empty_k = [&](int st) { return bar0 + 8u * uint32_t(2 * STAGES + st); };
+  auto empty_v = [&](int st) { return bar0 + 8u * uint32_t(3 * STAGES + st); };
+
+  const kernels::AttentionFwdArgs& a = p.a;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int mb = int(gridDim.x) - 1 - int(blockIdx.x);  // longest (causal) tiles first
+  const kernels::SeqRange sr = kernels::seq_range(a.shape, blockIdx.z);
+  const int64_t nq = sr.nq, nk = sr.nk;
+  const int group = int(a.shape.heads / a.shape.kv_heads);
+  const bool pack = p.pack_gqa;
+  const int64_t rows = pack ? group * nq : nq;
+  const int64_t m0 = int64_t(mb) * BM;
+  if (m0 >= rows) return;
+  const int hblk = blockIdx.y;
+  const int kvh = pack ? hblk : hblk / group;
+  const int dreal = int(a.shape.head_dim);
+  const TileRows trows{pack, group, nq, hblk, kvh};
+
+  // Key tiles of the CTA: the union of its rows' visible ranges (both warpgroups walk all of them).
+  const int64_t r_last = (m0 + BM < rows ? m0 + BM : rows) - 1;
+  const TileKeys tk = tile_keys(a.mask, trows, m0, r_last, nk, BN);
+  const int nb_begin = tk.nb_begin, nb_end = tk.nb_end, ntiles = nb_end - nb_begin;
+
+  if (ntiles > 0 && tid == 0) {
+#pragma unroll
+    for (int st = 0; st < STAGES; ++st) {
+      mbar_init(full_k(st), 1);  // the producer's arrive.expect_tx; the TMA bytes complete the phase
+      mbar_init(full_v(st), 1);
+      mbar_init(empty_k(st), Cfg::kConsumers / 32);  // one arrival per consumer warp
+      mbar_init(empty_v(st), Cfg::kConsumers / 32);
+    }
+    fence_mbar_init();
+  }
+  __syncthreads();  // the last CTA-wide barrier: the producer warpgroup leaves after its loads
+
+  // Tile k (absolute key-tile index) of the ring: stage and the parity of its use of that stage.
+  auto stage_of = [&](int k) { return (k - nb_begin) % STAGES; };
+  auto parity_of = [&](int k) { return uint32_t((k - nb_begin) / STAGES) & 1u; };
+
+  if (tid >= Cfg::kConsumers) {
+    setmaxnreg_dec<Cfg::kProducerRegs>();  // the whole warpgroup, before its other warps leave
+    if (warp == Cfg::kProducerWarp && lane == 0 && ntiles > 0) {
+      prefetch_tmap(&tmap_k);
+      prefetch_tmap(&tmap_v);
+      const int bslot = int(sr.bslot);
+      // Waits until every consumer warp released the buffer's previous tile, then loads tile k (D/64 boxes of 64
+      // columns x BN keys, one panel each) and arms its full barrier with the byte count.
+      auto load = [&](const CUtensorMap* map, uint32_t buf0, uint32_t full, uint32_t empty, int k) {
+        const int t = k - nb_begin;
+        if (t >= STAGES) mbar_wait(empty, uint32_t(t / STAGES - 1) & 1u);
+        mbar_arrive_expect_tx(full, Cfg::kv_bytes);
+        const uint32_t dst = buf0 + uint32_t(stage_of(k)) * Cfg::kv_bytes;
+        const int row = int(sr.k0) + k * BN;
+#pragma unroll
+        for (int pnl = 0; pnl < D / 64; ++pnl)
+          tma_load_4d(dst + pnl * (BN * 128), map, full, 64 * pnl, row, kvh, bslot);
+      };
+      for (int k = nb_begin; k <= nb_end; ++k) {
+        if (k < nb_end) load(&tmap_k, sK0, full_k(stage_of(k)), empty_k(stage_of(k)), k);
+        if (k > nb_begin) load(&tmap_v, sV0, full_v(stage_of(k - 1)), empty_v(stage_of(k - 1)), k - 1);
+      }
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  setmaxnreg_inc<Cfg::kConsumerRegs>();
+  const int wg = tid >> 7, wtid = tid & 127, wq = wtid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+
+  // This warpgroup's own key tiles [wb, we) (a sub-range of the CTA's: mask bounds are monotone in the query index)
+  // and the bounds that decide whether a tile needs the mask.
+  int wb = nb_begin, we = nb_begin;
+  int64_t lo_max = 0, hi_min = 0;
+  {
+    const int64_t w0 = m0 + 64 * wg;
+    if (w0 < rows) {
+      const int64_t wlast = (w0 + 64 < rows ? w0 + 64 : rows) - 1;
+      const TileKeys wk = tile_keys(a.mask, trows, w0, wlast, nk, BN);
+      lo_max = wk.lo_max;
+      hi_min = wk.hi_min;
+      wb = wk.nb_begin > nb_begin ? wk.nb_begin : nb_begin;
+      we = wk.nb_end < nb_end ? wk.nb_end : nb_end;
+      if (wb >= we) wb = we = nb_begin;
+    }
+  }
+
+  // Visible key range of the two rows (g, g+8) this thread holds in its warp's 16 rows.
+  int my_lo[2], my_hi[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t gr = m0 + wg * 64 + wq * 16 + g + 8 * r;
+    my_lo[r] = 0;
+    my_hi[r] = int(nk);
+    if (gr < rows) {
+      int64_t h, i;
+      trows.head_query(gr, h, i);
+      my_lo[r] = int(a.mask.lo(i, nq, nk));
+      my_hi[r] = int(a.mask.hi(i, nq, nk));
+    }
+  }
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+
+  const bool use_cap = a.softcap > 0.f;
+  const float sl2 = a.scale * kLog2e;
+  const float cap_pre = use_cap ? a.scale / a.softcap : 0.f;
+  const float cap_post = a.softcap * kLog2e;
+
+  // S = Q K^T for this warpgroup's 64 rows x BN keys of the K buffer `st` (issued, not waited for).
+  auto issue_qk = [&](float (&sacc)[BN / 2], int st) {
+    const uint32_t sK = sK0 + uint32_t(st) * Cfg::kv_bytes;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint64_t da = smem_desc(sQ + (kk >> 2) * (BM * 128) + wg * (64 * 128) + (kk & 3) * 32, 16, 1024);
+      const uint64_t db = smem_desc(sK + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
+      Wgmma<T, BN>::template ss<0, 0>(sacc, da, db, kk > 0);
+    }
+    wgmma_commit();
+  };
+
+  // Scores of key tile n to log2 units (scale, softcap), mask, online softmax: leaves P in sacc and the factor O
+  // must be rescaled by in alpha (accumulator layout: sacc[4*nt + e] is row g + 8*(e>>1), key 8*nt + 2*t4 + (e&1)).
+  auto softmax = [&](float (&sacc)[BN / 2], int n, float (&alpha)[2]) {
+    const int64_t n0 = int64_t(n) * BN;
+    const bool full = n0 >= lo_max && n0 + BN <= hi_min;
+    if (use_cap || !full) {
+#pragma unroll
+      for (int nt = 0; nt < NTILE; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = sacc[4 * nt + e];
+          x = use_cap ? cap_post * fast_tanh(x * cap_pre) : x * sl2;
+          const int j = int(n0) + nt * 8 + 2 * t4 + (e & 1);
+          const int r = e >> 1;
+          if (!full && (j < my_lo[r] || j >= my_hi[r])) x = -INFINITY;
+          sacc[4 * nt + e] = x;
+        }
+    }
+    // Without softcap or mask the scale is folded into the exponent: p = 2^(s*sl2 - m*sl2) (one FFMA).
+    const float fold = (use_cap || !full) ? 1.f : sl2;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < NTILE; ++nt) mx = fmaxf(mx, fmaxf(sacc[4 * nt + 2 * r], sacc[4 * nt + 2 * r + 1]));
+      mx = quad_max(mx) * fold;
+      const float mnew = fmaxf(mrow[r], mx);
+      const float muse = mnew == -INFINITY ? 0.f : mnew;
+      alpha[r] = fast_exp2(mrow[r] - muse);
+      mrow[r] = mnew;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NTILE; ++nt) {
+        const float p0 = fast_exp2(fmaf(sacc[4 * nt + 2 * r], fold, -muse));
+        const float p1 = fast_exp2(fmaf(sacc[4 * nt + 2 * r + 1], fold, -muse));
+        sacc[4 * nt + 2 * r] = p0;
+        sacc[4 * nt + 2 * r + 1] = p1;
+        sum += p0 + p1;
+      }
+      lrow[r] = lrow[r] * alpha[r] + sum;
+    }
+  };
+  auto rescale_o = [&](const float (&alpha)[2]) {
+#pragma unroll
+    for (int d = 0; d < DTILE; ++d)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[4 * d + e] *= alpha[e >> 1];
+  };
+  // P as the register A operand of O += P V: the m64k16 fragment of keys 16kk..16kk+15 is the accumulator layout
+  // of key octets 2kk and 2kk+1.
+  auto pack_p = [&](const float (&sacc)[BN / 2], uint32_t (&pa)[BN / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      pa[kk][0] = Op::pack(sacc[8 * kk + 0], sacc[8 * kk + 1]);
+      pa[kk][1] = Op::pack(sacc[8 * kk + 2], sacc[8 * kk + 3]);
+      pa[kk][2] = Op::pack(sacc[8 * kk + 4], sacc[8 * kk + 5]);
+      pa[kk][3] = Op::pack(sacc[8 * kk + 6], sacc[8 * kk + 7]);
+    }
+  };
+  // O += P V with V of buffer `st` read transposed (MN-major) from its panels (issued, not waited for).
+  auto issue_pv = [&](uint32_t (&pa)[BN / 16][4], int st) {
+    const uint32_t sV = sV0 + uint32_t(st) * Cfg::kv_bytes;
+    wgmma_fence_regs<D / 2>(o);
+    wgmma_fence_regs<BN / 4>(&pa[0][0]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      const uint64_t db = smem_desc(sV + kk * 2048, BN * 128, 1024);
+      Wgmma<T, D>::template rs<1>(o, pa[kk], db, 1);
+    }
+    wgmma_commit();
+  };
+
+  // Pipeline and turn protocol. Every consumer warp waits on every tile's full barriers and arrives once on its
+  // empty barriers, reading it or not: a release is then never counted towards an earlier use of the buffer.
+  auto wait_k = [&](int k) { mbar_wait(full_k(stage_of(k)), parity_of(k)); };
+  auto wait_v = [&](int k) { mbar_wait(full_v(stage_of(k)), parity_of(k)); };
+  auto release_k = [&](int k) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty_k(stage_of(k)));
+  };
+  auto release_v = [&](int k) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty_v(stage_of(k)));
+  };
+  // Slot k in [nb_begin, nb_end] holds this warpgroup's products S_k (k < nb_end) and P_{k-1} V_{k-1} (k > nb_begin),
+  // either possibly absent. Each warpgroup takes one turn per slot, warpgroup 0 first: it issues on its own
+  // barrier's release and then releases the other's. Warpgroup 1 opens with one arrival and skips its last.
+  auto turn_begin = [&]() {
+    if constexpr (PINGPONG) named_barrier(kWsBarTurn + wg, 256);
+  };
+  auto turn_end = [&](int k) {
+    if constexpr (PINGPONG) {
+      if (wg == 0 || k < nb_end) named_barrier_arrive(kWsBarTurn + (wg ^ 1), 256);
+    }
+  };
+  auto idle_slot = [&](int k) {
+    if (k < nb_end) {
+      wait_k(k);
+      release_k(k);
+    }
+    if (k > nb_begin) {
+      wait_v(k - 1);
+      release_v(k - 1);
+    }
+    turn_begin();
+    turn_end(k);
+  };
+
+  if (ntiles > 0) {
+    const T* qbase = static_cast<const T*>(a.q.data) + sr.bslot * a.q.stride_b;
+    load_q_tile<T, BM, CH, Cfg::kConsumers>(sQ, qbase, a.q, sr.q0, trows, m0, rows, dreal,
+                                            [](int r, int c) { return pswz<BM>(r, c); });
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async();  // cp.async writes -> the tensor cores' async proxy
+    named_barrier(kWsBarQ, Cfg::kConsumers);
+    if constexpr (PINGPONG) {
+      if (wg == 1) named_barrier_arrive(kWsBarTurn + 0, 256);  // warpgroup 0 takes the first turn
+    }
+
+    float alpha[2];
+    uint32_t pa[BN / 16][4];
+    float s[BN / 2];
+    int k = nb_begin;
+    for (; k < wb; ++k) idle_slot(k);
+    if (wb < we) {
+      // First tile: S only (V_{k-1}, if any, is not this warpgroup's).
+      wait_k(k);
+      if (k > nb_begin) {
+        wait_v(k - 1);
+        release_v(k - 1);
+      }
+      turn_begin();
+      issue_qk(s, stage_of(k));
+      turn_end(k);
+      wgmma_wait<0>();
+      wgmma_fence_regs<BN / 2>(s);
+      release_k(k);
+      softmax(s, k, alpha);  // O is still zero: nothing to rescale
+      pack_p(s, pa);
+      // Steady state: S_k and P_{k-1} V_{k-1} in one turn; the softmax of S_k runs while P V does.
+      for (++k; k < we; ++k) {
+        wait_k(k);
+        turn_begin();
+        issue_qk(s, stage_of(k));
+        wait_v(k - 1);
+        issue_pv(pa, stage_of(k - 1));
+        turn_end(k);
+        wgmma_wait<1>();
+        wgmma_fence_regs<BN / 2>(s);
+        release_k(k);
+        softmax(s, k, alpha);
+        wgmma_wait<0>();
+        wgmma_fence_regs<D / 2>(o);
+        wgmma_fence_regs<BN / 4>(&pa[0][0]);
+        release_v(k - 1);
+        rescale_o(alpha);
+        pack_p(s, pa);
+      }
+      // Last product P_{we-1} V_{we-1}, in slot we (K_we, if any, is not this warpgroup's).
+      if (k < nb_end) {
+        wait_k(k);
+        release_k(k);
+      }
+      wait_v(k - 1);
+      turn_begin();
+      issue_pv(pa, stage_of(k - 1));
+      turn_end(k);
+      wgmma_wait<0>();
+      wgmma_fence_regs<D / 2>(o);
+      release_v(k - 1);
+      ++k;
+    }
+    for (; k <= nb_end; ++k) idle_slot(k);
+  }
+
+  // Epilogue: normalize; stage this warpgroup's O rows in its part of the Q tile (panel layout); write O, LSE.
+  float inv[2], lse[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = quad_sum(lrow[r]);
+    inv[r] = l > 0.f ? 1.f / l : 0.f;
+    lse[r] = l > 0.f ? (mrow[r] + __log2f(l)) * kLn2 : -INFINITY;
+  }
+  named_barrier(kWsBarEpi + wg, 128);  // every warp of this warpgroup is past its last wgmma reading Q
+#pragma unroll
+  for (int d = 0; d < DTILE; ++d)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t v = Op::pack(o[4 * d + 2 * r] * inv[r], o[4 * d + 2 * r + 1] * inv[r]);
+      *reinterpret_cast<uint32_t*>(smem + pswz<BM>(wg * 64 + wq * 16 + g + 8 * r, d) + t4 * 4) = v;
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t gr = m0 + wg * 64 + wq * 16 + g + 8 * r;
+    if (gr >= rows || t4 != 0) continue;
+    int64_t h, i;
+    trows.head_query(gr, h, i);
+    a.lse[a.lse_index(sr, h, i)] = lse[r];
+  }
+  named_barrier(kWsBarEpi + wg, 128);
+  T* obase = static_cast<T*>(a.o.data) + sr.bslot * a.o.stride_b;
+  for (int idx = wtid; idx < 64 * CH; idx += 128) {
+    const int rr = wg * 64 + idx / CH, c = idx % CH;
+    const int64_t gr = m0 + rr;
+    if (gr < rows && c * 8 < dreal) {
+      int64_t h, i;
+      trows.head_query(gr, h, i);
+      *reinterpret_cast<uint4*>(obase + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h + c * 8) =
+          *reinterpret_cast<const uint4*>(smem + pswz<BM>(rr, c));
+    }
+  }
+#else
+  __trap();
+#endif
+}
+
+// TMA map of a K or V operand [batch slots, seq, kv_heads, head_dim] as 4-D (head_dim innermost, then seq, kv
+// heads, batch slot; varlen: one slot holding the packed sequences) with a box of one panel: 64 columns x BN keys.
+// Columns past head_dim and rows past the tensor's end read as zero. A size-1 dimension's stride is never used;
+// it gets a valid dummy so that views with any stride there still qualify.
+template <typename T>
+bool encode_kv_tmap(CUtensorMap* map, const kernels::AttnOperand& t, const kernels::AttentionShape& sh, int bn) {
+  const int64_t slots = sh.varlen() ? 1 : sh.batch;
+  if (sh.seqlen_k <= 0 || sh.seqlen_k > (int64_t(1) << 30)) return false;  // non-empty; int32 tile coordinates
+  const cuuint64_t dims[4] = {cuuint64_t(sh.head_dim), cuuint64_t(sh.seqlen_k), cuuint64_t(sh.kv_heads),
+                              cuuint64_t(slots)};
+  const int64_t es[3] = {t.stride_s, t.stride_h, t.stride_b};
+  cuuint64_t strides[3];
+  for (int i = 0; i < 3; ++i) {
+    if (dims[i + 1] == 1) strides[i] = (cuuint64_t(sh.head_dim) * 2 + 15) / 16 * 16;
+    else if (es[i] <= 0) return false;
+    else strides[i] = cuuint64_t(es[i]) * 2;
+  }
+  const cuuint32_t box[4] = {64, cuuint32_t(bn), 1, 1};
+  return encode_tmap_4d(map, std::is_same_v<T, __nv_bfloat16>, t.data, dims, strides, box);
+}
+
+// A call the kernel could have run but for TMA or the register count: said once on stderr, since the caller falls
+// back to another kernel silently (tests and benchmarks would otherwise measure the wrong one).
+inline void sm90_ws_note_fallback(const char* why) {
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) std::fprintf(stderr, "flashkit: warp-specialized Hopper forward not used: %s\n", why);
+}
+
+template <typename T, int D, int BN, int STAGES, bool PINGPONG>
+bool launch_fwd_sm90_ws_cfg(const FwdParams& p, cudaStream_t stream, TileShape* tile) {
+  using Cfg = Sm90WsCfg<D, BN, STAGES>;
+  static_assert(Cfg::smem <= 227 * 1024, "shared memory per CTA exceeds the opt-in limit");
+  auto kern = flash_fwd_sm90_ws_kernel<T, D, BN, STAGES, PINGPONG>;
+  // No keys at all (every row's output is 0): no TMA map to build (K/V may be empty); the other kernel does it.
+  if (!sm90_kernel_usable(kern) || p.a.shape.seqlen_k <= 0) return false;
+  // The consumers' setmaxnreg.inc waits for registers the launch must have allocated: with any other count (a
+  // toolchain that did not pin it at the launch bound) it could wait forever, so use the other kernel.
+  const bool regs_ok = once_per_kernel_device<bool>(reinterpret_cast<const void*>(kern), [&](int) {
+    cudaFuncAttributes attr{};
+    const bool ok = cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kern)) == cudaSuccess &&
+                    attr.numRegs == Cfg::kLaunchRegs;
+    if (!ok) cudaGetLastError();
+    return ok;
+  });
+  if (!regs_ok) {
+    sm90_ws_note_fallback("the kernel was not built with 168 registers per thread (setmaxnreg budget)");
+    return false;
+  }
+  CUtensorMap tmap_k, tmap_v;
+  if (!encode_kv_tmap<T>(&tmap_k, p.a.k, p.a.shape, BN) || !encode_kv_tmap<T>(&tmap_v, p.a.v, p.a.shape, BN)) {
+    sm90_ws_note_fallback("no TMA map for K/V (alignment, strides, or the driver refused it)");
+    return false;
+  }
+  set_max_dynamic_smem(kern, Cfg::smem, "cudaFuncSetAttribute(flash forward sm90 ws)");
+  *tile = TileShape{Cfg::BM, BN};
+  const auto& sh = p.a.shape;
+  const int64_t group = sh.heads / sh.kv_heads;
+  const int64_t rows = p.pack_gqa ? group * sh.max_seqlen_q : sh.max_seqlen_q;
+  const int64_t mblocks = (rows + Cfg::BM - 1) / Cfg::BM;
+  if (mblocks == 0) return true;
+  dim3 grid(unsigned(mblocks), unsigned(p.pack_gqa ? sh.kv_heads : sh.heads), unsigned(sh.batch));
+  kern<<<grid, Cfg::NT, Cfg::smem, stream>>>(p, tmap_k, tmap_v);
+  check_cuda(cudaGetLastError(), "flash forward (sm90 ws) launch");
+  return true;
+}
+
+// FLASHKIT_SM90_WS_PINGPONG=0 lets the two consumer warpgroups issue freely (for measuring the ping-pong; read
+// once).
+inline bool sm90_ws_pingpong() {
+  static const bool v = env::flag("FLASHKIT_SM90_WS_PINGPONG", true);
+  return v;
+}
+
+template <typename T, int D>
+bool launch_flash_fwd_sm90_ws(const FwdParams& p, cudaStream_t stream, TileShape* tile) {
+  if (p.num_splits != 1) return false;
+  if constexpr (D == 64 || D == 128) {
+    // <T, D, BN, stages, ping-pong>: 112 KB (d64) and 160 KB (d128) of shared memory, one CTA per SM.
+    constexpr int STAGES = D == 64 ? 3 : 2;
+    return sm90_ws_pingpong() ? launch_fwd_sm90_ws_cfg<T, D, 128, STAGES, true>(p, stream, tile)
+                              : launch_fwd_sm90_ws_cfg<T, D, 128, STAGES, false>(p, stream, tile);
+  } else {
+    return false;
+  }
+}
+
+}  // namespace flashkit::cuda
