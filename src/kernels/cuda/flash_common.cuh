@@ -174,6 +174,30 @@ __device__ __forceinline__ TileKeys tile_keys(const kernels::AttentionMask& mask
   return k;
 }
 
+// A forward CTA's place: its sequence (varlen slot), its query rows [m0, m0 + BM) of the `rows` of its (head,
+// sequence) (a GQA group's heads packed into rows when pack: grid.y is then the KV head), its KV head, and the key
+// tiles its rows can see. Nothing to do when m0 >= rows.
+struct FwdTile {
+  kernels::SeqRange sr;
+  int64_t rows, m0;
+  int kvh, dreal;
+  TileRows trows;
+  TileKeys keys;
+};
+__device__ __forceinline__ FwdTile fwd_tile(const kernels::AttentionFwdArgs& a, bool pack, int mb, int BM, int BN) {
+  FwdTile t;
+  t.sr = kernels::seq_range(a.shape, blockIdx.z);
+  const int group = int(a.shape.heads / a.shape.kv_heads), hblk = int(blockIdx.y);
+  t.rows = pack ? group * t.sr.nq : t.sr.nq;
+  t.m0 = int64_t(mb) * BM;
+  t.kvh = pack ? hblk : hblk / group;
+  t.dreal = int(a.shape.head_dim);
+  t.trows = TileRows{pack, group, t.sr.nq, hblk, t.kvh};
+  t.keys = TileKeys{0, 0, 0, 0};
+  if (t.m0 < t.rows) t.keys = tile_keys(a.mask, t.trows, t.m0, (t.m0 + BM < t.rows ? t.m0 + BM : t.rows) - 1, t.sr.nk, BN);
+  return t;
+}
+
 // Copies a forward tile's BM query rows into shared memory with cp.async (16-byte chunks; rows past the tile's
 // end and chunks past the head dim are zero-filled); smem_off(r, c) is the byte offset of row r, chunk c.
 template <typename T, int BM, int CH, int NT, typename SmemOff>

@@ -37,23 +37,16 @@ __global__ void __launch_bounds__(NW * 32) flash_fwd_kernel(const FwdParams p) {
   const int mblocks = gridDim.x / p.num_splits;
   const int split = blockIdx.x / mblocks;
   const int mb = mblocks - 1 - int(blockIdx.x % mblocks);  // longest (causal) tiles first
-  const kernels::SeqRange sr = kernels::seq_range(a.shape, blockIdx.z);
-  const int64_t nq = sr.nq, nk = sr.nk;
-  const int group = int(a.shape.heads / a.shape.kv_heads);
-  const bool pack = p.pack_gqa;
-  const int64_t rows = pack ? group * nq : nq;
-  const int64_t m0 = int64_t(mb) * BM;
-  if (m0 >= rows) return;
-  const int hblk = blockIdx.y;  // query head, or KV head when packing the group
-  const int kvh = pack ? hblk : hblk / group;
-  const int dreal = int(a.shape.head_dim);
-
-  const TileRows trows{pack, group, nq, hblk, kvh};
+  const FwdTile t = fwd_tile(a, p.pack_gqa, mb, BM, BN);
+  if (t.m0 >= t.rows) return;
+  const kernels::SeqRange& sr = t.sr;
+  const int64_t nq = sr.nq, nk = sr.nk, rows = t.rows, m0 = t.m0;
+  const int kvh = t.kvh, dreal = t.dreal;
+  const TileRows& trows = t.trows;
   auto row_head = [&](int64_t r, int64_t& h, int64_t& i) { trows.head_query(r, h, i); };
 
   // Key blocks this tile needs: the union of its rows' visible ranges.
-  const int64_t r_last = (m0 + BM < rows ? m0 + BM : rows) - 1;
-  const TileKeys tk = tile_keys(a.mask, trows, m0, r_last, nk, BN);
+  const TileKeys& tk = t.keys;
   const int64_t lo_max = tk.lo_max, hi_min = tk.hi_min;
   int nb_begin = tk.nb_begin, nb_end = tk.nb_end;
   if (p.num_splits > 1) {

@@ -14,6 +14,7 @@
 #include "core/cuda_check.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
+#include "kernels/cuda/flash_fwd_sm90_tile.cuh"
 #include "kernels/cuda/launch.hpp"
 #include "kernels/cuda/wgmma.cuh"
 
@@ -30,9 +31,9 @@ struct Sm90FwdCfg {
 template <typename T, int D, int BN, int NWG, int STAGES, int MINB>
 __global__ void __launch_bounds__(NWG * 128, MINB) flash_fwd_sm90_kernel(const FwdParams p) {
 #if FK_SM90_ENABLED
-  using Op = MmaOp<T>;
   using Cfg = Sm90FwdCfg<D, BN, NWG, STAGES>;
-  constexpr int BM = Cfg::BM, NT = Cfg::NT, CH = D / 8, NTILE = BN / 8, DTILE = D / 8;
+  using Rows = Sm90FwdRows<T, D, BN, Cfg::BM>;
+  constexpr int BM = Cfg::BM, NT = Cfg::NT, CH = D / 8;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   uint8_t* smem = smem_raw + (base - smem_u32(smem_raw));
@@ -41,54 +42,21 @@ __global__ void __launch_bounds__(NWG * 128, MINB) flash_fwd_sm90_kernel(const F
   const uint32_t sV0 = sK0 + STAGES * Cfg::kv_bytes;
 
   const kernels::AttentionFwdArgs& a = p.a;
-  const int tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, wq = wtid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t4 = lane & 3;
-  const int mblocks = gridDim.x;
-  const int mb = mblocks - 1 - int(blockIdx.x);  // longest (causal) tiles first
-  const kernels::SeqRange sr = kernels::seq_range(a.shape, blockIdx.z);
-  const int64_t nq = sr.nq, nk = sr.nk;
-  const int group = int(a.shape.heads / a.shape.kv_heads);
-  const bool pack = p.pack_gqa;
-  const int64_t rows = pack ? group * nq : nq;
-  const int64_t m0 = int64_t(mb) * BM;
-  if (m0 >= rows) return;
-  const int hblk = blockIdx.y;
-  const int kvh = pack ? hblk : hblk / group;
-  const int dreal = int(a.shape.head_dim);
-
-  const TileRows trows{pack, group, nq, hblk, kvh};
-  auto row_head = [&](int64_t r, int64_t& h, int64_t& i) { trows.head_query(r, h, i); };
-
-  // Key blocks this tile needs: the union of its rows' visible ranges.
-  const int64_t r_last = (m0 + BM < rows ? m0 + BM : rows) - 1;
-  const TileKeys tk = tile_keys(a.mask, trows, m0, r_last, nk, BN);
-  const int64_t lo_max = tk.lo_max, hi_min = tk.hi_min;
-  int nb_begin = tk.nb_begin, nb_end = tk.nb_end;
-  // This warpgroup's own 64 rows see a sub-range of the CTA's key tiles (causal diagonal, windows, rows past the
-  // end): it skips its MMAs and softmax outside that range (uniform per warpgroup) but keeps the CTA's pipeline
-  // barriers. With BM = 128 and BN = 64, a causal diagonal tile is fully masked for warpgroup 0.
-  int wnb_begin = 0, wnb_end = 0;
-  int w_lo_max = int(lo_max), w_hi_min = int(hi_min);  // key indices fit int (nk does)
-  if (m0 + wg * 64 < rows) {
-    const int64_t w0 = m0 + wg * 64;
-    const TileKeys wk = tile_keys(a.mask, trows, w0, (w0 + 64 < rows ? w0 + 64 : rows) - 1, nk, BN);
-    wnb_begin = wk.nb_begin, wnb_end = wk.nb_end, w_lo_max = int(wk.lo_max), w_hi_min = int(wk.hi_min);
-  }
-
-  // Visible key range of the two rows (g, g+8) this thread holds in its warp's 16 rows.
-  int my_lo[2], my_hi[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t gr = m0 + wg * 64 + wq * 16 + g + 8 * r;
-    my_lo[r] = 0;
-    my_hi[r] = int(nk);
-    if (gr < rows) {
-      int64_t h, i;
-      row_head(gr, h, i);
-      my_lo[r] = int(a.mask.lo(i, nq, nk));
-      my_hi[r] = int(a.mask.hi(i, nq, nk));
-    }
-  }
+  const int tid = threadIdx.x, wg = tid >> 7;
+  const int mb = int(gridDim.x) - 1 - int(blockIdx.x);  // longest (causal) tiles first
+  const FwdTile t = fwd_tile(a, p.pack_gqa, mb, BM, BN);
+  if (t.m0 >= t.rows) return;
+  const kernels::SeqRange& sr = t.sr;
+  const int64_t nq = sr.nq, nk = sr.nk, rows = t.rows, m0 = t.m0;
+  const int kvh = t.kvh, dreal = t.dreal;
+  const TileRows& trows = t.trows;
+  // Key blocks this tile needs: the union of its rows' visible ranges. Each warpgroup's own 64 rows see a
+  // sub-range (causal diagonal, windows, rows past the end): it skips its MMAs and softmax outside it (uniform per
+  // warpgroup) but keeps the CTA's pipeline barriers. With BM = 128 and BN = 64, a causal diagonal tile is fully
+  // masked for warpgroup 0.
+  const int nb_begin = t.keys.nb_begin, nb_end = t.keys.nb_end;
+  const WarpgroupKeys wk = warpgroup_keys(a.mask, trows, m0 + wg * 64, rows, nk, BN, nb_begin, nb_end);
+  Rows w(a, trows, m0, rows, nq, nk, wk);
 
   const T* qbase = static_cast<const T*>(a.q.data) + sr.bslot * a.q.stride_b;
   const T* kbase = static_cast<const T*>(a.k.data) + sr.bslot * a.k.stride_b + kvh * a.k.stride_h + sr.k0 * a.k.stride_s;
@@ -111,104 +79,6 @@ __global__ void __launch_bounds__(NWG * 128, MINB) flash_fwd_sm90_kernel(const F
       kp += kstep;
       vp += vstep;
     }
-  };
-
-  float o[D / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
-
-  const bool use_cap = a.softcap > 0.f;
-  const float sl2 = a.scale * kLog2e;
-  const float cap_pre = use_cap ? a.scale / a.softcap : 0.f;
-  const float cap_post = a.softcap * kLog2e;
-
-  // S = Q K^T for this warpgroup's 64 rows x BN keys of the tile in stage `st` (issued, not waited for).
-  auto issue_qk = [&](float (&sacc)[BN / 2], int st) {
-    const uint32_t sK = sK0 + st * Cfg::kv_bytes;
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint64_t da = smem_desc(sQ + (kk >> 2) * (BM * 128) + wg * (64 * 128) + (kk & 3) * 32, 16, 1024);
-      const uint64_t db = smem_desc(sK + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
-      Wgmma<T, BN>::template ss<0, 0>(sacc, da, db, kk > 0);
-    }
-    wgmma_commit();
-  };
-
-  // Scores of key tile n to log2 units (scale, softcap), mask, online softmax: leaves P in sacc and the factor
-// O must be rescaled by in alpha
-  // (accumulator layout: sacc[4*nt + e] is row g + 8*(e>>1), key 8*nt + 2*t4 + (e&1)).
-  auto softmax = [&](float (&sacc)[BN / 2], int n, float (&alpha)[2]) {
-    const int64_t n0 = int64_t(n) * BN;
-    const bool full = int(n0) >= w_lo_max && int(n0) + BN <= w_hi_min;
-    if (use_cap || !full) {
-#pragma unroll
-      for (int nt = 0; nt < NTILE; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float x = sacc[4 * nt + e];
-          x = use_cap ? cap_post * fast_tanh(x * cap_pre) : x * sl2;
-          const int j = int(n0) + nt * 8 + 2 * t4 + (e & 1);
-          const int r = e >> 1;
-          if (!full && (j < my_lo[r] || j >= my_hi[r])) x = -INFINITY;
-          sacc[4 * nt + e] = x;
-        }
-    }
-    // Without softcap or mask the scale is folded into the exponent: p = 2^(s*sl2 - m*sl2) (one FFMA).
-    const float fold = (use_cap || !full) ? 1.f : sl2;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < NTILE; ++nt) mx = fmaxf(mx, fmaxf(sacc[4 * nt + 2 * r], sacc[4 * nt + 2 * r + 1]));
-      mx = quad_max(mx) * fold;
-      const float mnew = fmaxf(mrow[r], mx);
-      const float muse = mnew == -INFINITY ? 0.f : mnew;
-      alpha[r] = fast_exp2(mrow[r] - muse);
-      mrow[r] = mnew;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < NTILE; ++nt) {
-        const float p0 = fast_exp2(fmaf(sacc[4 * nt + 2 * r], fold, -muse));
-        const float p1 = fast_exp2(fmaf(sacc[4 * nt + 2 * r + 1], fold, -muse));
-        sacc[4 * nt + 2 * r] = p0;
-        sacc[4 * nt + 2 * r + 1] = p1;
-        sum += p0 + p1;
-      }
-      lrow[r] = lrow[r] * alpha[r] + sum;
-    }
-  };
-  // O *= alpha (per row) before the next P V accumulates into it.
-  auto rescale_o = [&](const float (&alpha)[2]) {
-#pragma unroll
-    for (int d = 0; d < DTILE; ++d)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[4 * d + e] *= alpha[e >> 1];
-  };
-
-  // O += P V with P as the register A operand: the m64k16 fragment of keys 16kk..16kk+15 is the accumulator
-  // layout of key octets 2kk and 2kk+1. V is read transposed (MN-major) from its panels. Issued, not waited for.
-  auto pack_p = [&](const float (&sacc)[BN / 2], uint32_t (&pa)[BN / 16][4]) {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      pa[kk][0] = Op::pack(sacc[8 * kk + 0], sacc[8 * kk + 1]);
-      pa[kk][1] = Op::pack(sacc[8 * kk + 2], sacc[8 * kk + 3]);
-      pa[kk][2] = Op::pack(sacc[8 * kk + 4], sacc[8 * kk + 5]);
-      pa[kk][3] = Op::pack(sacc[8 * kk + 6], sacc[8 * kk + 7]);
-    }
-  };
-  auto issue_pv = [&](uint32_t (&pa)[BN / 16][4], int st) {
-    const uint32_t sV = sV0 + st * Cfg::kv_bytes;
-    wgmma_fence_regs<D / 2>(o);
-    wgmma_fence_regs<BN / 4>(&pa[0][0]);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      const uint64_t db = smem_desc(sV + kk * 2048, BN * 128, 1024);
-      Wgmma<T, D>::template rs<1>(o, pa[kk], db, 1);
-    }
-    wgmma_commit();
   };
 
   // Every thread copies part of the tile; after the wait, a fence (cp.async writes -> the tensor cores' async
@@ -238,55 +108,20 @@ __global__ void __launch_bounds__(NWG * 128, MINB) flash_fwd_sm90_kernel(const F
     tile_ready();
     if (n + STAGES - 1 < nb_end) load_kv(n + STAGES - 1, (n - nb_begin + STAGES - 1) % STAGES);
     cp_async_commit();
-    if (n < wnb_begin || n >= wnb_end) continue;
-    issue_qk(s, st);
+    if (n < wk.wb || n >= wk.we) continue;
+    w.issue_qk(s, sQ, sK0 + st * Cfg::kv_bytes);
     wgmma_wait<0>();
     wgmma_fence_regs<BN / 2>(s);
-    softmax(s, n, alpha);
-    rescale_o(alpha);
-    pack_p(s, pa);
-    issue_pv(pa, st);
+    w.softmax(s, n, alpha);
+    w.rescale_o(alpha);
+    Rows::pack_p(s, pa);
+    w.issue_pv(pa, sV0 + st * Cfg::kv_bytes);
     wgmma_wait<0>();
-    wgmma_fence_regs<D / 2>(o);
+    wgmma_fence_regs<D / 2>(w.o);
   }
   cp_async_wait<0>();
-
-  // Epilogue: normalize; stage this warpgroup's O rows in its part of the Q tile (panel layout); write O, LSE.
-  float inv[2], lse[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float l = quad_sum(lrow[r]);
-    inv[r] = l > 0.f ? 1.f / l : 0.f;
-    lse[r] = l > 0.f ? (mrow[r] + __log2f(l)) * kLn2 : -INFINITY;
-  }
-  named_barrier(1 + wg, 128);  // every warp of this warpgroup is past its last wgmma reading Q
-#pragma unroll
-  for (int d = 0; d < DTILE; ++d)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint32_t v = Op::pack(o[4 * d + 2 * r] * inv[r], o[4 * d + 2 * r + 1] * inv[r]);
-      *reinterpret_cast<uint32_t*>(smem + pswz<BM>(wg * 64 + wq * 16 + g + 8 * r, d) + t4 * 4) = v;
-    }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t gr = m0 + wg * 64 + wq * 16 + g + 8 * r;
-    if (gr >= rows || t4 != 0) continue;
-    int64_t h, i;
-    row_head(gr, h, i);
-    a.lse[a.lse_index(sr, h, i)] = lse[r];
-  }
-  named_barrier(1 + wg, 128);
-  T* obase = static_cast<T*>(a.o.data) + sr.bslot * a.o.stride_b;
-  for (int idx = wtid; idx < 64 * CH; idx += 128) {
-    const int rr = wg * 64 + idx / CH, c = idx % CH;
-    const int64_t gr = m0 + rr;
-    if (gr < rows && c * 8 < dreal) {
-      int64_t h, i;
-      row_head(gr, h, i);
-      *reinterpret_cast<uint4*>(obase + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h + c * 8) =
-          *reinterpret_cast<const uint4*>(smem + pswz<BM>(rr, c));
-    }
-  }
+  // every warp of this warpgroup is past its last wgmma reading Q before O is staged there
+  w.store(sr, trows, smem, m0, rows, dreal, 1 + wg);
 #else
   __trap();
 #endif

@@ -26,6 +26,7 @@
 #include "core/env.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
+#include "kernels/cuda/flash_fwd_sm90_tile.cuh"
 #include "kernels/cuda/launch.hpp"
 #include "kernels/cuda/tma.cuh"
 #include "kernels/cuda/wgmma.cuh"
@@ -57,9 +58,9 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES>::NT, 1)
     flash_fwd_sm90_ws_kernel(const FwdParams p, const __grid_constant__ CUtensorMap tmap_k,
                              const __grid_constant__ CUtensorMap tmap_v) {
 #if FK_SM90_ENABLED
-  using Op = MmaOp<T>;
   using Cfg = Sm90WsCfg<D, BN, STAGES>;
-  constexpr int BM = Cfg::BM, CH = D / 8, NTILE = BN / 8, DTILE = D / 8;
+  using Rows = Sm90FwdRows<T, D, BN, Cfg::BM>;
+  constexpr int BM = Cfg::BM, CH = D / 8;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   uint8_t* smem = smem_raw + (base - smem_u32(smem_raw));
@@ -75,21 +76,14 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES>::NT, 1)
   const kernels::AttentionFwdArgs& a = p.a;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int mb = int(gridDim.x) - 1 - int(blockIdx.x);  // longest (causal) tiles first
-  const kernels::SeqRange sr = kernels::seq_range(a.shape, blockIdx.z);
-  const int64_t nq = sr.nq, nk = sr.nk;
-  const int group = int(a.shape.heads / a.shape.kv_heads);
-  const bool pack = p.pack_gqa;
-  const int64_t rows = pack ? group * nq : nq;
-  const int64_t m0 = int64_t(mb) * BM;
-  if (m0 >= rows) return;
-  const int hblk = blockIdx.y;
-  const int kvh = pack ? hblk : hblk / group;
-  const int dreal = int(a.shape.head_dim);
-  const TileRows trows{pack, group, nq, hblk, kvh};
-
+  const FwdTile t = fwd_tile(a, p.pack_gqa, mb, BM, BN);
+  if (t.m0 >= t.rows) return;
+  const kernels::SeqRange& sr = t.sr;
+  const int64_t nq = sr.nq, nk = sr.nk, rows = t.rows, m0 = t.m0;
+  const int kvh = t.kvh, dreal = t.dreal;
+  const TileRows& trows = t.trows;
   // Key tiles of the CTA: the union of its rows' visible ranges (both warpgroups walk all of them).
-  const int64_t r_last = (m0 + BM < rows ? m0 + BM : rows) - 1;
-  const TileKeys tk = tile_keys(a.mask, trows, m0, r_last, nk, BN);
+  const TileKeys& tk = t.keys;
   const int nb_begin = tk.nb_begin, nb_end = tk.nb_end, ntiles = nb_end - nb_begin;
 
   if (ntiles > 0 && tid == 0) {
@@ -136,136 +130,12 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES>::NT, 1)
 
   // ---- consumers ----
   setmaxnreg_inc<Cfg::kConsumerRegs>();
-  const int wg = tid >> 7, wtid = tid & 127, wq = wtid >> 5;
-  const int g = lane >> 2, t4 = lane & 3;
-
-  // This warpgroup's own key tiles [wb, we) (a sub-range of the CTA's: mask bounds are monotone in the query index)
-  // and the bounds that decide whether a tile needs the mask.
-  int wb = nb_begin, we = nb_begin;
-  int64_t lo_max = 0, hi_min = 0;
-  {
-    const int64_t w0 = m0 + 64 * wg;
-    if (w0 < rows) {
-      const int64_t wlast = (w0 + 64 < rows ? w0 + 64 : rows) - 1;
-      const TileKeys wk = tile_keys(a.mask, trows, w0, wlast, nk, BN);
-      lo_max = wk.lo_max;
-      hi_min = wk.hi_min;
-      wb = wk.nb_begin > nb_begin ? wk.nb_begin : nb_begin;
-      we = wk.nb_end < nb_end ? wk.nb_end : nb_end;
-      if (wb >= we) wb = we = nb_begin;
-    }
-  }
-
-  // Visible key range of the two rows (g, g+8) this thread holds in its warp's 16 rows.
-  int my_lo[2], my_hi[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t gr = m0 + wg * 64 + wq * 16 + g + 8 * r;
-    my_lo[r] = 0;
-    my_hi[r] = int(nk);
-    if (gr < rows) {
-      int64_t h, i;
-      trows.head_query(gr, h, i);
-      my_lo[r] = int(a.mask.lo(i, nq, nk));
-      my_hi[r] = int(a.mask.hi(i, nq, nk));
-    }
-  }
-
-  float o[D / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
-
-  const bool use_cap = a.softcap > 0.f;
-  const float sl2 = a.scale * kLog2e;
-  const float cap_pre = use_cap ? a.scale / a.softcap : 0.f;
-  const float cap_post = a.softcap * kLog2e;
-
-  // S = Q K^T for this warpgroup's 64 rows x BN keys of the K buffer `st` (issued, not waited for).
-  auto issue_qk = [&](float (&sacc)[BN / 2], int st) {
-    const uint32_t sK = sK0 + uint32_t(st) * Cfg::kv_bytes;
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint64_t da = smem_desc(sQ + (kk >> 2) * (BM * 128) + wg * (64 * 128) + (kk & 3) * 32, 16, 1024);
-      const uint64_t db = smem_desc(sK + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
-      Wgmma<T, BN>::template ss<0, 0>(sacc, da, db, kk > 0);
-    }
-    wgmma_commit();
-  };
-
-  // Scores of key tile n to log2 units (scale, softcap), mask, online softmax: leaves P in sacc and the factor O
-  // must be rescaled by in alpha (accumulator layout: sacc[4*nt + e] is row g + 8*(e>>1), key 8*nt + 2*t4 + (e&1)).
-  auto softmax = [&](float (&sacc)[BN / 2], int n, float (&alpha)[2]) {
-    const int64_t n0 = int64_t(n) * BN;
-    const bool full = n0 >= lo_max && n0 + BN <= hi_min;
-    if (use_cap || !full) {
-#pragma unroll
-      for (int nt = 0; nt < NTILE; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float x = sacc[4 * nt + e];
-          x = use_cap ? cap_post * fast_tanh(x * cap_pre) : x * sl2;
-          const int j = int(n0) + nt * 8 + 2 * t4 + (e & 1);
-          const int r = e >> 1;
-          if (!full && (j < my_lo[r] || j >= my_hi[r])) x = -INFINITY;
-          sacc[4 * nt + e] = x;
-        }
-    }
-    // Without softcap or mask the scale is folded into the exponent: p = 2^(s*sl2 - m*sl2) (one FFMA).
-    const float fold = (use_cap || !full) ? 1.f : sl2;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < NTILE; ++nt) mx = fmaxf(mx, fmaxf(sacc[4 * nt + 2 * r], sacc[4 * nt + 2 * r + 1]));
-      mx = quad_max(mx) * fold;
-      const float mnew = fmaxf(mrow[r], mx);
-      const float muse = mnew == -INFINITY ? 0.f : mnew;
-      alpha[r] = fast_exp2(mrow[r] - muse);
-      mrow[r] = mnew;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < NTILE; ++nt) {
-        const float p0 = fast_exp2(fmaf(sacc[4 * nt + 2 * r], fold, -muse));
-        const float p1 = fast_exp2(fmaf(sacc[4 * nt + 2 * r + 1], fold, -muse));
-        sacc[4 * nt + 2 * r] = p0;
-        sacc[4 * nt + 2 * r + 1] = p1;
-        sum += p0 + p1;
-      }
-      lrow[r] = lrow[r] * alpha[r] + sum;
-    }
-  };
-  auto rescale_o = [&](const float (&alpha)[2]) {
-#pragma unroll
-    for (int d = 0; d < DTILE; ++d)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[4 * d + e] *= alpha[e >> 1];
-  };
-  // P as the register A operand of O += P V: the m64k16 fragment of keys 16kk..16kk+15 is the accumulator layout
-  // of key octets 2kk and 2kk+1.
-  auto pack_p = [&](const float (&sacc)[BN / 2], uint32_t (&pa)[BN / 16][4]) {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      pa[kk][0] = Op::pack(sacc[8 * kk + 0], sacc[8 * kk + 1]);
-      pa[kk][1] = Op::pack(sacc[8 * kk + 2], sacc[8 * kk + 3]);
-      pa[kk][2] = Op::pack(sacc[8 * kk + 4], sacc[8 * kk + 5]);
-      pa[kk][3] = Op::pack(sacc[8 * kk + 6], sacc[8 * kk + 7]);
-    }
-  };
-  // O += P V with V of buffer `st` read transposed (MN-major) from its panels (issued, not waited for).
-  auto issue_pv = [&](uint32_t (&pa)[BN / 16][4], int st) {
-    const uint32_t sV = sV0 + uint32_t(st) * Cfg::kv_bytes;
-    wgmma_fence_regs<D / 2>(o);
-    wgmma_fence_regs<BN / 4>(&pa[0][0]);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      const uint64_t db = smem_desc(sV + kk * 2048, BN * 128, 1024);
-      Wgmma<T, D>::template rs<1>(o, pa[kk], db, 1);
-    }
-    wgmma_commit();
-  };
+  const int wg = tid >> 7;
+  // This warpgroup's own key tiles [wk.wb, wk.we) and its rows' state (flash_fwd_sm90_tile.cuh).
+  const WarpgroupKeys wk = warpgroup_keys(a.mask, trows, m0 + 64 * wg, rows, nk, BN, nb_begin, nb_end);
+  Rows w(a, trows, m0, rows, nq, nk, wk);
+  auto kbuf = [&](int k) { return sK0 + uint32_t(stage_of(k)) * Cfg::kv_bytes; };
+  auto vbuf = [&](int k) { return sV0 + uint32_t(stage_of(k)) * Cfg::kv_bytes; };
 
   // Pipeline and turn protocol. Every consumer warp waits on every tile's full barriers and arrives once on its
   // empty barriers, reading it or not: a release is then never counted towards an earlier use of the buffer.
@@ -319,8 +189,8 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES>::NT, 1)
     uint32_t pa[BN / 16][4];
     float s[BN / 2];
     int k = nb_begin;
-    for (; k < wb; ++k) idle_slot(k);
-    if (wb < we) {
+    for (; k < wk.wb; ++k) idle_slot(k);
+    if (wk.wb < wk.we) {
       // First tile: S only (V_{k-1}, if any, is not this warpgroup's).
       wait_k(k);
       if (k > nb_begin) {
@@ -328,31 +198,31 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES>::NT, 1)
         release_v(k - 1);
       }
       turn_begin();
-      issue_qk(s, stage_of(k));
+      w.issue_qk(s, sQ, kbuf(k));
       turn_end(k);
       wgmma_wait<0>();
       wgmma_fence_regs<BN / 2>(s);
       release_k(k);
-      softmax(s, k, alpha);  // O is still zero: nothing to rescale
-      pack_p(s, pa);
+      w.softmax(s, k, alpha);  // O is still zero: nothing to rescale
+      Rows::pack_p(s, pa);
       // Steady state: S_k and P_{k-1} V_{k-1} in one turn; the softmax of S_k runs while P V does.
-      for (++k; k < we; ++k) {
+      for (++k; k < wk.we; ++k) {
         wait_k(k);
         turn_begin();
-        issue_qk(s, stage_of(k));
+        w.issue_qk(s, sQ, kbuf(k));
         wait_v(k - 1);
-        issue_pv(pa, stage_of(k - 1));
+        w.issue_pv(pa, vbuf(k - 1));
         turn_end(k);
         wgmma_wait<1>();
         wgmma_fence_regs<BN / 2>(s);
         release_k(k);
-        softmax(s, k, alpha);
+        w.softmax(s, k, alpha);
         wgmma_wait<0>();
-        wgmma_fence_regs<D / 2>(o);
+        wgmma_fence_regs<D / 2>(w.o);
         wgmma_fence_regs<BN / 4>(&pa[0][0]);
         release_v(k - 1);
-        rescale_o(alpha);
-        pack_p(s, pa);
+        w.rescale_o(alpha);
+        Rows::pack_p(s, pa);
       }
       // Last product P_{we-1} V_{we-1}, in slot we (K_we, if any, is not this warpgroup's).
       if (k < nb_end) {
@@ -361,52 +231,18 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES>::NT, 1)
       }
       wait_v(k - 1);
       turn_begin();
-      issue_pv(pa, stage_of(k - 1));
+      w.issue_pv(pa, vbuf(k - 1));
       turn_end(k);
       wgmma_wait<0>();
-      wgmma_fence_regs<D / 2>(o);
+      wgmma_fence_regs<D / 2>(w.o);
       release_v(k - 1);
       ++k;
     }
     for (; k <= nb_end; ++k) idle_slot(k);
   }
 
-  // Epilogue: normalize; stage this warpgroup's O rows in its part of the Q tile (panel layout); write O, LSE.
-  float inv[2], lse[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float l = quad_sum(lrow[r]);
-    inv[r] = l > 0.f ? 1.f / l : 0.f;
-    lse[r] = l > 0.f ? (mrow[r] + __log2f(l)) * kLn2 : -INFINITY;
-  }
-  named_barrier(kWsBarEpi + wg, 128);  // every warp of this warpgroup is past its last wgmma reading Q
-#pragma unroll
-  for (int d = 0; d < DTILE; ++d)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint32_t v = Op::pack(o[4 * d + 2 * r] * inv[r], o[4 * d + 2 * r + 1] * inv[r]);
-      *reinterpret_cast<uint32_t*>(smem + pswz<BM>(wg * 64 + wq * 16 + g + 8 * r, d) + t4 * 4) = v;
-    }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t gr = m0 + wg * 64 + wq * 16 + g + 8 * r;
-    if (gr >= rows || t4 != 0) continue;
-    int64_t h, i;
-    trows.head_query(gr, h, i);
-    a.lse[a.lse_index(sr, h, i)] = lse[r];
-  }
-  named_barrier(kWsBarEpi + wg, 128);
-  T* obase = static_cast<T*>(a.o.data) + sr.bslot * a.o.stride_b;
-  for (int idx = wtid; idx < 64 * CH; idx += 128) {
-    const int rr = wg * 64 + idx / CH, c = idx % CH;
-    const int64_t gr = m0 + rr;
-    if (gr < rows && c * 8 < dreal) {
-      int64_t h, i;
-      trows.head_query(gr, h, i);
-      *reinterpret_cast<uint4*>(obase + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h + c * 8) =
-          *reinterpret_cast<const uint4*>(smem + pswz<BM>(rr, c));
-    }
-  }
+  // Epilogue (every warp of this warpgroup is past its last wgmma reading Q before O is staged there).
+  w.store(sr, trows, smem, m0, rows, dreal, kWsBarEpi + wg);
 #else
   __trap();
 #endif
