@@ -180,6 +180,12 @@ class Backend {
   virtual void graph_begin(uint64_t /*key*/) {}
   virtual void graph_end(uint64_t /*key*/) {}
   virtual void graph_forget_all() {}  // called when a session's buffers are freed
+  // Counters of backend-internal decisions, for tests and profiling (zeros where a backend has none).
+  struct Stats {
+    uint64_t residual_redirects = 0;  // CUDA: in-place residual updates written to the shadow buffer (ping-pong)
+    uint64_t residual_copies = 0;     // CUDA: copies of the residual back home before another op touched it
+  };
+  virtual Stats stats() const { return {}; }
 
   // ---- ops (T = rows of the current step; all read positions / tokens from the step buffer) ----
   // out[t, :] = table[token_t, :] * scale

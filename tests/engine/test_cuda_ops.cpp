@@ -310,19 +310,28 @@ TEST(CudaEngineOps, FusedSequencesWithFusionOff) {
 
 // Residual ping-pong (cuda_backend.cpp, run()): two in-place residual updates, each the prologue of a fused GEMV,
 // with an op between them that does not touch h. The first GEMV writes h to the backend's shadow buffer, the second
-// reads the shadow and writes h home. Variants put an op that touches h between them (softcap on h: h must come home
-// first) or end the flush between them (a download), at T = 1 and 3. With fusion off nothing is redirected.
-void residual_chain_case(Backend& be, int64_t T, int between, uint64_t seed) {
+// reads the shadow and writes h home (stats: one redirect, no copy). Variants: an op on h between the updates
+// (softcap: no redirect), a flush between them (a download: no redirect), and a second update that cannot fuse (its
+// norm is per half row: redirect, then a copy home before it runs). T = 3 uses a strided h (a column slice of a
+// wider buffer whose other half must survive). With fusion off nothing is redirected.
+void residual_chain_case(Backend& be, int64_t T, int between, bool fused, uint64_t seed) {
   SCOPED_TRACE("residual chain T=" + std::to_string(T) + " between=" + std::to_string(between));
   const float eps = 1e-6f, cap = 2.0f;
-  const int64_t K = 640, N1 = 96, N2 = 200;
+  const int64_t K = 640, N1 = 96, N2 = 200, G2 = between == 3 ? K / 2 : K;  // G2: the second norm's group
+  const bool strided = T > 1;
   auto h0 = rnd(size_t(T * K), seed), d1 = rnd(size_t(T * K), seed + 1, -3, 3);
   auto pw1 = rnd(size_t(K), seed + 2, 0.5f, 1.5f), w1 = rnd(size_t(K), seed + 3, 0.5f, 1.5f);
-  auto pw2 = rnd(size_t(K), seed + 4, 0.5f, 1.5f), w2 = rnd(size_t(K), seed + 5, 0.5f, 1.5f);
+  auto pw2 = rnd(size_t(K), seed + 4, 0.5f, 1.5f), w2 = rnd(size_t(G2), seed + 5, 0.5f, 1.5f);
   auto W1 = rnd(size_t(N1 * K), seed + 6, -0.3f, 0.3f), Wd = rnd(size_t(K * N1), seed + 7, -0.3f, 0.3f);
   auto W2 = rnd(size_t(N2 * K), seed + 8, -0.3f, 0.3f);
+  // h: [T, K] of a [T, 2K] buffer when strided (the right half holds other data that must not change)
+  std::vector<float> wide(size_t(T * 2 * K));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k = 0; k < 2 * K; ++k) wide[size_t(t * 2 * K + k)] = k < K ? h0[size_t(t * K + k)] : float(t * 1000 + k);
   Mat m1(be, W1, N1, K), md(be, Wd, K, N1), m2(be, W2, N2, K);
-  Buf h(be, T, K, &h0), db(be, T, K, &d1), xn(be, T, K), y1(be, T, N1), d2(be, T, K), y2(be, T, N2);
+  Buf hbuf(be, T, strided ? 2 * K : K, strided ? &wide : &h0);
+  const Tensor h = strided ? hbuf.t.col_slice(0, K) : hbuf.t;
+  Buf db(be, T, K, &d1), xn(be, T, K), y1(be, T, N1), d2(be, T, K), y2(be, T, N2);
   Tensor pw1t = vec(be, pw1), w1t = vec(be, w1), pw2t = vec(be, pw2), w2t = vec(be, w2);
 
   // f64 reference of the same chain
@@ -341,26 +350,39 @@ void residual_chain_case(Backend& be, int64_t T, int between, uint64_t seed) {
   for (int64_t t = 0; t < T; ++t) {
     auto dn = rms_ref(d2ref.data() + t * K, K, pw2.data(), eps);
     for (int64_t k = 0; k < K; ++k) href[size_t(t * K + k)] += dn[size_t(k)];
-    auto a = rms_ref(href.data() + t * K, K, w2.data(), eps);
-    x2.insert(x2.end(), a.begin(), a.end());
+    for (int64_t c = 0; c < K; c += G2) {
+      auto a = rms_ref(href.data() + t * K + c, G2, w2.data(), eps);
+      x2.insert(x2.end(), a.begin(), a.end());
+    }
   }
   const auto y2ref = linear_ref(x2, T, K, W2, N2, nullptr);
 
-  be.add_rms_norm(db.t, pw1t, h.t, T, eps);
-  be.rms_norm(h.t, w1t, xn.t, T, K, eps);
+  const Backend::Stats s0 = be.stats();
+  be.add_rms_norm(db.t, pw1t, h, T, eps);
+  be.rms_norm(h, w1t, xn.t, T, K, eps);
   be.linear(xn.t, m1.m, y1.t, T);
   be.linear(y1.t, md.m, d2.t, T);  // does not touch h
-  if (between == 1) be.softcap(h.t, T, cap);
-  if (between == 2) EXPECT_LT(rel(h.get(), h_mid), 1e-5) << "h between the updates";
-  be.add_rms_norm(d2.t, pw2t, h.t, T, eps);
-  be.rms_norm(h.t, w2t, xn.t, T, K, eps);
+  if (between == 1) be.softcap(h, T, cap);
+  if (between == 2) EXPECT_LT(rel(Buf::get_view(be, h, T), h_mid), 1e-5) << "h between the updates";
+  be.add_rms_norm(d2.t, pw2t, h, T, eps);
+  be.rms_norm(h, w2t, xn.t, T, G2, eps);
   be.linear(xn.t, m2.m, y2.t, T);
 
   EXPECT_LT(rel(y1.get(), y1ref), 2e-6);
   EXPECT_LT(rel(d2.get(), d2ref), 1e-5);
-  EXPECT_LT(rel(h.get(), href), 1e-5);
+  EXPECT_LT(rel(Buf::get_view(be, h, T), href), 1e-5);
   EXPECT_LT(rel(xn.get(), x2), 1e-5);
   EXPECT_LT(rel(y2.get(), y2ref), 1e-5);
+  if (strided) {
+    const auto all = hbuf.get();
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t k = K; k < 2 * K; ++k)
+        ASSERT_EQ(all[size_t(t * 2 * K + k)], float(t * 1000 + k)) << "the other half of h's rows, row " << t;
+  }
+  const Backend::Stats s1 = be.stats();
+  const bool redirect = fused && (between == 0 || between == 3);
+  EXPECT_EQ(s1.residual_redirects - s0.residual_redirects, redirect ? 1u : 0u);
+  EXPECT_EQ(s1.residual_copies - s0.residual_copies, redirect && between == 3 ? 1u : 0u);
   for (Tensor t : {pw1t, w1t, pw2t, w2t}) be.free(t);
 }
 
@@ -369,7 +391,8 @@ TEST(CudaEngineOps, ResidualPingPong) {
     SCOPED_TRACE(std::string("FLASHKIT_CUDA_FUSE=") + fuse);
     NEED_CUDA(be, fuse);
     for (int64_t T : {1, 3})
-      for (int between : {0, 1, 2}) residual_chain_case(*be, T, between, 50 + uint64_t(T * 10 + between));
+      for (int between : {0, 1, 2, 3})
+        residual_chain_case(*be, T, between, fuse[0] == '1', 50 + uint64_t(T * 10 + between));
   }
 }
 
@@ -877,6 +900,22 @@ TEST(CudaEngineOps, DecodeAttentionMerges) {
       EXPECT_LT(rel(cl[s], to_d(g[s])), c.io_bf16 ? 8e-3 : 1e-5)
           << "cluster vs global merge, position " << c.positions[s];
   }
+}
+
+// The automatic merge choice on Hopper: clusters for few heads (gemma-3-270m: 4 heads, 16 splits), the global merge
+// for many (Llama-3.2-1B: 32 heads in clusters of 8 measured slower).
+TEST(CudaEngineOps, DecodeAttentionClusterChoice) {
+  if (cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device";
+  int dev = 0, major = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (major != 9) GTEST_SKIP() << "clusters are chosen on sm_90 only";
+  kc::DecodeAttnArgs a;
+  a.merge = kc::DecodeMerge::automatic;
+  a.heads = 4, a.kv_heads = 1, a.head_dim = 256, a.splits = 16;
+  EXPECT_GT(kc::decode_attention_cluster_size(a), 1) << "gemma-3-270m's shape";
+  a.heads = 32, a.kv_heads = 8, a.head_dim = 64, a.splits = 8;
+  EXPECT_EQ(kc::decode_attention_cluster_size(a), 1) << "Llama-3.2-1B's shape";
 }
 #endif  // FLASHKIT_WITH_CUDA
 

@@ -390,7 +390,7 @@ int max_cluster(int* resident_out = nullptr) {
     cudaGetLastError();
     return best;
   }
-  if (fa.binaryVersion < 90) return best;
+  if (fa.binaryVersion < 90 || fa.ptxVersion < 90) return best;  // (sm_80 PTX JIT-compiled: no cluster merge in it)
   for (const int c : {kMaxCluster, 8}) {
     if (c > 8 && cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
       cudaGetLastError();
@@ -424,7 +424,8 @@ int cluster_size(const DecodeAttnArgs& a) {
   // One cluster per head merges. Clusters are placed whole inside one GPC, next to the previous kernel's blocks
   // (PDL): with many heads they queue. Measured on the H200 (engine-cuda.md v6): Llama's 32 heads in clusters of 8
   // were 7% slower per decode step than the global merge, Gemma's 4 heads in clusters of 16 4% faster. So clusters
-  // only when the heads fill at most half of the resident clusters.
+  // only when the heads need at most half of the resident clusters (counted for the largest size, a lower bound
+  // for smaller ones).
   if (a.merge == DecodeMerge::automatic && 2 * a.heads > resident) return 1;
   int c = 1;
   while (c < a.splits && c < cmax) c *= 2;  // a power of two; the grid is rounded up to whole clusters

@@ -119,7 +119,7 @@ class CudaBackend final : public Backend {
     if (stream_) cudaStreamSynchronize(stream_);
     drop_graphs();
     for (void* p : owned_) cudaFree(p);
-    for (Scratch* s : {&part_, &bfx_, &q16_, &o16_, &lse_, &kt_, &vt_, &f32tmp_, &argpart_})
+    for (Scratch* s : {&part_, &bfx_, &q16_, &o16_, &lse_, &kt_, &vt_, &f32tmp_, &argpart_, &hshadow_})
       if (s->p) cudaFree(s->p);
     if (d_step_) cudaFree(d_step_);
     if (h_step_) cudaFreeHost(h_step_);
@@ -337,7 +337,7 @@ class CudaBackend final : public Backend {
     try {
       run(ops);
     } catch (const Error&) {
-      ok = false;
+      ok = false;  // (run() left no residual redirect behind: nothing it captured ran)
     }
     cudaError_t e = cudaStreamEndCapture(stream_, &g);
     cudaGraphExec_t ex = nullptr;
@@ -358,6 +358,7 @@ class CudaBackend final : public Backend {
     flush();
     drop_graphs();
   }
+  Stats stats() const override { return stats_; }
 
   // ---------------------------------------------------------------- ops (queued)
   void embed(const Matrix& table, const Tensor& out, int64_t T, float scale) override {
@@ -515,7 +516,7 @@ class CudaBackend final : public Backend {
       if (o.kind == OpKind::linear) {
         if (!bf(o.a)) ensure(bfx_, size_t(o.T * o.M.cols) * 2);  // cuBLAS takes bf16 x
       } else if ((o.kind == OpKind::add || o.kind == OpKind::add_rms_norm) && o.T <= 8 && fuse_) {
-        ensure(hshadow_, extent(o.c, o.T));  // residual ping-pong target
+        ensure(hshadow_, extent_rows(o.c, o.T));  // residual ping-pong target (T <= 8 rows)
       } else if (o.kind == OpKind::argmax) {
         ensure(argpart_, size_t(kc::argmax_part_bytes(o.a.cols)));
       } else if (o.kind == OpKind::attention) {
@@ -543,9 +544,11 @@ class CudaBackend final : public Backend {
   // write h once every block has read it: the last block to arrive writes it, which keeps the kernel alive ~1.2 us
   // longer (an atomic round trip and a one-block write; bench/cuda/latency_floor.cu). When the next op to touch h
   // is again such an update (the next fused GEMV's prologue), the first kernel writes h to a shadow buffer instead,
-  // each block its slice, and the second reads the shadow and writes h back home, also by slices: two updates per
-  // layer, so h is home again at the end of every layer. Any other op that touches h while it lives in the shadow
-  // first gets a copy back (never in the model's decode step, but kept for correctness).
+  // each block its slice, and the second reads the shadow and writes h back home, also by slices (in the model's
+  // decode step h lives in the shadow from a layer's MLP GEMV to the next layer's qkv GEMV). Any other op that
+  // touches h while it lives in the shadow first gets a copy back (cheaper than not redirecting only when it never
+  // happens, so the look-ahead redirects only when the next update can fuse). KV caches and weights never alias h.
+  // stats().residual_redirects / residual_copies count both, for the tests.
   static size_t extent_rows(const Tensor& t, int64_t rows) {
     return size_t(((std::max<int64_t>(rows, 1) - 1) * t.ld + t.cols) * int64_t(dtype_size(t.dtype)));
   }
@@ -556,37 +559,63 @@ class CudaBackend final : public Backend {
     const char* b0 = static_cast<const char*>(b.data);
     return a0 < b0 + extent(b, Tb) && b0 < a0 + extent(a, Ta);
   }
-  static bool touches(const Op& o, const Tensor& t) {
+  static bool touches(const Op& o, const Tensor& t, int64_t T) {
     for (const Tensor* x : {&o.a, &o.b, &o.c, &o.d})
-      if (overlaps(*x, o.T, t, 0)) return true;
+      if (overlaps(*x, o.T, t, T)) return true;
     return false;
   }
-  // An in-place residual update that fused_linear can take as a GEMV prologue with h read from the shadow.
-  bool is_residual_update(const Op& o, const Tensor& h, int64_t T) const {
+  // An in-place residual update h += f(delta) of the T rows of exactly h (same view: data, ld, cols) whose delta
+  // does not read h, and which is followed by what a fused GEMV takes (a norm or the linear itself): fused_linear
+  // can run it as a prologue reading h from the shadow.
+  bool is_residual_update(const std::vector<Op>& ops, size_t k, const Tensor& h, int64_t T) const {
+    const Op& o = ops[k];
     return (o.kind == OpKind::add || o.kind == OpKind::add_rms_norm) && o.T == T && same(o.c, h) &&
-           o.c.dtype == DType::f32 && o.a.dtype == DType::f32;
+           o.c.cols == h.cols && o.c.dtype == DType::f32 && o.a.dtype == DType::f32 && !overlaps(o.a, T, h, T) &&
+           k + 1 < ops.size() && (ops[k + 1].kind == OpKind::rms_norm || ops[k + 1].kind == OpKind::linear);
   }
-  // Whether the next op after `from` that touches h is another residual update (then h may go to the shadow).
+  // Whether the next op after `from` that touches h is such an update (then h may go to the shadow).
   bool next_touch_is_update(const std::vector<Op>& ops, size_t from, const Tensor& h, int64_t T) const {
     for (size_t k = from; k < ops.size(); ++k)
-      if (touches(ops[k], h)) return is_residual_update(ops[k], h, T);
+      if (touches(ops[k], h, T)) return is_residual_update(ops, k, h, T);
     return false;
+  }
+  // Copies the T rows the shadow holds back home (row by row: h may be a strided view whose gaps belong to others).
+  cudaError_t copy_residual_home() {
+    const Tensor& h = redirect_.home;
+    const size_t es = dtype_size(h.dtype), pitch = size_t(h.ld) * es;
+    return cudaMemcpy2DAsync(h.data, pitch, hshadow_.p, pitch, size_t(h.cols) * es, size_t(redirect_.T),
+                             cudaMemcpyDeviceToDevice, stream_);
   }
   void materialize_residual() {
     if (!redirect_.active) return;
     redirect_.active = false;
-    ck(cudaMemcpyAsync(redirect_.home.data, hshadow_.p, extent_rows(redirect_.home, redirect_.T),
-                       cudaMemcpyDeviceToDevice, stream_),
-       "cudaMemcpyAsync(residual)");  // only the T rows the shadow holds
+    ++stats_.residual_copies;
+    ck(copy_residual_home(), "cudaMemcpy2DAsync(residual)");
   }
 
+  // Runs the ops; on an exception no redirect survives: eagerly, the redirecting kernel ran and h's value is in the
+  // shadow (copied home, best effort: the stream may be broken); in a capture nothing ran and h at home is current.
   void run(std::vector<Op>& ops) {
+    try {
+      run_ops(ops);
+    } catch (...) {
+      if (redirect_.active) {
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(stream_, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone)
+          copy_residual_home();
+        cudaGetLastError();
+        redirect_.active = false;
+      }
+      throw;
+    }
+  }
+  void run_ops(std::vector<Op>& ops) {
     size_t i = 0;
     while (i < ops.size()) {
       size_t used = fuse_ ? fused_attention(ops, i) : 0;  // (attention never touches the residual)
       if (!used) used = fused_linear(ops, i, fuse_);       // handles the shadow itself
       if (!used) {
-        if (redirect_.active && touches(ops[i], redirect_.home)) materialize_residual();
+        if (redirect_.active && touches(ops[i], redirect_.home, redirect_.T)) materialize_residual();
         single(ops[i]);
         used = 1;
       }
@@ -651,13 +680,16 @@ class CudaBackend final : public Backend {
     if (norm) {  // norm: a = x, c = out
       if (norm->T != T || norm->group != K || norm->a.cols != K || !f32(norm->a) || !f32(norm->c)) return 0;
       if (!same(lin.a, norm->c)) return 0;
+      // An in-place norm of the updated residual (out == h) would be overwritten by the h side output: unfused.
+      if (pre && overlaps(norm->c, T, pre->c, T)) return 0;
     }
     // Residual ping-pong (run()): a prologue update of the redirected residual reads the shadow and writes h home;
     // any other op of this group touching it needs it home first.
-    const bool from_shadow = redirect_.active && pre && same(pre->c, redirect_.home) && pre->T == redirect_.T;
+    const bool from_shadow = redirect_.active && pre && pre->T == redirect_.T &&
+                             is_residual_update(ops, i, redirect_.home, redirect_.T);
     if (redirect_.active && !from_shadow)
       for (size_t k = i; k < j; ++k)
-        if (touches(ops[k], redirect_.home)) {
+        if (touches(ops[k], redirect_.home, redirect_.T)) {
           materialize_residual();
           break;
         }
@@ -700,6 +732,7 @@ class CudaBackend final : public Backend {
                next_touch_is_update(ops, j, pre->c, T)) {
       in.h_out = static_cast<float*>(hshadow_.p);
       redirect_ = Redirect{true, pre->c, T};
+      ++stats_.residual_redirects;
     }
     kc::gemv_bf16(in, static_cast<const uint16_t*>(lin.M.w.data), N, K, int(T), out, counters_, stream_);
     return j - i;
@@ -891,6 +924,7 @@ class CudaBackend final : public Backend {
     Tensor home;
     int64_t T = 0;  // rows held
   } redirect_;
+  Stats stats_;
   std::vector<Op> queue_;
   bool capturing_ = false, graphs_on_ = true, fuse_ = true, pingpong_ = true;
   uint64_t cap_key_ = 0;

@@ -163,7 +163,8 @@ __device__ void write_side_outputs(const GemvParams& p, const float* xs, const f
         else {
           const float x = in.x_bf16 ? bf2f(static_cast<const uint16_t*>(in.x)[t * in.ldx + k])
                                     : static_cast<const float*>(in.x)[t * in.ldx + k];
-          const float d = in.d ? in.d[t * in.ldd + k] * (in.post_w ? rs_d[t] * in.post_w[k] : 1.0f) : 0.0f;
+          float d = in.d ? in.d[t * in.ldd + k] : 0.0f;
+          if (in.d && in.post_w) d = d * rs_d[t] * in.post_w[k];  // (d * r) * w, as the prologue rounds it
           h = x + d;
         }
         in.h_out[t * in.ldh + k] = h;

@@ -40,8 +40,10 @@ bool attn_cluster_enabled();
 // The input rows a[t, :] are formed in shared memory by a prologue (every block recomputes it; it is O(K)):
 //   h = x (+ d, or + rms_norm(d) * post_w when post_w);  h written to h_out when h_out (the residual stream)
 //   a = h, or rms_norm(h) * norm_w when norm_w;          a written to a_out when a_out
-// h_out / a_out may alias x (the residual or the norm updated in place): the last block to finish writes them, after
-// every block has read x (an atomic arrival counter, reset by that block, so the launch stays graph-replayable).
+// When h_out / a_out overlap neither x nor d, every block writes its slice of them. When they alias x (the residual
+// or the norm updated in place), the last block to finish writes them, after every block has read x (an atomic
+// arrival counter, reset by that block, so the launch stays graph-replayable; it costs ~1 us, so the backend
+// prefers a shadow buffer for the residual: cuda_backend.cpp, residual ping-pong).
 struct GemvIn {
   const void* x = nullptr;  // [T, K] rows of stride ldx
   bool x_bf16 = false;
@@ -72,7 +74,7 @@ struct GemvOut {
   int64_t ldr = 0;
 };
 // T in 1..8, K % 8 == 0, W 16-byte aligned. `counter`: one zero-initialized device uint32 (needed when h_out or
-// a_out is set; left at zero after the launch). Throws invalid_argument on T/K out of range.
+// a_out alias an input; left at zero after the launch). Throws invalid_argument on T/K out of range.
 void gemv_bf16(const GemvIn& in, const uint16_t* W, int64_t N, int64_t K, int T, const GemvOut& out,
                unsigned int* counter, cudaStream_t stream);
 
