@@ -546,9 +546,9 @@ class CudaBackend final : public Backend {
   // is again such an update (the next fused GEMV's prologue), the first kernel writes h to a shadow buffer instead,
   // each block its slice, and the second reads the shadow and writes h back home, also by slices (in the model's
   // decode step h lives in the shadow from a layer's MLP GEMV to the next layer's qkv GEMV). Any other op that
-  // touches h while it lives in the shadow first gets a copy back (cheaper than not redirecting only when it never
-  // happens, so the look-ahead redirects only when the next update can fuse). KV caches and weights never alias h.
-  // stats().residual_redirects / residual_copies count both, for the tests.
+  // touches h while it lives in the shadow first gets a copy back; a copy costs more than the counter it saves, so
+  // the look-ahead redirects only when the next update can fuse. KV caches and weights never alias h.
+  // stats().residual_redirects / residual_copies count both decisions (made when ops run or are captured).
   static size_t extent_rows(const Tensor& t, int64_t rows) {
     return size_t(((std::max<int64_t>(rows, 1) - 1) * t.ld + t.cols) * int64_t(dtype_size(t.dtype)));
   }
