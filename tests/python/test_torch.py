@@ -48,6 +48,27 @@ def test_forward_lse_and_gradients(c):
         assert rel_err(got.numpy(), ref) < 5 * TOL
 
 
+def test_cached_tensor_structs_take_each_calls_data():
+    # The fk_tensor structs are cached per (operand, dtype, device, shape, strides): calls on new tensors of the
+    # same shapes must read and write those tensors (not the first call's), and q, k, v and o of one call, which
+    # share their metadata here, must stay distinct structs.
+    c = CASES[0]
+    results = []
+    for seed in (11, 12, 13):
+        q, k, v, do = _tensors(c, seed=seed)
+        tq, tk, tv = (torch.tensor(x) for x in (q, k, v))
+        o, lse = fkt.attention_forward(tq, tk, tv, causal=True)
+        ref_o, ref_lse = attention_np(q, k, v, True, (-1, -1), 0.0, None)
+        assert rel_err(o.numpy(), ref_o) < TOL and rel_err(lse.numpy(), ref_lse) < TOL
+        dq, dk, dv = fkt.attention_backward(torch.tensor(do), tq, tk, tv, o, lse, causal=True)
+        rq, rk, rv = grads_torch(do, q, k, v, True, (-1, -1), 0.0, None)
+        for got, ref in ((dq, rq), (dk, rk), (dv, rv)):
+            assert rel_err(got.numpy(), ref) < 5 * TOL
+        results.append((o, ref_o))
+    for o, ref_o in results:  # earlier outputs untouched by later calls
+        assert rel_err(o.numpy(), ref_o) < TOL
+
+
 def test_cached_options_follow_the_arguments():
     # The options struct is cached per argument combination: flipping causal, the window or the scale between
     # calls on the same tensors must give each call its own result.
