@@ -136,8 +136,8 @@ def attention_forward(q, k, v, causal=False, softmax_scale=None, window_size=(-1
                       cu_seqlens_q=None, cu_seqlens_k=None, impl="auto", cost=None):
     """Forward without autograd: returns (o, lse). q [B, Sq, H, D], k/v [B, Sk, Hkv, D], lse f32 [B, H, Sq]."""
     q, k, v = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v)
-    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    o = q.new_empty(q.shape)  # contiguous; new_empty costs half of torch.empty(..., dtype=, device=)
+    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
     opts = _options(causal, softmax_scale, window_size, softcap, cu_seqlens_q, cu_seqlens_k, impl, q.is_cuda)
     with _OnStream(q.device):
         _capi.check(_capi.lib.fk_attention_forward(_ref(q, 0), _ref(k, 1), _ref(v, 2), _ref(o, 3), _ref(lse, 4),
@@ -149,9 +149,7 @@ def attention_backward(dout, q, k, v, o, lse, causal=False, softmax_scale=None, 
                        cu_seqlens_q=None, cu_seqlens_k=None, impl="auto", cost=None):
     """Backward without autograd: returns (dq, dk, dv)."""
     dout = _last_contiguous(dout)
-    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
     opts = _options(causal, softmax_scale, window_size, softcap, cu_seqlens_q, cu_seqlens_k, impl, q.is_cuda)
     with _OnStream(q.device):
         _capi.check(_capi.lib.fk_attention_backward(
