@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <ostream>
@@ -174,6 +175,9 @@ void run_case(const Case& c, uint32_t seed) {
   EXPECT_LT(rel_error(o, o64), 1e-2) << "o, kernel " << cost.kernel;
   EXPECT_LT(rel_error(lse, lse64), 1e-2) << "lse, kernel " << cost.kernel;
   EXPECT_FALSE(cost.kernel.empty());
+  // Which decode path ran (check.sh collects these lines: the split count, and .v2.cluster / .v2.fused / .v2 / .v1).
+  if (cost.kernel.find(".decode.") != std::string::npos)
+    std::printf("decode path: %s %s\n", c.name().c_str(), cost.kernel.c_str());
 
   if (c.backward) {
     dq.alloc(c.dtype, {B, Sq, c.H, c.D}, c.pad);
@@ -239,6 +243,19 @@ std::vector<Case> grid() {
   {
     Case c{1, 0, 0, 8, 2, 128, true};
     c.varlen = {{1, 1500}, {1, 0}, {3, 700}, {2, 2}};
+    g.push_back(c);
+  }
+  // Decode shapes for the cluster merge (FLASHKIT_DECODE_COMBINE=cluster, check.sh; the split/cluster counts are
+  // those of the host model for 132 SMs, 14-16 splits when 8 clusters of 16 do not fit): 8 tiles of 32/8 heads
+  // with 512 key blocks (clusters of 14-16 splits, every split with keys); 32 packed rows in two m-tiles; batch 2
+  // with a window (clusters of 7-8); a varlen batch with an empty sequence (whole clusters leave early), a
+  // sequence without keys and one with 3 key blocks (all or most ranks of its clusters idle), 16 rows per m-tile.
+  g.push_back({1, 2, 8192, 32, 8, 128, true});
+  g.push_back({1, 4, 4096, 32, 4, 128, false, -1, -1, 0, DType::f16});
+  g.push_back({2, 3, 4096, 32, 8, 128, true, 3000, -1});
+  {
+    Case c{1, 0, 0, 16, 4, 64, true};
+    c.varlen = {{4, 3000}, {0, 500}, {1, 0}, {2, 40}, {3, 1100}};
     g.push_back(c);
   }
   // Strided operands: padded head stride (aligned) and an odd one (repacked).
@@ -335,6 +352,7 @@ TEST(CudaAttention, DecodeGraphReplayAndConcurrentStreams) {
   attention_forward(dq.view, dk.view, dv.view, o_ref.view, l_ref.view, opts, &cost);
   CK(cudaDeviceSynchronize());
   EXPECT_NE(cost.kernel.find("splits"), std::string::npos) << cost.kernel;  // the split path is what this tests
+  std::printf("decode path: %s\n", cost.kernel.c_str());  // e.g. .v2.cluster with FLASHKIT_DECODE_COMBINE=cluster
   HostTensor ref(DType::bf16, {1, 1, H, D}), got(DType::bf16, {1, 1, H, D});
   o_ref.download(&ref);
 

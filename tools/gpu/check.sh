@@ -64,11 +64,14 @@ for st in "${STAGES[@]}"; do
       done
       FLASHKIT_SM90_CFG=3 FLASHKIT_SM90_WS_PINGPONG=0 run cuda_tests_sm90_cfg3_nopingpong timeout 300 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1
       FLASHKIT_SM90_BWD_CFG=1 run cuda_tests_sm90_bwd_cfg1 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1
-      # decode: the split merge in the kernel, in launch_split_combine, and the v1 kernel
-      for e in FLASHKIT_DECODE_COMBINE=fused FLASHKIT_DECODE_COMBINE=kernel FLASHKIT_DECODE_KERNEL=v1; do
-        run "cuda_tests_$e" env $e "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1 \
-          --gtest_filter='*Sq1_*:*Sq2_*:*Sq3_*:*Sq4_*:*Sq5_*:*Sq16_*:*varlen*'
-      done ;;
+      # decode: the split merge in the kernel, in launch_split_combine, through clusters (sm_90; a time limit so
+      # that a cluster-barrier hang fails the stage), and the v1 kernel; each decode case prints the path it took
+      # ("decode path:" lines, counted in decode-paths.txt over all the test runs above)
+      for e in FLASHKIT_DECODE_COMBINE=fused FLASHKIT_DECODE_COMBINE=kernel FLASHKIT_DECODE_COMBINE=cluster FLASHKIT_DECODE_KERNEL=v1; do
+        run "cuda_tests_$e" timeout 300 env $e "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1 \
+          --gtest_filter='*Sq1_*:*Sq2_*:*Sq3_*:*Sq4_*:*Sq5_*:*Sq16_*:*varlen*:*DecodeGraph*'
+      done
+      grep -h "decode path:" "$OUT/check.log" | sort | uniq -c > "$OUT/decode-paths.txt" ;;
     sanitize)
       F='*flash_B2_Sq128_Sk128_H4x4_D64_bf16*:*flash_B2_Sq128_Sk128_H4x4_D128_causal_bf16*:*flash_B1_Sq16_Sk1024*:*flash_B1_Sq0_Sk0_H8x2_D128_causal_bf16_varlen*:*standard_B2_Sq129_Sk200_H4x2_D64_bf16*:*flash_B1_Sq100_Sk333_H6x2_D256_bf16*:*Sq96_Sk160*:*Sq1_Sk4000*:*Sq1_Sk5000*:*Sq2_Sk5000*'
       run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
@@ -77,6 +80,10 @@ for st in "${STAGES[@]}"; do
       # backward, the softcap backward variant, decode v2 with in-kernel and separate split merges)
       FLASHKIT_SM90_CFG=2 run memcheck_cfg2 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
       FLASHKIT_SM90_CFG=2 run racecheck_cfg2 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
+      # decode v2's cluster merge (distributed shared memory, cluster barriers) on the decode cases
+      FD='*Sq1_Sk4000*:*Sq1_Sk5000*:*Sq2_Sk5000*:*Sq3_Sk4096*:*Sq4_Sk4096*:*Sq2_Sk8192*:*Sq16_Sk1024*:*Sq3_Sk3000*:*H16x4_D64_causal_bf16_varlen*'
+      FLASHKIT_DECODE_COMBINE=cluster run memcheck_cluster timeout 600 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$FD" --gtest_brief=1
+      FLASHKIT_DECODE_COMBINE=cluster run racecheck_cluster timeout 600 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$FD" --gtest_brief=1
       # the warp-specialized forward (TMA, mbarriers, named-barrier ping-pong)
       FLASHKIT_SM90_CFG=3 run memcheck_cfg3 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
       FLASHKIT_SM90_CFG=3 run racecheck_cfg3 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
@@ -115,7 +122,7 @@ for st in "${STAGES[@]}"; do
         mkdir -p "$OUT/s$ms"; FLASHKIT_DECODE_MAX_SPLITS=$ms run decode_splits$ms python3 bench/cuda/bench_attention.py --out "$OUT/s$ms" --decode-only --batch1
       done ;;
     decodeab)  # batch-1 decode with the split cap and the merge placement flipped (A/B of the v2 defaults)
-      for e in FLASHKIT_DECODE_MAX_SPLITS=32 FLASHKIT_DECODE_MAX_SPLITS=64 FLASHKIT_DECODE_COMBINE=fused FLASHKIT_DECODE_COMBINE=kernel; do
+      for e in FLASHKIT_DECODE_MAX_SPLITS=32 FLASHKIT_DECODE_MAX_SPLITS=64 FLASHKIT_DECODE_COMBINE=fused FLASHKIT_DECODE_COMBINE=kernel FLASHKIT_DECODE_COMBINE=cluster; do
         d="$OUT/ab/$(echo "$e" | tr '=A-Z' '-a-z')"  # no '=' in names that travel back from the GPU machine
         mkdir -p "$d"; run "decode_$e" env $e python3 bench/cuda/bench_attention.py --out "$d" --decode-only --batch1
       done ;;

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstdint>
 #include <memory>
@@ -118,6 +119,17 @@ int64_t decode_max_splits(int64_t dflt) {
 bool sm90_allowed() {
   static const bool v = env::flag("FLASHKIT_SM90", true);
   return v;
+}
+
+// Resident clusters of each size for decode v2's kernel of this dtype and padded head dim (flash_decode.cuh).
+std::array<int, cuda::kMaxDecodeCluster + 1> cluster_residency(DType dt, int dpad) {
+  if (dt == DType::bf16)
+    return dpad == 64    ? cuda::decode_cluster_residency<__nv_bfloat16, 64>()
+           : dpad == 128 ? cuda::decode_cluster_residency<__nv_bfloat16, 128>()
+                         : cuda::decode_cluster_residency<__nv_bfloat16, 256>();
+  return dpad == 64    ? cuda::decode_cluster_residency<__half, 64>()
+         : dpad == 128 ? cuda::decode_cluster_residency<__half, 128>()
+                       : cuda::decode_cluster_residency<__half, 256>();
 }
 
 // The flash kernels put sequences on grid.z and heads on grid.y (at most 65535 each).
@@ -235,10 +247,12 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
     const int64_t mtiles = (sh.group() * sh.max_seqlen_q + 15) / 16;
     const int64_t base = mtiles * sh.kv_heads * sh.batch;  // (m-tile, KV head, sequence) tiles
     // FLASHKIT_DECODE_KERNEL=v1: the forward kernel with one warp per CTA (flash_fwd.cuh); v2 (default):
-    // flash_decode.cuh. FLASHKIT_DECODE_COMBINE=kernel|fused|auto: v2's split merge in launch_split_combine, in
-    // the kernel (last CTA of a tile), or in the kernel when the tile's partials are small (default). Read once.
+    // flash_decode.cuh. FLASHKIT_DECODE_COMBINE=kernel|fused|cluster|auto: v2's split merge in
+    // launch_split_combine, in the kernel (last CTA of a tile), through thread-block clusters (sm_90, where the
+    // cluster model below allows; else as auto), or in the kernel when the tile's partials are small (default).
+    // Read once.
     static const int version = 1 + env::choice("FLASHKIT_DECODE_KERNEL", {"v1", "v2"}, 1);
-    static const int combine = env::choice("FLASHKIT_DECODE_COMBINE", {"auto", "kernel", "fused"}, 0);
+    static const int combine = env::choice("FLASHKIT_DECODE_COMBINE", {"auto", "kernel", "fused", "cluster"}, 0);
     const int optin = dinfo.smem_block_optin, smem_sm = dinfo.smem_per_sm;
     const size_t smem2 = cuda::decode_smem_bytes(D);
     p.decode_version = version == 2 && size_t(optin) >= smem2 ? 2 : 1;  // v2 needs 130-200 KB (sm_90: yes)
@@ -264,6 +278,26 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
         if (best_t == INT64_MAX || t * 50 < best_t * 49) best_t = t, best = s;
       }
       p.num_splits = int(best);
+      if (combine == 3) {
+        // Cluster merge (FLASHKIT_DECODE_COMBINE=cluster): the splits of a tile form one cluster, so s <= 16 and a
+        // wave holds res[s] tiles (clusters are placed whole inside a GPC: res[s] * s can be well below the slots,
+        // e.g. clusters of 16 on a chip whose GPCs have 14-18 free SMs). Same model with that wave; taken when it
+        // is at most 1/8 above the unclustered model's best (the merge round trips it removes are not in the
+        // model), else the usual path. E.g. H200 batch 1, 32/8 heads, 32k keys: 8 tiles x 16 = 128 CTAs, one wave
+        // if 8 clusters of 16 fit (model 136 = the usual 136: clusters); if only 6 fit, 14 splits (155 > 136 * 9/8:
+        // the usual 16 splits with the fused merge). One KV head at d256: 16 CTAs (132 vs the usual 20 with 128
+        // splits): the usual path. A cluster model that prefers no split at all also keeps the usual path.
+        const std::array<int, cuda::kMaxDecodeCluster + 1> res = cluster_residency(a.dtype, D);
+        if (res[2] > 0) {
+          int64_t cbest = 1, cbest_t = (base + slots - 1) / slots * (nblocks + c0);
+          for (int64_t s = 2; s <= std::min<int64_t>(cap, cuda::kMaxDecodeCluster); ++s) {
+            if (res[s] < 1) continue;
+            const int64_t t = (base + res[s] - 1) / res[s] * ((nblocks + s - 1) / s + c0);
+            if (t * 50 < cbest_t * 49) cbest_t = t, cbest = s;
+          }
+          if (cbest > 1 && cbest_t * 8 <= best_t * 9) p.num_splits = p.cluster = int(cbest);
+        }
+      }
     } else {
       const int64_t nblocks = (sh.max_seqlen_k + BN - 1) / BN;
       const int64_t resident = D == 256 ? 3 : 6;  // CTAs per SM the decode tiles' shared memory allows
@@ -274,7 +308,7 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
       splits = std::min<int64_t>({splits, std::max<int64_t>(1, nblocks / 4), decode_max_splits(128)});
       p.num_splits = int(std::max<int64_t>(1, splits));
     }
-    if (p.num_splits > 1) {
+    if (p.num_splits > 1 && p.cluster == 0) {
       // v2: merge in the kernel when one CTA can read the tile's partials quickly (<= 96 KB: 16 splits x 4 rows
       // x d128 is 32 KB); otherwise (one KV head at batch 1: ~1 MB) launch_split_combine spreads it over SMs.
       const double merge_bytes = double(p.num_splits) * double(std::min<int64_t>(16, sh.group() * sh.max_seqlen_q)) *
@@ -315,7 +349,8 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
   };
   if (a.dtype == DType::bf16) run(__nv_bfloat16{});
   else run(__half{});
-  if (p.num_splits > 1 && !p.counters) cuda::launch_split_combine(p, D, stream);  // v2 with counters merges in-kernel
+  // v2 with counters or clusters merges in the kernel
+  if (p.num_splits > 1 && !p.counters && p.cluster == 0) cuda::launch_split_combine(p, D, stream);
   if (a.o.data != a0.o.data) cuda::copy_operand16(a0.o.data, a0.o, a.o.data, a.o, B, sh.seqlen_q, sh.heads, sh.head_dim, stream);
 
   const int BM = decode ? 16 : used_sm90 ? sm90_tile.bm : (D == 256 ? 64 : 64 * FK_FWD_MT);
@@ -326,18 +361,20 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
                    : 4.0 * pairs * sh.heads * BM * BNc * D;
   c.bytes_read = qb + 2 * kvb;
   c.bytes_written = qb + rows * 4;
-  if (p.num_splits > 1) {
+  if (p.num_splits > 1 && p.cluster == 0) {
     const double pb = double(p.num_splits) * rows * (D * 4 + 4);
     c.bytes_written += pb;
     c.bytes_read += pb;
     c.workspace_bytes = pb;
   }
   c.model = "cuda flash: q,k,v read once and o,lse written once (K/V re-reads across query tiles assumed served by L2)" +
-            std::string(p.num_splits > 1 ? "; plus split-KV partials (f32) written and read once" : "");
+            std::string(p.num_splits > 1 && p.cluster == 0 ? "; plus split-KV partials (f32) written and read once"
+                        : p.cluster ? "; split-KV partials merged through distributed shared memory (clusters)" : "");
   c.kernel = std::string(decode ? "cuda.flash.decode" : "cuda.flash.fwd") + (used_sm90 ? ".sm90wgmma." : ".sm80mma.") +
              (a.dtype == DType::bf16 ? "bf16" : "f16") + ".d" + std::to_string(D) +
              (p.num_splits > 1 ? ".splits" + std::to_string(p.num_splits) : "");
-  if (decode) c.kernel += p.decode_version == 2 ? (p.counters ? ".v2.fused" : ".v2") : ".v1";
+  if (decode)
+    c.kernel += p.decode_version == 2 ? (p.cluster ? ".v2.cluster" : p.counters ? ".v2.fused" : ".v2") : ".v1";
   if (cost) *cost = c;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
 
 #include "kernels/attention_args.hpp"
@@ -25,11 +26,17 @@ struct FwdParams {
   // the splits in the kernel. nullptr: launch_split_combine runs after the kernel instead.
   int decode_version = 2;
   unsigned int* counters = nullptr;
+  // Decode v2 on sm_90 (FLASHKIT_DECODE_COMBINE=cluster): > 1 launches the splits of each (m-tile, KV head,
+  // sequence) as one thread-block cluster of this many CTAs (== num_splits <= kMaxDecodeCluster) that merges
+  // through distributed shared memory: no o_part/lse_part, no counters, no combine launch. 0: no clusters.
+  int cluster = 0;
 };
 
 // Most split-KV splits any decode launch uses: the combine kernel and decode v2's in-kernel merge keep one weight
 // per split in shared memory.
 constexpr int kMaxDecodeSplits = 512;
+// Largest cluster of decode v2's cluster merge (sm_90's non-portable limit; 8 is the portable one).
+constexpr int kMaxDecodeCluster = 16;
 
 // Launch shape of decode v2 (flash_decode.cuh), shared with the split heuristic in cuda_runtime.cu: warps per
 // CTA, cp.async stages per warp (16 keys of K and V each) and dynamic shared memory (Q tile + all stages).
@@ -54,6 +61,11 @@ template <typename T, int D>
 void launch_flash_fwd(const FwdParams& p, cudaStream_t stream);
 template <typename T, int D>
 void launch_flash_decode(const FwdParams& p, cudaStream_t stream);
+// Decode v2's cluster merge: entry c (2..kMaxDecodeCluster) is how many clusters of c CTAs of the decode kernel
+// can be resident at once on the current device; all 0 where the cluster merge cannot run (before sm_90, or no
+// sm_90 code loaded). Cached per device; safe to call first inside a graph capture (flash_decode.cuh).
+template <typename T, int D>
+std::array<int, kMaxDecodeCluster + 1> decode_cluster_residency();
 // Query rows x keys of the tile a launch used (for the FLOP count of what the kernel computed).
 struct TileShape {
   int bm = 0, bn = 0;

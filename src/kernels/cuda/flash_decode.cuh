@@ -21,7 +21,15 @@
 //  - split merge: with p.counters (zeroed on the stream by the caller), each CTA bumps its tile's counter after
 //    writing its partial; the CTA that arrives last merges the tile's partials (threadfence reduction) and puts
 //    the counter back to 0. Without counters (big merges: one KV head and ~130 splits is 1 MB of partials, too
-//    much for one SM) launch_split_combine runs after the kernel, spread over rows and columns.
+//    much for one SM) launch_split_combine runs after the kernel, spread over rows and columns;
+//  - cluster split merge (sm_90, p.cluster = num_splits <= kMaxDecodeCluster, FLASHKIT_DECODE_COMBINE=cluster): the
+//    S splits of one (m-tile, KV head, sequence) are one thread-block cluster along grid.x (x = m-tile * S + split,
+//    rank = split). Each CTA keeps its partial (per row the natural-log LSE and the normalized O, f32) in its own
+//    shared memory; after a cluster barrier every rank merges a slice of the tile's (row, 4 columns) items over the
+//    S ranks in rank order through distributed shared memory and writes o/lse; a second barrier keeps each CTA's
+//    shared memory alive until all ranks have read it. No HBM partials, fence or counter. Every CTA of a cluster
+//    reaches both barriers: the only early exit (a tile past the sequence's rows) depends on the m-tile and the
+//    sequence alone, so it is taken by the whole cluster or by none of it.
 //
 // Index walk-through (checked by hand): nk = 100, nq = 1, causal, window_left 30, 3 splits, one row group.
 // lo(0) = 0 + (100 - 1) - 30 = 69, hi(0) = 0 + 99 + 0 + 1 = 100: klo 69, khi 100 -> blocks nb0 = 69/16 = 4,
@@ -33,6 +41,9 @@
 // writes lse -inf and o 0, which the merge weighs 0. A tile whose rows see no key at all: every split is empty,
 // M = -inf everywhere -> o = 0, lse = -inf.
 #pragma once
+#include <cooperative_groups.h>
+
+#include <array>
 #include <cmath>
 
 #include "core/cuda_check.hpp"
@@ -43,6 +54,29 @@
 #include "kernels/cuda/flash_fwd.cuh"
 
 namespace flashkit::cuda {
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Distributed shared memory (sm_90) with 32-bit addresses: the shared::cluster address of this CTA's shared-memory
+// address `a` in the CTA of cluster rank `rank`, and loads from such addresses.
+__device__ __forceinline__ uint32_t dsmem_map(uint32_t a, int rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ float dsmem_ld(uint32_t a) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
+  return v;
+}
+__device__ __forceinline__ float4 dsmem_ld4(uint32_t a) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(a)
+               : "memory");
+  return v;
+}
+#endif
 
 
 template <typename T, int D>
@@ -57,6 +91,7 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
   static_assert(size_t(NW * 32 + NW * 16 * DP) * 4 <= DecodeCfg<D>::kSmem, "warp merge buffer must fit");
   static_assert(size_t(16 * kMaxDecodeSplits + 32) * 4 <= DecodeCfg<D>::kSmem, "split weights must fit");
   static_assert(CH <= 32 && 32 % CH == 0, "a warp copies whole rows");
+  static_assert(size_t(NW * 32 + NW * 16 * DP + 16 * D + 16) * 4 <= DecodeCfg<D>::kSmem, "cluster partial must fit");
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int s_last;
   const uint32_t sQ = smem_u32(smem);
@@ -65,14 +100,19 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
   const int S = p.num_splits;
+  const bool clustered = p.cluster > 1;  // uniform over the grid; then p.cluster == S (the host checks)
   const int mtiles = int(gridDim.x) / S;
-  const int split = int(blockIdx.x) / mtiles, mt = int(blockIdx.x) % mtiles;  // m-tiles of a split side by side
+  // Without clusters the m-tiles of a split sit side by side; with them the S splits of an m-tile (one cluster).
+  const int split = clustered ? int(blockIdx.x) % S : int(blockIdx.x) / mtiles;
+  const int mt = clustered ? int(blockIdx.x) / S : int(blockIdx.x) % mtiles;
   const kernels::SeqRange sr = kernels::seq_range(a.shape, blockIdx.z);
   const int64_t nq = sr.nq, nk = sr.nk;
   const int group = int(a.shape.heads / a.shape.kv_heads);
   const int64_t rows = int64_t(group) * nq;
   const int64_t m0 = int64_t(mt) * 16;
-  if (m0 >= rows) return;  // uniform over the tile's splits: none of them touches the counter
+  // Uniform over the tile's splits: none of them touches the counter, and a cluster (the splits of one m-tile of
+  // one sequence) exits whole, so no CTA waits at a cluster barrier for one that left.
+  if (m0 >= rows) return;
   const int kvh = blockIdx.y;
   const int nrows = int(rows - m0 < 16 ? rows - m0 : 16);
   const int dreal = int(a.shape.head_dim);
@@ -305,8 +345,12 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
   }
   __syncthreads();
 
-  // ---- this CTA's result: o/lse (one split) or the f32 partial of this split. Items: (row, 8 columns).
+  // ---- this CTA's result: o/lse (one split), the f32 partial of this split in global memory, or (clusters) in
+  // this CTA's shared memory past the warp merge buffer: cpart [16][D] (normalized O), clse [16] (natural log).
+  // Items: (row, 8 columns).
   T* obase = static_cast<T*>(a.o.data) + sr.bslot * a.o.stride_b;
+  float* cpart = ob + NW * 16 * DP;
+  float* clse = cpart + 16 * D;
   const int CHR = dreal / 8;  // head_dim is a multiple of 8
   for (int idx = tid; idx < nrows * CHR; idx += NT) {
     const int row = idx / CHR, c = idx % CHR;
@@ -340,6 +384,11 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
       v.w = Op::pack(acc[6] * inv, acc[7] * inv);
       *reinterpret_cast<uint4*>(obase + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h + c * 8) = v;
       if (c == 0) a.lse[ridx] = lse;
+    } else if (clustered) {
+      float* op = cpart + row * D + c * 8;
+      *reinterpret_cast<float4*>(op) = make_float4(acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv);
+      *reinterpret_cast<float4*>(op + 4) = make_float4(acc[4] * inv, acc[5] * inv, acc[6] * inv, acc[7] * inv);
+      if (c == 0) clse[row] = lse;
     } else {
       float* op = p.o_part + (int64_t(split) * p.num_rows + ridx) * D + c * 8;
       *reinterpret_cast<float4*>(op) = make_float4(acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv);
@@ -347,7 +396,59 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
       if (c == 0) p.lse_part[int64_t(split) * p.num_rows + ridx] = lse;
     }
   }
-  if (S == 1 || p.counters == nullptr) return;
+  if (S == 1) return;
+  if (clustered) {
+    // ---- cluster split merge (sm_90). Only whole clusters get here (see the early exit above).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cl = cg::this_cluster();
+    cl.sync();  // every rank's cpart/clse (written above by its threads) is visible to the whole cluster
+    const int CG = dreal / 4;
+    // Items (row, 4 columns; at most 16 x 64) dealt out round-robin over the ranks (item idx to rank idx % S, its
+    // thread idx / S % NT), so every rank takes ~1/S of them (4 rows of d128: 8 items per rank with S = 16) and the
+    // cluster's DSMEM traffic is spread over its SMs. All 2S remote loads of an item are issued before any is used.
+    for (int idx = tid * S + split; idx < nrows * CG; idx += NT * S) {
+      const int row = idx / CG, c4 = idx % CG;
+      float ls[kMaxDecodeCluster];
+      float4 xs[kMaxDecodeCluster];
+      const uint32_t la = smem_u32(clse + row), xa = smem_u32(cpart + row * D + c4 * 4);
+#pragma unroll
+      for (int s = 0; s < kMaxDecodeCluster; ++s)
+        if (s < S) {
+          ls[s] = dsmem_ld(dsmem_map(la, s));
+          xs[s] = dsmem_ld4(dsmem_map(xa, s));
+        }
+      float mx = -INFINITY;
+#pragma unroll
+      for (int s = 0; s < kMaxDecodeCluster; ++s)
+        if (s < S) mx = fmaxf(mx, ls[s]);
+      float sum = 0.f;
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (mx != -INFINITY) {
+#pragma unroll
+        for (int s = 0; s < kMaxDecodeCluster; ++s)
+          if (s < S) {  // rank order; an empty split (lse -inf, O 0) weighs 0
+            const float w = __expf(ls[s] - mx);
+            sum += w;
+            acc.x += w * xs[s].x, acc.y += w * xs[s].y, acc.z += w * xs[s].z, acc.w += w * xs[s].w;
+          }
+      }
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      int64_t h, i;
+      row_hi(row, h, i);
+      uint2 v;
+      v.x = Op::pack(acc.x * inv, acc.y * inv);
+      v.y = Op::pack(acc.z * inv, acc.w * inv);
+      *reinterpret_cast<uint2*>(obase + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h + c4 * 4) = v;
+      if (c4 == 0) a.lse[a.lse_index(sr, h, i)] = sum > 0.f ? mx + __logf(sum) : -INFINITY;
+    }
+    cl.sync();  // no CTA leaves (and frees its shared memory) before every rank has read it
+#else
+    __trap();  // the host never launches clusters with code before sm_90 (decode_cluster_residency is all 0)
+#endif
+    return;
+  }
+  if (p.counters == nullptr) return;
 
   // ---- fused split merge: the last CTA of the tile to arrive merges the S partials (threadfence reduction).
   __threadfence();  // this CTA's partial is visible device-wide before its arrival is counted
@@ -414,6 +515,57 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
   }
 }
 
+// For c = 2..kMaxDecodeCluster: how many clusters of c CTAs of flash_decode_kernel<T, D> can be resident at once on
+// the current device (cudaOccupancyMaxActiveClusters; sizes above 8 need the non-portable attribute). All 0 when the
+// device or the loaded code cannot run the cluster merge: compute capability < 9, or code compiled for an older
+// architecture (the sm_80 binary, or sm_80 PTX JIT-compiled for a newer chip: binary AND ptx version >= 90 needed).
+// Once per (kernel, device). The first call may come inside a graph capture on this thread: these queries enqueue
+// nothing, but a strict capture mode could count one as an unsafe call and invalidate the capture, so the capture
+// mode is relaxed around them (as the engine's max_cluster does).
+template <typename T, int D>
+std::array<int, kMaxDecodeCluster + 1> decode_cluster_residency() {
+  using Res = std::array<int, kMaxDecodeCluster + 1>;
+  constexpr size_t smem = DecodeCfg<D>::kSmem;
+  auto kern = flash_decode_kernel<T, D>;
+  const void* k = reinterpret_cast<const void*>(kern);
+  return once_per_kernel_device<Res>(k, [&](int dev) {
+    Res res{};
+    struct RelaxCapture {
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+      RelaxCapture() { cudaThreadExchangeStreamCaptureMode(&mode); }
+      ~RelaxCapture() { cudaThreadExchangeStreamCaptureMode(&mode); }
+    } relax;
+    int major = 0;
+    cudaFuncAttributes fa{};
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9 ||
+        cudaFuncGetAttributes(&fa, k) != cudaSuccess || fa.binaryVersion < 90 || fa.ptxVersion < 90 ||
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess) {
+      cudaGetLastError();  // "no clusters", not a sticky error
+      return res;
+    }
+    const bool nonportable = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+    if (!nonportable) cudaGetLastError();
+    for (int c = 2; c <= kMaxDecodeCluster && (c <= 8 || nonportable); ++c) {
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(unsigned(c), 1, 1);
+      cfg.blockDim = dim3(DecodeCfg<D>::kWarps * 32, 1, 1);
+      cfg.dynamicSmemBytes = smem;
+      cudaLaunchAttribute attr{};
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = unsigned(c), attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+      int n = 0;
+      if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
+        cudaGetLastError();
+        n = 0;
+      }
+      res[c] = n;
+    }
+    return res;
+  });
+}
+
 template <typename T, int D>
 void launch_decode_v2(const FwdParams& p, cudaStream_t stream) {
   constexpr size_t smem = DecodeCfg<D>::kSmem;
@@ -424,6 +576,24 @@ void launch_decode_v2(const FwdParams& p, cudaStream_t stream) {
   const int64_t mtiles = (sh.heads / sh.kv_heads * sh.max_seqlen_q + 15) / 16;
   if (mtiles == 0) return;
   dim3 grid(unsigned(mtiles * p.num_splits), unsigned(sh.kv_heads), unsigned(sh.batch));
+  if (p.cluster > 1) {
+    // The splits of an m-tile as one cluster (grid.x = m-tiles x S, a multiple of the cluster size). The caller
+    // picks a size decode_cluster_residency<T, D>() reported resident (which also set the kernel's attributes).
+    if (p.cluster != p.num_splits || p.cluster > kMaxDecodeCluster || decode_cluster_residency<T, D>()[p.cluster] < 1)
+      fail(Status::internal, "flash decode: bad cluster size");
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(DecodeCfg<D>::kWarps * 32, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = unsigned(p.cluster), attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    check_cuda(cudaLaunchKernelEx(&cfg, kern, p), "flash decode launch (clusters)");
+    return;
+  }
   kern<<<grid, DecodeCfg<D>::kWarps * 32, smem, stream>>>(p);
   check_cuda(cudaGetLastError(), "flash decode launch");
 }

@@ -5,4 +5,5 @@
 namespace flashkit::cuda {
 template void launch_flash_fwd<__nv_bfloat16, 256>(const FwdParams&, cudaStream_t);
 template void launch_flash_decode<__nv_bfloat16, 256>(const FwdParams&, cudaStream_t);
+template std::array<int, kMaxDecodeCluster + 1> decode_cluster_residency<__nv_bfloat16, 256>();
 }  // namespace flashkit::cuda

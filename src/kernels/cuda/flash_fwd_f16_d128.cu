@@ -5,4 +5,5 @@
 namespace flashkit::cuda {
 template void launch_flash_fwd<__half, 128>(const FwdParams&, cudaStream_t);
 template void launch_flash_decode<__half, 128>(const FwdParams&, cudaStream_t);
+template std::array<int, kMaxDecodeCluster + 1> decode_cluster_residency<__half, 128>();
 }  // namespace flashkit::cuda
