@@ -122,7 +122,7 @@ for st in "${STAGES[@]}"; do
         mkdir -p "$OUT/s$ms"; FLASHKIT_DECODE_MAX_SPLITS=$ms run decode_splits$ms python3 bench/cuda/bench_attention.py --out "$OUT/s$ms" --decode-only --batch1
       done ;;
     decodeab)  # batch-1 decode with the split cap and the merge placement flipped (A/B of the v2 defaults)
-      for e in FLASHKIT_DECODE_MAX_SPLITS=32 FLASHKIT_DECODE_MAX_SPLITS=64 FLASHKIT_DECODE_COMBINE=fused FLASHKIT_DECODE_COMBINE=kernel FLASHKIT_DECODE_COMBINE=cluster; do
+      for e in FLASHKIT_DECODE_DEFAULT=1 FLASHKIT_DECODE_PDL=0 FLASHKIT_DECODE_COMBINE=fused FLASHKIT_DECODE_COMBINE=cluster FLASHKIT_DECODE_MAX_SPLITS=64; do
         d="$OUT/ab/$(echo "$e" | tr '=A-Z' '-a-z')"  # no '=' in names that travel back from the GPU machine
         mkdir -p "$d"; run "decode_$e" env $e python3 bench/cuda/bench_attention.py --out "$d" --decode-only --batch1
       done ;;

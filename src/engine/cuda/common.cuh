@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/cuda_check.hpp"
+#include "core/pdl.cuh"
 #include "engine/cuda/kernels.hpp"
 #include "flashkit/error.hpp"
 
@@ -53,16 +54,8 @@ void launch(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block, s
 }
 
 // PDL: let the next grid start launching (it still waits for this grid in pdl_wait), and wait for the previous one.
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
+using flashkit::pdl_trigger;
+using flashkit::pdl_wait;
 // Bulk prefetch of [p, p + bytes) into L2 (sm_90; a no-op elsewhere). p 16-byte aligned, bytes a multiple of 16.
 __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

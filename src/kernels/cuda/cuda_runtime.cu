@@ -79,6 +79,7 @@ struct DeviceInfo {
   int sms = 0;               // multiprocessors
   int smem_block_optin = 0;  // largest dynamic shared memory one CTA may opt into
   int smem_per_sm = 0;
+  int cc_major = 0;          // compute capability
 };
 
 // Once per device: keep freed workspace in the stream-ordered pool (the default release threshold of 0
@@ -103,6 +104,7 @@ DeviceInfo prepare_device() {
     check_cuda(cudaDeviceGetAttribute(&n.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev),
                "cudaDeviceGetAttribute");
     check_cuda(cudaDeviceGetAttribute(&n.sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+    check_cuda(cudaDeviceGetAttribute(&n.cc_major, cudaDevAttrComputeCapabilityMajor, dev), "cudaDeviceGetAttribute");
     d = n;
   }
   return d;
@@ -249,13 +251,15 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
     // FLASHKIT_DECODE_KERNEL=v1: the forward kernel with one warp per CTA (flash_fwd.cuh); v2 (default):
     // flash_decode.cuh. FLASHKIT_DECODE_COMBINE=kernel|fused|cluster|auto: v2's split merge in
     // launch_split_combine, in the kernel (last CTA of a tile), through thread-block clusters (sm_90, where the
-    // cluster model below allows; else as auto), or in the kernel when the tile's partials are small (default).
+    // cluster model below allows; else as auto); auto (default) = kernel.
     // Read once.
     static const int version = 1 + env::choice("FLASHKIT_DECODE_KERNEL", {"v1", "v2"}, 1);
     static const int combine = env::choice("FLASHKIT_DECODE_COMBINE", {"auto", "kernel", "fused", "cluster"}, 0);
     const int optin = dinfo.smem_block_optin, smem_sm = dinfo.smem_per_sm;
     const size_t smem2 = cuda::decode_smem_bytes(D);
     p.decode_version = version == 2 && size_t(optin) >= smem2 ? 2 : 1;  // v2 needs 130-200 KB (sm_90: yes)
+    static const bool pdl = env::flag("FLASHKIT_DECODE_PDL", true);
+    p.pdl = pdl && p.decode_version == 2 && dinfo.cc_major >= 9;
     if (p.decode_version == 2) {
       // One CTA per SM (its shared memory). Splits s minimize a wave model of the time: ceil(base*s / slots) waves
       // of ceil(blocks/s) 16-key blocks per CTA plus a fixed cost c0 per CTA (prologue, merge: ~64 KB worth of
@@ -309,11 +313,12 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
       p.num_splits = int(std::max<int64_t>(1, splits));
     }
     if (p.num_splits > 1 && p.cluster == 0) {
-      // v2: merge in the kernel when one CTA can read the tile's partials quickly (<= 96 KB: 16 splits x 4 rows
-      // x d128 is 32 KB); otherwise (one KV head at batch 1: ~1 MB) launch_split_combine spreads it over SMs.
-      const double merge_bytes = double(p.num_splits) * double(std::min<int64_t>(16, sh.group() * sh.max_seqlen_q)) *
-                                 double(sh.head_dim) * 4;
-      const bool fused = p.decode_version == 2 && combine != 1 && (combine == 2 || merge_bytes <= 96 * 1024);
+      // v2: the splits are merged by launch_split_combine (PDL on sm_90) unless FLASHKIT_DECODE_COMBINE=fused asks
+      // for the last CTA of each tile to merge them. The separate launch was measured faster even where the
+      // partials are small (H200, batch 1, 32/8 heads d128: 81% against 77% of 4.24 TB/s at 32k keys, 66% against
+      // 57% at 8k; 2026-11-30, worklog v9): the fused merge costs a memset, a counter round trip and one CTA's
+      // serial read of every partial at the tail.
+      const bool fused = p.decode_version == 2 && combine == 2;
       // The in-kernel merge's arrival counters (one per tile) live in this call's stream-ordered workspace and are
       // zeroed on the stream: no two calls, streams or CUDA-graph replays can ever share one.
       const size_t part_bytes = size_t(p.num_splits) * size_t(p.num_rows) * (D * 4 + 4);

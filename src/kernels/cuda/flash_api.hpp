@@ -30,6 +30,9 @@ struct FwdParams {
   // sequence) as one thread-block cluster of this many CTAs (== num_splits <= kMaxDecodeCluster) that merges
   // through distributed shared memory: no o_part/lse_part, no counters, no combine launch. 0: no clusters.
   int cluster = 0;
+  // Decode v2 and the split combine on sm_90: launched with programmatic dependent launch (FLASHKIT_DECODE_PDL,
+  // default on), so each grid's launch overlaps the tail of the one before it in the stream.
+  bool pdl = false;
 };
 
 // Most split-KV splits any decode launch uses: the combine kernel and decode v2's in-kernel merge keep one weight

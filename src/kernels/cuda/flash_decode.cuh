@@ -47,6 +47,7 @@
 #include <cmath>
 
 #include "core/cuda_check.hpp"
+#include "core/pdl.cuh"
 #include "flashkit/error.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
@@ -96,6 +97,10 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
   __shared__ int s_last;
   const uint32_t sQ = smem_u32(smem);
 
+  // Launched with PDL (p.pdl): wait for the previous grid (it may write Q or the cache), then let the split
+  // combine start launching; it waits for this whole grid before it reads a partial.
+  pdl_wait();
+  pdl_trigger();
   const kernels::AttentionFwdArgs& a = p.a;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
@@ -576,26 +581,14 @@ void launch_decode_v2(const FwdParams& p, cudaStream_t stream) {
   const int64_t mtiles = (sh.heads / sh.kv_heads * sh.max_seqlen_q + 15) / 16;
   if (mtiles == 0) return;
   dim3 grid(unsigned(mtiles * p.num_splits), unsigned(sh.kv_heads), unsigned(sh.batch));
-  if (p.cluster > 1) {
-    // The splits of an m-tile as one cluster (grid.x = m-tiles x S, a multiple of the cluster size). The caller
-    // picks a size decode_cluster_residency<T, D>() reported resident (which also set the kernel's attributes).
-    if (p.cluster != p.num_splits || p.cluster > kMaxDecodeCluster || decode_cluster_residency<T, D>()[p.cluster] < 1)
-      fail(Status::internal, "flash decode: bad cluster size");
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(DecodeCfg<D>::kWarps * 32, 1, 1);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = unsigned(p.cluster), attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    check_cuda(cudaLaunchKernelEx(&cfg, kern, p), "flash decode launch (clusters)");
-    return;
-  }
-  kern<<<grid, DecodeCfg<D>::kWarps * 32, smem, stream>>>(p);
-  check_cuda(cudaGetLastError(), "flash decode launch");
+  // The splits of an m-tile as one cluster (grid.x = m-tiles x S, a multiple of the cluster size). The caller
+  // picks a size decode_cluster_residency<T, D>() reported resident (which also set the kernel's attributes).
+  if (p.cluster > 1 &&
+      (p.cluster != p.num_splits || p.cluster > kMaxDecodeCluster || decode_cluster_residency<T, D>()[p.cluster] < 1))
+    fail(Status::internal, "flash decode: bad cluster size");
+  check_cuda(launch_ex(kern, grid, dim3(DecodeCfg<D>::kWarps * 32), smem, stream, p.pdl,
+                       p.cluster > 1 ? unsigned(p.cluster) : 1u, p),
+             p.cluster > 1 ? "flash decode launch (clusters)" : "flash decode launch");
 }
 
 // Decode entry point: v2 (this file) or v1 (flash_fwd.cuh's forward with one warp per CTA and the group packed in

@@ -28,6 +28,34 @@ Value once_per_kernel_device(const void* kern, Compute compute) {
   return v;
 }
 
+// Launches kern<<<grid, block, smem, stream>>>(args...) through cudaLaunchKernelEx, with programmatic dependent
+// launch (core/pdl.cuh) when `pdl` and as clusters of cluster_x CTAs along x when cluster_x > 1. Returns the
+// launch status for the caller to check with its own message.
+template <typename... KArgs, typename... Args>
+cudaError_t launch_ex(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                      unsigned cluster_x, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2]{};
+  unsigned n = 0;
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  if (cluster_x > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster_x, attr[n].val.clusterDim.y = 1, attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  cfg.attrs = n ? attr : nullptr;
+  cfg.numAttrs = n;
+  return cudaLaunchKernelEx(&cfg, kern, std::forward<Args>(args)...);
+}
+
 // Raises `kern`'s dynamic shared-memory limit to `bytes` on the current device, once per device.
 template <typename Kern>
 void set_max_dynamic_smem(Kern kern, size_t bytes, const char* what) {
