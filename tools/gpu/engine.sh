@@ -66,7 +66,7 @@ for st in "${STAGES[@]}"; do
       ;;
     test) run engine_tests "$T" --gtest_brief=1 ;;
     sanitize)
-      F='CudaEngineOps.Linear:CudaEngineOps.FusedSequences:CudaEngineOps.SmallOps:CudaEngineOps.DecodeAttention:CudaEngineOps.PrefillAttention:CudaEngineOps.GraphReplayMatchesEagerAndCpu:CudaEngineOps.Argmax:CudaEngineOps.Bf16Intermediates:CudaEngineOps.DecodeAttentionMerges:CudaEngineOps.ResidualPingPong:DeviceGreedy.*Cuda*'
+      F='CudaEngineOps.Linear:CudaEngineOps.FusedSequences:CudaEngineOps.SmallOps:CudaEngineOps.DecodeAttention:CudaEngineOps.PrefillAttention:CudaEngineOps.GraphReplayMatchesEagerAndCpu:CudaEngineOps.Argmax:CudaEngineOps.Bf16Intermediates:CudaEngineOps.DecodeAttentionMerges:CudaEngineOps.ResidualPingPong:CudaEngineOps.DecodeAttentionClusterChoice:DeviceGreedy.*Cuda*'
       run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$T" --gtest_filter="$F" --gtest_brief=1
       run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$T" --gtest_filter='CudaEngineOps.DecodeAttention:CudaEngineOps.DecodeAttentionMerges:CudaEngineOps.Argmax' --gtest_brief=1
       ;;
