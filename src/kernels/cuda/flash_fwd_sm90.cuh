@@ -161,10 +161,9 @@ bool launch_flash_fwd_sm90(const FwdParams& p, cudaStream_t stream, TileShape* t
   const int64_t sq = p.a.shape.max_seqlen_q;
   const bool causal = p.a.mask.causal;
   int cfg = sm90_fwd_cfg();
-  // The warp-specialized TMA kernel (flash_fwd_sm90_ws.cuh) wins at d128 except short causal sequences (512
-  // tokens: 187 against 196 TFLOP/s for configuration 1, run s6-5) and at d64 from 2k tokens (causal: 4k); short
-  // d64 sequences keep the small multi-CTA tiles (run s5-6, attention-cuda.md v9).
-  const bool ws_default = (D == 128 && !(causal && sq <= 512)) || (D == 64 && sq >= (causal ? 4096 : 2048));
+  // The warp-specialized TMA kernel (flash_fwd_sm90_ws.cuh) wins at d128 everywhere measured and at d64 from 2k
+  // tokens (causal: 4k); short d64 sequences keep the small multi-CTA tiles (run s5-6, attention-cuda.md v9).
+  const bool ws_default = D == 128 || (D == 64 && sq >= (causal ? 4096 : 2048));
   if ((cfg == 3 || (cfg == 0 && ws_default)) && launch_flash_fwd_sm90_ws<T, D>(p, stream, tile)) return true;
   if constexpr (D == 64) {
     if (cfg < 1 || cfg > 2) cfg = causal && sq <= 1024 ? 2 : 1;
