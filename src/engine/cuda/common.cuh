@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/cuda_check.hpp"
+#include "core/cuda_launch.hpp"
 #include "core/pdl.cuh"
 #include "engine/cuda/kernels.hpp"
 #include "flashkit/error.hpp"
@@ -23,28 +24,7 @@ template <typename... KArgs, typename... Args>
 void launch_clustered(const char* name, unsigned cluster_x, void (*kernel)(KArgs...), dim3 grid, dim3 block,
                       size_t smem, cudaStream_t stream, Args&&... args) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  unsigned n = 0;
-  if (pdl_enabled()) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  if (cluster_x > 1) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = cluster_x;
-    attr[n].val.clusterDim.y = 1;
-    attr[n].val.clusterDim.z = 1;
-    ++n;
-  }
-  cfg.attrs = n ? attr : nullptr;
-  cfg.numAttrs = n;
-  check_cuda(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), name);
+  check_cuda(launch_ex(kernel, grid, block, smem, stream, pdl_enabled(), cluster_x, std::forward<Args>(args)...), name);
 }
 // Launches `kernel` with the PDL attribute when enabled; checks the launch.
 template <typename... KArgs, typename... Args>

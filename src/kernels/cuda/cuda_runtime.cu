@@ -289,7 +289,7 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
         // is at most 1/8 above the unclustered model's best (the merge round trips it removes are not in the
         // model), else the usual path. E.g. H200 batch 1, 32/8 heads, 32k keys: 8 tiles x 16 = 128 CTAs, one wave
         // if 8 clusters of 16 fit (model 136 = the usual 136: clusters); if only 6 fit, 14 splits (155 > 136 * 9/8:
-        // the usual 16 splits with the fused merge). One KV head at d256: 16 CTAs (132 vs the usual 20 with 128
+        // the usual 16 splits and merge). One KV head at d256: 16 CTAs (132 vs the usual 20 with 128
         // splits): the usual path. A cluster model that prefers no split at all also keeps the usual path.
         const std::array<int, cuda::kMaxDecodeCluster + 1> res = cluster_residency(a.dtype, D);
         if (res[2] > 0) {
@@ -316,7 +316,7 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
       // v2: the splits are merged by launch_split_combine (PDL on sm_90) unless FLASHKIT_DECODE_COMBINE=fused asks
       // for the last CTA of each tile to merge them. The separate launch was measured faster even where the
       // partials are small (H200, batch 1, 32/8 heads d128: 81% against 77% of 4.24 TB/s at 32k keys, 66% against
-      // 57% at 8k; 2026-11-30, worklog v9): the fused merge costs a memset, a counter round trip and one CTA's
+      // 57% at 8k; 2026-11-30, worklog v10): the fused merge costs a memset, a counter round trip and one CTA's
       // serial read of every partial at the tail.
       const bool fused = p.decode_version == 2 && combine == 2;
       // The in-kernel merge's arrival counters (one per tile) live in this call's stream-ordered workspace and are
