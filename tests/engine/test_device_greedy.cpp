@@ -50,13 +50,6 @@ std::vector<int32_t> prompt_of(const std::string& dir) {
   return nlohmann::json::parse(f)["prompt_ids"].get<std::vector<int32_t>>();
 }
 
-// Sets an environment variable for one scope.
-struct Env {
-  std::string name;
-  Env(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
-  ~Env() { unsetenv(name.c_str()); }
-};
-
 struct Out {
   std::vector<int32_t> tokens;
   std::vector<float> logits;  // session.logits() afterwards
@@ -244,11 +237,14 @@ TEST(DeviceGreedy, SamplingAndPenaltiesKeepTheHostPath) {
 TEST(DeviceGreedy, SessionAfterDeviceGreedySteps) {
   const std::string dir = kModels + "/tiny-llama";
   auto m = flashkit::Model::load(dir);
+  flashkit::LoadOptions off;  // the same model with the device argmax off (Tuning, per model)
+  off.tuning = flashkit::default_tuning();
+  off.tuning->device_argmax = false;
+  auto m_off = flashkit::Model::load(dir, off);
   const auto prompt = prompt_of(dir);
-  auto a = m->new_session(), b = m->new_session();
+  auto a = m->new_session(), b = m_off->new_session();
   const auto ra = flashkit::generate(*a, prompt, greedy_opts(10));
   EXPECT_THROW(a->decode(-1), flashkit::Error);  // checked before anything runs: the last row is kept
-  Env off("FLASHKIT_DEVICE_ARGMAX", "0");
   const auto rb = flashkit::generate(*b, prompt, greedy_opts(10));
   EXPECT_EQ(ra.tokens, rb.tokens);
   EXPECT_EQ(a->position(), b->position());
@@ -355,9 +351,10 @@ TEST(DeviceGreedy, CudaDecodeAndGreedyGraphsStaySeparate) {
   const std::string dir = kModels + "/tiny-gemma3-bf16";
   const auto prompt = prompt_of(dir);
   auto run = [&](const char* graphs) {
-    Env e("FLASHKIT_CUDA_GRAPHS", graphs);
     flashkit::LoadOptions lo;
     lo.device = "cuda";
+    lo.tuning = flashkit::default_tuning();
+    lo.tuning->cuda_graphs = std::string(graphs) != "0";
     auto m = flashkit::Model::load(dir, lo);
     auto s = m->new_session();
     std::vector<std::vector<float>> rows;
