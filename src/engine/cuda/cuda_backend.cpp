@@ -7,7 +7,7 @@
 //     cuBLAS and flash attention without conversions; the KV cache is bf16 (half the bytes decode attention reads).
 //     f32 checkpoints keep f32 activations and an f32 cache. Every op takes f32 or bf16 operands.
 //   * Linear: T <= 8 rows -> the bandwidth-bound GEMV (gemv.cu); more rows -> cuBLAS (bf16 x bf16 -> f32 or bf16).
-//   * Attention: T == 1 -> the fused decode kernel (attention_decode.cu), graph-safe; T > 1 -> flashkit's flash
+//   * Attention: T == 1 -> the decode family's fused-prologue kernel (engine/cuda/attention_decode.cpp), graph-safe; T > 1 -> flashkit's flash
 //     attention (flashkit::attention_forward on CUDA tensors) over the cache, or over a gathered copy for rings.
 //   * argmax (greedy decoding): one kernel (argmax.cu) at the end of the step; argmax_result() downloads 8 bytes.
 //
