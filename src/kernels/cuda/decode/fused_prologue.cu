@@ -43,7 +43,6 @@ namespace {
 using DecodeAttnArgs = FusedDecodeArgs;
 constexpr int kThreads = kFusedDecodeThreads, kWarps = kThreads / 32;
 constexpr int kMaxSplits = kFusedDecodeMaxSplits;
-constexpr int kMaxCluster = kMaxDecodeCluster;
 
 // The cluster merge is only compiled for sm_90 and later; other builds of the kernel merge through global memory
 // whether or not they were launched as clusters.
@@ -68,7 +67,7 @@ __device__ __forceinline__ void cluster_merge(const DecodeAttnArgs& a, int S, in
   const int d = int(cl.block_rank()) * per + int(threadIdx.x);
   const bool mine = int(threadIdx.x) < per && d < D;
   float o = 0.0f;
-  if (mine) merge::merge_cluster_item<kMaxCluster>(merge::smem_addr(clse), merge::smem_addr(cacc + d), S, o);
+  if (mine) merge::merge_cluster_item<kMaxDecodeCluster>(merge::smem_addr(clse), merge::smem_addr(cacc + d), S, o);
   // The remote values are consumed above, so this block's reads are complete when it arrives.
   cl.barrier_arrive();
   if (mine) {
