@@ -8,8 +8,9 @@
 namespace flashkit {
 
 // Threads used by CPU kernels (default: the default Tuning's num_threads, i.e. FLASHKIT_NUM_THREADS, else OpenMP's
-// default). set_num_threads() is process-wide; a ScopedNumThreads overrides it for the calling thread only, until it is destroyed (so two callers,
-// e.g. two engine backends on two threads, can use different counts without racing on the global).
+// default). set_num_threads() is process-wide; a ScopedNumThreads overrides it for the calling thread only, until it
+// is destroyed (so two callers, e.g. two engine backends on two threads, can use different counts without racing on
+// the global).
 int num_threads();
 void set_num_threads(int n);
 class ScopedNumThreads {
