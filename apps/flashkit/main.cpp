@@ -22,6 +22,8 @@ void add_info_command(CLI::App& app) {
 }  // namespace flashkit::cli
 
 int main(int argc, char** argv) {
+  // The one read of the FLASHKIT_* environment: every command runs with this default tuning.
+  flashkit::set_default_tuning(flashkit::tuning_from_env());
   CLI::App app{"flashkit: IO-aware attention kernels and a transformer engine for CPUs and NVIDIA GPUs"};
   // At most one subcommand; "none" is reported by the callback below so that an unknown word is named
   // by CLI11's own unexpected-argument error instead of a generic "subcommand required".

@@ -19,10 +19,12 @@
 // A query row with no visible key gets o = 0 and lse = -inf (its gradients are 0).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "flashkit/tensor.hpp"
+#include "flashkit/tuning.hpp"
 
 namespace flashkit {
 
@@ -43,6 +45,9 @@ struct AttentionOptions {
   AttentionImpl impl = AttentionImpl::automatic;
   bool check_finite = true;     // reject NaN/Inf in q/k/v (and do/o in backward); an O(N*d) pass
   int threads = 0;              // CPU: threads for this call only (0: num_threads()); 1..4096
+  // Kernel paths and limits for this call (CPU ISA cap, workspace limit, CUDA kernel choice); unset: the process
+  // default (default_tuning()). Tests set it per call to cover every path in one run.
+  std::optional<Tuning> tuning;
 };
 
 // What an implementation did, under a stated model. FLOPs count the multiply-adds of the matrix
@@ -54,7 +59,8 @@ struct OpCost {
   double bytes_written = 0;
   double workspace_bytes = 0;  // peak extra memory allocated by the call
   std::string model;           // one line: how bytes were counted
-  std::string kernel;          // which kernel variant ran (e.g. "cpu.flash.avx2")
+  std::string kernel;          // which kernel variant ran: "reference.f64", "cpu.standard.openblas", "cpu.flash.avx2",
+                               // "cuda.flash.fwd.sm90ws.bf16.d128", "cuda.flash.decode.sm80mma.bf16.d128.splits16", ...
 };
 
 void attention_forward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,

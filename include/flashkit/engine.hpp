@@ -24,9 +24,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "flashkit/tuning.hpp"
 
 namespace flashkit {
 
@@ -41,6 +44,9 @@ struct LoadOptions {
   // (the directory, or a config.json path, only provides the config).
   bool random_weights = false;
   uint64_t random_seed = 1;
+  // Kernel paths and switches of the backend (CUDA graphs, fusion, PDL, ...; the CPU ISA cap) and of generate()
+  // on this model; unset: the process default (default_tuning()) at load time.
+  std::optional<Tuning> tuning;
 };
 
 struct ModelInfo {

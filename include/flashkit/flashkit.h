@@ -64,6 +64,11 @@ FK_API const char* fk_version(void);
 FK_API const char* fk_last_error(void);
 FK_API const char* fk_status_name(fk_status s);
 FK_API const char* fk_cpu_isa(void);
+/* Reads the FLASHKIT_* environment variables into the process default tuning (kernel paths, limits, CUDA
+   switches) that calls without their own use. The one place a front end reads the environment: Python calls it
+   when it loads the library; a C program that wants the variables honoured calls it once at start-up (without
+   it, the first call that needs the default reads them). */
+FK_API void fk_tuning_from_env(void);
 FK_API int32_t fk_num_threads(void);
 FK_API fk_status fk_set_num_threads(int32_t n);
 FK_API int32_t fk_cuda_device_count(void);

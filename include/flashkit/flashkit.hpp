@@ -6,3 +6,4 @@
 #include "flashkit/memory.hpp"
 #include "flashkit/runtime.hpp"
 #include "flashkit/tensor.hpp"
+#include "flashkit/tuning.hpp"

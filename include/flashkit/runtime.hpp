@@ -3,11 +3,14 @@
 #include <cstdint>
 #include <string>
 
+#include "flashkit/tuning.hpp"
+
 namespace flashkit {
 
-// Threads used by CPU kernels (default: FLASHKIT_NUM_THREADS, else OpenMP's default). set_num_threads() is
-// process-wide; a ScopedNumThreads overrides it for the calling thread only, until it is destroyed (so two callers,
-// e.g. two engine backends on two threads, can use different counts without racing on the global).
+// Threads used by CPU kernels (default: the default Tuning's num_threads, i.e. FLASHKIT_NUM_THREADS, else OpenMP's
+// default). set_num_threads() is process-wide; a ScopedNumThreads overrides it for the calling thread only, until it
+// is destroyed (so two callers, e.g. two engine backends on two threads, can use different counts without racing on
+// the global).
 int num_threads();
 void set_num_threads(int n);
 class ScopedNumThreads {
@@ -21,13 +24,15 @@ class ScopedNumThreads {
   int prev_;
 };
 
-// The SIMD level CPU kernels dispatch to: "avx512", "avx2" or "scalar".
-// FLASHKIT_CPU_ISA=scalar|avx2|avx512 forces a lower level (for testing every path).
+// The SIMD level CPU kernels dispatch to: "avx512", "avx2" or "scalar": the widest this CPU supports, capped by
+// the process default Tuning's cpu_isa (FLASHKIT_CPU_ISA=scalar|avx2|avx512 forces a lower level), or by `cap`.
 std::string cpu_isa();
+std::string cpu_isa(CpuIsaCap cap);
 
-// Upper bound on workspace one call may allocate: FLASHKIT_MAX_WORKSPACE_BYTES if set, else 80% of
-// the machine's physical memory. Larger requests fail with Status::out_of_memory before allocating.
+// Upper bound on workspace one call may allocate: Tuning::max_workspace_bytes (FLASHKIT_MAX_WORKSPACE_BYTES) if
+// set, else 80% of the machine's physical memory. Larger requests fail with Status::out_of_memory before allocating.
 int64_t max_workspace_bytes();
+int64_t max_workspace_bytes(const Tuning& t);
 int64_t physical_memory_bytes();
 
 int cuda_device_count();  // 0 without CUDA support or device

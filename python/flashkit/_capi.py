@@ -162,6 +162,7 @@ def _declare(lib):
         "fk_last_error": (c_char_p, []),
         "fk_status_name": (c_char_p, [c_int32]),
         "fk_cpu_isa": (c_char_p, []),
+        "fk_tuning_from_env": (None, []),
         "fk_num_threads": (c_int32, []),
         "fk_set_num_threads": (c_int32, [c_int32]),
         "fk_cuda_device_count": (c_int32, []),
@@ -200,6 +201,7 @@ for _cls, _size in _EXPECTED_SIZES.items():
 
 LIBRARY_PATH, lib = _load()
 _declare(lib)
+lib.fk_tuning_from_env()  # the FLASHKIT_* variables are read here, once, into the library's default tuning
 
 
 def _decode(b):

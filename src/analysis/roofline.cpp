@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/env.hpp"
+#include "flashkit/tuning.hpp"
 #include "flashkit/runtime.hpp"
 #include "kernels_avx2.hpp"
 
@@ -115,7 +115,8 @@ DeviceSpec local_cpu_spec() {
     // FLASHKIT_CPU_PEAK_GFLOPS and FLASHKIT_CPU_BW_GBS pin the roof (skipping the measurement): for a shared
     // machine, where a 0.4 s measurement can catch other jobs, and for fast deterministic tests.
     CpuMeasurement m;
-    const double pk = env::positive("FLASHKIT_CPU_PEAK_GFLOPS", 0), bw = env::positive("FLASHKIT_CPU_BW_GBS", 0);
+    const Tuning t = default_tuning();  // set from the environment at the CLI's boundary
+    const double pk = t.cpu_peak_gflops, bw = t.cpu_bw_gbs;
     if (pk > 0 && bw > 0) {
       m.fma_peak_gflops = pk;
       m.triad_gbs = bw;

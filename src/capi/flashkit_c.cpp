@@ -94,6 +94,9 @@ const char* fk_cpu_isa(void) {
   static const std::string isa = flashkit::cpu_isa();
   return isa.c_str();
 }
+void fk_tuning_from_env(void) {
+  guarded([] { flashkit::set_default_tuning(flashkit::tuning_from_env()); });
+}
 int32_t fk_num_threads(void) { return flashkit::num_threads(); }
 fk_status fk_set_num_threads(int32_t n) {
   return guarded([&] { flashkit::set_num_threads(n); });

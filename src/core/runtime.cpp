@@ -2,11 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <string>
 
-#include "core/env.hpp"
+#include "core/tuning.hpp"
 #include "flashkit/error.hpp"
 
 #ifdef _OPENMP
@@ -22,7 +23,8 @@ namespace flashkit {
 namespace {
 int default_threads() {
 #ifdef _OPENMP
-  return int(env::integer("FLASHKIT_NUM_THREADS", omp_get_max_threads(), 1, 4096));
+  const int n = default_tuning().num_threads;  // FLASHKIT_NUM_THREADS, read at the boundary
+  return n > 0 ? n : omp_get_max_threads();
 #else
   return 1;
 #endif
@@ -53,31 +55,40 @@ ScopedNumThreads::ScopedNumThreads(int n) : prev_(t_threads) {
 }
 ScopedNumThreads::~ScopedNumThreads() { t_threads = prev_; }
 
-std::string cpu_isa() {
-  static const std::string isa = [] {
-    int level = 0;
+namespace {
+// The widest level this CPU supports (0 scalar, 1 avx2, 2 avx512), detected once.
+int detected_isa_level() {
+  static const int level = [] {
+    int l = 0;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) level = 1;
-    if (level == 1 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) l = 1;
+    if (l == 1 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-      level = 2;
+      l = 2;
 #endif
-    const int want = env::choice("FLASHKIT_CPU_ISA", {"scalar", "avx2", "avx512"}, level);
-    if (want < level) level = want;
-    return std::string(level == 2 ? "avx512" : level == 1 ? "avx2" : "scalar");
+    return l;
   }();
-  return isa;
+  return level;
 }
+}  // namespace
+
+std::string cpu_isa(CpuIsaCap cap) {
+  const int level = std::min(detected_isa_level(), int(cap));
+  return std::string(level == 2 ? "avx512" : level == 1 ? "avx2" : "scalar");
+}
+
+std::string cpu_isa() { return cpu_isa(default_tuning().cpu_isa); }
 
 int64_t physical_memory_bytes() {
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return (pages > 0 && page > 0) ? int64_t(pages) * page : int64_t(8) << 30;
 }
 
-int64_t max_workspace_bytes() {
-  return env::integer("FLASHKIT_MAX_WORKSPACE_BYTES", physical_memory_bytes() / 10 * 8, 1, INT64_MAX);
+int64_t max_workspace_bytes(const Tuning& t) {
+  return t.max_workspace_bytes > 0 ? t.max_workspace_bytes : physical_memory_bytes() / 10 * 8;
 }
+int64_t max_workspace_bytes() { return max_workspace_bytes(default_tuning()); }
 
 const char* version() { return FLASHKIT_VERSION; }
 

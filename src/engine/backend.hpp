@@ -77,6 +77,7 @@
 
 #include "flashkit/dtype.hpp"
 #include "flashkit/tensor.hpp"
+#include "flashkit/tuning.hpp"
 #include "model/weights.hpp"
 
 namespace flashkit::engine {
@@ -141,6 +142,7 @@ struct BackendOptions {
   // CPU: keep GGUF Q8_0 matrices as Q8_0 blocks and compute with them (other matrices use weight_dtype). Such a
   // Matrix has w.dtype == DType::i32 as its marker and w.data pointing at the blocks; other backends ignore this.
   bool keep_q8_0 = false;
+  Tuning tuning;  // the model's resolved Tuning (LoadOptions::tuning or the process default)
 };
 
 class Backend {

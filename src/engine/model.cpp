@@ -8,7 +8,7 @@
 #include <fstream>
 #include <random>
 
-#include "core/env.hpp"
+#include "core/tuning.hpp"
 #include "engine/backend.hpp"
 #include "engine/config.hpp"
 #include "engine/random_weights.hpp"
@@ -80,6 +80,7 @@ class ModelImpl final : public Model {
   Clock::time_point loaded_ = Clock::now();  // the profile trace's time origin
   ModelConfig cfg_;
   LoadOptions opts_;
+  Tuning tuning_;  // opts_.tuning or the process default, resolved once at load
   ModelInfo info_;
   std::unique_ptr<model::WeightStore> store_;
   std::unique_ptr<Backend> be_;
@@ -168,6 +169,7 @@ class SessionImpl final : public Session {
   void decode(int32_t token) override { prefill(std::span<const int32_t>(&token, 1), false); }
   // A decode step whose logits stay on the device: only their argmax is downloaded (generate()'s greedy path).
   // logits() downloads the row if it is asked for.
+  bool device_argmax_allowed() const { return m_.tuning_.device_argmax; }
   ArgmaxResult decode_argmax(int32_t token) {
     check(std::span<const int32_t>(&token, 1));
     ArgmaxResult r;
@@ -313,7 +315,8 @@ bool parse_weight_dtype(const std::string& s, std::string* norm) {
   return true;
 }
 
-ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts) : opts_(opts) {
+ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
+    : opts_(opts), tuning_(resolve_tuning(opts.tuning)) {
   namespace fs = std::filesystem;
   std::string dt;
   if (!parse_weight_dtype(opts.dtype, &dt))
@@ -343,6 +346,7 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts) 
   // Device first: a CUDA request in a CPU build fails before any weight is touched.
   BackendOptions bo;
   bo.threads = opts.threads;
+  bo.tuning = tuning_;
   const std::string& d = opts.device;
   bool cuda = false;
   if (d == "cpu") {
@@ -568,10 +572,10 @@ GenerationResult generate(Session& session, std::span<const int32_t> prompt, con
   // the whole row, and no CPU scan of the vocabulary). That holds for temperature 0 without a repetition penalty,
   // and for top_k = 1 without a penalty when the maximum is unique (top-k keeps ties with the k-th value and draws
   // among them; on a tie, and on an invalid row, the step falls back to the sampler on the downloaded logits, which
-  // also raises the sampler's errors). FLASHKIT_DEVICE_ARGMAX=0 turns it off (A/B runs, tests).
+  // also raises the sampler's errors). Tuning::device_argmax = false (FLASHKIT_DEVICE_ARGMAX=0) turns it off.
   const bool argmax_pick = sp.repetition_penalty == 1.0f && (sp.greedy() || sp.top_k == 1);
-  auto* fast = argmax_pick && env::flag("FLASHKIT_DEVICE_ARGMAX", true) ? dynamic_cast<engine::SessionImpl*>(&session)
-                                                                        : nullptr;
+  auto* fast = argmax_pick ? dynamic_cast<engine::SessionImpl*>(&session) : nullptr;
+  if (fast && !fast->device_argmax_allowed()) fast = nullptr;
 
   GenerationResult r;
   r.prompt_tokens = int64_t(prompt.size());

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/convert.hpp"
+#include "core/tuning.hpp"
 #include "flashkit/attention.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/runtime.hpp"
@@ -220,8 +221,8 @@ AttentionImpl resolve_impl(AttentionImpl impl, Device device) {
   return impl;
 }
 
-void check_workspace(const OpCost& c, const AttentionImpl impl) {
-  const double limit = double(max_workspace_bytes());
+void check_workspace(const OpCost& c, const AttentionImpl impl, const Tuning& tuning) {
+  const double limit = double(max_workspace_bytes(tuning));
   if (c.workspace_bytes > limit) {
     std::ostringstream o;
     o.precision(3);
@@ -255,8 +256,9 @@ void attention_forward(const TensorView& q, const TensorView& k, const TensorVie
     check_finite(k, "k");
     check_finite(v, "v");
   }
+  const Tuning tuning = resolve_tuning(opts.tuning);
   if (q.device == Device::cuda) {
-    cuda_attention_forward(a, host_cu, impl, opts.check_finite, cost);
+    cuda_attention_forward(a, host_cu, impl, tuning, cost);
     return;
   }
   const ScopedNumThreads threads(opts.threads);  // this call only, this thread only
@@ -264,14 +266,14 @@ void attention_forward(const TensorView& q, const TensorView& k, const TensorVie
   switch (impl) {
     case AttentionImpl::reference: c = attention_forward_reference_cost(a); break;
     case AttentionImpl::standard: c = attention_forward_cpu_standard_cost(a); break;
-    default: c = attention_forward_cpu_flash_cost(a); break;
+    default: c = attention_forward_cpu_flash_cost(a, tuning.cpu_isa); break;
   }
-  check_workspace(c, impl);
+  check_workspace(c, impl, tuning);
   try {
     switch (impl) {
       case AttentionImpl::reference: attention_forward_reference(a); break;
       case AttentionImpl::standard: attention_forward_cpu_standard(a); break;
-      default: attention_forward_cpu_flash(a); break;
+      default: attention_forward_cpu_flash(a, tuning.cpu_isa); break;
     }
   } catch (const std::bad_alloc&) {
     fail(Status::out_of_memory, std::string(impl_name(impl)) + " attention: allocating its workspace failed");
@@ -303,8 +305,9 @@ void attention_backward(const TensorView& dout, const TensorView& q, const Tenso
     check_finite(o, "o");
     check_finite(dout, "dout");
   }
+  const Tuning tuning = resolve_tuning(opts.tuning);
   if (q.device == Device::cuda) {
-    cuda_attention_backward(g, host_cu, impl, opts.check_finite, cost);
+    cuda_attention_backward(g, host_cu, impl, tuning, cost);
     return;
   }
   const ScopedNumThreads threads(opts.threads);
@@ -312,14 +315,14 @@ void attention_backward(const TensorView& dout, const TensorView& q, const Tenso
   switch (impl) {
     case AttentionImpl::reference: c = attention_backward_reference_cost(g); break;
     case AttentionImpl::standard: c = attention_backward_cpu_standard_cost(g); break;
-    default: c = attention_backward_cpu_flash_cost(g); break;
+    default: c = attention_backward_cpu_flash_cost(g, tuning.cpu_isa); break;
   }
-  check_workspace(c, impl);
+  check_workspace(c, impl, tuning);
   try {
     switch (impl) {
       case AttentionImpl::reference: attention_backward_reference(g); break;
       case AttentionImpl::standard: attention_backward_cpu_standard(g); break;
-      default: attention_backward_cpu_flash(g); break;
+      default: attention_backward_cpu_flash(g, tuning.cpu_isa); break;
     }
   } catch (const std::bad_alloc&) {
     fail(Status::out_of_memory, std::string(impl_name(impl)) + " attention backward: allocating its workspace failed");

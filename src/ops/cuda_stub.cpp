@@ -12,10 +12,10 @@ namespace {
 void cuda_copy_to_host(void*, const void*, size_t, int) { no_cuda(); }
 void set_cuda_stream(void*) { no_cuda(); }
 void* cuda_stream() { return nullptr; }
-void cuda_attention_forward(const kernels::AttentionFwdArgs&, const std::vector<int32_t>&, AttentionImpl, bool, OpCost*) {
+void cuda_attention_forward(const kernels::AttentionFwdArgs&, const std::vector<int32_t>&, AttentionImpl, const Tuning&, OpCost*) {
   no_cuda();
 }
-void cuda_attention_backward(const kernels::AttentionBwdArgs&, const std::vector<int32_t>&, AttentionImpl, bool, OpCost*) {
+void cuda_attention_backward(const kernels::AttentionBwdArgs&, const std::vector<int32_t>&, AttentionImpl, const Tuning&, OpCost*) {
   no_cuda();
 }
 

@@ -755,58 +755,54 @@ struct ScopedEnv {
   }
 };
 
-TEST(Errors, MaxWorkspaceEnvLimitsStandard) {
-  const bool preset = std::getenv("FLASHKIT_MAX_WORKSPACE_BYTES") != nullptr;
-  const std::string before = preset ? std::getenv("FLASHKIT_MAX_WORKSPACE_BYTES") : "";
+// The workspace limit comes with the call's Tuning (AttentionOptions::tuning); FLASHKIT_MAX_WORKSPACE_BYTES is how
+// the front ends' tuning_from_env() sets it.
+TEST(Errors, MaxWorkspaceLimitsStandard) {
   Problem p(1, 96, 96, 2, 2, 16);
   p.opts.impl = AttentionImpl::standard;
+  auto limit = [](int64_t bytes) {
+    Tuning t;
+    t.max_workspace_bytes = bytes;
+    return t;
+  };
   OpCost fwd_cost, bwd_cost;
-  {
-    ScopedEnv generous("FLASHKIT_MAX_WORKSPACE_BYTES", "1000000000000");  // whatever the caller's setting
-    attention_forward(p.q.view, p.k.view, p.v.view, p.o.view, p.lse.view, p.opts, &fwd_cost);
-    attention_backward(p.dout.view, p.q.view, p.k.view, p.v.view, p.o.view, p.lse.view, p.dq.view, p.dk.view,
-                       p.dv.view, p.opts, &bwd_cost);
-  }
+  p.opts.tuning = limit(1000000000000);  // whatever the process default
+  attention_forward(p.q.view, p.k.view, p.v.view, p.o.view, p.lse.view, p.opts, &fwd_cost);
+  attention_backward(p.dout.view, p.q.view, p.k.view, p.v.view, p.o.view, p.lse.view, p.dq.view, p.dk.view,
+                     p.dv.view, p.opts, &bwd_cost);
   ASSERT_GE(fwd_cost.workspace_bytes, 4.0 * 96 * 96 * 2) << "the N x N score matrix per head";
   const int64_t fwd_ws = int64_t(fwd_cost.workspace_bytes), bwd_ws = int64_t(bwd_cost.workspace_bytes);
-  {
-    ScopedEnv env("FLASHKIT_MAX_WORKSPACE_BYTES", std::to_string(fwd_ws - 1));
-    EXPECT_EQ(max_workspace_bytes(), fwd_ws - 1);
-    expect_error([&] { p.forward(); }, Status::out_of_memory, {"standard attention needs", "GB", "flash"});
-  }
-  {  // exactly the workspace: allowed
-    ScopedEnv env("FLASHKIT_MAX_WORKSPACE_BYTES", std::to_string(fwd_ws));
-    EXPECT_NO_THROW(p.forward());
-  }
-  {
-    ScopedEnv env("FLASHKIT_MAX_WORKSPACE_BYTES", std::to_string(bwd_ws - 1));
-    expect_error([&] { p.backward(); }, Status::out_of_memory, {"standard attention needs", "GB", "flash"});
-  }
+  p.opts.tuning = limit(fwd_ws - 1);
+  EXPECT_EQ(max_workspace_bytes(*p.opts.tuning), fwd_ws - 1);
+  expect_error([&] { p.forward(); }, Status::out_of_memory, {"standard attention needs", "GB", "flash"});
+  p.opts.tuning = limit(fwd_ws);  // exactly the workspace: allowed
+  EXPECT_NO_THROW(p.forward());
+  p.opts.tuning = limit(bwd_ws - 1);
+  expect_error([&] { p.backward(); }, Status::out_of_memory, {"standard attention needs", "GB", "flash"});
   {  // the flash path's workspace is small (tiles only): a limit the standard path exceeds does not stop it
     OpCost flash_cost;
     AttentionOptions fo = p.opts;
     fo.impl = AttentionImpl::flash;
-    {
-      ScopedEnv generous("FLASHKIT_MAX_WORKSPACE_BYTES", "1000000000000");
-      attention_forward(p.q.view, p.k.view, p.v.view, p.o.view, p.lse.view, fo, &flash_cost);
-    }
+    fo.tuning = limit(1000000000000);
+    attention_forward(p.q.view, p.k.view, p.v.view, p.o.view, p.lse.view, fo, &flash_cost);
     if (flash_cost.workspace_bytes < fwd_cost.workspace_bytes) {
-      ScopedEnv env("FLASHKIT_MAX_WORKSPACE_BYTES", std::to_string(int64_t(flash_cost.workspace_bytes)));
+      fo.tuning = p.opts.tuning = limit(int64_t(flash_cost.workspace_bytes));
       EXPECT_NO_THROW(attention_forward(p.q.view, p.k.view, p.v.view, p.o.view, p.lse.view, fo));
       expect_error([&] { p.forward(); }, Status::out_of_memory, {"standard"});
     }
   }
-  {  // an unparsable or non-positive value falls back to the default
+  {  // the environment, read by tuning_from_env(): a value sets the limit, an unparsable one keeps the default
+    ScopedEnv env("FLASHKIT_MAX_WORKSPACE_BYTES", std::to_string(fwd_ws - 1));
+    EXPECT_EQ(max_workspace_bytes(tuning_from_env()), fwd_ws - 1);
+  }
+  {
+    testing::internal::CaptureStderr();
     ScopedEnv env("FLASHKIT_MAX_WORKSPACE_BYTES", "lots");
-    EXPECT_EQ(max_workspace_bytes(), physical_memory_bytes() / 10 * 8);
-    EXPECT_NO_THROW(p.forward());
+    EXPECT_EQ(max_workspace_bytes(tuning_from_env()), physical_memory_bytes() / 10 * 8);
+    testing::internal::GetCapturedStderr();
   }
-  // The variable is back to its state before the test.
-  const char* after = std::getenv("FLASHKIT_MAX_WORKSPACE_BYTES");
-  EXPECT_EQ(after != nullptr, preset);
-  if (after && preset) {
-    EXPECT_EQ(std::string(after), before);
-  }
+  p.opts.tuning.reset();  // the process default: 80% of physical memory unless the variable was set at start
+  EXPECT_NO_THROW(p.forward());
 }
 
 // ---------------------------------------------------------------------------------------------------

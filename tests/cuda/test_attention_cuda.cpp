@@ -9,6 +9,7 @@
 #include <sstream>
 #include <ostream>
 #include <string>
+#include <optional>
 #include <vector>
 
 #include "attention_fixture.hpp"
@@ -104,7 +105,7 @@ struct Case {
 // gtest prints a parameter with this instead of a hex dump of its bytes.
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
 
-void run_case(const Case& c, uint32_t seed) {
+void run_case(const Case& c, uint32_t seed, const std::optional<Tuning>& tuning = std::nullopt) {
   SCOPED_TRACE(c.name());
   std::mt19937 rng(seed);
   int64_t B = c.B, Sq = c.Sq, Sk = c.Sk;
@@ -122,6 +123,7 @@ void run_case(const Case& c, uint32_t seed) {
   opts.window_right = c.wr;
   opts.softcap = c.softcap;
   opts.check_finite = false;
+  opts.tuning = tuning;  // the kernel path (unset: the process default)
 
   HostTensor q(c.dtype, {B, Sq, c.H, c.D}), k(c.dtype, {B, Sk, c.Hkv, c.D}), v(c.dtype, {B, Sk, c.Hkv, c.D}),
       dout(c.dtype, {B, Sq, c.H, c.D});
@@ -175,7 +177,7 @@ void run_case(const Case& c, uint32_t seed) {
   EXPECT_LT(rel_error(o, o64), 1e-2) << "o, kernel " << cost.kernel;
   EXPECT_LT(rel_error(lse, lse64), 1e-2) << "lse, kernel " << cost.kernel;
   EXPECT_FALSE(cost.kernel.empty());
-  // Which decode path ran (check.sh collects these lines: the split count, and .v2.cluster / .v2.fused / .v2 / .v1).
+  // Which decode path ran (check.sh collects these lines: the member, the split count and the merge).
   if (cost.kernel.find(".decode.") != std::string::npos)
     std::printf("decode path: %s %s\n", c.name().c_str(), cost.kernel.c_str());
 
@@ -232,8 +234,8 @@ std::vector<Case> grid() {
   g.push_back({1, 16, 1024, 32, 4, 64, true});
   g.push_back({1, 3, 3000, 4, 1, 256, true, 500, -1});
   g.push_back({1, 1, 777, 4, 4, 96, false, -1, -1, 4.0f, DType::f16});
-  // Decode v2 shapes: one KV head at d256 (Gemma-like; ~125 splits, merged by launch_split_combine), GQA with
-  // the merge fused in the kernel, a window with 16 packed rows, two m-tiles with a padded head dim, batch > 1.
+  // Decode (mma kernel) shapes: one KV head at d256 (Gemma-like; ~125 splits, merged by launch_split_combine), GQA,
+  // a window with 16 packed rows, two m-tiles with a padded head dim, batch > 1.
   g.push_back({1, 1, 4000, 8, 1, 256});
   g.push_back({1, 1, 4000, 8, 1, 256, false, -1, -1, 0, DType::f16});
   g.push_back({1, 1, 5000, 32, 8, 128, false, -1, -1, 0, DType::f16});
@@ -245,7 +247,7 @@ std::vector<Case> grid() {
     c.varlen = {{1, 1500}, {1, 0}, {3, 700}, {2, 2}};
     g.push_back(c);
   }
-  // Decode shapes for the cluster merge (FLASHKIT_DECODE_COMBINE=cluster, check.sh; the split/cluster counts are
+  // Decode shapes for the cluster merge (the decode_cluster path below; the split/cluster counts are
   // those of the host model for 132 SMs, 14-16 splits when 8 clusters of 16 do not fit): 8 tiles of 32/8 heads
   // with 512 key blocks (clusters of 14-16 splits, every split with keys); 32 packed rows in two m-tiles; batch 2
   // with a window (clusters of 7-8); a varlen batch with an empty sequence (whole clusters leave early), a
@@ -291,6 +293,58 @@ TEST_P(CudaAttentionGrid, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Grid, CudaAttentionGrid, ::testing::ValuesIn(grid()),
                          [](const ::testing::TestParamInfo<Case>& i) {
                            std::string n = i.param.name();
+                           for (char& ch : n)
+                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+// Every kernel path of the dispatch in one run: the grid again under each Tuning that changes the choice (formerly
+// one run of the binary per environment variable value in tools/gpu/check.sh).
+struct Path {
+  const char* name;
+  Tuning tuning;
+};
+std::vector<Path> paths() {
+  std::vector<Path> v;
+  Tuning t;
+  t.sm90 = false;
+  v.push_back({"sm80", t});
+  for (int cfg = 1; cfg <= 3; ++cfg) {
+    t = Tuning{};
+    t.sm90_fwd_config = cfg;
+    v.push_back({cfg == 1 ? "sm90cfg1" : cfg == 2 ? "sm90cfg2" : "sm90cfg3", t});
+  }
+  t = Tuning{};
+  t.sm90_fwd_config = 3;
+  t.sm90_ws_pingpong = false;
+  v.push_back({"sm90cfg3_nopingpong", t});
+  t = Tuning{};
+  t.sm90_bwd_config = 1;
+  v.push_back({"sm90bwdcfg1", t});
+  t = Tuning{};
+  t.decode_combine = DecodeCombine::cluster;
+  v.push_back({"decode_cluster", t});
+  t = Tuning{};
+  t.decode_pdl = false;
+  t.decode_max_splits = 64;
+  v.push_back({"decode_nopdl_splits64", t});
+  return v;
+}
+
+void PrintTo(const Path& p, std::ostream* os) { *os << p.name; }
+
+class CudaAttentionPaths : public ::testing::TestWithParam<std::tuple<Path, Case>> {};
+
+TEST_P(CudaAttentionPaths, MatchesReference) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  const auto& [path, c] = GetParam();
+  SCOPED_TRACE(path.name);
+  run_case(c, 1234u + uint32_t(std::hash<std::string>{}(c.name()) & 0xffff), path.tuning);
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, CudaAttentionPaths, ::testing::Combine(::testing::ValuesIn(paths()), ::testing::ValuesIn(grid())),
+                         [](const ::testing::TestParamInfo<std::tuple<Path, Case>>& i) {
+                           std::string n = std::string(std::get<0>(i.param).name) + "_" + std::get<1>(i.param).name();
                            for (char& ch : n)
                              if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return n;
@@ -352,7 +406,7 @@ TEST(CudaAttention, DecodeGraphReplayAndConcurrentStreams) {
   attention_forward(dq.view, dk.view, dv.view, o_ref.view, l_ref.view, opts, &cost);
   CK(cudaDeviceSynchronize());
   EXPECT_NE(cost.kernel.find("splits"), std::string::npos) << cost.kernel;  // the split path is what this tests
-  std::printf("decode path: %s\n", cost.kernel.c_str());  // e.g. .v2.cluster with FLASHKIT_DECODE_COMBINE=cluster
+  std::printf("decode path: %s\n", cost.kernel.c_str());  // e.g. .cluster16 with Tuning::decode_combine = cluster
   HostTensor ref(DType::bf16, {1, 1, H, D}), got(DType::bf16, {1, 1, H, D});
   o_ref.download(&ref);
 

@@ -61,8 +61,9 @@ nlohmann::json bench_model(const std::string& dir) {
   j["prompt_tokens"] = prompt.size();
   j["new_tokens"] = n_new;
   for (const char* graphs : {"1", "0"}) {
-    setenv("FLASHKIT_CUDA_GRAPHS", graphs, 1);
     flashkit::LoadOptions o;
+    o.tuning = flashkit::default_tuning();  // the FLASHKIT_* switches of an A/B run (engine.sh ab) ...
+    o.tuning->cuda_graphs = std::string(graphs) != "0";  // ... and graphs on, then off
     o.device = "cuda";
     o.dtype = "bf16";
     o.random_weights = random_weights();
@@ -70,7 +71,6 @@ nlohmann::json bench_model(const std::string& dir) {
     auto t0 = std::chrono::steady_clock::now();
     auto model = flashkit::Model::load(dir, o);
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    unsetenv("FLASHKIT_CUDA_GRAPHS");
     flashkit::GenerateOptions g;
     g.max_new_tokens = n_new;
     g.temperature = 0.0f;

@@ -45,12 +45,12 @@ struct Run {
 };
 
 Run run_model(const std::string& dir, const Fixture& ex, const std::string& device, const char* graphs) {
-  if (graphs) setenv("FLASHKIT_CUDA_GRAPHS", graphs, 1);
   flashkit::LoadOptions o;
   o.device = device;
   o.dtype = "bf16";
+  o.tuning = flashkit::default_tuning();
+  if (graphs) o.tuning->cuda_graphs = std::string(graphs) != "0";
   auto model = flashkit::Model::load(dir, o);
-  unsetenv("FLASHKIT_CUDA_GRAPHS");
   auto s = model->new_session();
   Run r;
   s->prefill(ex.prompt, /*all_logits=*/true);
@@ -143,12 +143,12 @@ TEST(CudaEngineModel, OneRowAllLogitsStepsDoNotReplayTheDecodeGraph) {
   const Fixture ex = read_fixture(dir);
   const int64_t V = ex.vocab;
   auto run = [&](const char* graphs) {
-    setenv("FLASHKIT_CUDA_GRAPHS", graphs, 1);
     flashkit::LoadOptions o;
     o.device = "cuda";
     o.dtype = "bf16";
+    o.tuning = flashkit::default_tuning();
+    o.tuning->cuda_graphs = std::string(graphs) != "0";
     auto model = flashkit::Model::load(dir, o);
-    unsetenv("FLASHKIT_CUDA_GRAPHS");
     auto s = model->new_session();
     std::vector<std::vector<float>> rows;
     for (int32_t t : ex.prompt) {  // one row at a time, all logits

@@ -34,17 +34,17 @@ namespace {
 
 std::unique_ptr<Backend> cuda_backend(const char* fuse = nullptr, const char* graphs = nullptr) {
   if (cuda_device_count() <= 0) return nullptr;
-  // The backend reads its switches when it is created.
-  if (fuse) setenv("FLASHKIT_CUDA_FUSE", fuse, 1);
-  if (graphs) setenv("FLASHKIT_CUDA_GRAPHS", graphs, 1);
+  // The backend's switches come with its options (Tuning), per backend.
+  BackendOptions o;
+  o.tuning = default_tuning();
+  if (fuse) o.tuning.cuda_fuse = std::string(fuse) != "0";
+  if (graphs) o.tuning.cuda_graphs = std::string(graphs) != "0";
   std::unique_ptr<Backend> be;
   try {
-    be = make_cuda_backend({});
+    be = make_cuda_backend(o);
   } catch (const Error& e) {
     if (e.status() != Status::unsupported) throw;
   }
-  unsetenv("FLASHKIT_CUDA_FUSE");
-  unsetenv("FLASHKIT_CUDA_GRAPHS");
   return be;
 }
 #define NEED_CUDA(var, ...)                                    \
@@ -388,7 +388,7 @@ void residual_chain_case(Backend& be, int64_t T, int between, bool fused, uint64
 
 TEST(CudaEngineOps, ResidualPingPong) {
   for (const char* fuse : {"1", "0"}) {
-    SCOPED_TRACE(std::string("FLASHKIT_CUDA_FUSE=") + fuse);
+    SCOPED_TRACE(std::string("Tuning::cuda_fuse = ") + fuse);
     NEED_CUDA(be, fuse);
     for (int64_t T : {1, 3})
       for (int between : {0, 1, 2, 3})

@@ -50,27 +50,25 @@ std::vector<int32_t> prompt_of(const std::string& dir) {
   return nlohmann::json::parse(f)["prompt_ids"].get<std::vector<int32_t>>();
 }
 
-// Sets an environment variable for one scope.
-struct Env {
-  std::string name;
-  Env(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
-  ~Env() { unsetenv(name.c_str()); }
-};
-
 struct Out {
   std::vector<int32_t> tokens;
   std::vector<float> logits;  // session.logits() afterwards
 };
 
-Out run_generate(flashkit::Model& m, const std::vector<int32_t>& prompt, const flashkit::GenerateOptions& g,
-                 bool device_argmax) {
-  std::unique_ptr<Env> off;
-  if (!device_argmax) off = std::make_unique<Env>("FLASHKIT_DEVICE_ARGMAX", "0");
+// generate() on a new session of m (a model loaded with Tuning::device_argmax on or off: without_device_argmax).
+Out run_generate(flashkit::Model& m, const std::vector<int32_t>& prompt, const flashkit::GenerateOptions& g) {
   auto s = m.new_session();
   Out o;
   o.tokens = flashkit::generate(*s, prompt, g).tokens;
   o.logits.assign(s->logits().begin(), s->logits().end());
   return o;
+}
+
+// The same model loaded with the device argmax off (Tuning::device_argmax; FLASHKIT_DEVICE_ARGMAX=0 at a front end).
+std::shared_ptr<flashkit::Model> without_device_argmax(const std::string& dir, flashkit::LoadOptions lo) {
+  lo.tuning = flashkit::default_tuning();
+  lo.tuning->device_argmax = false;
+  return flashkit::Model::load(dir, lo);
 }
 
 // The definition: prefill, then the sampler on each downloaded row.
@@ -116,10 +114,10 @@ void greedy_matches_sampler(const std::string& device) {
     const std::string dir = kModels + "/" + name;
     flashkit::LoadOptions lo;
     lo.device = device;
-    auto m = flashkit::Model::load(dir, lo);
+    auto m = flashkit::Model::load(dir, lo), m_off = without_device_argmax(dir, lo);
     const auto prompt = prompt_of(dir);
     const auto g = greedy_opts(48);
-    const Out fast = run_generate(*m, prompt, g, true), slow = run_generate(*m, prompt, g, false);
+    const Out fast = run_generate(*m, prompt, g), slow = run_generate(*m_off, prompt, g);
     const Out hand = run_by_hand(*m, prompt, g);
     ASSERT_EQ(fast.tokens.size(), 48u);
     // The same backend computes the same logits either way (on CUDA through a different graph of the same kernels).
@@ -183,14 +181,14 @@ void ties_follow_the_sampler(const std::string& device) {
   TiedHeadModel tm;
   flashkit::LoadOptions lo;
   lo.device = device;
-  auto m = flashkit::Model::load(tm.dir, lo);
+  auto m = flashkit::Model::load(tm.dir, lo), m_off = without_device_argmax(tm.dir, lo);
   const auto prompt = prompt_of(kModels + "/tiny-llama");
   const bool bitwise = device == "cpu";
   {
     SCOPED_TRACE("greedy");
     const auto g = greedy_opts(40);
-    const Out fast = run_generate(*m, prompt, g, true);
-    expect_same(fast, run_generate(*m, prompt, g, false), bitwise, "vs FLASHKIT_DEVICE_ARGMAX=0");
+    const Out fast = run_generate(*m, prompt, g);
+    expect_same(fast, run_generate(*m_off, prompt, g), bitwise, "vs FLASHKIT_DEVICE_ARGMAX=0");
     expect_same(fast, run_by_hand(*m, prompt, g), bitwise, "vs the sampler");
     int zeros = 0;
     for (int32_t t : fast.tokens) {
@@ -206,8 +204,8 @@ void ties_follow_the_sampler(const std::string& device) {
     g.temperature = 0.7f;
     g.top_k = 1;
     g.seed = 5;
-    const Out fast = run_generate(*m, prompt, g, true);
-    expect_same(fast, run_generate(*m, prompt, g, false), bitwise, "vs FLASHKIT_DEVICE_ARGMAX=0");
+    const Out fast = run_generate(*m, prompt, g);
+    expect_same(fast, run_generate(*m_off, prompt, g), bitwise, "vs FLASHKIT_DEVICE_ARGMAX=0");
     expect_same(fast, run_by_hand(*m, prompt, g), bitwise, "vs the sampler");
     int unique = 0, drawn = 0;
     for (int32_t t : fast.tokens) (t == 3 || t == 200 ? unique : drawn) += 1;
@@ -232,23 +230,26 @@ TEST(DeviceGreedy, SamplingAndPenaltiesKeepTheHostPath) {
   const auto prompt = prompt_of(dir);
   flashkit::GenerateOptions g = greedy_opts(24);
   g.repetition_penalty = 1.3f;
-  expect_same(run_generate(*m, prompt, g, true), run_by_hand(*m, prompt, g), true, "greedy + repetition penalty");
+  expect_same(run_generate(*m, prompt, g), run_by_hand(*m, prompt, g), true, "greedy + repetition penalty");
   g.repetition_penalty = 1.0f;
   g.temperature = 0.9f;
   g.top_k = 40;
   g.seed = 11;
-  expect_same(run_generate(*m, prompt, g, true), run_by_hand(*m, prompt, g), true, "top-k 40 sampling");
+  expect_same(run_generate(*m, prompt, g), run_by_hand(*m, prompt, g), true, "top-k 40 sampling");
 }
 
 // A session used by generate() stays a normal session: logits() is the last row, and decode / prefill continue.
 TEST(DeviceGreedy, SessionAfterDeviceGreedySteps) {
   const std::string dir = kModels + "/tiny-llama";
   auto m = flashkit::Model::load(dir);
+  flashkit::LoadOptions off;  // the same model with the device argmax off (Tuning, per model)
+  off.tuning = flashkit::default_tuning();
+  off.tuning->device_argmax = false;
+  auto m_off = flashkit::Model::load(dir, off);
   const auto prompt = prompt_of(dir);
-  auto a = m->new_session(), b = m->new_session();
+  auto a = m->new_session(), b = m_off->new_session();
   const auto ra = flashkit::generate(*a, prompt, greedy_opts(10));
   EXPECT_THROW(a->decode(-1), flashkit::Error);  // checked before anything runs: the last row is kept
-  Env off("FLASHKIT_DEVICE_ARGMAX", "0");
   const auto rb = flashkit::generate(*b, prompt, greedy_opts(10));
   EXPECT_EQ(ra.tokens, rb.tokens);
   EXPECT_EQ(a->position(), b->position());
@@ -267,12 +268,13 @@ TEST(DeviceGreedy, GreedyStepsRunTheArgmaxOp) {
   const std::string dir = kModels + "/tiny-llama";
   flashkit::LoadOptions lo;
   lo.profile = true;
-  auto m = flashkit::Model::load(dir, lo);
+  auto m = flashkit::Model::load(dir, lo), m_off = without_device_argmax(dir, lo);
   const auto prompt = prompt_of(dir);
   auto count = [&](const flashkit::GenerateOptions& g, bool device) {
-    m->op_times().clear();
-    run_generate(*m, prompt, g, device);
-    return std::make_pair(m->op_times().calls["argmax"], m->op_times().calls["logits.download"]);
+    flashkit::Model& model = device ? *m : *m_off;
+    model.op_times().clear();
+    run_generate(model, prompt, g);
+    return std::make_pair(model.op_times().calls["argmax"], model.op_times().calls["logits.download"]);
   };
   auto g = greedy_opts(12);
   EXPECT_EQ(count(g, true), std::make_pair(int64_t(11), int64_t(1)));  // 11 decode steps; the prompt's row
@@ -355,9 +357,10 @@ TEST(DeviceGreedy, CudaDecodeAndGreedyGraphsStaySeparate) {
   const std::string dir = kModels + "/tiny-gemma3-bf16";
   const auto prompt = prompt_of(dir);
   auto run = [&](const char* graphs) {
-    Env e("FLASHKIT_CUDA_GRAPHS", graphs);
     flashkit::LoadOptions lo;
     lo.device = "cuda";
+    lo.tuning = flashkit::default_tuning();
+    lo.tuning->cuda_graphs = std::string(graphs) != "0";
     auto m = flashkit::Model::load(dir, lo);
     auto s = m->new_session();
     std::vector<std::vector<float>> rows;

@@ -5,7 +5,8 @@
 # racecheck on small cases), torch (tools/gpu/torch_check.py), sass (HMMA/HGMMA counts, spills), bench (full FA grid
 # vs SDPA + decode), quickbench, decode (decode only), decodeab (batch-1 decode with its knobs flipped), gpt2m (FLOPs and time of
 # standard vs flash at the FlashAttention paper's GPT-2-medium shape), ncu (HBM bytes, standard vs flash), profile (ncu sections of
-# the d128 kernels), variant (the FK_BWD_NW=4 backward), splitsweep (decode split caps at batch 1).
+# the d128 kernels), splitsweep (decode split caps at batch 1). The FLASHKIT_* variables of the bench stages are read
+# by the library's Python front end at import (tuning_from_env); the GPU tests set their Tuning per call.
 # Logs and results go to $OUT (or ./build-gpu-out). Exit status: non-zero if any stage failed.
 set -u
 cd "$(dirname "$0")/../.."
@@ -54,39 +55,29 @@ for st in "${STAGES[@]}"; do
       grep -E "Compiling entry|registers|spill" "$BUILD"/.ninja_log >/dev/null 2>&1 || true
       ;;
     test)
-      run cuda_tests "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1
-      # The grid again on every other path the dispatcher can pick: the portable sm_80 kernels on this Hopper
-      # GPU, and each forced Hopper forward tile configuration (3: the warp-specialized TMA kernel, with and
-      # without ping-pong; a time limit so that a barrier hang fails the stage instead of the whole run).
-      FLASHKIT_SM90=0 run cuda_tests_sm80 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1
-      for cfg in 1 2 3; do
-        FLASHKIT_SM90_CFG=$cfg run cuda_tests_sm90_cfg$cfg timeout 300 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1
-      done
-      FLASHKIT_SM90_CFG=3 FLASHKIT_SM90_WS_PINGPONG=0 run cuda_tests_sm90_cfg3_nopingpong timeout 300 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1
-      FLASHKIT_SM90_BWD_CFG=1 run cuda_tests_sm90_bwd_cfg1 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1
-      # decode: the split merge in the kernel, in launch_split_combine, through clusters (sm_90; a time limit so
-      # that a cluster-barrier hang fails the stage), and the v1 kernel; each decode case prints the path it took
-      # ("decode path:" lines, counted in decode-paths.txt over all the test runs above)
-      for e in FLASHKIT_DECODE_COMBINE=fused FLASHKIT_DECODE_COMBINE=kernel FLASHKIT_DECODE_COMBINE=cluster FLASHKIT_DECODE_KERNEL=v1; do
-        run "cuda_tests_$e" timeout 300 env $e "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1 \
-          --gtest_filter='*Sq1_*:*Sq2_*:*Sq3_*:*Sq4_*:*Sq5_*:*Sq16_*:*varlen*:*DecodeGraph*'
-      done
+      # One run covers every kernel path: the Grid suite on the default choice, the Paths suite on the grid again
+      # under each Tuning that changes it (the portable sm_80 kernels on this Hopper GPU, each forced Hopper
+      # forward configuration, 3 = the warp-specialized TMA kernel with and without ping-pong, the BM 64
+      # backward, the decode cluster merge, decode without PDL and with the split cap at 64; tests/cuda). A time
+      # limit so that a barrier hang fails the stage instead of the whole run. Each decode case prints the path
+      # it took ("decode path:" lines, counted in decode-paths.txt).
+      run cuda_tests timeout 1200 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1
       grep -h "decode path:" "$OUT/check.log" | sort | uniq -c > "$OUT/decode-paths.txt" ;;
     sanitize)
       F='*flash_B2_Sq128_Sk128_H4x4_D64_bf16*:*flash_B2_Sq128_Sk128_H4x4_D128_causal_bf16*:*flash_B1_Sq16_Sk1024*:*flash_B1_Sq0_Sk0_H8x2_D128_causal_bf16_varlen*:*standard_B2_Sq129_Sk200_H4x2_D64_bf16*:*flash_B1_Sq100_Sk333_H6x2_D256_bf16*:*Sq96_Sk160*:*Sq1_Sk4000*:*Sq1_Sk5000*:*Sq2_Sk5000*'
       run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
       run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
-      # the other Hopper forward tile configuration on the same cases (the filter covers the Hopper forward and
-      # backward, the softcap backward variant, decode v2 with in-kernel and separate split merges)
-      FLASHKIT_SM90_CFG=2 run memcheck_cfg2 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
-      FLASHKIT_SM90_CFG=2 run racecheck_cfg2 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
-      # decode v2's cluster merge (distributed shared memory, cluster barriers) on the decode cases
+      # the same cases on the other paths (Paths suite, per-call Tuning): Hopper forward configuration 2, the
+      # warp-specialized forward (TMA, mbarriers, named-barrier ping-pong), and the decode cluster merge
+      # (distributed shared memory, cluster barriers) on the decode cases
+      only() { local pre=$1 f=$2 out="" x; IFS=: read -ra xs <<< "$f"; for x in "${xs[@]}"; do out+="${out:+:}Paths/*${pre}_*${x#\*}"; done; echo "$out"; }
+      for path in sm90cfg2 sm90cfg3; do
+        run memcheck_$path compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$(only $path "$F")" --gtest_brief=1
+        run racecheck_$path compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$(only $path "$F")" --gtest_brief=1
+      done
       FD='*Sq1_Sk4000*:*Sq1_Sk5000*:*Sq2_Sk5000*:*Sq3_Sk4096*:*Sq4_Sk4096*:*Sq2_Sk8192*:*Sq16_Sk1024*:*Sq3_Sk3000*:*H16x4_D64_causal_bf16_varlen*'
-      FLASHKIT_DECODE_COMBINE=cluster run memcheck_cluster timeout 600 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$FD" --gtest_brief=1
-      FLASHKIT_DECODE_COMBINE=cluster run racecheck_cluster timeout 600 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$FD" --gtest_brief=1
-      # the warp-specialized forward (TMA, mbarriers, named-barrier ping-pong)
-      FLASHKIT_SM90_CFG=3 run memcheck_cfg3 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
-      FLASHKIT_SM90_CFG=3 run racecheck_cfg3 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
+      run memcheck_cluster timeout 600 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$(only decode_cluster "$FD")" --gtest_brief=1
+      run racecheck_cluster timeout 600 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$(only decode_cluster "$FD")" --gtest_brief=1
       ;;
     torch) run torch_check python3 tools/gpu/torch_check.py ;;
     sass)
@@ -102,13 +93,6 @@ for st in "${STAGES[@]}"; do
         grep -h -E "C751[0-9]" "$OUT/check.log" | sort | uniq -c | head -20
       } > "$OUT/sass.txt" 2>&1
       ;;
-    variant)  # the d64/d128 backward with 4 warps per CTA (FK_BWD_NW=4): bwd timings vs the default build
-      run configure_v cmake -S . -B build-var -G Ninja -DFLASHKIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
-        -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 \
-        -DCMAKE_CUDA_FLAGS="-DFK_BWD_NW=4" && run build_v cmake --build build-var -j"$(nproc)" --target flashkit_cuda_tests &&
-      run test_v build-var/tests/cuda/flashkit_cuda_tests --gtest_brief=1 --gtest_filter='*D64*:*D128*:*D40*:*D8_*:*D96*'
-      FLASHKIT_LIBRARY=$PWD/build-var/lib/libflashkit.so run bench_bwd_nw4 python3 bench/cuda/bench_attention.py --out "$OUT/var" --only flashkit --dims 64,128 --reps 5
-      ;;
     profile)  # ncu sections of the d128 flash forward and backward kernels (stall reasons, pipes, occupancy)
       run ncu_profile ncu --clock-control none --nvtx --nvtx-include "prof/" -k regex:flash_ \
         --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
@@ -118,11 +102,10 @@ for st in "${STAGES[@]}"; do
       ;;
     splitsweep)  # decode split cap sweep (FLASHKIT_DECODE_MAX_SPLITS), batch-1 shapes
       for ms in 64 256 512; do
-        FLASHKIT_DECODE_MAX_SPLITS=$ms run test_splits$ms "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1 --gtest_filter='*Sq1_*:*Sq3_*:*Sq4_*:*Sq16_*:*varlen*'
         mkdir -p "$OUT/s$ms"; FLASHKIT_DECODE_MAX_SPLITS=$ms run decode_splits$ms python3 bench/cuda/bench_attention.py --out "$OUT/s$ms" --decode-only --batch1
       done ;;
     decodeab)  # batch-1 decode with the split cap and the merge placement flipped (A/B of the v2 defaults)
-      for e in FLASHKIT_DECODE_DEFAULT=1 FLASHKIT_DECODE_PDL=0 FLASHKIT_DECODE_COMBINE=fused FLASHKIT_DECODE_COMBINE=cluster FLASHKIT_DECODE_MAX_SPLITS=64; do
+      for e in FLASHKIT_DECODE_PDL=0 FLASHKIT_DECODE_COMBINE=cluster FLASHKIT_DECODE_MAX_SPLITS=64; do
         d="$OUT/ab/$(echo "$e" | tr '=A-Z' '-a-z')"  # no '=' in names that travel back from the GPU machine
         mkdir -p "$d"; run "decode_$e" env $e python3 bench/cuda/bench_attention.py --out "$d" --decode-only --batch1
       done ;;

@@ -32,7 +32,7 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& o) {
     threads_ = o.threads > 0 ? o.threads : num_threads();  // this backend's own count; the global stays as it is
-    isa_ = cpu::detect_isa();
+    isa_ = cpu::detect_isa(o.tuning.cpu_isa);
     wtype_ = o.weight_dtype == DType::bf16 ? DType::bf16 : DType::f32;  // f16 requests are stored as f32
     keep_q8_ = o.keep_q8_0;
   }

@@ -1,5 +1,5 @@
 // See gemv.hpp. The SIMD bodies use GCC target attributes so this file needs no per-file ISA flags; the
-// run-time choice follows flashkit::cpu_isa() (FLASHKIT_CPU_ISA forces a lower level).
+// run-time choice follows flashkit::cpu_isa(cap) (Tuning::cpu_isa, FLASHKIT_CPU_ISA, forces a lower level).
 #include "engine/cpu/gemv.hpp"
 
 // GCC 12 flags its own AVX-512 intrinsic headers (_mm512_reduce_add_ps) as using uninitialized values.
@@ -19,8 +19,8 @@
 
 namespace flashkit::engine::cpu {
 
-Isa detect_isa() {
-  std::string s = flashkit::cpu_isa();
+Isa detect_isa(CpuIsaCap cap) {
+  std::string s = flashkit::cpu_isa(cap);
   if (s == "avx512" && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return Isa::avx512;
   if ((s == "avx512" || s == "avx2") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
     return Isa::avx2;

@@ -5,11 +5,12 @@
 #include <cstdint>
 
 #include "flashkit/dtype.hpp"
+#include "flashkit/tuning.hpp"
 
 namespace flashkit::engine::cpu {
 
 enum class Isa { scalar, avx2, avx512 };
-Isa detect_isa();  // flashkit::cpu_isa() (honours FLASHKIT_CPU_ISA), AVX-512 kernels need avx512f+bw
+Isa detect_isa(CpuIsaCap cap);  // flashkit::cpu_isa(cap) (the backend's Tuning::cpu_isa); AVX-512 needs avx512f+bw
 const char* isa_name(Isa isa);
 
 // out[t * ldo + n] = sum_k x[t * ldx + k] * W[n * K + k]   for t < T, n < N.

@@ -7,7 +7,7 @@
 //     cuBLAS and flash attention without conversions; the KV cache is bf16 (half the bytes decode attention reads).
 //     f32 checkpoints keep f32 activations and an f32 cache. Every op takes f32 or bf16 operands.
 //   * Linear: T <= 8 rows -> the bandwidth-bound GEMV (gemv.cu); more rows -> cuBLAS (bf16 x bf16 -> f32 or bf16).
-//   * Attention: T == 1 -> the fused decode kernel (attention_decode.cu), graph-safe; T > 1 -> flashkit's flash
+//   * Attention: T == 1 -> the decode family's fused-prologue kernel (engine/cuda/attention_decode.cpp), graph-safe; T > 1 -> flashkit's flash
 //     attention (flashkit::attention_forward on CUDA tensors) over the cache, or over a gathered copy for rings.
 //   * argmax (greedy decoding): one kernel (argmax.cu) at the end of the step; argmax_result() downloads 8 bytes.
 //
@@ -19,7 +19,7 @@
 //   [rms_norm(q) rms_norm(k) rope(q) rope(k)] attention (T == 1)               -> one decode-attention kernel
 // Fused kernels write every buffer the unfused ops would (the residual, the normed row, the gate/up values), except
 // that a fused decode attention leaves q and k un-normalized and un-rotated in their buffers (the new key is in the
-// cache). FLASHKIT_CUDA_FUSE=0 disables fusion, FLASHKIT_CUDA_GRAPHS=0 disables CUDA graphs (A/B).
+// cache). Tuning::cuda_fuse = false (FLASHKIT_CUDA_FUSE=0) disables fusion, cuda_graphs = false CUDA graphs (A/B).
 //
 // CUDA graphs: graph_begin only marks the start; graph_end captures the queued ops (all are graph-safe at T == 1:
 // per-step values are read from the step buffer), instantiates, launches and keeps the executable under the key.
@@ -37,7 +37,6 @@
 #include <unordered_set>
 #include <vector>
 
-#include "core/env.hpp"
 #include "engine/backend.hpp"
 #include "core/cuda_check.hpp"
 #include "engine/cuda/kernels.hpp"
@@ -80,7 +79,8 @@ kc::Act to_act(Activation a) { return a == Activation::silu ? kc::Act::silu : kc
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(const BackendOptions& o) : dev_(o.device_index), bf16_acts_(o.weight_dtype == DType::bf16) {
+  explicit CudaBackend(const BackendOptions& o)
+      : dev_(o.device_index), bf16_acts_(o.weight_dtype == DType::bf16), tuning_(o.tuning) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
       cudaGetLastError();
@@ -104,9 +104,9 @@ class CudaBackend final : public Backend {
     ck(cudaMalloc(&argmax_dev_, 4 * sizeof(int32_t)), "cudaMalloc(argmax result)");
     ck(cudaMemset(argmax_dev_, 0, 4 * sizeof(int32_t)), "cudaMemset(argmax result)");
     ck(cudaMallocHost(&argmax_host_, 2 * sizeof(int32_t)), "cudaMallocHost(argmax result)");
-    graphs_on_ = env::flag("FLASHKIT_CUDA_GRAPHS", true);
-    fuse_ = env::flag("FLASHKIT_CUDA_FUSE", true);
-    pingpong_ = env::flag("FLASHKIT_CUDA_PINGPONG", true);
+    graphs_on_ = tuning_.cuda_graphs;
+    fuse_ = tuning_.cuda_fuse;
+    pingpong_ = tuning_.cuda_pingpong;
     ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // the memsets above ran on the legacy stream
   }
 
@@ -596,6 +596,7 @@ class CudaBackend final : public Backend {
   // Runs the ops; on an exception no redirect survives: eagerly, the redirecting kernel ran and h's value is in the
   // shadow (copied home, best effort: the stream may be broken); in a capture nothing ran and h at home is current.
   void run(std::vector<Op>& ops) {
+    const kc::ScopedLaunchTuning launch_tuning(tuning_);  // PDL and GEMV switches of every launch below
     try {
       run_ops(ops);
     } catch (...) {
@@ -756,6 +757,7 @@ class CudaBackend final : public Backend {
     a.splits = splits_for(at);
     a.part = static_cast<float*>(part_.p);
     a.counters = counters_ + 1;
+    a.merge = tuning_.engine_decode_merge;
     kc::decode_attention(a, stream_);
   }
 
@@ -811,6 +813,7 @@ class CudaBackend final : public Backend {
       return t;
     };
     AttentionOptions opt;
+    opt.tuning = tuning_;
     opt.scale = o.ap.scale > 0 ? o.ap.scale : 0.0f;
     opt.causal = true;
     opt.window_left = o.ap.window > 0 ? o.ap.window - 1 : -1;
@@ -927,6 +930,7 @@ class CudaBackend final : public Backend {
   Stats stats_;
   std::vector<Op> queue_;
   bool capturing_ = false, graphs_on_ = true, fuse_ = true, pingpong_ = true;
+  Tuning tuning_;  // graphs / fusion / ping-pong switches, the launch settings of run(), the prefill attention's
   uint64_t cap_key_ = 0;
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
   std::unordered_set<uint64_t> no_graph_;

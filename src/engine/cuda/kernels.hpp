@@ -7,7 +7,7 @@
 // arguments are trusted (the backend checks shapes once).
 //
 // Programmatic dependent launch (sm_90): every kernel is launched with the PDL attribute when the device supports
-// it (FLASHKIT_CUDA_PDL=0 disables). Kernels signal their dependents at entry, may load constants (weights) before
+// it (Tuning::cuda_pdl = false, FLASHKIT_CUDA_PDL=0, disables). Kernels signal their dependents at entry, may load constants (weights) before
 // waiting for the preceding grid (griddepcontrol.wait), and touch activations only after that wait; nothing is
 // written before it. One exception, in the decode attention: it reads the step buffer's position and the cache rows
 // of earlier positions before the wait, because no kernel of a step writes them (the step buffer is uploaded by a
@@ -16,24 +16,37 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "flashkit/tuning.hpp"
+#include "kernels/cuda/decode/fused_prologue.hpp"
+
 typedef struct CUstream_st* cudaStream_t;
 
 namespace flashkit::engine::cuda {
 
 enum class Act : int32_t { none = 0, gelu_tanh = 1, silu = 2 };
 
-// ---------------------------------------------------------------- launch settings (common.cu)
-// True when kernels are launched with programmatic dependent launch (device >= sm_90, FLASHKIT_CUDA_PDL != 0).
+// ---------------------------------------------------------------- launch settings (device.cpp)
+// The Tuning the launchers of this thread use: the backend installs its own around its launches
+// (ScopedLaunchTuning); without one, the process default (default_tuning()).
+class ScopedLaunchTuning {
+ public:
+  explicit ScopedLaunchTuning(const Tuning& t);
+  ~ScopedLaunchTuning();
+  ScopedLaunchTuning(const ScopedLaunchTuning&) = delete;
+  ScopedLaunchTuning& operator=(const ScopedLaunchTuning&) = delete;
+
+ private:
+  const Tuning* prev_;
+};
+const Tuning& launch_tuning();
+// True when kernels are launched with programmatic dependent launch (device >= sm_90 and Tuning::cuda_pdl).
 bool pdl_enabled();
 int sm_count();  // multiprocessors of the current device
-// A/B switches of the GEMV, read once from the environment: FLASHKIT_CUDA_PREFETCH=1 adds an L2 bulk prefetch of
-// each block's weight stripe (off by default: it measured 3-8% slower on the H200), FLASHKIT_CUDA_LDCS=0 loads
-// weights with ld.global.nc instead of the streaming (evict-first) ld.global.cs.
+// A/B switches of the GEMV (Tuning): gemv_prefetch adds an L2 bulk prefetch of each block's weight stripe (off by
+// default: it measured 3-8% slower on the H200), gemv_streaming_loads = false loads weights with ld.global.nc
+// instead of the streaming (evict-first) ld.global.cs.
 bool gemv_prefetch_enabled();
 bool gemv_streaming_loads();
-// FLASHKIT_CUDA_ATTN_CLUSTER=0 makes the decode attention merge its splits through global memory even where a
-// thread-block cluster could merge them in distributed shared memory (A/B; on by default).
-bool attn_cluster_enabled();
 
 // ---------------------------------------------------------------- GEMV (gemv.cu), decode-sized T <= 8
 // y[t, n] = sum_k a[t, k] * W[n, k], W bf16 row-major [N (x2 when gated), K], f32 accumulation.
@@ -128,46 +141,13 @@ void convert_rows(const void* src, bool src_bf16, int64_t lds, void* dst, bool d
 int64_t argmax_part_bytes(int64_t n);
 void argmax_f32(const float* x, int64_t n, void* part, unsigned int* counter, int32_t* out, cudaStream_t stream);
 
-// ---------------------------------------------------------------- decode attention (attention_decode.cu)
-// One query token (T = 1) at position p = *pos0: optional per-head rms_norm of q and k (q_norm_w / k_norm_w, f32
-// [head_dim]), optional RoPE (inv_freq), then the new k/v row is written to the bf16 cache (row p, or p % capacity
-// for a ring) and attention runs over the visible keys (j <= p, and p - window < j when window > 0) with GQA,
-// softcap and split-KV: `splits` blocks per head (fixed at launch, graph-safe), each over a slice of the keys the
-// kernel computes from p. The partials of the splits a launch uses are merged either in distributed shared memory
-// (sm_90: the splits of a head are one thread-block cluster, when they fit in it) or by the last-arriving block
-// (f32 partials in `part`, counters in `counters`; always needed, as a long context may use more splits than a
-// cluster holds). q/k/v are only read: the normalized, rotated q and k are not written back.
-enum class DecodeMerge : int32_t {
-  automatic = 0,  // a cluster where the device and FLASHKIT_CUDA_ATTN_CLUSTER allow it
-  global = 1,     // never a cluster (the global-memory merge only)
-  cluster = 2,    // a cluster where the device allows it, whatever the environment says (tests)
-};
-struct DecodeAttnArgs {
-  const void* q = nullptr;  // [heads * head_dim]
-  const void* k = nullptr;  // [kv_heads * head_dim]
-  const void* v = nullptr;
-  bool in_bf16 = false;
-  const float* q_norm_w = nullptr;
-  const float* k_norm_w = nullptr;
-  float eps = 1e-6f;
-  const float* inv_freq = nullptr;  // [head_dim / 2]
-  float attn_scaling = 1.0f;
-  void* k_cache = nullptr;  // [capacity, kv_heads * head_dim], bf16 (cache_bf16) or f32
-  void* v_cache = nullptr;
-  bool cache_bf16 = true;
-  int64_t capacity = 0;
-  bool ring = false;
-  int64_t window = 0;
-  const int32_t* pos0 = nullptr;
-  float scale = 1.0f, softcap = 0.0f;
-  void* out = nullptr;  // [heads * head_dim]
-  bool out_bf16 = false;
-  int heads = 0, kv_heads = 0, head_dim = 0;
-  int splits = 1;
-  float* part = nullptr;           // >= decode_attention_part_floats(heads, head_dim, splits)
-  unsigned int* counters = nullptr;  // >= heads zero-initialized uint32
-  DecodeMerge merge = DecodeMerge::automatic;
-};
+// ---------------------------------------------------------------- decode attention (attention_decode.cpp)
+// The decode family's fused_prologue kernel (kernels/cuda/decode/fused_prologue.hpp: arguments and semantics),
+// planned by kernels/cuda/decode/plan.hpp. `merge` selects the split merge: automatic (a cluster where the device
+// allows and the heads leave room), global (the last-block merge only), cluster (a cluster wherever the device
+// allows; tests); the backend sets it from its Tuning.
+using DecodeMerge = flashkit::EngineDecodeMerge;
+using DecodeAttnArgs = flashkit::cuda::FusedDecodeArgs;
 int64_t decode_attention_part_floats(int heads, int head_dim, int splits);
 // A split count for a layer whose visible-key count can reach max_keys (fixed per launch site).
 int decode_attention_splits(int heads, int64_t max_keys);

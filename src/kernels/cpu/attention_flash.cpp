@@ -10,8 +10,8 @@
 
 namespace flashkit::kernels {
 
-void attention_forward_cpu_flash(const AttentionFwdArgs& a) {
-  const std::string isa = cpu_isa();
+void attention_forward_cpu_flash(const AttentionFwdArgs& a, CpuIsaCap cap) {
+  const std::string isa = cpu_isa(cap);
   const bool decode = flash_cpu_uses_decode(a.shape);
 #ifdef FLASHKIT_HAVE_AVX512
   if (isa == "avx512") return decode ? avx512::flash_decode(a) : avx512::flash_forward(a);
@@ -20,8 +20,8 @@ void attention_forward_cpu_flash(const AttentionFwdArgs& a) {
   decode ? scalar::flash_decode(a) : scalar::flash_forward(a);
 }
 
-void attention_backward_cpu_flash(const AttentionBwdArgs& g) {
-  const std::string isa = cpu_isa();
+void attention_backward_cpu_flash(const AttentionBwdArgs& g, CpuIsaCap cap) {
+  const std::string isa = cpu_isa(cap);
 #ifdef FLASHKIT_HAVE_AVX512
   if (isa == "avx512") return avx512::flash_backward(g);
 #endif
@@ -30,7 +30,7 @@ void attention_backward_cpu_flash(const AttentionBwdArgs& g) {
 }
 
 namespace {
-std::string kernel_name() { return "cpu.flash." + cpu_isa(); }
+std::string kernel_name(CpuIsaCap cap) { return "cpu.flash." + cpu_isa(cap); }
 
 double total_rows(const AttentionShape& s, bool q) {
   double t = 0;
@@ -41,7 +41,7 @@ double padded(double rows, int64_t tile) { return rows + double(tile); }  // upp
 }  // namespace
 
 // Decode path: each chunk of keys is read once for all heads; partial outputs are written and combined.
-static OpCost decode_cost(const AttentionFwdArgs& a) {
+static OpCost decode_cost(const AttentionFwdArgs& a, CpuIsaCap cap) {
   const AttentionShape& s = a.shape;
   const int64_t bk = flash_cpu_blocks(s.head_dim).bk;
   const double e = double(dtype_size(a.dtype)), d = double(s.head_dim), H = double(s.heads), Hk = double(s.kv_heads);
@@ -56,12 +56,12 @@ static OpCost decode_cost(const AttentionFwdArgs& a) {
   c.bytes_written = H * (e * d * nq + 4.0 * nq) + partial;
   c.workspace_bytes = partial + threads * 4.0 * double((2 * s.group() * s.max_seqlen_q * s.kv_heads + bk) * dp + d * bk);
   c.model = "flash decode: K,V read once for all heads, split along the keys; partial O,m,l written and combined";
-  c.kernel = kernel_name() + ".decode";
+  c.kernel = kernel_name(cap) + ".decode";
   return c;
 }
 
-OpCost attention_forward_cpu_flash_cost(const AttentionFwdArgs& a) {
-  if (flash_cpu_uses_decode(a.shape)) return decode_cost(a);
+OpCost attention_forward_cpu_flash_cost(const AttentionFwdArgs& a, CpuIsaCap cap) {
+  if (flash_cpu_uses_decode(a.shape)) return decode_cost(a, cap);
   const AttentionShape& s = a.shape;
   const FlashBlocks blk = flash_cpu_blocks(s.head_dim);
   const double e = double(dtype_size(a.dtype)), d = double(s.head_dim), H = double(s.heads), Hk = double(s.kv_heads);
@@ -84,11 +84,11 @@ OpCost attention_forward_cpu_flash_cost(const AttentionFwdArgs& a) {
             " once per " + std::to_string(blk.bq) +
             "-row query tile (working set " + std::to_string(int64_t(tile_bytes + 4.0 * 2 * blk.bk * s.head_dim) / 1024) +
             " KiB in L2)";
-  c.kernel = kernel_name();
+  c.kernel = kernel_name(cap);
   return c;
 }
 
-OpCost attention_backward_cpu_flash_cost(const AttentionBwdArgs& g) {
+OpCost attention_backward_cpu_flash_cost(const AttentionBwdArgs& g, CpuIsaCap cap) {
   const AttentionFwdArgs& a = g.fwd;
   const AttentionShape& s = a.shape;
   const FlashBlocks blk = flash_cpu_blocks(s.head_dim);
@@ -108,7 +108,7 @@ OpCost attention_backward_cpu_flash_cost(const AttentionBwdArgs& g) {
   c.workspace_bytes = H * padded(nq, blk.bq) * 4.0 * (3 * dp + 1) + num_threads() * 4.0 * double(blk.bq * blk.bk * 2 + 6 * blk.bk * dp);
   c.model = "flash bwd: Q,dO packed once; K,V once; packed Q,dO and the f32 dQ accumulator once per " +
             std::to_string(blk.bk) + "-key tile that sees them";
-  c.kernel = kernel_name();
+  c.kernel = kernel_name(cap);
   return c;
 }
 

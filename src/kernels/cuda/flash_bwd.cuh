@@ -13,10 +13,6 @@
 #include "kernels/cuda/flash_common.cuh"
 #include "kernels/cuda/launch.hpp"
 
-#ifndef FK_BWD_NW
-#define FK_BWD_NW 8  // warps of the d64/d128 backward CTA (16 keys each)
-#endif
-
 namespace flashkit::cuda {
 
 template <int D, int NW, int DSPLIT, int BM, int STAGES>
@@ -300,11 +296,11 @@ void launch_bwd_cfg(const BwdParams& p, cudaStream_t stream) {
   check_cuda(cudaGetLastError(), "flash backward launch");
 }
 
+// The tile of tiles.hpp: 8 warps of 16 keys (d256: pairs of warps splitting the head dim).
 template <typename T, int D>
 void launch_flash_bwd(const BwdParams& p, cudaStream_t stream) {
-  if constexpr (D == 64) launch_bwd_cfg<T, 64, FK_BWD_NW, 1, 64, 2>(p, stream);
-  else if constexpr (D == 128) launch_bwd_cfg<T, 128, FK_BWD_NW, 1, 64, 2>(p, stream);
-  else launch_bwd_cfg<T, 256, 8, 2, 32, 2>(p, stream);
+  constexpr Sm80BwdTile t = sm80_bwd_tile(D);
+  launch_bwd_cfg<T, D, t.warps, t.dsplit, t.bm, t.stages>(p, stream);
 }
 
 }  // namespace flashkit::cuda

@@ -23,7 +23,6 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "core/env.hpp"
 #include "core/cuda_check.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
@@ -398,24 +397,17 @@ bool launch_bwd_sm90_cfg(const BwdParams& p, cudaStream_t stream) {
                                : launch_bwd_sm90_kernel<T, D, BM, NWG, false>(p, stream);
 }
 
-// Tile configurations; FLASHKIT_SM90_BWD_CFG picks an alternative for tuning (read once).
-inline int sm90_bwd_cfg() {
-  static const int v = int(env::integer("FLASHKIT_SM90_BWD_CFG", 0, 0, 1));
-  return v;
-}
-
+// The tile of sm90_bwd_tile(D, config, softcap) (tiles.hpp; config = Tuning::sm90_bwd_config).
 template <typename T, int D>
-bool launch_flash_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
-  const int cfg = sm90_bwd_cfg();
-  if constexpr (D == 64) {
-    // BM = 128 (dQ split by rows, as FA3 does at d64). BM = 64 (dQ split into 32-column slices) with softcap,
-    // where BM = 128 spills, and for cfg 1.
-    if (cfg == 1 || p.g.fwd.softcap > 0.f) return launch_bwd_sm90_cfg<T, 64, 64, 2>(p, stream);
-    return launch_bwd_sm90_kernel<T, 64, 128, 2, false>(p, stream);
-  } else if constexpr (D == 128) {
-    (void)cfg;
-    return launch_bwd_sm90_cfg<T, 128, 64, 2>(p, stream);
+bool launch_flash_bwd_sm90(const BwdParams& p, int config, cudaStream_t stream) {
+  if constexpr (D == 64 || D == 128) {
+    constexpr Sm90BwdTile narrow = sm90_bwd_tile(D, 1, true), wide = sm90_bwd_tile(D, 0, false);
+    const Sm90BwdTile t = sm90_bwd_tile(D, config, p.g.fwd.softcap > 0.f);
+    // The softcap instantiation is separate (its loop code costs registers even when unused); BM 128 only without.
+    if (t.bm == narrow.bm) return launch_bwd_sm90_cfg<T, D, narrow.bm, narrow.warpgroups>(p, stream);
+    return launch_bwd_sm90_kernel<T, D, wide.bm, wide.warpgroups, false>(p, stream);
   } else {
+    (void)config, (void)stream;
     return false;
   }
 }

@@ -2,5 +2,5 @@
 #include "kernels/cuda/flash_bwd_sm90.cuh"
 
 namespace flashkit::cuda {
-template bool launch_flash_bwd_sm90<__half, 128>(const BwdParams&, cudaStream_t);
+template bool launch_flash_bwd_sm90<__half, 128>(const BwdParams&, int, cudaStream_t);
 }  // namespace flashkit::cuda

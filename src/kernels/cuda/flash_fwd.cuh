@@ -12,10 +12,6 @@
 #include "kernels/cuda/flash_common.cuh"
 #include "kernels/cuda/launch.hpp"
 
-#ifndef FK_FWD_MT
-#define FK_FWD_MT 2  // m16 tiles per warp in the prefill forward (d64/d128)
-#endif
-
 namespace flashkit::cuda {
 
 template <typename T, int D, int BN, int NW, bool QREG, int MT>
@@ -315,15 +311,14 @@ void launch_fwd_cfg(const FwdParams& p, cudaStream_t stream) {
   check_cuda(cudaGetLastError(), "flash forward launch");
 }
 
-// Tile configurations (see docs/worklog/attention-cuda.md).
+// The prefill tile of tiles.hpp (see docs/worklog/attention-cuda.md, v2).
 template <typename T, int D>
 void launch_flash_fwd(const FwdParams& p, cudaStream_t stream) {
-  if constexpr (D == 64) launch_fwd_cfg<T, 64, 64, 4, false, FK_FWD_MT>(p, stream);
-  else if constexpr (D == 128) launch_fwd_cfg<T, 128, 64, 4, false, FK_FWD_MT>(p, stream);
-  else launch_fwd_cfg<T, 256, 32, 4, false, 1>(p, stream);
+  constexpr Sm80FwdTile t = sm80_fwd_tile(D);
+  launch_fwd_cfg<T, D, t.bn, t.warps, t.qreg, t.mt>(p, stream);
 }
 
-// The decode entry point (launch_flash_decode: v2, and v1 = launch_fwd_cfg with one warp per CTA) lives in
-// flash_decode.cuh.
+// The decode entry point (launch_flash_decode: the decode family's mma kernel, and one_warp = launch_fwd_cfg with
+// one warp per CTA) lives in decode/flash_decode.cuh.
 
 }  // namespace flashkit::cuda

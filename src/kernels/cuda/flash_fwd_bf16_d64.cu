@@ -1,9 +1,9 @@
 // Forward and decode instantiations for bf16, head_dim 64 (one file per instantiation: parallel builds).
 #include "kernels/cuda/flash_fwd.cuh"
-#include "kernels/cuda/flash_decode.cuh"
+#include "kernels/cuda/decode/flash_decode.cuh"
 
 namespace flashkit::cuda {
 template void launch_flash_fwd<__nv_bfloat16, 64>(const FwdParams&, cudaStream_t);
 template void launch_flash_decode<__nv_bfloat16, 64>(const FwdParams&, cudaStream_t);
-template std::array<int, kMaxDecodeCluster + 1> decode_cluster_residency<__nv_bfloat16, 64>();
+template ClusterResidency decode_cluster_residency<__nv_bfloat16, 64>();
 }  // namespace flashkit::cuda

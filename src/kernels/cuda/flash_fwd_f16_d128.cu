@@ -1,9 +1,9 @@
 // Forward and decode instantiations for f16, head_dim 128 (one file per instantiation: parallel builds).
 #include "kernels/cuda/flash_fwd.cuh"
-#include "kernels/cuda/flash_decode.cuh"
+#include "kernels/cuda/decode/flash_decode.cuh"
 
 namespace flashkit::cuda {
 template void launch_flash_fwd<__half, 128>(const FwdParams&, cudaStream_t);
 template void launch_flash_decode<__half, 128>(const FwdParams&, cudaStream_t);
-template std::array<int, kMaxDecodeCluster + 1> decode_cluster_residency<__half, 128>();
+template ClusterResidency decode_cluster_residency<__half, 128>();
 }  // namespace flashkit::cuda

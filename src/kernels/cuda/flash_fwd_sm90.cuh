@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "core/env.hpp"
 #include "core/cuda_check.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
@@ -128,13 +127,12 @@ __global__ void __launch_bounds__(NWG * 128, MINB) flash_fwd_sm90_kernel(const F
 }
 
 template <typename T, int D, int BN, int NWG, int STAGES, int MINB>
-bool launch_fwd_sm90_cfg(const FwdParams& p, cudaStream_t stream, TileShape* tile) {
+bool launch_fwd_sm90_cfg(const FwdParams& p, cudaStream_t stream) {
   using Cfg = Sm90FwdCfg<D, BN, NWG, STAGES>;
   static_assert(Cfg::smem * MINB <= 228 * 1024, "MINB CTAs per SM do not fit in shared memory");
   auto kern = flash_fwd_sm90_kernel<T, D, BN, NWG, STAGES, MINB>;
   if (!sm90_kernel_usable(kern)) return false;
   set_max_dynamic_smem(kern, Cfg::smem, "cudaFuncSetAttribute(flash forward sm90)");
-  *tile = TileShape{Cfg::BM, BN};
   const auto& sh = p.a.shape;
   const int64_t group = sh.heads / sh.kv_heads;
   const int64_t rows = p.pack_gqa ? group * sh.max_seqlen_q : sh.max_seqlen_q;
@@ -146,35 +144,16 @@ bool launch_fwd_sm90_cfg(const FwdParams& p, cudaStream_t stream, TileShape* til
   return true;
 }
 
-// Tile configurations, measured on the H200 (docs/worklog/attention-cuda.md, v6): short sequences want several
-// small CTAs per SM (their prologues and epilogues overlap other CTAs' main loops), long ones the larger key
-// tile. FLASHKIT_SM90_CFG=1..3 forces one configuration (3: the warp-specialized TMA kernel of
-// flash_fwd_sm90_ws.cuh; for tuning; read once).
-inline int sm90_fwd_cfg() {
-  static const int v = int(env::integer("FLASHKIT_SM90_CFG", 0, 0, 3));
-  return v;
-}
-
+// Configuration 1 or 2 of tiles.hpp (chosen by src/ops/attention_choice.cpp).
 template <typename T, int D>
-bool launch_flash_fwd_sm90(const FwdParams& p, cudaStream_t stream, TileShape* tile) {
+bool launch_flash_fwd_sm90(const FwdParams& p, int config, cudaStream_t stream) {
   if (p.num_splits != 1) return false;
-  const int64_t sq = p.a.shape.max_seqlen_q;
-  const bool causal = p.a.mask.causal;
-  int cfg = sm90_fwd_cfg();
-  // The warp-specialized TMA kernel (flash_fwd_sm90_ws.cuh) wins at d128 everywhere measured and at d64 from 2k
-  // tokens (causal: 4k); short d64 sequences keep the small multi-CTA tiles (run s5-6, attention-cuda.md v9).
-  const bool ws_default = D == 128 || (D == 64 && sq >= (causal ? 4096 : 2048));
-  if ((cfg == 3 || (cfg == 0 && ws_default)) && launch_flash_fwd_sm90_ws<T, D>(p, stream, tile)) return true;
-  if constexpr (D == 64) {
-    if (cfg < 1 || cfg > 2) cfg = causal && sq <= 1024 ? 2 : 1;
-    // <T, D, BN, warpgroups, stages, CTAs per SM>
-    if (cfg == 2) return launch_fwd_sm90_cfg<T, 64, 64, 1, 2, 4>(p, stream, tile);
-    return launch_fwd_sm90_cfg<T, 64, 128, 2, 2, 2>(p, stream, tile);
-  } else if constexpr (D == 128) {
-    if (cfg < 1 || cfg > 2) cfg = sq <= 2048 ? 1 : 2;
-    if (cfg == 2) return launch_fwd_sm90_cfg<T, 128, 128, 2, 2, 1>(p, stream, tile);
-    return launch_fwd_sm90_cfg<T, 128, 64, 2, 2, 2>(p, stream, tile);
+  if constexpr (D == 64 || D == 128) {
+    constexpr Sm90FwdTile c1 = sm90_fwd_tile(D, 1), c2 = sm90_fwd_tile(D, 2);
+    if (config == 2) return launch_fwd_sm90_cfg<T, D, c2.bn, c2.warpgroups, c2.stages, c2.min_blocks>(p, stream);
+    return launch_fwd_sm90_cfg<T, D, c1.bn, c1.warpgroups, c1.stages, c1.min_blocks>(p, stream);
   } else {
+    (void)config, (void)stream;
     return false;
   }
 }

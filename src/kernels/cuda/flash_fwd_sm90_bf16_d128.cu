@@ -4,6 +4,6 @@
 #include "kernels/cuda/flash_fwd_sm90_ws.cuh"
 
 namespace flashkit::cuda {
-template bool launch_flash_fwd_sm90<__nv_bfloat16, 128>(const FwdParams&, cudaStream_t, TileShape*);
-template bool launch_flash_fwd_sm90_ws<__nv_bfloat16, 128>(const FwdParams&, cudaStream_t, TileShape*);
+template bool launch_flash_fwd_sm90<__nv_bfloat16, 128>(const FwdParams&, int, cudaStream_t);
+template bool launch_flash_fwd_sm90_ws<__nv_bfloat16, 128>(const FwdParams&, bool, cudaStream_t);
 }  // namespace flashkit::cuda

@@ -23,7 +23,6 @@
 #include <type_traits>
 
 #include "core/cuda_check.hpp"
-#include "core/env.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
 #include "kernels/cuda/flash_fwd_sm90_tile.cuh"
@@ -277,7 +276,7 @@ inline void sm90_ws_note_fallback(const char* why) {
 }
 
 template <typename T, int D, int BN, int STAGES, bool PINGPONG>
-bool launch_fwd_sm90_ws_cfg(const FwdParams& p, cudaStream_t stream, TileShape* tile) {
+bool launch_fwd_sm90_ws_cfg(const FwdParams& p, cudaStream_t stream) {
   using Cfg = Sm90WsCfg<D, BN, STAGES>;
   static_assert(Cfg::smem <= 227 * 1024, "shared memory per CTA exceeds the opt-in limit");
   auto kern = flash_fwd_sm90_ws_kernel<T, D, BN, STAGES, PINGPONG>;
@@ -302,7 +301,6 @@ bool launch_fwd_sm90_ws_cfg(const FwdParams& p, cudaStream_t stream, TileShape* 
     return false;
   }
   set_max_dynamic_smem(kern, Cfg::smem, "cudaFuncSetAttribute(flash forward sm90 ws)");
-  *tile = TileShape{Cfg::BM, BN};
   const auto& sh = p.a.shape;
   const int64_t group = sh.heads / sh.kv_heads;
   const int64_t rows = p.pack_gqa ? group * sh.max_seqlen_q : sh.max_seqlen_q;
@@ -314,22 +312,19 @@ bool launch_fwd_sm90_ws_cfg(const FwdParams& p, cudaStream_t stream, TileShape* 
   return true;
 }
 
-// FLASHKIT_SM90_WS_PINGPONG=0 lets the two consumer warpgroups issue freely (for measuring the ping-pong; read
-// once).
-inline bool sm90_ws_pingpong() {
-  static const bool v = env::flag("FLASHKIT_SM90_WS_PINGPONG", true);
-  return v;
-}
-
+// pingpong = false (Tuning::sm90_ws_pingpong) lets the two consumer warpgroups issue freely (for measuring the
+// ping-pong).
 template <typename T, int D>
-bool launch_flash_fwd_sm90_ws(const FwdParams& p, cudaStream_t stream, TileShape* tile) {
+bool launch_flash_fwd_sm90_ws(const FwdParams& p, bool pingpong, cudaStream_t stream) {
   if (p.num_splits != 1) return false;
   if constexpr (D == 64 || D == 128) {
     // <T, D, BN, stages, ping-pong>: 112 KB (d64) and 160 KB (d128) of shared memory, one CTA per SM.
-    constexpr int STAGES = D == 64 ? 3 : 2;
-    return sm90_ws_pingpong() ? launch_fwd_sm90_ws_cfg<T, D, 128, STAGES, true>(p, stream, tile)
-                              : launch_fwd_sm90_ws_cfg<T, D, 128, STAGES, false>(p, stream, tile);
+    constexpr Sm90WsTile w = sm90_ws_tile(D);
+    static_assert(w.bm == Sm90WsCfg<D, w.bn, w.stages>::BM, "tiles.hpp and the kernel agree on the row tile");
+    return pingpong ? launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, true>(p, stream)
+                    : launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, false>(p, stream);
   } else {
+    (void)pingpong, (void)stream;
     return false;
   }
 }

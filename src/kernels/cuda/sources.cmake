@@ -1,8 +1,13 @@
 # CUDA sources of the flashkit library (one file per kernel instantiation so builds parallelize).
+# The decode family (decode/): plan.cpp is pure and built in every configuration (src/CMakeLists.txt); the
+# library's kernel is instantiated with the forward (flash_fwd_*.cu), its combine and the engine's fused-prologue
+# kernel are here.
 set(FLASHKIT_CUDA_SOURCES
-  ${CMAKE_CURRENT_LIST_DIR}/cuda_runtime.cu
+  ${CMAKE_CURRENT_LIST_DIR}/launch_table.cpp
   ${CMAKE_CURRENT_LIST_DIR}/flash_aux.cu
   ${CMAKE_CURRENT_LIST_DIR}/standard.cu
+  ${CMAKE_CURRENT_LIST_DIR}/decode/combine.cu
+  ${CMAKE_CURRENT_LIST_DIR}/decode/fused_prologue.cu
 )
 foreach(kind fwd bwd)
   foreach(dt bf16 f16)

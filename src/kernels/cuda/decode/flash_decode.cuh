@@ -1,12 +1,14 @@
-// Decode attention (seqlen_q <= 16 against a long KV cache), v2. Included by the per-(dtype, head_dim)
-// instantiation files only, after flash_fwd.cuh (whose one-warp forward is the v1 path, FLASHKIT_DECODE_KERNEL=v1).
+// The library's decode attention (seqlen_q <= 16 against a long KV cache): the `mma` member of the decode family
+// (plan.hpp), v7 of docs/worklog/attention-cuda.md, and the `one_warp` member's launch (flash_fwd.cuh's forward with
+// one warp per CTA, for devices whose shared memory cannot hold this kernel's CTA). Included by the
+// per-(dtype, head_dim) instantiation files only, after flash_fwd.cuh.
 //
 // Why a kernel of its own: decode is bound by HBM bandwidth (each K/V byte is used by group * seqlen_q <= 16 rows),
 // so what matters is bytes in flight per SM and the fixed cost per call. v1 ran the prefill kernel with one warp
 // per CTA: at batch 1 the few (sequence, KV head) tiles were cut into many one-warp CTAs, each with a 2-stage
 // pipeline of 32-64 keys (3-6 CTAs per SM: ~16-48 KB in flight), then a second launch merged the splits.
 //
-// Design (one CTA per (split, m-tile, KV head, sequence); DecodeCfg<D> in flash_api.hpp gives the shape):
+// Design (one CTA per (split, m-tile, KV head, sequence); DecodeCfg<D> in tiles.hpp gives the shape):
 //  - the CTA holds one m16 tile of packed query rows: row r = head-in-group * nq + query (GQA/MQA packing as in
 //    v1); group * nq > 16 takes several m-tiles in grid.x (K/V re-reads across them hit L2: they run together);
 //  - its key range (16-key blocks, the visible range of the tile's rows cut into num_splits balanced parts) is
@@ -18,16 +20,14 @@
 //  - at the end the warps meet in shared memory (an LSE-weighted merge: per row M = max_w m_w, each warp's O
 //    scaled by 2^(m_w - M), L = sum_w l_w 2^(m_w - M)); one split writes o/lse directly, several write f32
 //    partials (same layout as v1: [split, row, Dpad] and [split, row]);
-//  - split merge: with p.counters (zeroed on the stream by the caller), each CTA bumps its tile's counter after
-//    writing its partial; the CTA that arrives last merges the tile's partials (threadfence reduction) and puts
-//    the counter back to 0. Without counters (big merges: one KV head and ~130 splits is 1 MB of partials, too
-//    much for one SM) launch_split_combine runs after the kernel, spread over rows and columns;
-//  - cluster split merge (sm_90, p.cluster = num_splits <= kMaxDecodeCluster, FLASHKIT_DECODE_COMBINE=cluster): the
+//  - split merge (merge.cuh): launch_split_combine runs after the kernel (PDL), spread over rows and columns. (An
+//    in-kernel merge by the last CTA of each tile lost to it at every measured shape and was retired, v10.)
+//  - cluster split merge (sm_90, p.cluster = num_splits <= kMaxDecodeCluster, Tuning::decode_combine = cluster): the
 //    S splits of one (m-tile, KV head, sequence) are one thread-block cluster along grid.x (x = m-tile * S + split,
 //    rank = split). Each CTA keeps its partial (per row the natural-log LSE and the normalized O, f32) in its own
 //    shared memory; after a cluster barrier every rank merges a slice of the tile's (row, 4 columns) items over the
 //    S ranks in rank order through distributed shared memory and writes o/lse; a second barrier keeps each CTA's
-//    shared memory alive until all ranks have read it. No HBM partials, fence or counter. Every CTA of a cluster
+//    shared memory alive until all ranks have read it (merge::merge_cluster_item). No HBM partials. Every CTA of a cluster
 //    reaches both barriers: the only early exit (a tile past the sequence's rows) depends on the m-tile and the
 //    sequence alone, so it is taken by the whole cluster or by none of it.
 //
@@ -47,37 +47,17 @@
 #include <cmath>
 
 #include "core/cuda_check.hpp"
+#include "core/cuda_device.hpp"
 #include "core/pdl.cuh"
 #include "flashkit/error.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
 #include "kernels/cuda/launch.hpp"
 #include "kernels/cuda/flash_fwd.cuh"
+#include "kernels/cuda/decode/merge.cuh"
 
 namespace flashkit::cuda {
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// Distributed shared memory (sm_90) with 32-bit addresses: the shared::cluster address of this CTA's shared-memory
-// address `a` in the CTA of cluster rank `rank`, and loads from such addresses.
-__device__ __forceinline__ uint32_t dsmem_map(uint32_t a, int rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ float dsmem_ld(uint32_t a) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
-  return v;
-}
-__device__ __forceinline__ float4 dsmem_ld4(uint32_t a) {
-  float4 v;
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(a)
-               : "memory");
-  return v;
-}
-#endif
 
 
 template <typename T, int D>
@@ -88,13 +68,11 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
   constexpr bool QREG = D <= 128;                         // Q fragments in registers (d256: re-read from smem)
   constexpr uint32_t kTile = 16 * D * 2;                  // a 16-row tile of Q, K or V
   constexpr uint32_t kStage = 2 * kTile;                  // K then V
-  static_assert(DecodeCfg<D>::kSmem == size_t(kTile) * (1 + NW * ST * 2), "keep DecodeCfg in step");
+  static_assert(DecodeCfg<D>::kSmem == size_t(kTile) * (1 + NW * ST * 2), "the layout DecodeCfg<D> sizes");
   static_assert(size_t(NW * 32 + NW * 16 * DP) * 4 <= DecodeCfg<D>::kSmem, "warp merge buffer must fit");
-  static_assert(size_t(16 * kMaxDecodeSplits + 32) * 4 <= DecodeCfg<D>::kSmem, "split weights must fit");
   static_assert(CH <= 32 && 32 % CH == 0, "a warp copies whole rows");
   static_assert(size_t(NW * 32 + NW * 16 * DP + 16 * D + 16) * 4 <= DecodeCfg<D>::kSmem, "cluster partial must fit");
   extern __shared__ __align__(128) uint8_t smem[];
-  __shared__ int s_last;
   const uint32_t sQ = smem_u32(smem);
 
   // Launched with PDL (p.pdl): wait for the previous grid (it may write Q or the cache), then let the split
@@ -115,8 +93,8 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
   const int group = int(a.shape.heads / a.shape.kv_heads);
   const int64_t rows = int64_t(group) * nq;
   const int64_t m0 = int64_t(mt) * 16;
-  // Uniform over the tile's splits: none of them touches the counter, and a cluster (the splits of one m-tile of
-  // one sequence) exits whole, so no CTA waits at a cluster barrier for one that left.
+  // Uniform over the tile's splits: a cluster (the splits of one m-tile of one sequence) exits whole, so no CTA
+  // waits at a cluster barrier for one that left.
   if (m0 >= rows) return;
   const int kvh = blockIdx.y;
   const int nrows = int(rows - m0 < 16 ? rows - m0 : 16);
@@ -414,38 +392,16 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
     // cluster's DSMEM traffic is spread over its SMs. All 2S remote loads of an item are issued before any is used.
     for (int idx = tid * S + split; idx < nrows * CG; idx += NT * S) {
       const int row = idx / CG, c4 = idx % CG;
-      float ls[kMaxDecodeCluster];
-      float4 xs[kMaxDecodeCluster];
-      const uint32_t la = smem_u32(clse + row), xa = smem_u32(cpart + row * D + c4 * 4);
-#pragma unroll
-      for (int s = 0; s < kMaxDecodeCluster; ++s)
-        if (s < S) {
-          ls[s] = dsmem_ld(dsmem_map(la, s));
-          xs[s] = dsmem_ld4(dsmem_map(xa, s));
-        }
-      float mx = -INFINITY;
-#pragma unroll
-      for (int s = 0; s < kMaxDecodeCluster; ++s)
-        if (s < S) mx = fmaxf(mx, ls[s]);
-      float sum = 0.f;
-      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (mx != -INFINITY) {
-#pragma unroll
-        for (int s = 0; s < kMaxDecodeCluster; ++s)
-          if (s < S) {  // rank order; an empty split (lse -inf, O 0) weighs 0
-            const float w = __expf(ls[s] - mx);
-            sum += w;
-            acc.x += w * xs[s].x, acc.y += w * xs[s].y, acc.z += w * xs[s].z, acc.w += w * xs[s].w;
-          }
-      }
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      float4 acc;
+      const float lse = merge::merge_cluster_item<kMaxDecodeCluster>(merge::smem_addr(clse + row),
+                                                                      merge::smem_addr(cpart + row * D + c4 * 4), S, acc);
       int64_t h, i;
       row_hi(row, h, i);
       uint2 v;
-      v.x = Op::pack(acc.x * inv, acc.y * inv);
-      v.y = Op::pack(acc.z * inv, acc.w * inv);
+      v.x = Op::pack(acc.x, acc.y);
+      v.y = Op::pack(acc.z, acc.w);
       *reinterpret_cast<uint2*>(obase + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h + c4 * 4) = v;
-      if (c4 == 0) a.lse[a.lse_index(sr, h, i)] = sum > 0.f ? mx + __logf(sum) : -INFINITY;
+      if (c4 == 0) a.lse[a.lse_index(sr, h, i)] = lse;
     }
     cl.sync();  // no CTA leaves (and frees its shared memory) before every rank has read it
 #else
@@ -453,126 +409,20 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
 #endif
     return;
   }
-  if (p.counters == nullptr) return;
-
-  // ---- fused split merge: the last CTA of the tile to arrive merges the S partials (threadfence reduction).
-  __threadfence();  // this CTA's partial is visible device-wide before its arrival is counted
-  __syncthreads();
-  if (tid == 0) {
-    unsigned int* ctr = p.counters + ((int64_t(blockIdx.z) * gridDim.y + kvh) * mtiles + mt);
-    const unsigned int prev = atomicAdd(ctr, 1u);
-    s_last = prev == unsigned(S - 1);
-    if (s_last) *ctr = 0u;  // every split has arrived: reset for the next call (stream-ordered after this one)
-  }
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
-  // Weights: wts[row][s] = e^(lse_s - max_s lse_s) (natural log), rsum[row] = their sum, rmax[row] = the max.
-  float* wts = reinterpret_cast<float*>(smem);  // [16][S]; the merge buffer above is no longer read
-  float* rsum = wts + 16 * S;
-  float* rmax = rsum + 16;
-  for (int idx = tid; idx < nrows * S; idx += NT) {
-    const int row = idx / S, sp = idx % S;
-    int64_t h, i;
-    row_hi(row, h, i);
-    wts[idx] = __ldcg(p.lse_part + int64_t(sp) * p.num_rows + a.lse_index(sr, h, i));
-  }
-  __syncthreads();
-  for (int row = warp; row < nrows; row += NW) {
-    float mx = -INFINITY;
-    for (int sp = lane; sp < S; sp += 32) mx = fmaxf(mx, wts[row * S + sp]);
-#pragma unroll
-    for (int w = 16; w > 0; w >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, w));
-    float sum = 0.f;
-    for (int sp = lane; sp < S; sp += 32) {
-      const float w = mx == -INFINITY ? 0.f : __expf(wts[row * S + sp] - mx);
-      wts[row * S + sp] = w;
-      sum += w;
-    }
-#pragma unroll
-    for (int w = 16; w > 0; w >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, w);
-    if (lane == 0) rsum[row] = sum, rmax[row] = mx;
-  }
-  __syncthreads();
-  // Items (row, 4 columns); each walks the splits with 8 independent 16-byte L2 loads in flight.
-  const int CG = dreal / 4;
-  const int64_t sstride = p.num_rows * int64_t(D);
-  for (int idx = tid; idx < nrows * CG; idx += NT) {
-    const int row = idx / CG, c4 = idx % CG;
-    int64_t h, i;
-    row_hi(row, h, i);
-    const int64_t ridx = a.lse_index(sr, h, i);
-    const float* src = p.o_part + ridx * D + c4 * 4;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-    for (int sp = 0; sp < S; ++sp) {
-      const float w = wts[row * S + sp];
-      const float4 x = __ldcg(reinterpret_cast<const float4*>(src + sp * sstride));
-      acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
-    }
-    const float sum = rsum[row];
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    uint2 v;
-    v.x = Op::pack(acc.x * inv, acc.y * inv);
-    v.y = Op::pack(acc.z * inv, acc.w * inv);
-    *reinterpret_cast<uint2*>(obase + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h + c4 * 4) = v;
-    if (c4 == 0) a.lse[ridx] = sum > 0.f ? rmax[row] + __logf(sum) : -INFINITY;
-  }
 }
 
 // For c = 2..kMaxDecodeCluster: how many clusters of c CTAs of flash_decode_kernel<T, D> can be resident at once on
-// the current device (cudaOccupancyMaxActiveClusters; sizes above 8 need the non-portable attribute). All 0 when the
-// device or the loaded code cannot run the cluster merge: compute capability < 9, or code compiled for an older
-// architecture (the sm_80 binary, or sm_80 PTX JIT-compiled for a newer chip: binary AND ptx version >= 90 needed).
-// Once per (kernel, device). The first call may come inside a graph capture on this thread: these queries enqueue
-// nothing, but a strict capture mode could count one as an unsafe call and invalidate the capture, so the capture
-// mode is relaxed around them (as the engine's max_cluster does).
+// the current device; all 0 where the cluster merge cannot run (core/cuda_device.hpp). Once per (kernel, device);
+// safe to call first inside a graph capture.
 template <typename T, int D>
-std::array<int, kMaxDecodeCluster + 1> decode_cluster_residency() {
-  using Res = std::array<int, kMaxDecodeCluster + 1>;
-  constexpr size_t smem = DecodeCfg<D>::kSmem;
-  auto kern = flash_decode_kernel<T, D>;
-  const void* k = reinterpret_cast<const void*>(kern);
-  return once_per_kernel_device<Res>(k, [&](int dev) {
-    Res res{};
-    struct RelaxCapture {
-      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-      RelaxCapture() { cudaThreadExchangeStreamCaptureMode(&mode); }
-      ~RelaxCapture() { cudaThreadExchangeStreamCaptureMode(&mode); }
-    } relax;
-    int major = 0;
-    cudaFuncAttributes fa{};
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9 ||
-        cudaFuncGetAttributes(&fa, k) != cudaSuccess || fa.binaryVersion < 90 || fa.ptxVersion < 90 ||
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess) {
-      cudaGetLastError();  // "no clusters", not a sticky error
-      return res;
-    }
-    const bool nonportable = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
-    if (!nonportable) cudaGetLastError();
-    for (int c = 2; c <= kMaxDecodeCluster && (c <= 8 || nonportable); ++c) {
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(unsigned(c), 1, 1);
-      cfg.blockDim = dim3(DecodeCfg<D>::kWarps * 32, 1, 1);
-      cfg.dynamicSmemBytes = smem;
-      cudaLaunchAttribute attr{};
-      attr.id = cudaLaunchAttributeClusterDimension;
-      attr.val.clusterDim.x = unsigned(c), attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-      cfg.attrs = &attr;
-      cfg.numAttrs = 1;
-      int n = 0;
-      if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
-        cudaGetLastError();
-        n = 0;
-      }
-      res[c] = n;
-    }
-    return res;
-  });
+ClusterResidency decode_cluster_residency() {
+  const void* k = reinterpret_cast<const void*>(flash_decode_kernel<T, D>);
+  return once_per_kernel_device<ClusterResidency>(
+      k, [&](int) { return query_cluster_residency(k, DecodeCfg<D>::kWarps * 32, DecodeCfg<D>::kSmem); });
 }
 
 template <typename T, int D>
-void launch_decode_v2(const FwdParams& p, cudaStream_t stream) {
+void launch_decode_mma(const FwdParams& p, cudaStream_t stream) {
   constexpr size_t smem = DecodeCfg<D>::kSmem;
   auto kern = flash_decode_kernel<T, D>;
   set_max_dynamic_smem(kern, smem, "cudaFuncSetAttribute(flash decode)");
@@ -591,18 +441,17 @@ void launch_decode_v2(const FwdParams& p, cudaStream_t stream) {
              p.cluster > 1 ? "flash decode launch (clusters)" : "flash decode launch");
 }
 
-// Decode entry point: v2 (this file) or v1 (flash_fwd.cuh's forward with one warp per CTA and the group packed in
-// its m16 tile; tile configurations in docs/worklog/attention-cuda.md). The caller picks the version and the
-// split count (cuda_runtime.cu) and runs launch_split_combine when num_splits > 1 and there are no counters.
+// Decode entry point of the library op: the plan's member (p.decode_kernel: this file's kernel, or flash_fwd.cuh's
+// forward with one warp per CTA and the group packed in its m16 tile, tiles.hpp), with the plan's splits, cluster
+// and PDL; the caller (src/ops/attention_cuda.cpp) runs launch_split_combine after it when the plan merges so.
 template <typename T, int D>
 void launch_flash_decode(const FwdParams& p, cudaStream_t stream) {
-  if (p.decode_version == 2) {
-    launch_decode_v2<T, D>(p, stream);
+  if (p.decode_kernel == DecodeKernel::mma) {
+    launch_decode_mma<T, D>(p, stream);
     return;
   }
-  if constexpr (D == 64) launch_fwd_cfg<T, 64, 64, 1, true, 1>(p, stream);
-  else if constexpr (D == 128) launch_fwd_cfg<T, 128, 32, 1, true, 1>(p, stream);
-  else launch_fwd_cfg<T, 256, 32, 1, false, 1>(p, stream);
+  constexpr Sm80FwdTile t = sm80_decode_tile(D);
+  launch_fwd_cfg<T, D, t.bn, t.warps, t.qreg, t.mt>(p, stream);
 }
 
 }  // namespace flashkit::cuda

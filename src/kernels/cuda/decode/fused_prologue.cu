@@ -1,5 +1,6 @@
-// Decode attention for the engine: one query token per head at position p read from device memory (graph-safe),
-// fused with the per-head q/k RMSNorm, RoPE and the KV-cache append of the new token.
+// The decode family's fused_prologue member (fused_prologue.hpp): the engine's decode attention, one query token
+// per head at position p read from device memory (graph-safe), fused with the per-head q/k RMSNorm, RoPE and the
+// KV-cache append of the new token.
 //
 // Grid (splits, heads), 256 threads. Every block recomputes the new key/value row (norm + RoPE, O(head_dim)) in
 // shared memory, rounded to bf16 exactly as the cache will hold it, so no block depends on the cache write of this
@@ -9,26 +10,39 @@
 //
 // Keys: LPK lanes (a power of two, 8 dims each) hold one key; a warp takes 32 / LPK keys per step, two steps per
 // iteration so each lane has two 16-byte K loads and two V loads in flight. Online softmax per lane group, a
-// shared-memory merge of the groups, then one of three ends: the output (one split); on sm_90, when the grid is
-// launched as clusters along the splits and the splits used fit in the first cluster, a merge through distributed
-// shared memory (no global partials, fence or counter: at short contexts the chain of dependent global round trips
-// is the whole cost); otherwise an f32 partial (o, lse) that the last block of the head to arrive (atomic counter,
-// reset by that block) merges. The grid's split count is fixed per launch site (graph capture); how many of those
-// splits work, and so which merge runs, is decided in the kernel from the visible-key count.
-#include "engine/cuda/common.cuh"
+// shared-memory merge of the groups, then one of three ends (merge.cuh): the output (one split); on sm_90, when the
+// grid is launched as clusters along the splits and the splits used fit in the first cluster, a merge through
+// distributed shared memory (no global partials, fence or counter: at short contexts the chain of dependent global
+// round trips is the whole cost); otherwise an f32 partial (o, lse) that the last block of the head to arrive
+// (atomic counter, reset by that block) merges. The grid's split count is fixed per launch site (graph capture);
+// how many of those splits work, and so which merge runs, is decided in the kernel from the visible-key count.
+#include "kernels/cuda/decode/fused_prologue.hpp"
 
 #include <cooperative_groups.h>
+#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <map>
+#include <mutex>
+#include <utility>
 
-namespace flashkit::engine::cuda {
+#include "core/cuda_check.hpp"
+#include "core/cuda_launch.hpp"
+#include "core/device_math.cuh"
+#include "core/pdl.cuh"
+#include "flashkit/error.hpp"
+#include "kernels/cuda/decode/merge.cuh"
+#include "kernels/cuda/tiles.hpp"
+
+namespace flashkit::cuda {
 
 namespace {
 
-constexpr int kThreads = 256, kWarps = kThreads / 32;
-constexpr int kMaxSplits = 64;   // decode_attention_splits() never returns more
-constexpr int kMaxCluster = 16;  // the non-portable cluster size limit of sm_90
+using DecodeAttnArgs = FusedDecodeArgs;
+constexpr int kThreads = kFusedDecodeThreads, kWarps = kThreads / 32;
+constexpr int kMaxSplits = kFusedDecodeMaxSplits;
 
 // The cluster merge is only compiled for sm_90 and later; other builds of the kernel merge through global memory
 // whether or not they were launched as clusters.
@@ -39,12 +53,12 @@ constexpr bool kClusterMerge = false;
 #endif
 
 // The merge of head h's S split partials in its first cluster of C >= S blocks (block rank = split index). Every
-// block of that cluster calls it, idle ones too: the first barrier publishes the partials (each active block's
-// (M, L) and accumulator scaled by exp(-M), in its shared memory), then block r combines dims [r * per, (r + 1) *
-// per) of the S active blocks through distributed shared memory and writes them; the second barrier keeps every
+// block of that cluster calls it, idle ones too: the first barrier publishes the partials (each active block's lse
+// and normalized output row, in its shared memory), then block r merges dims [r * per, (r + 1) * per) of the S
+// active blocks through distributed shared memory (merge.cuh) and writes them; the second barrier keeps every
 // block, and so its shared memory, alive until all ranks have read it.
-__device__ __forceinline__ void cluster_merge(const DecodeAttnArgs& a, int S, int C, int h, const float2* ml,
-                                              const float* acc) {
+__device__ __forceinline__ void cluster_merge(const DecodeAttnArgs& a, int S, int C, int h, const float* clse,
+                                              const float* cacc) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   const cg::cluster_group cl = cg::this_cluster();
@@ -52,39 +66,18 @@ __device__ __forceinline__ void cluster_merge(const DecodeAttnArgs& a, int S, in
   const int D = a.head_dim, per = (D + C - 1) / C;
   const int d = int(cl.block_rank()) * per + int(threadIdx.x);
   const bool mine = int(threadIdx.x) < per && d < D;
-  float o = 0.0f, den = 0.0f;
-  if (mine) {
-    // All 2S remote loads are issued before any is used: one round trip, not S.
-    float2 ms[kMaxCluster];
-    float vs[kMaxCluster];
-#pragma unroll
-    for (int s = 0; s < kMaxCluster; ++s)
-      if (s < S) ms[s] = *cl.map_shared_rank(ml, s), vs[s] = cl.map_shared_rank(acc, s)[d];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int s = 0; s < kMaxCluster; ++s)
-      if (s < S) mx = fmaxf(mx, ms[s].x);
-    if (mx != -INFINITY) {
-#pragma unroll
-      for (int s = 0; s < kMaxCluster; ++s)
-        if (s < S) {
-          const float w = __expf(ms[s].x - mx);  // 0 for an empty split (M = -inf, L = 0, acc = 0)
-          o = fmaf(w, vs[s], o);
-          den = fmaf(w, ms[s].y, den);
-        }
-    }
-  }
+  float o = 0.0f;
+  if (mine) merge::merge_cluster_item<kMaxDecodeCluster>(merge::smem_addr(clse), merge::smem_addr(cacc + d), S, o);
   // The remote values are consumed above, so this block's reads are complete when it arrives.
   cl.barrier_arrive();
   if (mine) {
-    const float r = den > 0.0f ? o / den : 0.0f;
     const int64_t i = int64_t(h) * D + d;
-    if (a.out_bf16) static_cast<uint16_t*>(a.out)[i] = f2bf(r);
-    else static_cast<float*>(a.out)[i] = r;
+    if (a.out_bf16) static_cast<uint16_t*>(a.out)[i] = f2bf(o);
+    else static_cast<float*>(a.out)[i] = o;
   }
   cl.barrier_wait();
 #else
-  (void)a, (void)S, (void)C, (void)h, (void)ml, (void)acc;
+  (void)a, (void)S, (void)C, (void)h, (void)clse, (void)cacc;
 #endif
 }
 
@@ -98,9 +91,8 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
   __shared__ float red[32];
   __shared__ float gm[NG], gl[NG];
   __shared__ float gacc[NG][DP];
-  __shared__ int s_last;
-  __shared__ float2 cml;      // cluster merge: this block's (M, L)
-  __shared__ float cacc[DP];  // and its accumulator, scaled by exp(-M)
+  __shared__ float clse;      // cluster merge: this block's partial lse
+  __shared__ float cacc[DP];  // and its normalized output row
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int split = blockIdx.x, h = blockIdx.y;
@@ -136,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
   if (split >= S) {
     if (cmerge && split < csize) {  // an idle block of the merging cluster: the barriers, and its slice of the dims
       pdl_wait();                   // it writes output
-      cluster_merge(a, S, csize, h, &cml, cacc);
+      cluster_merge(a, S, csize, h, &clse, cacc);
     }
     return;
   }
@@ -295,10 +287,10 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
       float o = 0;
       if (L > 0)
         for (int i = 0; i < NG; ++i) o += gacc[i][d] * __expf(gm[i] - M);
-      cacc[d] = o;
+      cacc[d] = L > 0 ? o / L : 0.0f;
     }
-    if (tid == 0) cml = make_float2(M, L);
-    cluster_merge(a, S, csize, h, &cml, cacc);  // its first barrier also orders these shared-memory writes
+    if (tid == 0) clse = L > 0 ? M + __logf(L) : -INFINITY;
+    cluster_merge(a, S, csize, h, &clse, cacc);  // its first barrier also orders these shared-memory writes
     return;
   }
   const int64_t SG = a.splits;  // the buffer is laid out for the launch site's splits
@@ -311,31 +303,14 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
     po[d] = L > 0 ? o / L : 0.0f;
   }
   if (tid == 0) plse[split] = L > 0 ? M + __logf(L) : -INFINITY;
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) {
-    const unsigned prev = atomicAdd(a.counters + h, 1u);
-    s_last = prev == unsigned(S) - 1;
-    if (s_last) a.counters[h] = 0u;
-  }
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
-  // ---- last block of head h: merge the S partials. The S log-sum-exps are loaded at once into shared memory and
-  // the partial rows with 8 loads in flight per thread: a serial walk over the splits put one L2 round trip per
-  // split on the critical path (v1: ~8 us of a 12 us launch at 16 splits).
+  if (!merge::arrive_last(a.counters + h, S)) return;
+  // ---- last block of head h: merge the S partials (merge.cuh). The S log-sum-exps are loaded at once into shared
+  // memory and the partial rows with 8 loads in flight per thread: a serial walk over the splits put one L2 round
+  // trip per split on the critical path (v1: ~8 us of a 12 us launch at 16 splits).
   const float* ph = a.part + int64_t(h) * SG * D;
   const float* lh = a.part + int64_t(a.heads) * SG * D + int64_t(h) * SG;
   __shared__ float wsplit[kMaxSplits];
-  if (tid < S) wsplit[tid] = __ldcg(lh + tid);
-  __syncthreads();
-  float LM = -INFINITY;
-  for (int s2 = 0; s2 < S; ++s2) LM = fmaxf(LM, wsplit[s2]);
-  __syncthreads();
-  if (tid < S) wsplit[tid] = LM == -INFINITY ? 0.0f : __expf(wsplit[tid] - LM);
-  __syncthreads();
-  float den = 0;
-  for (int s2 = 0; s2 < S; ++s2) den += wsplit[s2];
+  const float den = merge::split_weights<kThreads>(lh, 1, S, wsplit, red).y;
   for (int d = tid; d < D; d += kThreads) {
     float o = 0;
 #pragma unroll 8
@@ -348,15 +323,8 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
 
 }  // namespace
 
-int64_t decode_attention_part_floats(int heads, int head_dim, int splits) {
+int64_t fused_decode_part_floats(int heads, int head_dim, int splits) {
   return int64_t(heads) * splits * (head_dim + 1);
-}
-
-int decode_attention_splits(int heads, int64_t max_keys) {
-  // Enough blocks to cover the machine about twice, each with at least ~32 keys; at most 64 partials to merge.
-  const int64_t want = std::max<int64_t>(1, 2 * int64_t(sm_count()) / std::max(heads, 1));
-  const int64_t by_keys = std::max<int64_t>(1, (max_keys + 31) / 32);
-  return int(std::clamp<int64_t>(std::min(want, by_keys), 1, 64));
 }
 
 namespace {
@@ -366,108 +334,49 @@ int lanes_per_key(int head_dim) {  // head_dim 8 runs on the 2-lane variant (the
   return c <= 2 ? 2 : c <= 4 ? 4 : c <= 8 ? 8 : c <= 16 ? 16 : 32;
 }
 
-// The largest cluster decode_attn_kernel<LPK> runs in on the current device: 16 (non-portable, when one fits), 8,
-// or 1 (none: a device before sm_90). Cached per device. A newer chip running the sm_80 PTX (JIT-compiled, no
-// cluster merge in it) gets clusters too and merges through global memory: slower, still correct.
-template <int LPK>
-int max_cluster(int* resident_out = nullptr) {
-  static thread_local int dev_cached = -1, best = 1, best_resident = 0;
-  int dev = 0;
-  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
-  if (resident_out) *resident_out = best_resident;
-  if (dev == dev_cached) return best;
-  dev_cached = dev, best = 1, best_resident = 0;
-  // The first launch may be inside a graph capture on this thread; these queries enqueue nothing, but a strict
-  // capture mode could still count one as an unsafe call and invalidate the capture. Relax it around them.
-  struct RelaxCapture {
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    RelaxCapture() { cudaThreadExchangeStreamCaptureMode(&mode); }
-    ~RelaxCapture() { cudaThreadExchangeStreamCaptureMode(&mode); }
-  } relax;
-  auto kern = decode_attn_kernel<LPK>;
-  cudaFuncAttributes fa{};
-  if (cudaFuncGetAttributes(&fa, kern) != cudaSuccess) {
-    cudaGetLastError();
-    return best;
+// Calls f(std::integral_constant<int, LPK>{}) for the head dim's lanes per key.
+template <typename F>
+auto by_lanes(int head_dim, F&& f) {
+  switch (lanes_per_key(head_dim)) {
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 8: return f(std::integral_constant<int, 8>{});
+    case 16: return f(std::integral_constant<int, 16>{});
+    default: return f(std::integral_constant<int, 32>{});
   }
-  if (fa.binaryVersion < 90 || fa.ptxVersion < 90) return best;  // (sm_80 PTX JIT-compiled: no cluster merge in it)
-  for (const int c : {kMaxCluster, 8}) {
-    if (c > 8 && cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
-      cudaGetLastError();
-      continue;
-    }
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(c), 1, 1);
-    cfg.blockDim = dim3(kThreads, 1, 1);
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = unsigned(c), attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    int resident = 0;
-    if (cudaOccupancyMaxActiveClusters(&resident, kern, &cfg) == cudaSuccess && resident > 0) {
-      best = c, best_resident = resident;
-      if (resident_out) *resident_out = resident;
-      break;
-    }
-    cudaGetLastError();
-  }
-  return best;
-}
-
-template <int LPK>
-int cluster_size(const DecodeAttnArgs& a) {
-  if (a.splits < 2 || a.merge == DecodeMerge::global) return 1;
-  if (a.merge == DecodeMerge::automatic && !attn_cluster_enabled()) return 1;
-  int resident = 0;
-  const int cmax = max_cluster<LPK>(&resident);
-  // One cluster per head merges. Clusters are placed whole inside one GPC, next to the previous kernel's blocks
-  // (PDL): with many heads they queue. Measured on the H200 (engine-cuda.md v6): Llama's 32 heads in clusters of 8
-  // were 7% slower per decode step than the global merge, Gemma's 4 heads in clusters of 16 4% faster. So clusters
-  // only when the heads need at most half of the resident clusters (counted for the largest size, a lower bound
-  // for smaller ones).
-  if (a.merge == DecodeMerge::automatic && 2 * a.heads > resident) return 1;
-  int c = 1;
-  while (c < a.splits && c < cmax) c *= 2;  // a power of two; the grid is rounded up to whole clusters
-  return std::min(c, cmax);
-}
-
-template <int LPK>
-void run(const DecodeAttnArgs& a, cudaStream_t stream) {
-  const int c = cluster_size<LPK>(a);
-  const unsigned gx = unsigned((a.splits + c - 1) / c * c);
-  launch_clustered("decode_attention", unsigned(c), decode_attn_kernel<LPK>, dim3(gx, unsigned(a.heads)),
-                   dim3(kThreads), 0, stream, a, c);
 }
 
 }  // namespace
 
-int decode_attention_cluster_size(const DecodeAttnArgs& a) {
-  switch (lanes_per_key(a.head_dim)) {
-    case 2: return cluster_size<2>(a);
-    case 4: return cluster_size<4>(a);
-    case 8: return cluster_size<8>(a);
-    case 16: return cluster_size<16>(a);
-    default: return cluster_size<32>(a);
+// A newer chip running the sm_80 PTX (JIT-compiled, no cluster merge in it) reports no clusters (core/cuda_device).
+ClusterResidency fused_decode_cluster_residency(int head_dim) {
+  static std::mutex mu;
+  static std::map<std::pair<int, int>, ClusterResidency> memo;  // (lanes per key, device)
+  const int lpk = lanes_per_key(head_dim), dev = cuda_current_device();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = memo.find({lpk, dev});
+    if (it != memo.end()) return it->second;
   }
+  const void* kern = by_lanes(head_dim, [](auto l) {
+    return reinterpret_cast<const void*>(decode_attn_kernel<decltype(l)::value>);
+  });
+  const ClusterResidency res = query_cluster_residency(kern, kThreads, 0);
+  std::lock_guard<std::mutex> lock(mu);
+  memo[{lpk, dev}] = res;
+  return res;
 }
 
-void decode_attention(const DecodeAttnArgs& a, cudaStream_t stream) {
-  const int D = a.head_dim;
-  if (D <= 0 || D % 8 || D > 256 || a.heads <= 0 || a.kv_heads <= 0 || a.heads % a.kv_heads)
-    fail(Status::invalid_argument, "decode_attention: head_dim must be a multiple of 8 up to 256, heads a multiple of kv_heads");
-  if (a.splits < 1 || (a.splits > 1 && (!a.part || !a.counters)))
-    fail(Status::invalid_argument, "decode_attention: splits > 1 needs the partial buffer and counters");
-  if (a.heads > 65535) fail(Status::invalid_argument, "decode_attention: too many heads");
-  if (a.splits > kMaxSplits)
-    fail(Status::invalid_argument, "decode_attention: splits must be at most " + std::to_string(kMaxSplits));
-  switch (lanes_per_key(D)) {
-    case 2: run<2>(a, stream); break;
-    case 4: run<4>(a, stream); break;
-    case 8: run<8>(a, stream); break;
-    case 16: run<16>(a, stream); break;
-    default: run<32>(a, stream); break;
-  }
+void launch_fused_decode(const DecodeAttnArgs& a, const DecodePlan& plan, cudaStream_t stream) {
+  const int c = plan.cluster > 1 ? plan.cluster : 1;
+  const unsigned gx = unsigned((a.splits + c - 1) / c * c);
+  if (gx == 0 || a.heads == 0) return;
+  by_lanes(a.head_dim, [&](auto l) {
+    check_cuda(launch_ex(decode_attn_kernel<decltype(l)::value>, dim3(gx, unsigned(a.heads)), dim3(kThreads), 0,
+                         stream, plan.pdl, unsigned(c), a, c),
+               "decode_attention");
+    return 0;
+  });
 }
 
-}  // namespace flashkit::engine::cuda
+}  // namespace flashkit::cuda

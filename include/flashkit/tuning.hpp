@@ -1,0 +1,67 @@
+// Tuning: every knob that picks a kernel path or a resource limit, as one value passed down to the code that uses
+// it. The environment (FLASHKIT_*, listed in the README) is read in one place only, tuning_from_env(), at a front
+// end's boundary (the CLI, the C API, Python); library code never reads it. A call that wants other settings
+// passes its own Tuning (AttentionOptions::tuning, LoadOptions::tuning); calls that pass none use the process
+// default, which is tuning_from_env() unless set_default_tuning() replaced it.
+#pragma once
+#include <cstdint>
+
+namespace flashkit {
+
+// The widest SIMD level CPU kernels may use; they use min(this, what the CPU supports).
+enum class CpuIsaCap : int32_t { scalar = 0, avx2 = 1, avx512 = 2 };
+
+// Split-merge placement of the library's CUDA decode attention.
+enum class DecodeCombine : int32_t {
+  automatic = 0,  // the separate combine launch (measured fastest, attention-cuda.md v10)
+  kernel = 1,     // the separate combine launch, always
+  cluster = 2,    // thread-block clusters merging in distributed shared memory where the wave model allows (sm_90)
+};
+
+// Split-merge placement of the engine's fused decode attention.
+enum class EngineDecodeMerge : int32_t {
+  automatic = 0,  // a cluster where the device allows and the heads leave room (engine-cuda.md v6)
+  global = 1,     // always the last-block (counter) merge through global memory
+  cluster = 2,    // a cluster wherever the device allows, however many heads
+};
+
+struct Tuning {
+  // ---- CPU (library and engine)
+  CpuIsaCap cpu_isa = CpuIsaCap::avx512;  // FLASHKIT_CPU_ISA=scalar|avx2|avx512
+  int num_threads = 0;                    // FLASHKIT_NUM_THREADS (1..4096); 0: OpenMP's default
+  int64_t max_workspace_bytes = 0;        // FLASHKIT_MAX_WORKSPACE_BYTES; 0: 80% of physical memory
+
+  // ---- CUDA attention (library op)
+  bool sm90 = true;                 // FLASHKIT_SM90=0: the portable sm_80 kernels on Hopper too
+  int sm90_fwd_config = 0;          // FLASHKIT_SM90_CFG=1..3 forces a Hopper forward configuration (3: ws kernel)
+  bool sm90_ws_pingpong = true;     // FLASHKIT_SM90_WS_PINGPONG=0: consumer warpgroups issue freely
+  int sm90_bwd_config = 0;          // FLASHKIT_SM90_BWD_CFG=1: the BM 64 Hopper backward at d64
+  int decode_max_splits = 0;        // FLASHKIT_DECODE_MAX_SPLITS (1..512); 0: the kernel's own cap
+  DecodeCombine decode_combine = DecodeCombine::automatic;  // FLASHKIT_DECODE_COMBINE=auto|kernel|cluster
+  bool decode_pdl = true;           // FLASHKIT_DECODE_PDL=0: no programmatic dependent launch (sm_90)
+
+  // ---- CUDA engine backend
+  bool cuda_graphs = true;          // FLASHKIT_CUDA_GRAPHS
+  bool cuda_fuse = true;            // FLASHKIT_CUDA_FUSE
+  bool cuda_pingpong = true;        // FLASHKIT_CUDA_PINGPONG (residual shadow buffer)
+  bool cuda_pdl = true;             // FLASHKIT_CUDA_PDL
+  bool gemv_prefetch = false;       // FLASHKIT_CUDA_PREFETCH (L2 bulk prefetch of GEMV weight stripes)
+  bool gemv_streaming_loads = true; // FLASHKIT_CUDA_LDCS
+  EngineDecodeMerge engine_decode_merge = EngineDecodeMerge::automatic;  // FLASHKIT_CUDA_ATTN_CLUSTER=0: global
+  bool device_argmax = true;        // FLASHKIT_DEVICE_ARGMAX (greedy decoding's argmax on the backend)
+
+  // ---- analysis (roofline of this CPU when it is not in the hardware table)
+  double cpu_peak_gflops = 0;       // FLASHKIT_CPU_PEAK_GFLOPS; 0: measure
+  double cpu_bw_gbs = 0;            // FLASHKIT_CPU_BW_GBS; 0: measure
+};
+
+// The FLASHKIT_* variables read into a Tuning (unset ones keep the defaults above; a value that does not parse is
+// ignored with a one-time warning naming the variable). The only function of flashkit that reads the environment.
+Tuning tuning_from_env();
+
+// The process default used by calls that pass no Tuning: tuning_from_env() the first time it is needed, unless
+// set_default_tuning() set it. Front ends set it once at start-up; thread-safe.
+Tuning default_tuning();
+void set_default_tuning(const Tuning& t);
+
+}  // namespace flashkit

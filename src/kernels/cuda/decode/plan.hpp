@@ -1,0 +1,66 @@
+// The decode-attention family (this folder) and its one host-side planner.
+//
+// Members, all split-KV (flash-decoding): the keys a query tile sees are cut into `splits` parts, one CTA each,
+// whose partial results (natural-log LSE + normalized O per row) are merged by merge.cuh:
+//   mma            flash_decode.cuh: the library op's kernel (seqlen_q <= 16, GQA group packed into an m16 tile,
+//                  8-warp CTAs with per-warp cp.async pipelines, mma.sync); KV length from the host.
+//   one_warp       the sm_80 forward kernel (flash_fwd.cuh) with one warp per CTA, for devices whose shared memory
+//                  cannot hold the mma kernel's 130-200 KB CTA (A100 at d128/d256, sm_86/89 everywhere).
+//   fused_prologue fused_prologue.cu: the engine's T = 1 kernel; fuses the q/k RMSNorm, RoPE and the KV append,
+//                  reads the KV length (position) from device memory so a captured CUDA graph replays it, and picks
+//                  at run time how many of the grid's splits the context needs.
+// Merges: none (one split), combine (a second, PDL-launched kernel over f32 partials in HBM; the library),
+// cluster (the splits of a tile form one thread-block cluster and merge through distributed shared memory, sm_90),
+// counter (the last CTA of a tile to arrive merges the HBM partials: one launch fewer, which the engine's graphs
+// measured worth it, engine-cuda.md v6; the library's in-kernel version lost to the combine launch and is retired).
+//
+// plan_decode is pure (no CUDA call): the dispatch passes what it queried (DeviceInfo, the kernel's cluster
+// residency), so the choice is unit-tested in the CPU-only build.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/cuda_device.hpp"
+#include "flashkit/tuning.hpp"
+
+namespace flashkit::cuda {
+
+enum class DecodeKernel : int32_t { mma = 0, one_warp = 1, fused_prologue = 2 };
+enum class DecodeMergeKind : int32_t { none = 0, combine = 1, cluster = 2, counter = 3 };
+
+struct DecodeShape {
+  int64_t batch = 1;  // sequences
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t max_seqlen_q = 1;  // query rows per sequence (<= 16); the fused-prologue kernel takes 1
+  // Keys: the longest sequence's, or for a KV length read on the device (kv_len_on_device), the most a launch site
+  // can ever see (the cache capacity or the sliding window).
+  int64_t max_seqlen_k = 0;
+  int64_t window_left = -1, window_right = -1;  // the mask's window (-1: unbounded)
+  bool kv_len_on_device = false;  // the engine's graph-captured kernel (the fused_prologue member)
+  int fixed_splits = 0;           // fused_prologue: the launch site's grid splits when already fixed (0: plan them)
+};
+
+struct DecodePlan {
+  DecodeKernel kernel = DecodeKernel::mma;
+  int splits = 1;   // grid splits (fused_prologue: the most a launch uses; the kernel uses fewer at short contexts)
+  int cluster = 0;  // > 1: CTAs per cluster along the splits (mma: == splits; fused_prologue: a power of two)
+  DecodeMergeKind merge = DecodeMergeKind::none;  // fused_prologue: the merge at full context
+  bool pdl = false;     // programmatic dependent launch (sm_90)
+  int tile_m = 16;      // packed query rows per CTA
+  int tile_n = 16;      // keys per pipeline block
+  int64_t mtiles = 0;   // (m-tile, KV head, sequence) tiles the splits multiply
+};
+
+// residency: cluster residency of the kernel the plan is for (mma: flash_decode_kernel of this dtype and head dim;
+// fused_prologue: its kernel for this head dim); only read when a cluster merge is considered, so callers may pass
+// zeros when tuning and kernel rule clusters out.
+DecodePlan plan_decode(const DecodeShape& shape, const DeviceInfo& dev, const Tuning& tuning,
+                       const ClusterResidency& residency);
+
+// Whether plan_decode would read the residency (to skip the occupancy queries otherwise).
+bool decode_plan_needs_residency(const DecodeShape& shape, const DeviceInfo& dev, const Tuning& tuning);
+
+// "mma.splits16.combine", "one_warp", "fused_prologue.splits64.cluster16", ...
+std::string decode_plan_name(const DecodePlan& plan);
+
+}  // namespace flashkit::cuda

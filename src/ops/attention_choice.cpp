@@ -1,0 +1,127 @@
+// The CUDA kernel choice (attention_choice.hpp). Every threshold here was measured on the H200; the worklog
+// entry is named next to it (docs/worklog/attention-cuda.md).
+#include "ops/attention_choice.hpp"
+
+#include "kernels/cuda/tiles.hpp"
+
+namespace flashkit {
+
+namespace {
+
+cuda::DecodeShape decode_shape(const kernels::AttentionShape& sh, const kernels::AttentionMask& m) {
+  cuda::DecodeShape d;
+  d.batch = sh.batch;
+  d.heads = sh.heads;
+  d.kv_heads = sh.kv_heads;
+  d.head_dim = sh.head_dim;
+  d.max_seqlen_q = sh.max_seqlen_q;
+  d.max_seqlen_k = sh.max_seqlen_k;
+  d.window_left = m.window_left;
+  d.window_right = m.window_right;
+  return d;
+}
+
+bool is_decode(const kernels::AttentionShape& sh) { return sh.max_seqlen_q <= kDecodeMaxSeqlenQ; }
+
+const char* dtype_tag(DType dt) { return dt == DType::bf16 ? "bf16" : "f16"; }
+
+}  // namespace
+
+bool fwd_needs_decode_residency(const kernels::AttentionShape& sh, const DeviceInfo& dev, const Tuning& t) {
+  cuda::DecodeShape d;
+  d.head_dim = sh.head_dim;
+  return is_decode(sh) && cuda::decode_plan_needs_residency(d, dev, t);
+}
+
+FwdChoice choose_fwd(const kernels::AttentionShape& sh, const kernels::AttentionMask& mask, const DeviceInfo& dev,
+                     const Tuning& t, const ClusterResidency& decode_residency, bool allow_ws) {
+  FwdChoice c;
+  c.dpad = cuda::padded_head_dim(sh.head_dim);
+  const int D = c.dpad;
+  if (is_decode(sh)) {
+    c.kernel = CudaKernel::decode;
+    c.decode = cuda::plan_decode(decode_shape(sh, mask), dev, t, decode_residency);
+    c.splits = c.decode.splits;
+    c.cluster = c.decode.cluster;
+    c.tile_m = c.decode.tile_m;
+    if (c.decode.kernel == cuda::DecodeKernel::one_warp) {
+      c.tile_n = cuda::sm80_decode_tile(D).bn;
+      c.stages = cuda::kSm80FwdStages;
+    } else {
+      c.tile_n = 16;
+      c.stages = D == 64 ? cuda::DecodeCfg<64>::kStages : D == 128 ? cuda::DecodeCfg<128>::kStages : cuda::DecodeCfg<256>::kStages;
+    }
+    return c;
+  }
+  const int64_t sq = sh.max_seqlen_q;
+  const bool causal = mask.causal;
+  // Hopper kernels where this build has sm_90a code for this device and the tuning allows (sm90 = false: A/B runs
+  // and an escape hatch); head dims 64 and 128 only (d256 stays on sm_80).
+  if (t.sm90 && dev.sm90a && (D == 64 || D == 128)) {
+    const int cfg = t.sm90_fwd_config;
+    // The warp-specialized TMA kernel wins at d128 everywhere measured and at d64 from 2k tokens (causal: 4k);
+    // short d64 sequences keep the small multi-CTA tiles (run s5-6, v9). d128 causal at 512 tokens stays on it
+    // too: configuration 1 won one run and lost the full grid (s6-5, s6-6, v10).
+    const bool ws_default = D == 128 || (D == 64 && sq >= (causal ? 4096 : 2048));
+    if (allow_ws && (cfg == 3 || (cfg == 0 && ws_default))) {
+      const auto w = cuda::sm90_ws_tile(D);
+      c.kernel = CudaKernel::fwd_sm90_ws;
+      c.tile_m = w.bm, c.tile_n = w.bn, c.stages = w.stages;
+      c.pingpong = t.sm90_ws_pingpong;
+      return c;
+    }
+    // Configurations of the cp.async kernel (v5/v6): short sequences want several small CTAs per SM (their
+    // prologues and epilogues overlap other CTAs' main loops), long ones the larger key tile.
+    int config = cfg == 1 || cfg == 2 ? cfg : 0;
+    if (config == 0) config = D == 64 ? (causal && sq <= 1024 ? 2 : 1) : (sq <= 2048 ? 1 : 2);
+    const auto tile = cuda::sm90_fwd_tile(D, config);
+    c.kernel = CudaKernel::fwd_sm90;
+    c.config = config;
+    c.tile_m = tile.bm(), c.tile_n = tile.bn, c.stages = tile.stages;
+    return c;
+  }
+  const auto tile = cuda::sm80_fwd_tile(D);
+  c.kernel = CudaKernel::fwd_sm80;
+  c.tile_m = tile.bm(), c.tile_n = tile.bn, c.stages = cuda::kSm80FwdStages;
+  return c;
+}
+
+BwdChoice choose_bwd(const kernels::AttentionShape& sh, float softcap, const DeviceInfo& dev, const Tuning& t) {
+  BwdChoice c;
+  c.dpad = cuda::padded_head_dim(sh.head_dim);
+  const int D = c.dpad;
+  if (t.sm90 && dev.sm90a && (D == 64 || D == 128)) {
+    const auto tile = cuda::sm90_bwd_tile(D, t.sm90_bwd_config, softcap > 0.f);
+    c.kernel = CudaKernel::bwd_sm90;
+    c.config = t.sm90_bwd_config;
+    c.tile_m = tile.bm, c.tile_n = tile.bn();
+    c.softcap = softcap > 0.f;
+    return c;
+  }
+  const auto tile = cuda::sm80_bwd_tile(D);
+  c.kernel = CudaKernel::bwd_sm80;
+  c.tile_m = tile.bm, c.tile_n = tile.bn();
+  c.softcap = softcap > 0.f;
+  return c;
+}
+
+std::string kernel_name(const FwdChoice& c, DType dt) {
+  const std::string tail = std::string(".") + dtype_tag(dt) + ".d" + std::to_string(c.dpad);
+  switch (c.kernel) {
+    case CudaKernel::fwd_sm90: return "cuda.flash.fwd.sm90wgmma" + tail + ".cfg" + std::to_string(c.config);
+    case CudaKernel::fwd_sm90_ws: return "cuda.flash.fwd.sm90ws" + tail + (c.pingpong ? "" : ".nopingpong");
+    case CudaKernel::decode: {
+      const std::string plan = cuda::decode_plan_name(c.decode);  // "mma.splits16.combine", "one_warp", ...
+      const size_t dot = plan.find('.');
+      return "cuda.flash.decode." + plan.substr(0, dot) + tail + (dot == std::string::npos ? "" : plan.substr(dot));
+    }
+    default: return "cuda.flash.fwd.sm80mma" + tail;
+  }
+}
+
+std::string kernel_name(const BwdChoice& c, DType dt) {
+  return std::string(c.kernel == CudaKernel::bwd_sm90 ? "cuda.flash.bwd.sm90wgmma." : "cuda.flash.bwd.sm80mma.") +
+         dtype_tag(dt) + ".d" + std::to_string(c.dpad);
+}
+
+}  // namespace flashkit

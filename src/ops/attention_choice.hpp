@@ -1,0 +1,62 @@
+// Which CUDA kernel runs an attention call: pure functions of (shape, device, tuning), one per op, in the manner of
+// FlashAttention's hopper/heuristics.h and ggml-cuda's best-kernel function. They make no CUDA call, so the
+// CPU-only build compiles them and tests/attention/test_cuda_choice.cpp pins their answers for H200 and A100 shapes.
+// src/ops/attention_cuda.cpp launches what they choose.
+#pragma once
+#include <string>
+
+#include "core/cuda_device.hpp"
+#include "flashkit/dtype.hpp"
+#include "flashkit/tuning.hpp"
+#include "kernels/attention_args.hpp"
+#include "kernels/cuda/decode/plan.hpp"
+
+namespace flashkit {
+
+enum class CudaKernel : int32_t {
+  fwd_sm80 = 0,     // flash_fwd.cuh: mma.sync, any sm_80+ device
+  fwd_sm90 = 1,     // flash_fwd_sm90.cuh: wgmma + cp.async, configuration 1 or 2
+  fwd_sm90_ws = 2,  // flash_fwd_sm90_ws.cuh: warp-specialized, TMA producer, ping-pong consumers
+  decode = 3,       // the decode family (kernels/cuda/decode/): FwdChoice::decode says which member
+  bwd_sm80 = 4,     // flash_bwd.cuh
+  bwd_sm90 = 5,     // flash_bwd_sm90.cuh
+};
+
+struct FwdChoice {
+  CudaKernel kernel = CudaKernel::fwd_sm80;
+  int dpad = 64;      // instantiated head dim
+  int config = 0;     // fwd_sm90: 1 or 2
+  int tile_m = 0, tile_n = 0, stages = 0;
+  int splits = 1;     // split-KV splits (decode only)
+  int cluster = 0;    // CTAs per cluster of the decode merge (0: none)
+  bool pingpong = false;  // fwd_sm90_ws: consumer warpgroups take turns
+  cuda::DecodePlan decode;  // kernel == decode
+};
+
+struct BwdChoice {
+  CudaKernel kernel = CudaKernel::bwd_sm80;
+  int dpad = 64;
+  int config = 0;  // bwd_sm90: the Tuning's sm90_bwd_config it was chosen under
+  int tile_m = 0, tile_n = 0;
+  bool softcap = false;  // bwd_sm90: the softcap instantiation
+};
+
+// The forward of a validated call on a CUDA device. allow_ws = false: the choice when the warp-specialized kernel
+// declined at launch (no TMA descriptor for these K/V strides, an empty K); with dev.sm90a = false: when a Hopper
+// launcher declined (its sm_90a code does not run on this device).
+FwdChoice choose_fwd(const kernels::AttentionShape& shape, const kernels::AttentionMask& mask, const DeviceInfo& dev,
+                     const Tuning& tuning, const ClusterResidency& decode_residency = {}, bool allow_ws = true);
+BwdChoice choose_bwd(const kernels::AttentionShape& shape, float softcap, const DeviceInfo& dev, const Tuning& tuning);
+
+// Whether choose_fwd would read decode_residency for this call (the dispatch skips the occupancy query otherwise).
+bool fwd_needs_decode_residency(const kernels::AttentionShape& shape, const DeviceInfo& dev, const Tuning& tuning);
+
+// Query rows at or below which the forward takes the decode family.
+constexpr int64_t kDecodeMaxSeqlenQ = 16;
+
+// OpCost::kernel for a choice: "cuda.flash.fwd.sm90ws.bf16.d128", "cuda.flash.decode.mma.bf16.d128.splits16.combine",
+// "cuda.flash.bwd.sm90wgmma.f16.d64", ...
+std::string kernel_name(const FwdChoice& c, DType dtype);
+std::string kernel_name(const BwdChoice& c, DType dtype);
+
+}  // namespace flashkit

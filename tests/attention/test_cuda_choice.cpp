@@ -1,0 +1,277 @@
+// The CUDA kernel choice as pure functions (src/ops/attention_choice.cpp, src/kernels/cuda/decode/plan.cpp), run in
+// the CPU-only build: representative H200 (132 SMs, sm_90) and A100 (108 SMs, sm_80) shapes, each printed and
+// pinned. The expected values reproduce the decisions of the dispatch before it became these functions (the split
+// counts were computed by a transcription of the old code in cuda_runtime.cu, commit 0508600).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "ops/attention_choice.hpp"
+
+namespace {
+
+using flashkit::BwdChoice;
+using flashkit::ClusterResidency;
+using flashkit::CudaKernel;
+using flashkit::DeviceInfo;
+using flashkit::DType;
+using flashkit::FwdChoice;
+using flashkit::Tuning;
+using flashkit::kernels::AttentionMask;
+using flashkit::kernels::AttentionShape;
+namespace cuda = flashkit::cuda;
+
+DeviceInfo h200() {
+  DeviceInfo d;
+  d.sms = 132, d.smem_per_block_optin = 232448, d.smem_per_sm = 233472, d.cc_major = 9, d.cc_minor = 0;
+  d.sm90a = true;
+  return d;
+}
+DeviceInfo a100() {
+  DeviceInfo d;
+  d.sms = 108, d.smem_per_block_optin = 166912, d.smem_per_sm = 167936, d.cc_major = 8, d.cc_minor = 0;
+  return d;
+}
+
+AttentionShape shape(int64_t b, int64_t h, int64_t hkv, int64_t d, int64_t sq, int64_t sk) {
+  AttentionShape s;
+  s.batch = b, s.heads = h, s.kv_heads = hkv, s.head_dim = d;
+  s.seqlen_q = s.max_seqlen_q = sq;
+  s.seqlen_k = s.max_seqlen_k = sk;
+  return s;
+}
+AttentionMask causal_mask() {
+  AttentionMask m;
+  m.causal = true;
+  m.window_right = 0;
+  return m;
+}
+
+FwdChoice fwd(const char* what, const AttentionShape& s, const DeviceInfo& d, const Tuning& t = {},
+              const AttentionMask& m = {}, const ClusterResidency& res = {}, bool allow_ws = true) {
+  const FwdChoice c = flashkit::choose_fwd(s, m, d, t, res, allow_ws);
+  std::printf("%-34s %-5s -> %s (tile %dx%d, %d stages)\n", what, d.cc_major == 9 ? "H200" : "A100",
+              flashkit::kernel_name(c, DType::bf16).c_str(), c.tile_m, c.tile_n, c.stages);
+  return c;
+}
+
+TEST(CudaChoice, ForwardOnHopperFollowsTheMeasuredThresholds) {
+  // d128: the warp-specialized kernel at every length.
+  FwdChoice c = fwd("d128 4096", shape(2, 16, 16, 128, 4096, 4096), h200());
+  EXPECT_EQ(c.kernel, CudaKernel::fwd_sm90_ws);
+  EXPECT_EQ(c.tile_m, 128);
+  EXPECT_EQ(c.tile_n, 128);
+  EXPECT_EQ(c.stages, 2);
+  EXPECT_TRUE(c.pingpong);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128");
+  EXPECT_EQ(fwd("d128 causal 512", shape(1, 16, 16, 128, 512, 512), h200(), {}, causal_mask()).kernel,
+            CudaKernel::fwd_sm90_ws);
+  // d64: small tiles below 2k tokens (causal: 4k), configuration 2 for short causal ones, ws above.
+  c = fwd("d64 1024", shape(2, 16, 16, 64, 1024, 1024), h200());
+  EXPECT_EQ(c.kernel, CudaKernel::fwd_sm90);
+  EXPECT_EQ(c.config, 1);
+  EXPECT_EQ(c.tile_m, 128);
+  EXPECT_EQ(c.tile_n, 128);
+  c = fwd("d64 causal 1024", shape(2, 16, 16, 64, 1024, 1024), h200(), {}, causal_mask());
+  EXPECT_EQ(c.kernel, CudaKernel::fwd_sm90);
+  EXPECT_EQ(c.config, 2);
+  EXPECT_EQ(c.tile_m, 64);
+  EXPECT_EQ(c.tile_n, 64);
+  EXPECT_EQ(fwd("d64 causal 2048", shape(2, 16, 16, 64, 2048, 2048), h200(), {}, causal_mask()).config, 1);
+  EXPECT_EQ(fwd("d64 2048", shape(2, 16, 16, 64, 2048, 2048), h200()).kernel, CudaKernel::fwd_sm90_ws);
+  EXPECT_EQ(fwd("d64 causal 4096", shape(2, 16, 16, 64, 4096, 4096), h200(), {}, causal_mask()).kernel,
+            CudaKernel::fwd_sm90_ws);
+  EXPECT_EQ(fwd("d64 3 stages (ws)", shape(1, 8, 8, 64, 8192, 8192), h200()).stages, 3);
+  // d256 and head dims padded to it stay on sm_80.
+  c = fwd("d256 4096", shape(1, 8, 8, 256, 4096, 4096), h200());
+  EXPECT_EQ(c.kernel, CudaKernel::fwd_sm80);
+  EXPECT_EQ(c.tile_m, 64);
+  EXPECT_EQ(c.tile_n, 32);
+  EXPECT_EQ(fwd("d200 (padded to 256)", shape(1, 8, 8, 200, 4096, 4096), h200()).dpad, 256);
+  EXPECT_EQ(fwd("d96 (padded to 128)", shape(1, 8, 8, 96, 4096, 4096), h200()).dpad, 128);
+}
+
+TEST(CudaChoice, ForwardFallbacksAndTuning) {
+  // When the ws kernel declines (no TMA descriptor), the cp.async kernel: configuration 1 up to 2k tokens, then 2.
+  FwdChoice c = fwd("d128 512, ws declined", shape(1, 16, 16, 128, 512, 512), h200(), {}, {}, {}, false);
+  EXPECT_EQ(c.kernel, CudaKernel::fwd_sm90);
+  EXPECT_EQ(c.config, 1);
+  EXPECT_EQ(c.tile_n, 64);
+  c = fwd("d128 4096, ws declined", shape(1, 16, 16, 128, 4096, 4096), h200(), {}, {}, {}, false);
+  EXPECT_EQ(c.config, 2);
+  EXPECT_EQ(c.tile_n, 128);
+  // When the Hopper kernels cannot run (no sm_90a code for the device): sm_80.
+  DeviceInfo no90 = h200();
+  no90.sm90a = false;
+  EXPECT_EQ(fwd("d128, no sm_90a code", shape(1, 16, 16, 128, 4096, 4096), no90).kernel, CudaKernel::fwd_sm80);
+  // Tuning, per call: sm90 off, a forced configuration, ping-pong off.
+  Tuning t;
+  t.sm90 = false;
+  EXPECT_EQ(fwd("d128, sm90 off", shape(1, 16, 16, 128, 4096, 4096), h200(), t).kernel, CudaKernel::fwd_sm80);
+  t = Tuning{};
+  t.sm90_fwd_config = 3;
+  EXPECT_EQ(fwd("d64 1024, cfg 3", shape(1, 16, 16, 64, 1024, 1024), h200(), t).kernel, CudaKernel::fwd_sm90_ws);
+  t.sm90_fwd_config = 2;
+  c = fwd("d128 4096, cfg 2", shape(1, 16, 16, 128, 4096, 4096), h200(), t);
+  EXPECT_EQ(c.kernel, CudaKernel::fwd_sm90);
+  EXPECT_EQ(c.config, 2);
+  t = Tuning{};
+  t.sm90_ws_pingpong = false;
+  c = fwd("d128, no ping-pong", shape(1, 16, 16, 128, 4096, 4096), h200(), t);
+  EXPECT_FALSE(c.pingpong);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::f16), "cuda.flash.fwd.sm90ws.f16.d128.nopingpong");
+}
+
+TEST(CudaChoice, ForwardOnAmpere) {
+  for (int d : {64, 128}) {
+    const FwdChoice c = fwd("prefill", shape(2, 16, 16, d, 4096, 4096), a100());
+    EXPECT_EQ(c.kernel, CudaKernel::fwd_sm80);
+    EXPECT_EQ(c.tile_m, 128);
+    EXPECT_EQ(c.tile_n, 64);
+    EXPECT_EQ(c.stages, 2);
+  }
+  EXPECT_EQ(flashkit::kernel_name(fwd("prefill d64", shape(2, 16, 16, 64, 4096, 4096), a100()), DType::bf16),
+            "cuda.flash.fwd.sm80mma.bf16.d64");
+}
+
+struct DecodeCase {
+  const char* name;
+  int64_t b, h, hkv, d, sq, sk;
+  int h200_splits;
+  int a100_splits;
+  bool a100_mma;  // the mma decode kernel fits A100's shared memory (d64 only)
+};
+
+TEST(CudaChoice, DecodeSplitsOnH200AndA100) {
+  const DecodeCase cases[] = {
+      {"b1 32/8 d128 32k", 1, 32, 8, 128, 1, 32768, 16, 54, false},
+      {"b1 8/1 d256 32k", 1, 8, 1, 256, 1, 32768, 128, 128, false},
+      {"b16 32/8 d128 32k", 16, 32, 8, 128, 1, 32768, 1, 16, false},
+      {"b5 32/8 d128 32k", 5, 32, 8, 128, 1, 32768, 13, 10, false},
+      {"b1 32/8 d128 1k", 1, 32, 8, 128, 1, 1024, 16, 8, false},
+      {"b1 8/1 d256 128k", 1, 8, 1, 256, 1, 131072, 128, 128, false},
+      {"b1 32/8 d128 128k", 1, 32, 8, 128, 1, 131072, 16, 54, false},
+      {"b1 32/8 d64 4k", 1, 32, 8, 64, 1, 4096, 16, 13, true},
+      {"b4 16/16 d80 sq3 1000", 4, 16, 16, 80, 3, 1000, 2, 6, false},
+  };
+  for (const DecodeCase& k : cases) {
+    const FwdChoice h = fwd(k.name, shape(k.b, k.h, k.hkv, k.d, k.sq, k.sk), h200());
+    ASSERT_EQ(h.kernel, CudaKernel::decode);
+    EXPECT_EQ(h.decode.kernel, cuda::DecodeKernel::mma) << k.name;
+    EXPECT_EQ(h.splits, k.h200_splits) << k.name;
+    EXPECT_TRUE(h.decode.pdl) << k.name;
+    EXPECT_EQ(h.decode.merge, k.h200_splits > 1 ? cuda::DecodeMergeKind::combine : cuda::DecodeMergeKind::none);
+    const FwdChoice a = fwd(k.name, shape(k.b, k.h, k.hkv, k.d, k.sq, k.sk), a100());
+    EXPECT_EQ(a.decode.kernel, k.a100_mma ? cuda::DecodeKernel::mma : cuda::DecodeKernel::one_warp) << k.name;
+    EXPECT_EQ(a.splits, k.a100_splits) << k.name;
+    EXPECT_FALSE(a.decode.pdl) << k.name;  // PDL is sm_90 only
+  }
+  EXPECT_EQ(flashkit::kernel_name(fwd("name", shape(1, 32, 8, 128, 1, 32768), h200()), DType::bf16),
+            "cuda.flash.decode.mma.bf16.d128.splits16.combine");
+  EXPECT_EQ(flashkit::kernel_name(fwd("name", shape(1, 32, 8, 128, 1, 32768), a100()), DType::bf16),
+            "cuda.flash.decode.one_warp.bf16.d128.splits54.combine");
+}
+
+TEST(CudaChoice, DecodeWindowTuningAndClusters) {
+  AttentionMask win;
+  win.window_left = 1024, win.window_right = 0, win.causal = true;
+  EXPECT_EQ(fwd("b1 32/8 d128 32k window 1024", shape(1, 32, 8, 128, 1, 32768), h200(), {}, win).splits, 14);
+  Tuning t;
+  t.decode_max_splits = 8;
+  EXPECT_EQ(fwd("max splits 8", shape(1, 32, 8, 128, 1, 32768), h200(), t).splits, 8);
+  t = Tuning{};
+  t.decode_pdl = false;
+  EXPECT_FALSE(fwd("pdl off", shape(1, 32, 8, 128, 1, 32768), h200(), t).decode.pdl);
+  // The cluster merge: taken when 8 clusters of 16 fit (one wave, as the combine path), not when only 6 do.
+  t = Tuning{};
+  t.decode_combine = flashkit::DecodeCombine::cluster;
+  ClusterResidency res{};
+  for (int c = 2; c <= 16; ++c) res[c] = 8;
+  EXPECT_TRUE(flashkit::fwd_needs_decode_residency(shape(1, 32, 8, 128, 1, 32768), h200(), t));
+  EXPECT_FALSE(flashkit::fwd_needs_decode_residency(shape(1, 32, 8, 128, 1, 32768), h200(), Tuning{}));
+  FwdChoice c = fwd("cluster, 8 resident", shape(1, 32, 8, 128, 1, 32768), h200(), t, {}, res);
+  EXPECT_EQ(c.splits, 16);
+  EXPECT_EQ(c.cluster, 16);
+  EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::cluster);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.splits16.cluster16");
+  res[15] = res[16] = 6;
+  c = fwd("cluster, 6 resident at 15-16", shape(1, 32, 8, 128, 1, 32768), h200(), t, {}, res);
+  EXPECT_EQ(c.splits, 16);
+  EXPECT_EQ(c.cluster, 0);
+  EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::combine);
+}
+
+TEST(CudaChoice, EngineDecodePlan) {
+  // The fused-prologue kernel: splits for the most keys a launch site sees, clusters when the heads leave room.
+  ClusterResidency res{};
+  res[8] = 18, res[16] = 9;
+  auto plan = [&](int64_t heads, int64_t keys, const DeviceInfo& d, const Tuning& t = {}) {
+    cuda::DecodeShape s;
+    s.heads = heads, s.kv_heads = 1, s.head_dim = 256, s.max_seqlen_k = keys, s.kv_len_on_device = true;
+    const cuda::DecodePlan p = cuda::plan_decode(s, d, t, res);
+    std::printf("engine %2lld heads %6lld keys -> %s\n", (long long)heads, (long long)keys,
+                cuda::decode_plan_name(p).c_str());
+    return p;
+  };
+  cuda::DecodePlan p = plan(4, 512, h200());  // gemma-3-270m
+  EXPECT_EQ(p.kernel, cuda::DecodeKernel::fused_prologue);
+  EXPECT_EQ(p.splits, 16);
+  EXPECT_EQ(p.cluster, 16);
+  EXPECT_EQ(p.merge, cuda::DecodeMergeKind::cluster);
+  EXPECT_TRUE(p.pdl);
+  p = plan(4, 32768, h200());
+  EXPECT_EQ(p.splits, 64);
+  EXPECT_EQ(p.cluster, 16);
+  EXPECT_EQ(p.merge, cuda::DecodeMergeKind::counter);  // a full context uses more splits than a cluster holds
+  EXPECT_EQ(plan(4, 100, h200()).cluster, 4);
+  EXPECT_EQ(plan(1, 40, h200()).cluster, 2);
+  p = plan(32, 4096, h200());  // Llama-3.2-1B: too many heads for clusters
+  EXPECT_EQ(p.splits, 8);
+  EXPECT_EQ(p.cluster, 0);
+  EXPECT_EQ(p.merge, cuda::DecodeMergeKind::counter);
+  Tuning t;
+  t.engine_decode_merge = flashkit::EngineDecodeMerge::cluster;
+  EXPECT_EQ(plan(32, 4096, h200(), t).cluster, 8);
+  t.engine_decode_merge = flashkit::EngineDecodeMerge::global;
+  EXPECT_EQ(plan(4, 512, h200(), t).cluster, 0);
+  t = Tuning{};
+  t.cuda_pdl = false;
+  EXPECT_FALSE(plan(4, 512, h200(), t).pdl);
+  res = ClusterResidency{};  // A100: no clusters
+  p = plan(4, 512, a100());
+  EXPECT_EQ(p.splits, 16);
+  EXPECT_EQ(p.cluster, 0);
+  EXPECT_FALSE(p.pdl);
+}
+
+TEST(CudaChoice, Backward) {
+  auto bwd = [](const char* what, int d, float softcap, const DeviceInfo& dev, const Tuning& t = {}) {
+    const BwdChoice c = flashkit::choose_bwd(shape(2, 16, 16, d, 4096, 4096), softcap, dev, t);
+    std::printf("bwd %-26s %-5s -> %s (tile %dx%d)\n", what, dev.cc_major == 9 ? "H200" : "A100",
+                flashkit::kernel_name(c, DType::bf16).c_str(), c.tile_m, c.tile_n);
+    return c;
+  };
+  BwdChoice c = bwd("d64", 64, 0.f, h200());
+  EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90);
+  EXPECT_EQ(c.tile_m, 128);
+  EXPECT_EQ(c.tile_n, 128);
+  EXPECT_EQ(bwd("d64 softcap", 64, 30.f, h200()).tile_m, 64);
+  Tuning t;
+  t.sm90_bwd_config = 1;
+  EXPECT_EQ(bwd("d64 config 1", 64, 0.f, h200(), t).tile_m, 64);
+  c = bwd("d128", 128, 0.f, h200());
+  EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90);
+  EXPECT_EQ(c.tile_m, 64);
+  c = bwd("d256", 256, 0.f, h200());
+  EXPECT_EQ(c.kernel, CudaKernel::bwd_sm80);
+  EXPECT_EQ(c.tile_m, 32);
+  EXPECT_EQ(c.tile_n, 64);
+  c = bwd("d64", 64, 0.f, a100());
+  EXPECT_EQ(c.kernel, CudaKernel::bwd_sm80);
+  EXPECT_EQ(c.tile_m, 64);
+  EXPECT_EQ(c.tile_n, 128);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::f16), "cuda.flash.bwd.sm80mma.f16.d64");
+}
+
+}  // namespace
