@@ -88,7 +88,8 @@ void gated_act_bwd(const bf16* dout, const bf16* gate_up, bf16* dgate_up, int64_
 // chunk of R rows. With softcap > 0 (Gemma's final logit softcapping) l = softcap * tanh(z / softcap), else l = z.
 //   loss[r]   = logsumexp(l_r) - l_r[targets[r]]   (0 when targets[r] == -1; NaN when outside [0, V) otherwise)
 //   logits[r] <- scale * (softmax(l_r) - onehot(targets[r])) * dl/dz     (in place: dloss/dz * scale;
-//                 dl/dz = 1 - (l / softcap)^2 with softcap, else 1; a row with target -1 gets 0; padding gets 0)
+//                 dl/dz = 1 - (l / softcap)^2 with softcap, else 1; a row whose target is -1 or invalid gets
+//                 0, and so does the padding)
 // scale is typically 1 / (number of non-ignored targets in the whole batch, over all micro-batches); loss is not
 // scaled. dlogits_bf16 (nullable) receives a bf16 copy of the written gradient [R, ld] (the input of the cuBLAS
 // dX = dZ W and dW += dZ^T X that follow). One block per row, online max/sum: two passes over the row.
