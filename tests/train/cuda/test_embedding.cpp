@@ -72,7 +72,8 @@ TEST_F(Embedding, BackwardDeterministic) {
     tc::embedding_bwd(did.p, ddout.b(), dtab2.p, c.T, c.V, c.C, c.scale, ws.p, ws_bytes, stream);
     sync();
     const auto got = dtab.get();
-    expect_f32(got, ref::embedding_bwd(ids, dout, c.V, c.C, c.scale, d0), "embedding_bwd");
+    // f32 sums of up to ~100 rows: an element that nearly cancels keeps the rounding of its partial sums.
+    expect_close(got, ref::embedding_bwd(ids, dout, c.V, c.C, c.scale, d0), 1e-5, 2e-5, "embedding_bwd");
     EXPECT_TRUE(bitwise_equal(got, dtab2.get())) << "embedding_bwd is not deterministic";
   }
 }
