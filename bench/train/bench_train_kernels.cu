@@ -179,8 +179,12 @@ int main(int argc, char** argv) {
   b.mem("rmsnorm_bwd (dx +=)", shape, TC * 8 + T * 4.0,
         [&] { tc::rmsnorm_bwd(dy, C, x, C, w, rstd, dx, C, true, dw, scratch, T, 1, C, false, s); });
   std::snprintf(shape, sizeof shape, "T=%lld H=%lld D=%lld", (long long)T, (long long)H, (long long)D);
-  b.mem("rope_fwd (in place)", shape, TC * 4, [&] { tc::rope_fwd(x, C, x, C, pos, inv, T, H, D, s); });
-  b.mem("rope_bwd", shape, TC * 4, [&] { tc::rope_bwd(dy, C, dx, C, pos, inv, T, H, D, s); });
+  b.mem("rope_fwd (in place)", shape, TC * 4, [&] { tc::rope_fwd(x, C, x, C, pos, 0, inv, T, H, D, s); });
+  b.mem("rope_bwd", shape, TC * 4, [&] { tc::rope_bwd(dy, C, dx, C, pos, 0, inv, T, H, D, s); });
+  bf16* cos_t = rand_bf16(size_t(1024 * D / 2), 40);
+  bf16* sin_t = rand_bf16(size_t(1024 * D / 2), 41);
+  b.mem("rope_fwd_table bf16 seq 1024", shape, TC * 4,
+        [&] { tc::rope_fwd_table(x, C, x, C, nullptr, 1024, cos_t, sin_t, 1024, T, H, D, s); });
   std::snprintf(shape, sizeof shape, "T=%lld F=%lld", (long long)T, (long long)F);
   b.mem("gated_act_fwd silu", shape, TF * 6, [&] { tc::gated_act_fwd(gu, hact, T, F, tc::Act::silu, s); });
   b.mem("gated_act_fwd gelu_tanh", shape, TF * 6, [&] { tc::gated_act_fwd(gu, hact, T, F, tc::Act::gelu_tanh, s); });
@@ -214,6 +218,7 @@ int main(int argc, char** argv) {
       tc::adamw_step(p, gr, m, v, nullptr, NP, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step++, 1.0f, s);
     });
     b.mem("global_norm_sq", shape, n * 4, [&] { tc::global_norm_sq(gr, NP, red + tc::reduce_scratch_floats(), false, red, s); });
+    b.mem("count_nonfinite", shape, n * 4, [&] { tc::count_nonfinite(gr, NP, red + tc::reduce_scratch_floats(), false, red, s); });
     b.mem("scale_inplace f32", shape, n * 8, [&] { tc::scale_inplace(gr, NP, 1.0f, s); });
     b.mem("cast_f32_to_bf16", shape, n * 6, [&] { tc::cast_f32_to_bf16(p, pb, NP, s); });
     b.mem("cast_bf16_to_f32", shape, n * 6, [&] { tc::cast_bf16_to_f32(pb, gr, NP, s); });

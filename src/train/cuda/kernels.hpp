@@ -63,16 +63,32 @@ void rmsnorm_bwd(const bf16* dy, int64_t lddy, const bf16* x, int64_t ldx, const
                  int64_t C, bool plus_one, cudaStream_t stream);
 
 // ---------------------------------------------------------------- RoPE (rope.cu)
-// HF rotate-half RoPE (as src/engine/cuda/pointwise.cu and the CPU backend) on x [T, heads, head_dim] with row
-// stride ldx (>= heads * head_dim; q or k sliced out of a fused QKV row): for i < head_dim / 2, angle
-// a = float(positions[t]) * inv_freq[i] (an f32 product, as HF computes it), c = cos a, s = sin a,
-//   fwd: out[i] = x[i] c - x[i + h] s,   out[i + h] = x[i + h] c + x[i] s        (h = head_dim / 2)
+// HF rotate-half RoPE (as src/engine/cuda/pointwise.cu and the CPU backends) on x [T, heads, head_dim] with row
+// stride ldx (>= heads * head_dim; q or k sliced out of a fused QKV row). Row t's position p is positions[t], or
+// t % seq_len when positions is null (batch-major rows of equal-length sequences). For i < h = head_dim / 2,
+//   fwd: out[i] = x[i] c - x[i + h] s,   out[i + h] = x[i + h] c + x[i] s
 //   bwd: dx[i] = dy[i] c + dy[i + h] s,  dx[i + h] = dy[i + h] c - dy[i] s       (the transposed rotation)
+// with c, s = cos, sin of angle a = float(p) * inv_freq[i] (an f32 product, as HF computes it; sincosf in f32).
 // out may alias x (in place) when ldo == ldx. head_dim must be even.
-void rope_fwd(const bf16* x, int64_t ldx, bf16* out, int64_t ldo, const int32_t* positions, const float* inv_freq,
-              int64_t T, int64_t heads, int64_t head_dim, cudaStream_t stream);
-void rope_bwd(const bf16* dy, int64_t lddy, bf16* dx, int64_t lddx, const int32_t* positions, const float* inv_freq,
-              int64_t T, int64_t heads, int64_t head_dim, cudaStream_t stream);
+void rope_fwd(const bf16* x, int64_t ldx, bf16* out, int64_t ldo, const int32_t* positions, int64_t seq_len,
+              const float* inv_freq, int64_t T, int64_t heads, int64_t head_dim, cudaStream_t stream);
+void rope_bwd(const bf16* dy, int64_t lddy, bf16* dx, int64_t lddx, const int32_t* positions, int64_t seq_len,
+              const float* inv_freq, int64_t T, int64_t heads, int64_t head_dim, cudaStream_t stream);
+// The same with precomputed tables c = cos[p, i], s = sin[p, i], [max_pos, head_dim / 2] contiguous, bf16 (HF's
+// bf16 models round cos/sin to the activation dtype) or f32, already multiplied by any attention factor. A position
+// outside [0, max_pos) gives NaN outputs.
+void rope_fwd_table(const bf16* x, int64_t ldx, bf16* out, int64_t ldo, const int32_t* positions, int64_t seq_len,
+                    const bf16* cos, const bf16* sin, int64_t max_pos, int64_t T, int64_t heads, int64_t head_dim,
+                    cudaStream_t stream);
+void rope_bwd_table(const bf16* dy, int64_t lddy, bf16* dx, int64_t lddx, const int32_t* positions, int64_t seq_len,
+                    const bf16* cos, const bf16* sin, int64_t max_pos, int64_t T, int64_t heads, int64_t head_dim,
+                    cudaStream_t stream);
+void rope_fwd_table(const bf16* x, int64_t ldx, bf16* out, int64_t ldo, const int32_t* positions, int64_t seq_len,
+                    const float* cos, const float* sin, int64_t max_pos, int64_t T, int64_t heads, int64_t head_dim,
+                    cudaStream_t stream);
+void rope_bwd_table(const bf16* dy, int64_t lddy, bf16* dx, int64_t lddx, const int32_t* positions, int64_t seq_len,
+                    const float* cos, const float* sin, int64_t max_pos, int64_t T, int64_t heads, int64_t head_dim,
+                    cudaStream_t stream);
 
 // ---------------------------------------------------------------- gated activation (gated_act.cu)
 // gate_up [T, 2F] holds the gate in columns [0, F) and up in [F, 2F) (the engine's fused gate/up layout).
@@ -108,12 +124,16 @@ void adamw_step(float* param, const float* grad, float* m, float* v, bf16* param
                 cudaStream_t stream);
 
 // ---------------------------------------------------------------- reductions (reduce.cu)
-// out[0] (= or += when accumulate) sum of x[i]^2 (global_norm_sq) or of x[i] (sum_f32, e.g. a chunk's losses), f32.
+// out[0] (= or += when accumulate) sum of x[i]^2 (global_norm_sq) or of x[i] (sum_f32, e.g. a chunk's losses), f32;
+// a NaN or inf in x makes it NaN or inf.
 // Deterministic two-pass: reduce_partials(n) blocks write partial sums to `scratch`, then one block adds them in
 // order. `scratch` >= reduce_scratch_floats() f32.
 int64_t reduce_scratch_floats();
 void global_norm_sq(const float* x, int64_t n, float* out, bool accumulate, float* scratch, cudaStream_t stream);
 void sum_f32(const float* x, int64_t n, float* out, bool accumulate, float* scratch, cudaStream_t stream);
+// out[0] (= or +=) the number of NaN or infinite x[i], as a float (exact below 2^24; only "> 0" matters: the
+// step's loss / gradient check).
+void count_nonfinite(const float* x, int64_t n, float* out, bool accumulate, float* scratch, cudaStream_t stream);
 
 // ---------------------------------------------------------------- elementwise (elementwise.cu)
 void scale_inplace(float* x, int64_t n, float s, cudaStream_t stream);    // x *= s

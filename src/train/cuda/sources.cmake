@@ -1,5 +1,6 @@
-# CUDA training kernels (src/train/cuda, one .cu per op). Included by src/CMakeLists.txt into libflashkit and by
-# tests/train/cuda/CMakeLists.txt into the standalone kernel tests and benchmark.
+# CUDA training kernels (src/train/cuda, one .cu per op). Used by tests/train/cuda/CMakeLists.txt for the standalone
+# kernel tests and benchmark. In libflashkit they come from src/train/CMakeLists.txt (wip/train), which globs
+# cuda/*.cu into flashkit_train in CUDA builds: add them to the library in one place only.
 set(FLASHKIT_TRAIN_CUDA_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/adamw.cu
   ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cu

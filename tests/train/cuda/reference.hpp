@@ -70,15 +70,16 @@ inline void rmsnorm_bwd(const std::vector<float>& dy, int64_t lddy, const std::v
 }
 
 // The angle as the kernels (and HF) form it: the f32 product of the position and inv_freq.
-inline double rope_angle(int32_t pos, float inv_freq) { return double(float(pos) * inv_freq); }
+inline double rope_angle(int64_t pos, float inv_freq) { return double(float(pos) * inv_freq); }
+// Rotation of row t, pair index i by cos cs[t * D/2 + i] and sin sn[t * D/2 + i].
 inline void rope(const std::vector<float>& x, int64_t ldx, std::vector<double>& out, int64_t ldo,
-                 const std::vector<int32_t>& pos, const std::vector<float>& inv_freq, int64_t T, int64_t heads,
-                 int64_t D, bool bwd) {
+                 const std::vector<double>& cs, const std::vector<double>& sn, int64_t T, int64_t heads, int64_t D,
+                 bool bwd) {
   const int64_t h2 = D / 2;
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i < h2; ++i) {
-        const double a = rope_angle(pos[size_t(t)], inv_freq[size_t(i)]), c = std::cos(a), s = std::sin(a);
+        const double c = cs[size_t(t * h2 + i)], s = sn[size_t(t * h2 + i)];
         const double x1 = x[size_t(t * ldx + h * D + i)], x2 = x[size_t(t * ldx + h * D + i + h2)];
         out[size_t(t * ldo + h * D + i)] = bwd ? x1 * c + x2 * s : x1 * c - x2 * s;
         out[size_t(t * ldo + h * D + i + h2)] = bwd ? x2 * c - x1 * s : x2 * c + x1 * s;

@@ -38,9 +38,15 @@ TEST(TrainCudaArguments, Rejected) {
                  "lddx");
   expect_invalid([] { tc::rmsnorm_bwd(kB, 64, kB, 64, kF, nullptr, kB, 64, false, kF, kF, 4, 1, 64, false, nullptr); },
                  "rstd is null");
-  expect_invalid([] { tc::rope_fwd(kB, 66, kB, 66, kI, kF, 4, 2, 33, nullptr); }, "head_dim must be even");
-  expect_invalid([] { tc::rope_bwd(kB, 64, kB, 100, kI, kF, 4, 2, 64, nullptr); }, "row stride of the input");
-  expect_invalid([] { tc::rope_fwd(kB, 128, kB, 128, nullptr, kF, 4, 2, 64, nullptr); }, "positions is null");
+  expect_invalid([] { tc::rope_fwd(kB, 66, kB, 66, kI, 0, kF, 4, 2, 33, nullptr); }, "head_dim must be even");
+  expect_invalid([] { tc::rope_bwd(kB, 64, kB, 100, kI, 0, kF, 4, 2, 64, nullptr); }, "row stride of the input");
+  expect_invalid([] { tc::rope_fwd(kB, 128, kB, 128, nullptr, 0, kF, 4, 2, 64, nullptr); },
+                 "seq_len must be >= 1 when positions is null");
+  expect_invalid([] { tc::rope_fwd(kB, 128, kB, 128, kI, 0, static_cast<const float*>(nullptr), 4, 2, 64, nullptr); },
+                 "inv_freq is null");
+  expect_invalid([] { tc::rope_fwd_table(kB, 128, kB, 128, nullptr, 64, kB, kB, 32, 4, 2, 64, nullptr); },
+                 "exceeds the table's max_pos");
+  expect_invalid([] { tc::rope_bwd_table(kB, 128, kB, 128, kI, 0, kF, nullptr, 32, 4, 2, 64, nullptr); }, "sin is null");
   expect_invalid([] { tc::gated_act_fwd(kB, kB, 4, 8, static_cast<tc::Act>(7), nullptr); }, "act must be");
   expect_invalid([] { tc::gated_act_bwd(nullptr, kB, kB, 4, 8, tc::Act::silu, nullptr); }, "dout is null");
   expect_invalid([] { tc::cross_entropy_chunk_fwd_bwd(kF, 99, kI, kF, nullptr, 4, 100, 1.0f, 0.0f, nullptr); },
@@ -57,6 +63,7 @@ TEST(TrainCudaArguments, Rejected) {
                  "grad is null");
   expect_invalid([] { tc::global_norm_sq(kF, -5, kF, false, kF, nullptr); }, "n must be");
   expect_invalid([] { tc::sum_f32(kF, 100, kF, false, nullptr, nullptr); }, "scratch is null");
+  expect_invalid([] { tc::count_nonfinite(kF, 100, nullptr, false, kF, nullptr); }, "out is null");
   expect_invalid([] { tc::scale_inplace(static_cast<float*>(nullptr), 10, 2.0f, nullptr); }, "x is null");
   expect_invalid([] { tc::cast_f32_to_bf16(kF, nullptr, 10, nullptr); }, "dst is null");
   expect_invalid([] { tc::add_inplace(kB, static_cast<const tc::bf16*>(nullptr), 10, nullptr); }, "x is null");
@@ -76,7 +83,7 @@ TEST(TrainCudaArguments, EmptyTensorsLaunchNothing) {
   // Size 0: no launch, no device access, no error (the pointers may be null).
   tc::embedding_fwd(nullptr, nullptr, nullptr, 0, 10, 8, 1.0f, nullptr);
   tc::rmsnorm_fwd(nullptr, 8, static_cast<const float*>(nullptr), nullptr, 8, nullptr, 0, 1, 8, 1e-5f, false, nullptr);
-  tc::rope_fwd(nullptr, 8, nullptr, 8, nullptr, nullptr, 0, 1, 8, nullptr);
+  tc::rope_fwd(nullptr, 8, nullptr, 8, nullptr, 1, static_cast<const float*>(nullptr), 0, 1, 8, nullptr);
   tc::gated_act_bwd(nullptr, nullptr, nullptr, 0, 8, tc::Act::gelu_tanh, nullptr);
   tc::cross_entropy_chunk_fwd_bwd(nullptr, 8, nullptr, nullptr, nullptr, 0, 8, 1.0f, 0.0f, nullptr);
   tc::adamw_step(nullptr, nullptr, nullptr, nullptr, nullptr, 0, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f, nullptr);

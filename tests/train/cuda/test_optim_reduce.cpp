@@ -1,4 +1,4 @@
-// adamw_step, global_norm_sq / sum_f32 and the elementwise ops against f64 references: vector path with a tail,
+// adamw_step, global_norm_sq / sum_f32 / count_nonfinite and the elementwise ops against f64 references: vector path with a tail,
 // misaligned pointers (scalar path), the optional bf16 weight copy, accumulation flags, bitwise determinism.
 #include "helpers.hpp"
 #include "reference.hpp"
@@ -82,6 +82,21 @@ TEST_F(Reduce, NormSqAndSum) {
       sync();
       EXPECT_NEAR(out.get()[0], 2 * sq, 2e-5 * sq) << "global_norm_sq accumulate";
     }
+  // Non-finite values: counted, and they poison the sums (the trainer's NaN check).
+  for (int64_t offset : {0, 1}) {
+    std::vector<float> x = rnd(size_t(5001 + offset), 77);
+    x[size_t(offset + 17)] = kNaN, x[size_t(offset + 4000)] = std::numeric_limits<float>::infinity();
+    x[size_t(offset + 5000)] = -std::numeric_limits<float>::infinity();  // the tail of the vector path
+    F32 dx(x), out(3);
+    tc::count_nonfinite(dx.p + offset, 5001, out.p, false, scratch.p, stream);
+    tc::global_norm_sq(dx.p + offset, 5001, out.p + 1, false, scratch.p, stream);
+    tc::count_nonfinite(dx.p + offset, 17, out.p + 2, false, scratch.p, stream);  // stops before the NaN
+    sync();
+    const auto o = out.get();
+    EXPECT_EQ(o[0], 3.0f) << "offset " << offset;
+    EXPECT_FALSE(std::isfinite(o[1])) << "offset " << offset;
+    EXPECT_EQ(o[2], 0.0f) << "offset " << offset;
+  }
   // n = 0: the result is 0, or unchanged when accumulating.
   F32 out(std::vector<float>{5.0f, 6.0f});
   tc::global_norm_sq(nullptr, 0, out.p, false, scratch.p, stream);
