@@ -68,7 +68,7 @@ TEST_F(RmsNorm, Forward) {
       const auto got = dy.get();
       expect_bf16(got, y, "y", group_elems(c, c.ldy));
       expect_gaps(c, c.ldy, got, {}, "rmsnorm_fwd");
-      expect_f32(rstd.get(), r, "rstd");
+      expect_close(rstd.get(), r, 3e-5, 0.0, "rstd");  // f32 sums of up to 13000 squares
     }
   }
 }
