@@ -148,7 +148,8 @@ void add_inplace(float* y, const bf16* x, int64_t n, cudaStream_t stream);  // f
 // Row-major C[M, N] = alpha * op(A) op(B) + beta * C with bf16 A and B, f32 accumulation (cublasGemmEx,
 // CUBLAS_COMPUTE_32F), C bf16 or f32 (c_f32). op(A) is [M, K]: A stored [M, K] (lda >= K) or, when trans_a, A
 // stored [K, M] (lda >= M) and used transposed; op(B) is [K, N]: B stored [K, N] (ldb >= N) or, when trans_b,
-// stored [N, K] (ldb >= K). C has row stride ldc >= N. The handle is set to `stream`.
+// stored [N, K] (ldb >= K). C has row stride ldc >= N. The handle is set to `stream`. (cuBLAS documents its results
+// as bit-reproducible on the same GPU architecture, SM count and toolkit version.)
 void matmul_bf16(cublasHandle_t handle, const bf16* A, int64_t lda, bool trans_a, const bf16* B, int64_t ldb,
                  bool trans_b, void* C, int64_t ldc, bool c_f32, int64_t M, int64_t N, int64_t K, float alpha,
                  float beta, cudaStream_t stream);
