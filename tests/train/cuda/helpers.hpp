@@ -114,10 +114,14 @@ struct I32 : Dev<int32_t> {
   explicit I32(const std::vector<int32_t>& v) : Dev<int32_t>(v.size()) { put(v); }
 };
 
+// Over the finite entries only: references mark rows without a defined value (an ignored target, a gap that
+// must stay untouched) with NaN, and one NaN must not turn every tolerance into NaN (then nothing compares).
 inline double rms(const std::vector<double>& v) {
   double s = 0;
-  for (double x : v) s += x * x;
-  return v.empty() ? 0.0 : std::sqrt(s / double(v.size()));
+  size_t n = 0;
+  for (double x : v)
+    if (std::isfinite(x)) s += x * x, ++n;
+  return n == 0 ? 0.0 : std::sqrt(s / double(n));
 }
 
 // Expects finite values with |got[i] - ref[i]| <= rel * |ref[i]| + tol_abs for every i (idx: the indices to
