@@ -228,13 +228,12 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
 
 namespace {
 
-Value make_method(const Value& self, const std::string& name, Context& ctx, Pos p) {
+Value make_method(const Value& self, const std::string& name, Pos p) {
   // Bound methods hold `self`: the function value is as deep as self, so chains through them stay bounded.
   auto bind = [&](std::function<Value(const Value&, CallArgs&)> f) {
     Value s = self;
     return Value::function([s, f](CallArgs& a) { return f(s, a); }, name, self.depth());
   };
-  (void)ctx;
   if (self.is_string()) {
     if (name == "strip" || name == "lstrip" || name == "rstrip") {
       const bool l = name != "rstrip", r = name != "lstrip";
@@ -370,20 +369,20 @@ bool norm_index(int64_t& i, size_t n) {
 // ================================================================================================
 // Attribute, item and slice access
 // ================================================================================================
-Value get_attr(const Value& obj, const std::string& name, Context& ctx, Pos p) {
+Value get_attr(const Value& obj, const std::string& name, Pos p) {
   if (obj.is_undefined())
     error_at(p, (obj.str().empty() ? std::string("value") : "'" + obj.str() + "'") + " is undefined (while reading ." +
                     name + ")");
   if (obj.is_namespace()) return obj.get(name);
   if (obj.is_dict()) {
-    Value m = make_method(obj, name, ctx, p);
+    Value m = make_method(obj, name, p);
     if (!m.is_undefined()) return m;
     return obj.get(name);
   }
-  return make_method(obj, name, ctx, p);
+  return make_method(obj, name, p);
 }
 
-Value subscript(const Value& obj, const Value& key, Context& ctx, Pos p) {
+Value subscript(const Value& obj, const Value& key, Pos p) {
   if (obj.is_undefined())
     error_at(p,
              (obj.str().empty() ? std::string("value") : "'" + obj.str() + "'") + " is undefined (while subscripting)");
@@ -391,7 +390,7 @@ Value subscript(const Value& obj, const Value& key, Context& ctx, Pos p) {
     if (key.is_string()) {
       const Value* v = obj.dict_ref().find(key.str());
       if (v) return *v;
-      return get_attr(obj, key.str(), ctx, p);
+      return get_attr(obj, key.str(), p);
     }
     return Value::undefined();
   }
@@ -405,7 +404,7 @@ Value subscript(const Value& obj, const Value& key, Context& ctx, Pos p) {
     if (!norm_index(i, cps.size())) return Value::undefined();
     return Value(encode(cps, static_cast<size_t>(i), static_cast<size_t>(i) + 1));
   }
-  if (key.is_string()) return get_attr(obj, key.str(), ctx, p);
+  if (key.is_string()) return get_attr(obj, key.str(), p);
   return Value::undefined();
 }
 

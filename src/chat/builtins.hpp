@@ -20,8 +20,8 @@ struct RaisedError {
 
 Value binary_arith(const std::string& op, const Value& a, const Value& b, Context& ctx, Pos p);
 Value unary_minus(const Value& v, Pos p);
-Value get_attr(const Value& obj, const std::string& name, Context& ctx, Pos p);
-Value subscript(const Value& obj, const Value& key, Context& ctx, Pos p);
+Value get_attr(const Value& obj, const std::string& name, Pos p);
+Value subscript(const Value& obj, const Value& key, Pos p);
 Value slice(const Value& obj, const Value& a, const Value& b, const Value& c, Context& ctx, Pos p);
 Value call_function(const Value& f, CallArgs& args, Context& ctx, Pos p);
 

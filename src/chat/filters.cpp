@@ -416,15 +416,16 @@ Value attr_path(const Value& v, const std::string& path, Context& ctx, Pos p) {
   while (true) {
     const size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    ctx.budget.charge(1, p);
     const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) {
       return std::isdigit(static_cast<unsigned char>(c));
     });
     if (digits) {
       errno = 0;
       const long long i = std::strtoll(part.c_str(), nullptr, 10);  // past int64: no such item
-      cur = errno == ERANGE ? Value::undefined() : subscript(cur, Value(static_cast<int64_t>(i)), ctx, p);
+      cur = errno == ERANGE ? Value::undefined() : subscript(cur, Value(static_cast<int64_t>(i)), p);
     } else {
-      cur = cur.is_undefined() ? cur : subscript(cur, Value(part), ctx, p);
+      cur = cur.is_undefined() ? cur : subscript(cur, Value(part), p);
     }
     if (dot == std::string::npos) return cur;
     start = dot + 1;

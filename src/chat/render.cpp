@@ -74,11 +74,11 @@ Value DictE::eval_impl(Context& ctx) const {
   return d;
 }
 
-Value AttrE::eval_impl(Context& ctx) const { return get_attr(obj->eval(ctx), name, ctx, pos); }
+Value AttrE::eval_impl(Context& ctx) const { return get_attr(obj->eval(ctx), name, pos); }
 
 Value ItemE::eval_impl(Context& ctx) const {
   const Value o = obj->eval(ctx);
-  return subscript(o, key->eval(ctx), ctx, pos);
+  return subscript(o, key->eval(ctx), pos);
 }
 
 Value SliceE::eval_impl(Context& ctx) const {
