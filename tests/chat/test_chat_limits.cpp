@@ -239,3 +239,12 @@ TEST(ChatLimits, CallersCanPassTheirOwnLimits) {
     EXPECT_NE(std::string(e.what()).find("output limit exceeded"), std::string::npos) << e.what();
   }
 }
+
+TEST(ChatLimits, BytesThatAreNotUtf8CountAsOneCharacterEach) {
+  // Template text is UTF-8, but a checkpoint may carry anything: a stray byte (here a lone 0xFF, a truncated
+  // sequence and an encoded surrogate) is one character, read as Latin-1 (core/utf8.hpp next_cp_lenient).
+  EXPECT_EQ(render("{{ 'a\xff\xc3\xa9'|length }}"), "3");
+  EXPECT_EQ(render("{{ 'a\xe2\x82'|length }} {{ '\xed\xa0\x80'|length }}"), "3 3");
+  EXPECT_EQ(render("{{ 'a\xff'|reverse }}"), "\xc3\xbf" "a");
+  EXPECT_EQ(render("{{ '\xff' }}"), "\xff");  // printed as is
+}
