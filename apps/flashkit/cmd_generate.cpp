@@ -24,7 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "engine/chat_template.hpp"
+#include "chat/chat_template.hpp"
 #include "engine/sampler.hpp"
 #include "engine/stop.hpp"
 #include "flashkit/engine.hpp"
@@ -389,7 +389,7 @@ void run_chat(const GenArgs& a) {
   auto model = Model::load(a.model, load_options(a));
   auto session = model->new_session();
   std::ostream& out = outf ? *outf : std::cout;
-  std::vector<engine::ChatMessage> msgs;
+  std::vector<chat::ChatMessage> msgs;
   if (!a.system.empty()) msgs.push_back({"system", a.system});
   std::vector<int32_t> cached;  // the ids in the session's cache, in order
   GenerateOptions g = gen_options(a);
@@ -412,7 +412,7 @@ void run_chat(const GenArgs& a) {
     if (line.empty()) continue;
     msgs.push_back({"user", line});
     const std::string text =
-        engine::render_chat_template(tmpl, msgs, true, tok->bos_token(), tok->eos_token());
+        chat::render_chat_template(tmpl, msgs, true, tok->bos_token(), tok->eos_token());
     std::vector<int32_t> ids = tok->encode(text, false);
     // Reuse the cache when it holds a prefix of the new conversation; otherwise start over.
     size_t common = 0;

@@ -3,13 +3,13 @@
 #include <algorithm>
 
 #include "flashkit/error.hpp"
-#include "tokenizer/utf8.hpp"
+#include "core/utf8.hpp"
 
 namespace flashkit::engine {
 namespace {
 
 // Bytes at the end of s that form an incomplete UTF-8 sequence (0 when s ends on a boundary).
-size_t incomplete_utf8_tail(std::string_view s) { return s.size() - tok::utf8_complete_prefix(s); }
+size_t incomplete_utf8_tail(std::string_view s) { return s.size() - utf8_complete_prefix(s); }
 
 }  // namespace
 

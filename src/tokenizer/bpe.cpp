@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "flashkit/error.hpp"
-#include "tokenizer/utf8.hpp"
+#include "core/utf8.hpp"
 
 namespace flashkit::tok {
 

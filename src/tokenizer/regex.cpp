@@ -4,7 +4,7 @@
 #include <pcre2.h>
 
 #include "flashkit/error.hpp"
-#include "tokenizer/utf8.hpp"
+#include "core/utf8.hpp"
 
 namespace flashkit::tok {
 

@@ -16,7 +16,8 @@
 #include "tokenizer/json_load.hpp"
 #include "tokenizer/normalize.hpp"
 #include "tokenizer/regex.hpp"
-#include "tokenizer/utf8.hpp"
+#include "core/utf8.hpp"
+#include "tokenizer/char_tables.hpp"
 
 namespace flashkit {
 

@@ -161,6 +161,26 @@ def test_chat_needs_a_template(tmp_path):
     assert_clean_failure(run("chat", "-m", LLAMA), "tokenizer.json")
 
 
+@pytest.mark.parametrize("template,message", [
+    ("{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}", "nesting deeper than 200"),
+    ("{{ (-9223372036854775807 - 1) // -1 }}", "integer overflow"),
+    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "render budget exceeded"),
+    ("{{ 'x' * 100000000000 }}", "output limit exceeded"),
+])
+def test_chat_hostile_template_fails_cleanly(llama_with_tokenizer, template, message):
+    # tokenizer_config.json is untrusted: a hostile chat template is one line on stderr and exit status 2.
+    cfg_path = os.path.join(llama_with_tokenizer, "tokenizer_config.json")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    cfg["chat_template"] = template
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f)
+    p = subprocess.run([CLI, "chat", "-m", llama_with_tokenizer, "-n", "2"], input="hi\n", capture_output=True,
+                       text=True, timeout=120)
+    assert_clean_failure(p, "chat template", message)
+    assert p.returncode == 2, p.stderr
+
+
 # --- bad input --------------------------------------------------------------------------------------------
 
 def test_bad_inputs(tmp_path):

@@ -2,7 +2,8 @@
 // `chat_template`) for a conversation, the way transformers' apply_chat_template does (tokenize=False):
 // variables messages, add_generation_prompt, bos_token, eos_token, tools=None, documents=None, plus any
 // extra keyword variables (date_string for Llama 3.1+, enable_thinking for Qwen3, ...); globals
-// raise_exception and strftime_now. See engine/jinja.hpp for the supported Jinja subset.
+// raise_exception and strftime_now. See chat/jinja.hpp and docs/chat-templates.md for the supported Jinja
+// subset and the limits a render runs under (chat/limits.hpp).
 #pragma once
 #include <ctime>
 #include <nlohmann/json_fwd.hpp>
@@ -12,9 +13,10 @@
 #include <utility>
 #include <vector>
 
-#include "engine/jinja.hpp"
+#include "chat/jinja.hpp"
+#include "chat/limits.hpp"
 
-namespace flashkit::engine {
+namespace flashkit::chat {
 
 struct ChatMessage {
   std::string role, content;
@@ -27,6 +29,8 @@ struct ChatTemplateOptions {
   std::vector<std::pair<std::string, jinja::Value>> extra;
   // Clock for strftime_now (default: the current local time).
   std::optional<std::time_t> now;
+  // Work, output size and nesting a render may use (chat/limits.hpp); exceeding them is a flashkit::Error.
+  RenderLimits limits;
 };
 
 // A parsed chat template, for rendering many conversations (chat REPL) without re-parsing.
@@ -59,4 +63,4 @@ std::string chat_template_from_config(const nlohmann::json& tokenizer_config, st
 // A special token's text: "..." or {"content": "...", ...} (AddedToken); "" for null/absent.
 std::string special_token_text(const nlohmann::json& token);
 
-}  // namespace flashkit::engine
+}  // namespace flashkit::chat

@@ -1,10 +1,10 @@
-#include "engine/chat_template.hpp"
+#include "chat/chat_template.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include "flashkit/error.hpp"
 
-namespace flashkit::engine {
+namespace flashkit::chat {
 namespace {
 
 jinja::Value variables(jinja::Value messages, const ChatTemplateOptions& o) {
@@ -36,18 +36,20 @@ jinja::Value message_list(const std::vector<ChatMessage>& messages) {
 ChatTemplate::ChatTemplate(std::string_view jinja_template) : tmpl_(jinja_template) {}
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const ChatTemplateOptions& options) const {
-  return tmpl_.render(variables(message_list(messages), options), options.now);
+  return tmpl_.render(variables(message_list(messages), options), options.now, options.limits);
 }
 
 std::string ChatTemplate::render_json(const nlohmann::ordered_json& messages,
                                       const ChatTemplateOptions& options) const {
   if (!messages.is_array()) fail(Status::invalid_argument, "chat template: messages must be a JSON array");
-  return tmpl_.render(variables(jinja::from_json(messages), options), options.now);
+  jinja::Value list = jinja::from_json(messages, options.limits.max_value_depth);
+  return tmpl_.render(variables(std::move(list), options), options.now, options.limits);
 }
 
 std::string ChatTemplate::render_json(const nlohmann::json& messages, const ChatTemplateOptions& options) const {
   if (!messages.is_array()) fail(Status::invalid_argument, "chat template: messages must be a JSON array");
-  return tmpl_.render(variables(jinja::from_json(messages), options), options.now);
+  jinja::Value list = jinja::from_json(messages, options.limits.max_value_depth);
+  return tmpl_.render(variables(std::move(list), options), options.now, options.limits);
 }
 
 std::string render_chat_template(std::string_view jinja_template, const std::vector<ChatMessage>& messages,
@@ -90,4 +92,4 @@ std::string special_token_text(const nlohmann::json& token) {
   return {};
 }
 
-}  // namespace flashkit::engine
+}  // namespace flashkit::chat

@@ -13,15 +13,15 @@
 #include <string>
 #include <vector>
 
-#include "engine/chat_template.hpp"
-#include "engine/jinja.hpp"
+#include "chat/chat_template.hpp"
+#include "chat/jinja.hpp"
 #include "flashkit/error.hpp"
 
-using flashkit::engine::ChatMessage;
-using flashkit::engine::ChatTemplate;
-using flashkit::engine::ChatTemplateOptions;
-using flashkit::engine::render_chat_template;
-namespace jinja = flashkit::engine::jinja;
+using flashkit::chat::ChatMessage;
+using flashkit::chat::ChatTemplate;
+using flashkit::chat::ChatTemplateOptions;
+using flashkit::chat::render_chat_template;
+namespace jinja = flashkit::chat::jinja;
 using json = nlohmann::ordered_json;
 
 namespace {
@@ -273,8 +273,8 @@ TEST(ChatTemplate, ValuesFromJsonAndToJson) {
 }
 
 TEST(ChatTemplate, TokenizerConfigHelpers) {
-  using flashkit::engine::chat_template_from_config;
-  using flashkit::engine::special_token_text;
+  using flashkit::chat::chat_template_from_config;
+  using flashkit::chat::special_token_text;
   EXPECT_EQ(chat_template_from_config(json{{"chat_template", "{{ x }}"}}), "{{ x }}");
   const json listed = {{"chat_template", json::array({{{"name", "tool_use"}, {"template", "T"}},
                                                       {{"name", "default"}, {"template", "D"}}})}};

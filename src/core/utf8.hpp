@@ -1,14 +1,14 @@
-// UTF-8 helpers of the tokenizer: strict validation, code point iteration, U+FFFD replacement of bad
-// sequences (the WHATWG "maximal subpart" rule, as TextDecoder does), and the GPT-2 byte <-> char table.
+// UTF-8 helpers shared by the tokenizer, the stop-string matcher and the chat templates: strict validation,
+// code point iteration (strict, and a lenient form for text that may hold stray bytes), U+FFFD replacement of
+// bad sequences (the WHATWG "maximal subpart" rule, as TextDecoder does).
 #pragma once
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 
-namespace flashkit::tok {
+namespace flashkit {
 
 // Length of the valid UTF-8 sequence starting at s[i] (1..4), 0 when it is invalid, -k when the k bytes
 // left (k < needed) are a valid but incomplete start of a sequence.
@@ -33,6 +33,13 @@ inline uint32_t next_cp(std::string_view s, size_t& i) {
 }
 inline size_t cp_len(unsigned char lead) { return lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2; }
 
+// Decodes the code point at s[i] of any text and advances i: a well-formed sequence decodes as usual, and each
+// byte that does not start one decodes as itself (U+0080..U+00FF, the Latin-1 reading) so no byte is lost.
+inline uint32_t next_cp_lenient(std::string_view s, size_t& i) {
+  if (utf8_seq(s, i) > 0) return next_cp(s, i);
+  return static_cast<unsigned char>(s[i++]);
+}
+
 // Appends cp as UTF-8; code points past U+10FFFF and surrogates become U+FFFD.
 void append_utf8(std::string& out, uint32_t cp);
 
@@ -43,16 +50,4 @@ std::string sanitize_utf8(std::string_view bytes);
 // valid) sequence starts at the end. Ill-formed parts inside the prefix are left for sanitize_utf8.
 size_t utf8_complete_prefix(std::string_view bytes);
 
-// White_Space property (what \s means in the tokenizers' regexes).
-bool is_white_space(uint32_t cp);
-
-// GPT-2 byte-level alphabet: byte -> code point, and back (-1 where the code point is no byte's).
-struct ByteLevelTable {
-  std::array<uint32_t, 256> byte_to_cp{};
-  std::array<std::string, 256> byte_to_utf8{};
-  std::array<int16_t, 324> cp_to_byte{};  // all mapped code points are < 324
-  ByteLevelTable();
-};
-const ByteLevelTable& byte_level_table();
-
-}  // namespace flashkit::tok
+}  // namespace flashkit
