@@ -27,6 +27,7 @@ namespace flashkit::train {
 
 struct Recipe {
   std::string source = "recipe";  // where it came from (messages)
+  std::string text;               // the recipe as given (copied into the run directory)
   std::string model_json;         // the "model" block: a Hugging Face config.json (llama or gemma3_text)
   std::filesystem::path train_data, val_data;  // token files (prepare_data); val optional
   std::filesystem::path tokenizer;             // tokenizer directory copied into the exported model (optional)
@@ -128,9 +129,9 @@ struct PerplexityResult {
   double perplexity = 0;    // exp(mean_nll)
   std::vector<float> nll;   // per scored token, in text order
 };
-// Sliding windows of `ctx` tokens advancing by `stride` (<= ctx): every token after the first is scored once, in
-// the first window that contains it with the most context allowed by the stride (Hugging Face's strided
-// perplexity); with bos >= 0 every window starts with BOS (the window then holds ctx - 1 text tokens).
+// Sliding windows of `ctx` tokens advancing by `stride` (1 <= stride < ctx): every token is scored once, in the
+// first window that holds it after at least one token of context (Hugging Face's strided perplexity); with
+// bos >= 0 every window starts with BOS (then holding ctx - 1 text tokens) and the first token is scored too.
 PerplexityResult perplexity(Model& model, std::span<const int32_t> ids, int64_t ctx, int64_t stride, int32_t bos);
 
 }  // namespace flashkit::train

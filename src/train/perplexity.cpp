@@ -13,8 +13,9 @@ PerplexityResult perplexity(Model& model, std::span<const int32_t> ids, int64_t 
   const int64_t n = int64_t(ids.size());
   const int64_t prefix = bos >= 0 ? 1 : 0;
   if (ctx < 2 + prefix) fail(Status::invalid_argument, "--ctx must be at least " + std::to_string(2 + prefix) + ", got " + std::to_string(ctx));
-  if (stride < 1 || stride > ctx - prefix)
-    fail(Status::invalid_argument, "--stride must be in [1, ctx" + std::string(prefix ? " - 1" : "") + "], got " + std::to_string(stride));
+  // stride < ctx: each window's first scored position had a token of context in the previous window.
+  if (stride < 1 || stride > ctx - 1)
+    fail(Status::invalid_argument, "--stride must be in [1, ctx - 1] = [1, " + std::to_string(ctx - 1) + "], got " + std::to_string(stride));
   if (n < 2) fail(Status::invalid_argument, "perplexity: the text has " + std::to_string(n) + " tokens; at least 2 are needed");
   auto session = model.new_session();
   if (ctx > session->max_context())

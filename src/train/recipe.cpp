@@ -96,6 +96,7 @@ Recipe parse_recipe(const std::string& text, const std::string& where) {
   }
   Recipe r;
   r.source = where;
+  r.text = text;
   const Reader top(j, where, "");
   if (!top.has("model")) top.bad("missing the \"model\" block (a Hugging Face config.json: llama or gemma3_text)");
   const json& model = top.raw("model");

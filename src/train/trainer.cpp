@@ -112,10 +112,7 @@ TrainResult train(const Recipe& r, const TrainOptions& o) {
   }
 
   fs::create_directories(r.output_dir);
-  write_file_atomic(r.output_dir / "recipe.json", [&] {
-    json rj = json::parse(read_file(r.source, "recipe"), nullptr, false);
-    return (rj.is_discarded() ? json::object() : rj).dump(2) + "\n";
-  }());
+  if (!r.text.empty()) write_file_atomic(r.output_dir / "recipe.json", r.text);
   std::ofstream log(r.output_dir / "log.jsonl", start > 0 ? std::ios::app : std::ios::trunc);
   if (!log) bad((r.output_dir / "log.jsonl").string() + ": cannot write the training log");
 
