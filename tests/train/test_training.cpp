@@ -80,6 +80,7 @@ TEST(Training, LossHalvesIn200StepsOnARepetitiveCorpus) {
     if (rep.val_loss >= 0) val = rep.val_loss;
   };
   const tr::TrainResult res = tr::train(r, o);
+  std::printf("[ train ] 200 steps: loss %.3f -> %.3f, validation %.3f\n", first, last, val);
   EXPECT_NEAR(first, std::log(64.0), 0.1);
   EXPECT_LT(last, 0.5 * first) << "first " << first << " last " << last;
   EXPECT_GE(val, 0.0);
@@ -130,6 +131,7 @@ void export_matches_engine(const json& model_json) {
   ASSERT_EQ(eng.size(), mine.size());
   std::vector<double> a(mine.begin(), mine.end()), b(eng.begin(), eng.end());
   EXPECT_LT(rel_err(a, b), 1e-4);
+  std::printf("[ train ] %s: engine vs trainer logits, relative error %.2e\n", cfg.model_type.c_str(), rel_err(a, b));
   for (int64_t t = 0; t < T; ++t) {
     std::vector<double> ra(a.begin() + t * V, a.begin() + (t + 1) * V), rb(b.begin() + t * V, b.begin() + (t + 1) * V);
     EXPECT_LT(rel_err(ra, rb), 1e-4) << "row " << t;
