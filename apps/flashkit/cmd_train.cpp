@@ -5,6 +5,7 @@
 //   flashkit prepare-data --synthetic copy|mqar -o DIR [--vocab-size N --seq-len N --examples N --seed S]
 //   flashkit perplexity -m DIR -f FILE [--ctx N --stride S] [--per-token FILE] [--no-bos] [--device D]
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -182,7 +183,9 @@ void add_perplexity(CLI::App& app) {
     if (!f) bad("-f/--file: cannot read " + a->file);
     std::ostringstream ss;
     ss << f.rdbuf();
-    const Tokenizer tok = Tokenizer::from_dir(a->model);
+    // A .gguf file reads the tokenizer.json next to it (as generate does).
+    const std::filesystem::path mp(a->model);
+    const Tokenizer tok = Tokenizer::from_dir(std::filesystem::is_directory(mp) ? mp : mp.parent_path());
     const std::vector<int32_t> ids = tok.encode(ss.str());
     LoadOptions lo;
     lo.device = a->device;

@@ -152,14 +152,34 @@ class CpuBackend final : public Backend {
     const int64_t N = transB ? B.rows : B.cols, KB = transB ? B.cols : B.rows;
     if (KB != K || C.rows != M || C.cols != N) internal("matmul shapes");
     if (M == 0 || N == 0) return;
-    const auto ta = transA ? CblasTrans : CblasNoTrans, tb = transB ? CblasTrans : CblasNoTrans;
+    // OpenMP splits C into slices along its larger side and each thread runs a single-threaded GEMM on its slice
+    // (as the engine does): OpenBLAS's own pthreads would compete with the OpenMP workers, and every element of C
+    // is computed by one call in a fixed order, so the result does not depend on the thread count's timing.
+    openblas_set_num_threads(1);
+    const bool by_rows = M >= N;
+    const int64_t len = by_rows ? M : N;
+    const int nt = int(std::max<int64_t>(1, std::min<int64_t>(threads_, (M * N * K) >> 15 ? (len + 15) / 16 : 1)));
+    const int64_t slice = ((len + nt - 1) / nt + 15) / 16 * 16;
+    const T* a = static_cast<const T*>(A.data);
+    const T* b = static_cast<const T*>(B.data);
+    T* c = static_cast<T*>(C.data);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int i = 0; i < nt; ++i) {
+      const int64_t s0 = std::min<int64_t>(len, int64_t(i) * slice), s1 = std::min<int64_t>(len, s0 + slice);
+      if (s0 >= s1) continue;
+      const T* as = by_rows ? (transA ? a + s0 : a + s0 * A.ld) : a;
+      const T* bs = by_rows ? b : (transB ? b + s0 * B.ld : b + s0);
+      T* cs = by_rows ? c + s0 * C.ld : c + s0;
+      gemm(transA, transB, by_rows ? s1 - s0 : M, by_rows ? N : s1 - s0, K, alpha, as, A.ld, bs, B.ld, beta, cs, C.ld);
+    }
+  }
+  static void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const T* A, int64_t lda, const T* B,
+                   int64_t ldb, float beta, T* C, int64_t ldc) {
+    const auto tA = ta ? CblasTrans : CblasNoTrans, tB = tb ? CblasTrans : CblasNoTrans;
     if constexpr (std::is_same_v<T, float>)
-      cblas_sgemm(CblasRowMajor, ta, tb, int(M), int(N), int(K), alpha, static_cast<const float*>(A.data), int(A.ld),
-                  static_cast<const float*>(B.data), int(B.ld), beta, static_cast<float*>(C.data), int(C.ld));
+      cblas_sgemm(CblasRowMajor, tA, tB, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
     else
-      cblas_dgemm(CblasRowMajor, ta, tb, int(M), int(N), int(K), alpha, static_cast<const double*>(A.data),
-                  int(A.ld), static_cast<const double*>(B.data), int(B.ld), beta, static_cast<double*>(C.data),
-                  int(C.ld));
+      cblas_dgemm(CblasRowMajor, tA, tB, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
   }
 
   void rope_fwd(const Mat& x, int64_t seq, int64_t heads, int64_t hd, const Mat& cos, const Mat& sin) override {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <tuple>
 
 #include "train_test_util.hpp"
 
@@ -190,9 +191,10 @@ void cross_entropy_case(float softcap) {
 TEST(TrainOps, CrossEntropyBackward) { cross_entropy_case(0.f); }
 TEST(TrainOps, CrossEntropySoftcapBackward) { cross_entropy_case(4.f); }
 
+// Small (one call) and large enough to be split into per-thread slices by rows (M >= N) and by columns.
 TEST(TrainOps, MatmulTransposes) {
   auto be = f64();
-  const int64_t M = 5, N = 7, K = 3;
+  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{5, 7, 3}, {70, 50, 40}, {33, 90, 41}})
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb) {
       const auto a = randn(size_t(M * K), 14), b = randn(size_t(K * N), 15), c0 = randn(size_t(M * N), 16);
@@ -207,7 +209,7 @@ TEST(TrainOps, MatmulTransposes) {
             s += (ta ? a[size_t(k * M + i)] : a[size_t(i * K + k)]) * (tb ? b[size_t(j * K + k)] : b[size_t(k * N + j)]);
           want[size_t(i * N + j)] = 0.5 * s + 2 * c0[size_t(i * N + j)];
         }
-      EXPECT_LT(rel_err(get(*be, C), want), 1e-14) << ta << tb;
+      EXPECT_LT(rel_err(get(*be, C), want), 1e-14) << M << "x" << N << "x" << K << " " << ta << tb;
     }
 }
 
