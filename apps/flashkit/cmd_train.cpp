@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/hardware.hpp"
+#include "analysis/roofline.hpp"
 #include "commands.hpp"
 #include "flashkit/engine.hpp"
 #include "flashkit/error.hpp"
@@ -26,10 +27,13 @@ namespace {
 
 [[noreturn]] void bad(const std::string& m) { fail(Status::invalid_argument, m); }
 
-// The device's dense peak for MFU: the datasheet figure of the GPU, the measured f32 rate of this CPU.
+// The device's dense peak for MFU: the datasheet bf16 figure of the GPU (the CUDA path computes in bf16), the
+// measured f32 rate of this CPU; 0 (MFU not shown) when unknown.
 double peak_tflops_for(const std::string& device) {
   try {
     if (device == "cpu") return analysis::peak_tflops(analysis::find_device("cpu"), "f32");
+    analysis::DeviceSpec spec;
+    if (analysis::match_device(analysis::gpu_name(), &spec)) return analysis::peak_tflops(spec, "bf16");
   } catch (const std::exception&) {
   }
   return 0;
