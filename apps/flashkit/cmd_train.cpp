@@ -50,7 +50,7 @@ void add_train(CLI::App& app) {
   auto* c = app.add_subcommand("train", "Train a Llama / Gemma-3-style model from a recipe (docs/training.md)");
   c->add_option("--config", a->config, "Recipe JSON (model config block, data, schedule, output)")->required();
   c->add_option("--resume", a->resume, "Continue from a run directory's latest checkpoint (or one checkpoint dir)");
-  c->add_option("--steps", a->steps, "Override train.steps (e.g. a short CPU run of a GPU recipe)");
+  c->add_option("--steps", a->steps, "Override train.steps (e.g. a short CPU run of a GPU recipe; the warmup is scaled)");
   c->add_option("--output", a->output, "Override output.dir");
   c->add_option("--device", a->device, "Override device: cpu | cuda | cuda:N");
   c->add_option("--threads", a->threads, "Override threads (CPU)");
@@ -58,9 +58,9 @@ void add_train(CLI::App& app) {
   c->callback([a] {
     train::Recipe r = train::load_recipe(a->config);
     if (a->steps < 0) bad("--steps must be positive, got " + std::to_string(a->steps));
-    if (a->steps > 0) {
+    if (a->steps > 0) {  // a shorter (or longer) run of the same schedule: the warmup keeps its share of the steps
+      r.warmup_steps = std::min(a->steps, (r.warmup_steps * a->steps + r.steps / 2) / r.steps);
       r.steps = a->steps;
-      r.warmup_steps = std::min(r.warmup_steps, r.steps);
     }
     if (!a->output.empty()) {
       r.output_dir = a->output;
