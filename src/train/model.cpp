@@ -78,9 +78,8 @@ TrainModel::TrainModel(const engine::ModelConfig& cfg, Backend& be, int64_t batc
   final_norm_ = p("model.norm.weight");
   g_final_norm_ = g("model.norm.weight");
 
-  const int64_t N = B_ * T_;
+  const int64_t N = B_ * T_;  // rows of a full micro-batch
   const int64_t qkv_cols = qd_ + 2 * kvd_;
-  const DType A = be_.act_dtype();
   layers_.resize(size_t(L));
   Mat h_prev = act(H_);
   for (int64_t l = 0; l < L; ++l) {
@@ -155,7 +154,6 @@ TrainModel::TrainModel(const engine::ModelConfig& cfg, Backend& be, int64_t batc
   losses_ = be_.alloc(P, chunk_rows_, 1);
   owned_.push_back(logits_chunk_);
   owned_.push_back(losses_);
-  (void)A;
 
   // RoPE tables [T, hd/2], as the engine computes them: f32 angle pos * inv_freq, cos/sin in double.
   auto tables = [&](const engine::RopeConfig& rc, Mat& cs, Mat& sn) {
@@ -201,7 +199,6 @@ Mat TrainModel::act(int64_t cols, DType dt, bool act_type) {
 }
 
 void TrainModel::init_weights(uint64_t seed) {
-  const DType P = be_.param_dtype();
   std::vector<double> host(size_t(table_.size()), 0.0);
   const double std0 = 0.02, std_res = 0.02 / std::sqrt(2.0 * double(cfg_.num_layers));
   const double norm_value = cfg_.norm_plus_one ? 0.0 : 1.0;
@@ -214,7 +211,6 @@ void TrainModel::init_weights(uint64_t seed) {
       host[size_t(e.offset + i)] = is_norm ? norm_value : rng.normal() * (residual ? std_res : std0);
   }
   upload_converted(be_, params_, host);
-  (void)P;
   be_.params_updated(params_);
 }
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <fstream>
 
+#include "engine/chat_template.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/tokenizer.hpp"
 #include "flashkit/train.hpp"
@@ -99,6 +100,22 @@ TEST(Bpe, TrainedTokenizerLoadsAndRoundTrips) {
   EXPECT_LT(double(tok.encode(arch).size()), 0.4 * double(arch.size()));
   EXPECT_GT(ids, 0);
   EXPECT_GT(bytes, 0);
+}
+
+// The chat template renders in flashkit's Jinja engine, and its markers are single special ids.
+TEST(Bpe, ChatTemplateRenders) {
+  const flashkit::Tokenizer tok = flashkit::Tokenizer::from_dir(trained());
+  const flashkit::engine::ChatTemplate ct(tok.chat_template());
+  flashkit::engine::ChatTemplateOptions o;
+  o.bos_token = tok.bos_token();
+  o.eos_token = tok.eos_token();
+  const std::string text = ct.render({{"system", "Be brief."}, {"user", "Hi!"}}, o);
+  EXPECT_EQ(text, "<|begin_of_text|><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n"
+                  "<|im_start|>assistant\n");
+  const auto ids = tok.encode(text);
+  EXPECT_EQ(ids[0], 0);
+  EXPECT_EQ(ids[1], *tok.token_id("<|im_start|>"));
+  EXPECT_EQ(tok.decode(ids), text);
 }
 
 TEST(Bpe, Deterministic) {
