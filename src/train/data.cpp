@@ -74,6 +74,15 @@ TokenFile::TokenFile(const fs::path& path) : path_(path) {
   n_ = int64_t(n);
   vocab_ = vocab;
   ids_ = h + kHeader;
+  // Every id inside the vocabulary the header states: the kernels index embedding rows with them unchecked.
+  for (int64_t i = 0; i < n_; ++i)
+    if (at(i) >= vocab_) {
+      const int32_t bad_id = at(i);
+      ::munmap(map_, map_bytes_);
+      map_ = nullptr;
+      bad(path.string() + ": token " + std::to_string(i) + " is " + std::to_string(bad_id) +
+          ", outside the file's vocabulary of " + std::to_string(vocab_) + " (corrupt token file)");
+    }
   ::madvise(map_, map_bytes_, MADV_RANDOM);
 }
 

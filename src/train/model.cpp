@@ -214,6 +214,18 @@ void TrainModel::init_weights(uint64_t seed) {
   be_.params_updated(params_);
 }
 
+double TrainModel::memory_bytes(const engine::ModelConfig& c, int64_t batch, int64_t seq) {
+  const double H = double(c.hidden_size), F = double(c.intermediate_size), qd = double(c.num_heads * c.head_dim),
+               kvd = double(c.num_kv_heads * c.head_dim), V = double(c.vocab_size), L = double(c.num_layers);
+  const double qkv = qd + 2 * kvd;
+  const double params = L * (qkv * H + qd * H + 3 * F * H + 4 * H) + V * H * (c.tie_embeddings ? 1 : 2) + H;
+  // per row and layer: h_in, xn1, qkv (x2 with q/k norms), att, h_mid, xn2, gate|up, act (+ ao, mo for Gemma)
+  const double per_row_layer = 5 * H + qkv * (c.qk_norm ? 2 : 1) + qd + 3 * F + (c.sandwich_norms ? 2 * H : 0);
+  const double per_row_scratch = 5 * H + 3 * F + qd + qkv;
+  const double rows = double(batch) * double(seq);
+  return 4.0 * (2 * params + rows * (L * per_row_layer + per_row_scratch) + double(int64_t(4) << 20));
+}
+
 double TrainModel::flops_per_token(int64_t seq) const {
   // 6 FLOPs per weight per token (forward 2, backward 4) for every matmul weight (the lm_head included, the
   // embedding lookup not), plus the attention scores and values: forward 2 * 2 * qd * (average visible keys).

@@ -48,6 +48,10 @@ class TrainModel {
   // Logits of every position, host [b * t, vocab] in the parameter dtype (f32 or f64); tests and evaluation.
   void logits(const int32_t* ids, int64_t b, int64_t t, void* out);
 
+  // Bytes of backend memory a model of this config needs for micro-batches of batch x seq (parameters, gradients,
+  // saved activations, scratch; the two Adam moments not included), in f32 -- to refuse a recipe up front.
+  static double memory_bytes(const engine::ModelConfig& cfg, int64_t batch, int64_t seq);
+
   // Model FLOPs per trained token (forward + backward, matmuls and attention scores; for MFU).
   double flops_per_token(int64_t seq) const;
 

@@ -11,6 +11,7 @@
 
 #include "engine/config.hpp"
 #include "flashkit/error.hpp"
+#include "flashkit/runtime.hpp"
 #include "flashkit/train.hpp"
 #include "train/checkpoint.hpp"
 #include "train/data.hpp"
@@ -71,6 +72,15 @@ TrainResult train(const Recipe& r, const TrainOptions& o) {
   if (!r.tokenizer.empty() && !fs::exists(r.tokenizer / "tokenizer.json", ec))
     bad(r.source + ": field \"data.tokenizer\": " + r.tokenizer.string() + " has no tokenizer.json");
 
+  if (r.device == "cpu") {  // refuse what cannot fit before allocating (the moments add 2 x parameters)
+    const double need = TrainModel::memory_bytes(cfg, r.batch_size, r.seq_len);
+    const double have = double(physical_memory_bytes());
+    if (need > 0.9 * have)
+      bad(r.source + ": fields \"train.batch_size\" x \"train.seq_len\" (" + std::to_string(r.batch_size) + " x " +
+          std::to_string(r.seq_len) + "): training needs about " + std::to_string(int64_t(need / (1 << 30))) +
+          " GiB, the machine has " + std::to_string(int64_t(have / (1 << 30))) +
+          " GiB (use a smaller batch_size and more grad_accum)");
+  }
   std::unique_ptr<Backend> be;
   if (r.device == "cpu") {
     be = make_cpu_backend(DType::f32, r.threads);

@@ -109,6 +109,25 @@ TEST(TrainBadInput, DataFilesAndTheirConsistency) {
   write_tokens(dir / "train.bin", 500, 50);
   fs::resize_file(dir / "train.bin", fs::file_size(dir / "train.bin") - 3);
   EXPECT_NE(train_error(r).find("truncated"), std::string::npos);
+  // an id beyond the vocabulary its header states
+  {
+    std::vector<int32_t> ids(100, 3);
+    tr::write_token_file(dir / "train.bin", ids, 50);
+    std::string bytes = tr::read_file(dir / "train.bin", "t");
+    bytes[32 + 2 * 40] = char(60);  // token 40 becomes 60
+    tr::write_file_atomic(dir / "train.bin", bytes);
+    EXPECT_NE(train_error(r).find("token 40 is 60, outside the file's vocabulary of 50"), std::string::npos)
+        << train_error(r);
+  }
+  // more memory than the machine has
+  {
+    write_tokens(dir / "train.bin", 500, 50);
+    tr::Recipe big = r;
+    big.batch_size = int64_t(1) << 30;  // ~10 TB of activations
+    big.seq_len = 32;
+    EXPECT_NE(train_error(big).find("fields \"train.batch_size\" x \"train.seq_len\""), std::string::npos)
+        << train_error(big);
+  }
   std::ofstream(dir / "junk.bin") << "this is not a token file at all, no no no";
   r.train_data = dir / "junk.bin";
   EXPECT_NE(train_error(r).find("not a flashkit token file"), std::string::npos);
