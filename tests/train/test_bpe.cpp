@@ -63,16 +63,23 @@ std::vector<std::string> probe_texts() {
   return t;
 }
 
-// One trained tokenizer for the whole binary.
+// One trained tokenizer per test process, removed at exit.
 const fs::path& trained() {
-  static fs::path dir;
-  if (dir.empty()) {
-    dir = temp_dir("bpe");
+  struct Dir {
+    fs::path p;
+    ~Dir() {
+      std::error_code ec;
+      if (!p.empty()) fs::remove_all(p, ec);
+    }
+  };
+  static Dir dir;
+  if (dir.p.empty()) {
+    dir.p = temp_dir("bpe");
     tr::BpeOptions o;
     o.vocab_size = 1500;
-    tr::train_bpe(repo_text(600'000), o, dir);
+    tr::train_bpe(repo_text(600'000), o, dir.p);
   }
-  return dir;
+  return dir.p;
 }
 
 TEST(Bpe, TrainedTokenizerLoadsAndRoundTrips) {
