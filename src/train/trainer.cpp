@@ -69,6 +69,11 @@ TrainResult train(const Recipe& r, const TrainOptions& o) {
     bad(r.source + ": field \"data.val\": " + val_f->path().string() + " holds " + std::to_string(val_f->size()) +
         " tokens, fewer than seq_len + 1 = " + std::to_string(r.seq_len + 1));
   std::error_code ec;
+  // A fresh run never overwrites an earlier one's log, checkpoints or model.
+  if (o.resume.empty() && fs::exists(r.output_dir / "checkpoints" / "latest", ec))
+    bad(r.source + ": field \"output.dir\": " + r.output_dir.string() +
+        " already holds a run (checkpoints/latest); continue it with --resume " + r.output_dir.string() +
+        " or choose another output directory");
   if (!r.tokenizer.empty() && !fs::exists(r.tokenizer / "tokenizer.json", ec))
     bad(r.source + ": field \"data.tokenizer\": " + r.tokenizer.string() + " has no tokenizer.json");
 

@@ -200,6 +200,8 @@ def test_bad_input(pipeline, tmp_path):
     data[-5] ^= 0x40
     open(st, "wb").write(bytes(data))
     clean_failure(run("train", "--config", good, "-q", "--resume", os.path.join(t, "run")), "corrupt checkpoint")
+    # a fresh run into that directory would overwrite it: refused
+    clean_failure(run("train", "--config", good, "-q"), 'field "output.dir"', "already holds a run")
     # without a GPU (or, before the CUDA backend is built, always) device cuda is a clean error
     info = run("info").stdout
     if "cuda devices:   0" in info:
