@@ -205,4 +205,4 @@ def test_bad_input(pipeline, tmp_path):
     # without a GPU (or, before the CUDA backend is built, always) device cuda is a clean error
     info = run("info").stdout
     if "cuda devices:   0" in info:
-        clean_failure(run("train", "--config", good, "--device", "cuda"), "device cuda")
+        clean_failure(run("train", "--config", good, "--device", "cuda", "--output", os.path.join(t, "gpu")), "device cuda")
