@@ -67,6 +67,35 @@ void model_grad_case(const nlohmann::json& cfg_json, uint64_t seed) {
 TEST(TrainModelGrad, LlamaGqaUntiedAttentionSoftcap) { model_grad_case(tiny_llama_json(), 11); }
 TEST(TrainModelGrad, GemmaSlidingSoftcapTied) { model_grad_case(tiny_gemma_json(), 12); }
 
+// The f32 trainer (sgemm, flash attention) against the f64 one on the same weights and batch: loss and gradient.
+TEST(TrainModelGrad, F32MatchesF64) {
+  for (auto j : {tiny_llama_json(97), tiny_gemma_json(97)}) {
+    j["hidden_size"] = 48;
+    j["intermediate_size"] = 80;
+    const auto cfg = cfg_of(j);
+    auto b64 = flashkit::train::make_cpu_backend(DType::f64, 2);
+    auto b32 = flashkit::train::make_cpu_backend(DType::f32, 2);
+    const int64_t B = 3, T = 37;
+    TrainModel m64(cfg, *b64, B, T), m32(cfg, *b32, B, T);
+    m64.init_weights(4);
+    auto p = randn(size_t(m64.table().size()), 44, 0.1);
+    for (const auto& e : m64.table().entries())
+      if (e.shape.size() == 1)
+        for (int64_t i = 0; i < e.numel(); ++i) p[size_t(e.offset + i)] = (cfg.norm_plus_one ? 0.0 : 1.0) + 0.1 * p[size_t(e.offset + i)];
+    flashkit::train::upload_converted(*b64, m64.params(), p);
+    flashkit::train::upload_converted(*b32, m32.params(), p);
+    flashkit::train::Rng r(6, 6);
+    std::vector<int32_t> ids(static_cast<size_t>(B * T)), tg(static_cast<size_t>(B * T));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(r.below(97)), tg[i] = int32_t(r.below(97));
+    b64->zero(m64.grads());
+    b32->zero(m32.grads());
+    const double l64 = m64.step(ids.data(), tg.data(), B, T, true, 1.f / float(B * T)).sum;
+    const double l32 = m32.step(ids.data(), tg.data(), B, T, true, 1.f / float(B * T)).sum;
+    EXPECT_NEAR(l32, l64, 1e-5 * std::fabs(l64)) << cfg.model_type;
+    EXPECT_LT(rel_err(get(*b32, m32.grads()), get(*b64, m64.grads())), 1e-4) << cfg.model_type;
+  }
+}
+
 // A freshly initialised model predicts nearly uniformly: loss ~ ln(vocab).
 TEST(TrainModelGrad, InitialLossIsLogVocab) {
   for (auto j : {tiny_llama_json(512), tiny_gemma_json(512)}) {
