@@ -20,7 +20,7 @@
 // Conventions (the CUDA kernels follow the same ones):
 //   rows r of an activation buffer are tokens: batch-major, r = b * seq_len + t, position t = r % seq_len.
 //   rmsnorm:   y = x * rstd * (w or 1 + w), rstd = 1 / sqrt(mean(x^2) + eps) over each group of `group` columns;
-//              rstd is saved as f32 [rows, cols / group].
+//              rstd is saved in the parameter dtype (f32; f64 in the gradient tests) as [rows, cols / group].
 //   rope:      HF "rotate half": for i < d/2, (x_i, x_{i+d/2}) rotated by the angle of (position, i); the cos and
 //              sin tables are [max_seq, d/2] in the activation dtype, already multiplied by the attention factor.
 //   gated_act: out[r, f] = act(gu[r, f]) * gu[r, F + f], gu = [gate | up]; act = silu or gelu_tanh.
@@ -109,7 +109,7 @@ class Backend {
   virtual void embedding_fwd(const Mat& ids, const Mat& table, const Mat& out, float scale) = 0;
   // dtable[ids[r]] += scale * dout[r]
   virtual void embedding_bwd(const Mat& ids, const Mat& dout, const Mat& dtable, float scale) = 0;
-  // out may alias x. w: [1, group] in the parameter dtype; rstd f32 [rows, cols / group].
+  // out may alias x. w: [1, group] in the parameter dtype; rstd [rows, cols / group] in the parameter dtype.
   virtual void rmsnorm_fwd(const Mat& x, const Mat& w, const Mat& out, const Mat& rstd, int64_t group, float eps,
                            bool plus_one) = 0;
   // dx (= or += with accumulate) and dw += from dout, the saved input x and rstd. dx may alias dout when
