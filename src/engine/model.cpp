@@ -179,6 +179,7 @@ class SessionImpl final : public Session {
       pos_ += T;
       note_written(pos_ - 1);
     }
+    tree_.active = false;  // a pending tree step is discarded
     if (all_logits) std::memcpy(last_.data(), all_.data() + (n - 1) * V, size_t(V) * 4);
     last_on_device_ = false;
   }
@@ -191,6 +192,7 @@ class SessionImpl final : public Session {
     m_.forward(*this, std::span<const int32_t>(&token, 1), pos_, false, nullptr, &r);
     pos_ += 1;
     note_written(pos_ - 1);
+    tree_.active = false;
     last_on_device_ = true;
     return r;
   }

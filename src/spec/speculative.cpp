@@ -60,8 +60,8 @@ void validate(const Session& target, const SpeculativeOptions& so) {
           " tokens, the target session " + std::to_string(target.position()) + "; they must hold the same text");
   }
   if (target.max_verify_rows() < 2)
-    bad("speculative: the target session cannot roll back a verification step (its sliding-window layers have no "
-        "KV ring slack: LoadOptions::kv_ring_slack is 0)");
+    bad("speculative: the target session verifies at most one row per step (LoadOptions::kv_ring_slack 0 with "
+        "sliding-window layers, or prefill_chunk 1)");
 }
 
 }  // namespace

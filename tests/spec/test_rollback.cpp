@@ -173,6 +173,12 @@ TEST(Rollback, BadArgumentsAreNamed) {
   expect_error([&] { s->accept_tree_path(std::vector<int32_t>{0, 1, 2}); }, {"nodes[2] = 2", "not a child"});
   s->accept_tree_path(std::vector<int32_t>{0, 2});
   EXPECT_EQ(s->position(), 12);
+  // Any other step discards a pending tree.
+  s->forward_tree(std::vector<int32_t>{5, 6}, std::vector<int32_t>{-1, 0});
+  s->decode(9);
+  expect_error([&] { s->accept_tree_path(std::vector<int32_t>{0, 1}); }, {"forward_tree first"});
+  EXPECT_EQ(s->position(), 13);
+  s->truncate(12);
   // Far past the ring (window 4 + slack 16 = 20 rows): rolling back beyond what the ring still holds is refused.
   for (int i = 0; i < 40; ++i) s->decode(7);
   EXPECT_EQ(s->position(), 52);
@@ -198,6 +204,47 @@ TEST(Rollback, GlobalLayersRollBackAnywhere) {
   double d = 0, n = 0;
   for (size_t i = 0; i < x.size(); ++i) d += (x[i] - y[i]) * (x[i] - y[i]), n += y[i] * y[i];
   EXPECT_LT(std::sqrt(d / n), 1e-5);
+}
+
+}  // namespace
+
+namespace {
+
+// kv_ring_slack 0: rings of exactly the window (decode reads every slot); rollback of one position only, and
+// speculative generation is refused. Same logits as with slack up to summation order.
+TEST(Rollback, RingWithoutSlack) {
+  ConfigFile f(gemma3_config(48, 4));
+  LoadOptions o;
+  o.random_weights = true;
+  o.threads = 1;
+  o.kv_ring_slack = 0;
+  auto m0 = Model::load(f.path(), o);
+  o.kv_ring_slack = 16;
+  auto m16 = Model::load(f.path(), o);
+  auto a = m0->new_session(), b = m16->new_session();
+  EXPECT_EQ(a->max_verify_rows(), 1);
+  std::mt19937 g(4);
+  const auto ids = random_ids(g, 48, 40);
+  a->prefill(std::span<const int32_t>(ids.data(), 5));
+  b->prefill(std::span<const int32_t>(ids.data(), 5));
+  for (size_t i = 5; i < ids.size(); ++i) {
+    a->decode(ids[i]);
+    b->decode(ids[i]);
+    const auto x = a->logits(), y = b->logits();
+    double d = 0, n = 0;
+    for (size_t j = 0; j < x.size(); ++j) d += (x[j] - y[j]) * (x[j] - y[j]), n += y[j] * y[j];
+    ASSERT_LT(std::sqrt(d / n), 1e-5) << "decode " << i;
+  }
+  expect_error([&] { a->truncate(38); }, {"cannot roll back to 38", "kv_ring_slack 0", "oldest reachable length is 39"});
+  a->truncate(39);
+  GenerateOptions go;
+  go.temperature = 0;
+  go.speculative.lookup = 2;
+  auto c = m0->new_session();
+  expect_error([&] { generate(*c, ids, go); }, {"verifies at most one row per step"});
+  LoadOptions bad = o;
+  bad.kv_ring_slack = -1;
+  expect_error([&] { Model::load(f.path(), bad); }, {"kv_ring_slack must be in [0, 1024], got -1"});
 }
 
 }  // namespace

@@ -57,6 +57,7 @@ class CpuBackend final : public Backend {
     return Tensor{p, dtype, rows, cols, cols};
   }
   void free(Tensor& t) override {
+    tree_kv_.erase(t.data);  // a KV cache's tree-step keys/values (keyed by its k buffer)
     auto it = owned_.find(t.data);
     if (it != owned_.end()) {
       std::free(t.data);
