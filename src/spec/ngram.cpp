@@ -20,10 +20,17 @@ std::vector<std::vector<int32_t>> ngram_candidates(std::span<const int32_t> hist
     for (int64_t j = L - n - 1; j >= 0; --j) {
       if (history[size_t(j + n - 1)] != suffix[n - 1] || !std::equal(suffix, suffix + n, history.data() + j))
         continue;
-      const int64_t start = j + n, len = std::min<int64_t>(max_tokens, L - start);
-      if (len <= 0 || covered(history.data() + start, len)) continue;
+      // The tokens that followed the match; where the copy runs past the end of the text it continues from its
+      // own beginning (an overlapping copy, as in LZ77), so periodic text gets full-length proposals.
+      const int64_t start = j + n;
+      std::vector<int32_t> c;
+      for (int64_t i = 0; i < max_tokens; ++i) {
+        const int64_t src = start + i;
+        c.push_back(src < L ? history[size_t(src)] : c[size_t(src - L)]);
+      }
+      const int64_t len = int64_t(c.size());
+      if (covered(c.data(), len)) continue;
       // A longer candidate that extends an earlier, shorter one replaces it (the trie would hold both anyway).
-      std::vector<int32_t> c(history.begin() + start, history.begin() + start + len);
       std::erase_if(out, [&](const std::vector<int32_t>& o) {
         return o.size() < c.size() && std::equal(o.begin(), o.end(), c.begin());
       });

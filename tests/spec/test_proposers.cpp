@@ -27,10 +27,12 @@ TEST(Ngram, LongestMostRecentMatchFirst) {
   EXPECT_EQ(c[1], (V{8, 1, 6}));
   // Width 1: only the best.
   EXPECT_EQ(ngram_candidates(h, 2, 3, 1), (std::vector<V>{{9, 2, 3}}));
-  // max_tokens caps the continuation; a match near the end gives a short one.
+  // max_tokens caps the continuation; a match near the end continues as an overlapping copy (periodic text).
   EXPECT_EQ(ngram_candidates(h, 2, 1, 1)[0], (V{9}));
   const V r = {1, 2, 1, 2, 1, 2};
-  EXPECT_EQ(ngram_candidates(r, 2, 4, 1)[0], (V{1, 2}));  // "1 2" at 2..3, followed by "1 2" (then the end)
+  EXPECT_EQ(ngram_candidates(r, 2, 5, 1)[0], (V{1, 2, 1, 2, 1}));  // "1 2" at 2..3, then "1 2", then the copy itself
+  const V a = {4, 7, 7, 7};
+  EXPECT_EQ(ngram_candidates(a, 3, 3, 1)[0], (V{7, 7, 7}));  // "7 7" at 1..2, followed by "7" and its own copy
   // Falls back to shorter n-grams: "4" occurs once before.
   const V s = {4, 8, 9, 3, 3, 4};
   EXPECT_EQ(ngram_candidates(s, 3, 2, 1)[0], (V{8, 9}));
