@@ -37,6 +37,7 @@ Verdict accept_draft(const Dist& p, const Dist& q, int32_t x, engine::Sampler& u
   const double px = p[x], qx = q[x];
   // min(1, p/q) without dividing: accept iff u * q(x) < p(x). (q(x) > 0: x was drawn from q.)
   if (uniform.next_uniform() * qx < px) return {true, x};
+  if (rule == AcceptRule::resample_p) return {false, p.sample(uniform.next_uniform())};
   // Residual max(0, p - q), over p's support (where it can be positive).
   double total = 0;
   for (int32_t t : p.support()) total += std::max(0.0, double(p[t]) - double(q[t]));
@@ -78,6 +79,7 @@ Verdict accept_candidates(const Dist& p, std::span<const int32_t> candidates, en
     mass -= pc;
     removed.push_back(c);
   }
+  if (rule == AcceptRule::resample_p) return {false, p.sample(uniform.next_uniform())};
   // Every candidate rejected: draw from p without them.
   const double target = uniform.next_uniform() * mass;
   double cum = 0;

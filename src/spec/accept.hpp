@@ -36,6 +36,7 @@ class Dist {
 enum class AcceptRule {
   exact,          // the rules above
   always_accept,  // deliberately wrong (tests): every proposal is accepted, so the output follows q, not p
+  resample_p,     // deliberately wrong (tests): the right acceptance test, but a rejection draws from p itself
 };
 
 struct Verdict {
