@@ -30,6 +30,7 @@
 #include "flashkit/engine.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/tokenizer.hpp"
+#include "spec_cli.hpp"
 
 namespace flashkit::cli {
 
@@ -52,6 +53,7 @@ struct GenArgs {
   bool ids = false, profile = false, random_weights = false, no_bos = false, ignore_eos = false, quiet = false;
   std::vector<std::string> stop;
   std::string output, stats_json, trace;
+  SpecArgs spec;  // generate only: speculative decoding (cmd_spec.cpp)
 };
 
 void add_common(CLI::App* c, GenArgs* a) {
@@ -202,7 +204,7 @@ void write_trace(const std::string& path, Model& m) {
   if (!f.good()) bad("--trace: writing " + path + " failed");
 }
 
-void report(const GenArgs& a, Model& m, const Totals& t) {
+void report(const GenArgs& a, Model& m, const Totals& t, const nlohmann::json* spec = nullptr) {
   const double pf = t.prefill_s > 0 ? t.prompt / t.prefill_s : 0;
   const double dc = t.decode_s > 0 ? t.decode_steps / t.decode_s : 0;
   if (!a.quiet) {
@@ -262,6 +264,7 @@ void report(const GenArgs& a, Model& m, const Totals& t) {
                         {"ops", ops},
                         {"ops_prefill", ops_prefill},
                         {"ops_decode", ops_decode}};
+    if (spec) j["speculative"] = *spec;
     std::ofstream f(a.stats_json);
     if (!f) bad("--stats-json: cannot write " + a.stats_json + ": " + std::strerror(errno));
     f << j.dump(1) << "\n";
@@ -328,6 +331,7 @@ std::vector<int32_t> stop_ids_for(const Model& m, const Tokenizer* tok, bool ign
 
 void run_generate(const GenArgs& a) {
   validate_common(a);
+  validate_spec_args(a.spec);
   const int given = int(!a.prompt.empty()) + int(!a.prompt_ids.empty()) + int(!a.prompt_file.empty());
   if (given != 1) bad("give exactly one prompt: -p TEXT, --prompt-file FILE or --prompt-ids 1,2,3");
   std::string text = a.prompt;
@@ -364,6 +368,8 @@ void run_generate(const GenArgs& a) {
   GenerateOptions g = gen_options(a);
   if (tok && !a.ignore_eos)
     for (int32_t e : tok->eos_ids()) g.stop_ids.push_back(e);
+  const SpecSetup spec(a.spec, a.model, load_options(a), *model);
+  spec.apply(g);
   Totals t;
   bool first = true;
   GenerationResult r = generate(*session, prompt, g, [&](int32_t id) {
@@ -374,7 +380,27 @@ void run_generate(const GenArgs& a) {
   if (outf && !outf->good()) bad("-o/--output: writing " + a.output + " failed");
   t.add(r);
   if (!pr.stop_reason().empty()) t.stop = pr.stop_reason();
-  report(a, *model, t);
+  if (!a.spec.active()) {
+    report(a, *model, t);
+    return;
+  }
+  // --spec-compare: the same generation without speculation (greedy outputs must match).
+  double base_tps = 0;
+  int same = -1;
+  if (a.spec.compare) {
+    auto s0 = model->new_session();
+    GenerateOptions g0 = g;
+    g0.speculative = {};
+    const GenerationResult b = generate(*s0, prompt, g0);
+    base_tps = b.decode_tokens_per_s();
+    if (g.temperature == 0) {
+      const bool prefix = r.tokens.size() <= b.tokens.size() && std::equal(r.tokens.begin(), r.tokens.end(), b.tokens.begin());
+      same = (r.stop_reason == "callback" ? prefix : r.tokens == b.tokens) ? 1 : 0;
+    }
+  }
+  const nlohmann::json sj = spec_report(a.spec, r, base_tps, same, true);
+  report(a, *model, t, &sj);
+  spec_report(a.spec, r, base_tps, same, a.quiet);
 }
 
 void run_chat(const GenArgs& a) {
@@ -474,6 +500,7 @@ void add_generate_commands(CLI::App& app) {
   gen->add_flag("--ids", a->ids, "Print generated token ids instead of text");
   gen->add_flag("--no-bos", a->no_bos, "Do not add the tokenizer's special tokens (BOS) to -p text");
   gen->add_option("-o,--output", a->output, "Write the generated text to FILE instead of stdout");
+  add_spec_options(gen, &a->spec);
   gen->callback([a] { run_generate(*a); });
 
   auto c = std::make_shared<GenArgs>();

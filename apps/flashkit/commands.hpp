@@ -10,5 +10,6 @@ void add_analysis_commands(CLI::App& app); // cmd_analysis.cpp: flashkit rooflin
 void add_tokenize_commands(CLI::App& app); // cmd_tokenize.cpp: flashkit tokenize | detokenize
 void add_generate_commands(CLI::App& app); // cmd_generate.cpp: flashkit generate | chat
 void add_train_commands(CLI::App& app);    // cmd_train.cpp: flashkit train | train-tokenizer | prepare-data | perplexity
+void add_spec_bench_command(CLI::App& app); // cmd_spec.cpp: flashkit bench spec (after add_bench_command)
 
 }  // namespace flashkit::cli

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string(flashkit::version()));
   flashkit::cli::add_info_command(app);
   flashkit::cli::add_bench_command(app);
+  flashkit::cli::add_spec_bench_command(app);
   flashkit::cli::add_analysis_commands(app);
   flashkit::cli::add_tokenize_commands(app);
   flashkit::cli::add_generate_commands(app);

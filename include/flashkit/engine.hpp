@@ -47,6 +47,10 @@ struct LoadOptions {
   // Kernel paths and switches of the backend (CUDA graphs, fusion, PDL, ...; the CPU ISA cap) and of generate()
   // on this model; unset: the process default (default_tuning()) at load time.
   std::optional<Tuning> tuning;
+  // Sliding-window layers keep this many rows beyond their window in their KV ring, so that a speculative step of up
+  // to kv_ring_slack + 1 rows can be rolled back without needing a row the ring overwrote (docs/speculative.md).
+  // Every session of every model gets it (a run without speculation computes exactly what a run with it does).
+  int64_t kv_ring_slack = 16;
 };
 
 struct ModelInfo {
@@ -110,6 +114,62 @@ class Session {
   virtual int64_t max_context() const = 0;
   virtual void reset() = 0;                         // empty the cache
   virtual const Model& model() const = 0;
+
+  // ---- speculative decoding (docs/speculative.md) ----
+  // Rollback: forget the positions >= new_length (0 <= new_length <= position()); O(1), nothing is copied. Global
+  // layers keep every row. Sliding-window rings keep their window + LoadOptions::kv_ring_slack positions, so any
+  // rollback of at most kv_ring_slack positions past the last step's start is possible; an older target whose rows a
+  // ring overwrote throws invalid_argument naming the oldest reachable length. logits() is stale until the next step.
+  virtual void truncate(int64_t new_length);
+  // Rows one verification step may have and still be rolled back (kv_ring_slack + 1 with sliding-window layers).
+  virtual int64_t max_verify_rows() const;
+  // Verification of a chain: appends `tokens` (one step when tokens.size() <= max_verify_rows()) and keeps every
+  // row's logits in all_logits() [n, vocab]. On the CPU backend each row is bitwise what decode() of that token at that
+  // position gives (attention one query row at a time, GEMV blocks of <= 8 rows), so greedy speculative decoding
+  // reproduces plain decoding exactly. Intermediates are f32 on every backend (as in decode steps).
+  virtual void forward_all_logits(std::span<const int32_t> tokens);
+  // Verification of a token tree (SpecInfer): parents[0] = -1, parents[i] in [0, i); node i sits at position
+  // position() + depth(i) and attends to the cache and to its ancestors only. all_logits() row i is the next-token
+  // logits after node i. position() does not move: accept_tree_path(nodes) then keeps a root-to-node path
+  // (nodes[0] = 0, each the previous one's child) and position() becomes position() + nodes.size(); any other call
+  // instead discards the tree. Needs supports_tree() (the CPU backend; CUDA verifies chains only).
+  virtual bool supports_tree() const { return false; }
+  virtual void forward_tree(std::span<const int32_t> tokens, std::span<const int32_t> parents);
+  virtual void accept_tree_path(std::span<const int32_t> nodes);
+};
+
+// Speculative decoding in generate(): a proposer guesses up to K tokens, the target verifies them in one forward
+// pass over K + 1 positions. Greedy output is identical to plain decoding (bitwise on the CPU backend); with
+// temperature > 0 the rejection rule of Leviathan et al. / Chen et al. keeps the target's distribution exactly.
+struct SpeculativeOptions {
+  // A session of a draft model that shares the target's tokenizer (vocab_size <= the target's). At the call it must
+  // hold the same tokens as the target session (both empty for a fresh generation).
+  Session* draft = nullptr;
+  int draft_tokens = 4;       // K per step; 0 = adaptive (acceptance rate and measured step times pick K)
+  int max_draft_tokens = 8;   // adaptive K's upper bound (and the n-gram proposer's K when draft_tokens is 0)
+  int lookup = 0;             // n-gram prompt lookup: match the last N..1 tokens of prompt + output (0 = off)
+  int tree_width = 1;         // > 1: up to W n-gram continuations verified as one token tree (CPU backend)
+  bool enabled() const { return draft != nullptr || lookup > 0; }
+};
+
+// What speculation did (GenerationResult::spec; all zero without speculation).
+struct SpecStats {
+  std::string proposer;        // "draft", "ngram", "ngram-tree", "draft+ngram"
+  int64_t steps = 0;           // verification forwards of the target
+  int64_t proposed = 0;        // draft tokens put to the target (tree: every node but the root)
+  int64_t accepted = 0;        // of those, accepted
+  int64_t emitted = 0;         // tokens the verification steps produced (accepted + one per step, until a stop)
+  double proposer_s = 0;       // time in the proposer (draft model forwards, n-gram search)
+  double verifier_s = 0;       // time in target verification forwards
+  double sampling_s = 0;       // acceptance tests and sampling
+  std::vector<int64_t> k_histogram;  // steps by the number of draft tokens proposed (index = K)
+  // Estimated speed-up of the decode phase over plain decoding: tokens per step x the cost of one plain decode step
+  // (from the verification times' fit t(T) = a + b T, at T = 1) / the time per step; 0 when the fit had one T only.
+  double speedup_estimate = 0;
+  double acceptance_rate() const { return proposed > 0 ? double(accepted) / double(proposed) : 0; }
+  double mean_accepted_length() const { return steps > 0 ? double(emitted) / double(steps) : 0; }
+  double proposer_s_per_step() const { return steps > 0 ? proposer_s / double(steps) : 0; }
+  double verifier_s_per_step() const { return steps > 0 ? verifier_s / double(steps) : 0; }
 };
 
 struct GenerateOptions {
@@ -122,6 +182,7 @@ struct GenerateOptions {
   uint64_t seed = 0;
   bool stop_at_eos = true;       // stop on the model's eos ids
   std::vector<int32_t> stop_ids; // more stop ids
+  SpeculativeOptions speculative; // off unless a draft session or lookup is given
 };
 
 struct GenerationResult {
@@ -130,7 +191,8 @@ struct GenerationResult {
   int64_t prompt_tokens = 0;
   double time_to_first_token_s = 0;  // prefill + first sample
   double prefill_s = 0, decode_s = 0;
-  int64_t decode_steps = 0;
+  int64_t decode_steps = 0;      // tokens produced after the first (with speculation: not forward passes)
+  SpecStats spec;
   double prefill_tokens_per_s() const { return prefill_s > 0 ? prompt_tokens / prefill_s : 0; }
   double decode_tokens_per_s() const { return decode_s > 0 ? decode_steps / decode_s : 0; }
 };

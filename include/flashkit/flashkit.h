@@ -136,6 +136,26 @@ FK_API fk_status fk_model_vocab_size(const fk_model* model, int64_t* out);
 FK_API fk_status fk_generate(fk_model* model, const int32_t* prompt, size_t n_prompt, int max_new_tokens,
                              float temperature, int top_k, float top_p, uint64_t seed, int32_t* out_ids, size_t cap,
                              size_t* n_out);
+/* Speculative decoding (docs/speculative.md): a proposer guesses tokens, the model verifies them in one forward
+ * pass. Greedy output equals fk_generate's; with temperature > 0 the output follows the same distribution. */
+typedef struct {
+  fk_model* draft;           /* a draft model sharing the tokenizer (vocab <= the model's), or NULL */
+  int32_t draft_tokens;      /* tokens proposed per step, 1..64; 0: adaptive */
+  int32_t max_draft_tokens;  /* adaptive's upper bound, 1..64 */
+  int32_t lookup;            /* n-gram prompt lookup: longest n-gram matched, 0..64 (0: off) */
+  int32_t tree_width;        /* > 1: that many n-gram continuations verified as a token tree (needs lookup) */
+} fk_spec_options;
+typedef struct {
+  int64_t steps, proposed, accepted, emitted; /* verification steps, draft tokens proposed / accepted, tokens produced */
+  double proposer_s, verifier_s, decode_s;    /* seconds proposing, verifying, and the whole decode phase */
+} fk_spec_stats;
+/* draft NULL, draft_tokens 4, max_draft_tokens 8, lookup 0, tree_width 1 (speculation off until draft or lookup). */
+FK_API void fk_spec_options_init(fk_spec_options* opts);
+/* fk_generate with speculative decoding (spec NULL or off: plain fk_generate). stats may be NULL. */
+FK_API fk_status fk_generate_speculative(fk_model* model, const int32_t* prompt, size_t n_prompt, int max_new_tokens,
+                                         float temperature, int top_k, float top_p, uint64_t seed,
+                                         const fk_spec_options* spec, int32_t* out_ids, size_t cap, size_t* n_out,
+                                         fk_spec_stats* stats);
 /* Prefills prompt[0, n) in a fresh session and copies the last position's logits (vocab size floats, f32)
  * to out_last_logits; cap (in floats) must be >= the vocab size. */
 FK_API fk_status fk_model_logits(fk_model* model, const int32_t* prompt, size_t n, float* out_last_logits,

@@ -50,6 +50,10 @@ struct Tuning {
   EngineDecodeMerge engine_decode_merge = EngineDecodeMerge::automatic;  // FLASHKIT_CUDA_ATTN_CLUSTER=0: global
   bool device_argmax = true;        // FLASHKIT_DEVICE_ARGMAX (greedy decoding's argmax on the backend)
 
+  // ---- speculative decoding and training
+  bool spec_exact = true;           // FLASHKIT_SPEC_EXACT=0: verify chains with the multi-row kernels (A/B runs)
+  int64_t train_inject_nan_step = -1;  // FLASHKIT_TRAIN_INJECT_NAN_STEP: tests poison the loss of that step
+
   // ---- analysis (roofline of this CPU when it is not in the hardware table)
   double cpu_peak_gflops = 0;       // FLASHKIT_CPU_PEAK_GFLOPS; 0: measure
   double cpu_bw_gbs = 0;            // FLASHKIT_CPU_BW_GBS; 0: measure

@@ -48,6 +48,28 @@ _PROTOS = {
 
 _c_float_p = ctypes.POINTER(ctypes.c_float)
 
+
+class _SpecOptions(ctypes.Structure):  # fk_spec_options
+    _fields_ = [("draft", ctypes.c_void_p), ("draft_tokens", ctypes.c_int32), ("max_draft_tokens", ctypes.c_int32),
+                ("lookup", ctypes.c_int32), ("tree_width", ctypes.c_int32)]
+
+
+class _SpecStats(ctypes.Structure):  # fk_spec_stats
+    _fields_ = [("steps", ctypes.c_int64), ("proposed", ctypes.c_int64), ("accepted", ctypes.c_int64),
+                ("emitted", ctypes.c_int64), ("proposer_s", ctypes.c_double), ("verifier_s", ctypes.c_double),
+                ("decode_s", ctypes.c_double)]
+
+
+# Declared apart: a library without speculative decoding still serves Model.generate() without it.
+_SPEC_PROTOS = {
+    "fk_generate_speculative": (
+        ctypes.c_int32,
+        [ctypes.c_void_p, _c_i32_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_float,
+         ctypes.c_uint64, ctypes.POINTER(_SpecOptions), _c_i32_p, ctypes.c_size_t, _c_size_p,
+         ctypes.POINTER(_SpecStats)],
+    ),
+}
+
 # Declared apart so that a library without sessions still serves Model; Model.session() then raises UnsupportedError.
 _SESSION_PROTOS = {
     "fk_session_new": (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]),
@@ -116,10 +138,19 @@ class Model(NativeHandle):
         """Rows of the model's output (its embedding's vocabulary)."""
         return self._vocab
 
-    def generate(self, prompt_ids, max_new_tokens=128, temperature=0.0, top_k=0, top_p=1.0, seed=0):
+    def generate(self, prompt_ids, max_new_tokens=128, temperature=0.0, top_k=0, top_p=1.0, seed=0, draft=None,
+                 draft_tokens=4, lookup=0, tree_width=1, max_draft_tokens=8):
         """Generated ids (list[int]) after `prompt_ids`: at most max_new_tokens, fewer when an eos id (included)
-        ends generation or the context is full. temperature 0 is greedy; top_k 0 is off; top_p in (0, 1]."""
+        ends generation or the context is full. temperature 0 is greedy; top_k 0 is off; top_p in (0, 1].
+
+        Speculative decoding (docs/speculative.md) with `draft` (a flashkit.Model sharing the tokenizer) and/or
+        `lookup` (n-gram prompt lookup, the longest n-gram matched): same greedy output, same distribution when
+        sampling. draft_tokens: K per step (1..64) or "auto"; tree_width > 1 verifies several n-gram continuations
+        as a token tree. Afterwards `last_spec_stats` holds the step counts and times (a dict)."""
         h = self._handle()
+        if draft is not None or lookup != 0:
+            return self._generate_speculative(h, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, draft,
+                                              draft_tokens, lookup, tree_width, max_draft_tokens)
         arr, n = as_ids(prompt_ids, "prompt_ids", self._vocab)
         if n == 0:
             raise InvalidArgumentError("prompt_ids: the prompt is empty (give at least one token)", 1)
@@ -135,6 +166,38 @@ class Model(NativeHandle):
         out = (ctypes.c_int32 * mnt)()
         n_out = ctypes.c_size_t(0)
         _capi.check(_capi.lib.fk_generate(h, arr, n, mnt, temp, tk, tp, sd, out, mnt, ctypes.byref(n_out)))
+        return list(out[: n_out.value])
+
+    def _generate_speculative(self, h, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, draft,
+                              draft_tokens, lookup, tree_width, max_draft_tokens):
+        if draft is not None and not isinstance(draft, Model):
+            raise TypeError("draft: expected a flashkit.Model or None, got %s" % type_name(draft))
+        if declare(_capi.lib, _SPEC_PROTOS) is not None:
+            from .errors import UnsupportedError
+            raise UnsupportedError("this flashkit library has no speculative decoding (fk_generate_speculative)", 2)
+        arr, n = as_ids(prompt_ids, "prompt_ids", self._vocab)
+        if n == 0:
+            raise InvalidArgumentError("prompt_ids: the prompt is empty (give at least one token)", 1)
+        mnt = as_int(max_new_tokens, "max_new_tokens", 1, _INT_MAX, "at least 1")
+        temp = _real(temperature, "temperature", "finite and >= 0, 0 for greedy")
+        tk = as_int(top_k, "top_k", 0, _INT_MAX, "top_k >= 0, 0 for off")
+        tp = _real(top_p, "top_p", "in (0, 1]")
+        sd = as_int(seed, "seed", 0, 2**64 - 1, "a seed in [0, 2**64)")
+        o = _SpecOptions()
+        if draft is not None:
+            hd = draft._handle()
+            o.draft = hd.value if isinstance(hd, ctypes.c_void_p) else hd
+        o.draft_tokens = 0 if draft_tokens == "auto" else as_int(draft_tokens, "draft_tokens", 1, 64,
+                                                                  'K in [1, 64] or "auto"')
+        o.max_draft_tokens = as_int(max_draft_tokens, "max_draft_tokens", 1, 64, "in [1, 64]")
+        o.lookup = as_int(lookup, "lookup", 0, 64, "in [0, 64]")
+        o.tree_width = as_int(tree_width, "tree_width", 1, 64, "in [1, 64]")
+        out = (ctypes.c_int32 * mnt)()
+        n_out = ctypes.c_size_t(0)
+        st = _SpecStats()
+        _capi.check(_capi.lib.fk_generate_speculative(h, arr, n, mnt, temp, tk, tp, sd, ctypes.byref(o), out, mnt,
+                                                      ctypes.byref(n_out), ctypes.byref(st)))
+        self.last_spec_stats = {f: getattr(st, f) for f, _ in _SpecStats._fields_}
         return list(out[: n_out.value])
 
     def logits(self, prompt_ids):

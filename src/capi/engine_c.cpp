@@ -221,6 +221,76 @@ fk_status fk_generate(fk_model* model, const int32_t* prompt, size_t n_prompt, i
   });
 }
 
+void fk_spec_options_init(fk_spec_options* o) {
+  if (!o) return;
+  o->draft = nullptr;
+  o->draft_tokens = 4;
+  o->max_draft_tokens = 8;
+  o->lookup = 0;
+  o->tree_width = 1;
+}
+
+fk_status fk_generate_speculative(fk_model* model, const int32_t* prompt, size_t n_prompt, int max_new_tokens,
+                                  float temperature, int top_k, float top_p, uint64_t seed,
+                                  const fk_spec_options* spec, int32_t* out_ids, size_t cap, size_t* n_out,
+                                  fk_spec_stats* stats) {
+  if (stats) *stats = fk_spec_stats{};
+  if (!spec || (!spec->draft && spec->lookup == 0))
+    return fk_generate(model, prompt, n_prompt, max_new_tokens, temperature, top_k, top_p, seed, out_ids, cap, n_out);
+  return guarded([&] {
+    need(model, "model");
+    need(n_out, "n_out");
+    *n_out = 0;
+    if (n_prompt == 0) bad("n_prompt: the prompt is empty (give at least one token)");
+    check_ids(prompt, n_prompt, model->model->info().vocab_size, "prompt");
+    if (max_new_tokens < 1) bad("max_new_tokens: must be at least 1, got " + std::to_string(max_new_tokens));
+    if (!std::isfinite(temperature) || temperature < 0)
+      bad("temperature: must be finite and >= 0 (0: greedy), got " + std::to_string(temperature));
+    if (top_k < 0) bad("top_k: must be >= 0 (0: off), got " + std::to_string(top_k));
+    if (!(top_p > 0 && top_p <= 1)) bad("top_p: must be in (0, 1], got " + std::to_string(top_p));
+    need(out_ids, "out_ids");
+    if (cap < size_t(max_new_tokens)) {
+      *n_out = size_t(max_new_tokens);
+      bad("cap: out_ids holds " + std::to_string(cap) + " ids but max_new_tokens is " + std::to_string(max_new_tokens) +
+          "; pass cap >= max_new_tokens");
+    }
+    flashkit::GenerateOptions g;
+    g.max_new_tokens = max_new_tokens;
+    g.temperature = temperature;
+    g.top_k = top_k;
+    g.top_p = top_p;
+    g.seed = seed;
+    g.speculative.draft_tokens = spec->draft_tokens;
+    g.speculative.max_draft_tokens = spec->max_draft_tokens;
+    g.speculative.lookup = spec->lookup;
+    g.speculative.tree_width = spec->tree_width;
+    // Both models' locks (one when the draft is the model itself), taken together so two calls cannot deadlock.
+    std::unique_lock<std::mutex> a(*model->mu, std::defer_lock), b;
+    std::unique_ptr<flashkit::Session> draft;
+    if (spec->draft && spec->draft->mu != model->mu) {
+      b = std::unique_lock<std::mutex>(*spec->draft->mu, std::defer_lock);
+      std::lock(a, b);
+    } else {
+      a.lock();
+    }
+    auto session = model->model->new_session();
+    if (spec->draft) {
+      draft = spec->draft->model->new_session();
+      g.speculative.draft = draft.get();
+    }
+    const flashkit::GenerationResult r =
+        flashkit::generate(*session, std::span<const int32_t>(prompt, n_prompt), g);
+    const size_t k = std::min(r.tokens.size(), cap);
+    if (k) std::memcpy(out_ids, r.tokens.data(), k * sizeof(int32_t));
+    *n_out = k;
+    if (stats) {
+      stats->steps = r.spec.steps, stats->proposed = r.spec.proposed, stats->accepted = r.spec.accepted;
+      stats->emitted = r.spec.emitted;
+      stats->proposer_s = r.spec.proposer_s, stats->verifier_s = r.spec.verifier_s, stats->decode_s = r.decode_s;
+    }
+  });
+}
+
 fk_status fk_model_logits(fk_model* model, const int32_t* prompt, size_t n, float* out_last_logits, size_t cap) {
   return guarded([&] {
     need(model, "model");

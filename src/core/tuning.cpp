@@ -106,6 +106,8 @@ Tuning tuning_from_env() {
   t.gemv_streaming_loads = env::flag("FLASHKIT_CUDA_LDCS", t.gemv_streaming_loads);
   if (!env::flag("FLASHKIT_CUDA_ATTN_CLUSTER", true)) t.engine_decode_merge = EngineDecodeMerge::global;
   t.device_argmax = env::flag("FLASHKIT_DEVICE_ARGMAX", t.device_argmax);
+  t.spec_exact = env::flag("FLASHKIT_SPEC_EXACT", t.spec_exact);
+  t.train_inject_nan_step = env::integer("FLASHKIT_TRAIN_INJECT_NAN_STEP", -1, 0, INT64_MAX);
 
   t.cpu_peak_gflops = env::positive("FLASHKIT_CPU_PEAK_GFLOPS", 0);
   t.cpu_bw_gbs = env::positive("FLASHKIT_CPU_BW_GBS", 0);

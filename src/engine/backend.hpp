@@ -46,8 +46,12 @@
 // KV cache (KVLayer)
 //   Per layer, per sequence: k and v are [capacity, kv_heads * head_dim] (a Tensor each). A global layer has
 //   capacity = the session's max context and stores position p in row p. A sliding-window layer keeps only
-//   its window: capacity = window, a ring, position p in row p % capacity. Paged blocks can later replace the
-//   two tensors with a block table without changing the op signature (KVLayer grows a table pointer).
+//   its window plus LoadOptions::kv_ring_slack rows: capacity = window + slack, a ring, position p in row
+//   p % capacity. The slack is what makes speculative rollback possible: a step of up to slack + 1 rows overwrites
+//   only positions older than the window of any position it may be rolled back to (docs/speculative.md). A query
+//   at position p sees positions (p - window, p]; with slack, a full ring holds `slack` stale rows it must skip.
+//   Paged blocks can later replace the two tensors with a block table without changing the op signature
+//   (KVLayer grows a table pointer).
 //
 // attention(): appends, then attends
 //   The op first writes the step's T new key/value rows into the cache (rows pos0..pos0+T-1, mod capacity for a
@@ -76,6 +80,7 @@
 #include <string>
 
 #include "flashkit/dtype.hpp"
+#include "flashkit/error.hpp"
 #include "flashkit/tensor.hpp"
 #include "flashkit/tuning.hpp"
 #include "model/weights.hpp"
@@ -182,6 +187,25 @@ class Backend {
   virtual void graph_begin(uint64_t /*key*/) {}
   virtual void graph_end(uint64_t /*key*/) {}
   virtual void graph_forget_all() {}  // called when a session's buffers are freed
+  // ---- speculative verification steps (src/spec, docs/speculative.md) ----
+  // The shape of the next step beyond set_step's chain; set_step resets it (a chain, decode_exact off).
+  //   decode_exact: every row's results are bitwise those a one-row step (T = 1) at its position would give, so a
+  //     verification step reproduces plain decoding exactly (CPU: attention one query row at a time, linear in GEMV
+  //     blocks of <= 8 rows). Backends that cannot promise it ignore the flag (CUDA: see docs/speculative.md).
+  //   parent (only where supports_tree()): a token tree. parent[0] = -1, parent[t] in [0, t). Row t sits at position
+  //     pos0 + depth(t) and attends to the cache positions < pos0 plus its ancestors and itself (SpecInfer's tree
+  //     mask). The cache rows of positions >= pos0 are scratch after a tree step until kv_commit_tree() picks a
+  //     root-to-node path. Tree steps are always decode-exact on the CPU.
+  struct StepShape {
+    std::span<const int32_t> parent;
+    bool decode_exact = false;
+  };
+  virtual bool supports_tree() const { return false; }
+  virtual void set_step_shape(const StepShape& shape);
+  // After a tree step at pos0: the cache rows of positions pos0 + j take the keys/values the step computed for its
+  // row rows[j] (j < rows.size(); rows is a root-to-node path of that step's tree). One call per layer.
+  virtual void kv_commit_tree(const KVLayer& cache, int64_t pos0, std::span<const int32_t> rows);
+
   // Counters of backend-internal decisions, for tests and profiling (zeros where a backend has none).
   struct Stats {
     uint64_t residual_redirects = 0;  // CUDA: in-place residual updates written to the shadow buffer (ping-pong)
@@ -220,6 +244,13 @@ class Backend {
   // The last argmax()'s result: waits for it and downloads a few bytes (a greedy step's one host sync).
   virtual ArgmaxResult argmax_result() = 0;
 };
+
+inline void Backend::set_step_shape(const StepShape& shape) {
+  if (!shape.parent.empty()) fail(Status::unsupported, name() + ": tree verification steps are not supported");
+}
+inline void Backend::kv_commit_tree(const KVLayer&, int64_t, std::span<const int32_t>) {
+  fail(Status::unsupported, name() + ": tree verification steps are not supported");
+}
 
 // Factories. make_cuda_backend throws Status::unsupported in a build without CUDA (src/engine/cuda_stub).
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& opts);

@@ -17,6 +17,7 @@
 #include "flashkit/error.hpp"
 #include "model/gguf.hpp"
 #include "model/weights.hpp"
+#include "spec/speculative.hpp"
 
 namespace flashkit {
 
@@ -38,6 +39,13 @@ struct LayerWeights {
 
 class SessionImpl;
 
+// What a speculative verification step asks of forward() beyond a prefill with all logits (src/spec): rows computed
+// decode-exactly (Backend::StepShape) in f32 intermediates, the logits of every row inside the step (one CUDA graph
+// per T), and optionally a token tree (parent; CPU backend).
+struct VerifyStep {
+  std::span<const int32_t> parent;  // empty: a chain
+};
+
 class ModelImpl final : public Model {
  public:
   ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts);
@@ -57,7 +65,7 @@ class ModelImpl final : public Model {
   // ([T, vocab] when all_logits, else the last row only). With `greedy` (last row only), the backend reduces the
   // row to its argmax instead and only that crosses to the host; the row stays in the session's device buffer.
   void forward(SessionImpl& s, std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits_out,
-               ArgmaxResult* greedy = nullptr);
+               ArgmaxResult* greedy = nullptr, const VerifyStep* verify = nullptr);
 
   template <typename F>
   void op(const char* name, F&& f) {
@@ -114,10 +122,16 @@ class SessionImpl final : public Session {
     wide_ = alloc_acts(adt, C_);
     one_ = adt == DType::f32 ? wide_ : alloc_acts(DType::f32, 1);
     logits_dev_ = be.alloc(DType::f32, m.logit_rows_, c.vocab_size);
+    // Speculative decoding: sliding-window rings keep kv_ring_slack rows beyond the window (rollback, see
+    // backend.hpp "KV cache"); verification steps use f32 intermediates like decode steps (verify_).
+    const int64_t slack = m.opts_.kv_ring_slack;
+    verify_rows_ = std::min<int64_t>(C_, std::max<int64_t>(64, slack + 1));
+    verify_ = adt == DType::f32 ? wide_ : alloc_acts(DType::f32, verify_rows_);
     for (auto& l : m.layers_) {
       KVLayer kv;
-      kv.ring = l.sliding && c.sliding_window < m.info_.max_context;
-      kv.capacity = kv.ring ? c.sliding_window : m.info_.max_context;
+      kv.ring = l.sliding && c.sliding_window + slack < m.info_.max_context;
+      kv.capacity = kv.ring ? c.sliding_window + slack : m.info_.max_context;
+      if (kv.ring) ring_window_ = c.sliding_window, ring_capacity_ = kv.capacity;
       kv.k = be.alloc(be.kv_dtype(), kv.capacity, m.kv_dim_);
       kv.v = be.alloc(be.kv_dtype(), kv.capacity, m.kv_dim_);
       be.zero(kv.k);
@@ -134,6 +148,8 @@ class SessionImpl final : public Session {
       if (a == &one_ && shared) break;
       for (Tensor* t : {&a->xn, &a->qkv, &a->attn, &a->gu, &a->act}) be.free(*t);
     }
+    if (verify_.xn.data != wide_.xn.data)
+      for (Tensor* t : {&verify_.xn, &verify_.qkv, &verify_.attn, &verify_.gu, &verify_.act}) be.free(*t);
     for (Tensor* t : {&h_, &o_, &logits_dev_}) be.free(*t);
     for (auto& kv : kv_) {
       be.free(kv.k);
@@ -162,7 +178,9 @@ class SessionImpl final : public Session {
       float* dst = all_logits ? all_.data() + s * V : last_.data();
       m_.forward(*this, tokens.subspan(size_t(s), size_t(T)), pos_, all_logits, dst);
       pos_ += T;
+      note_written(pos_ - 1);
     }
+    tree_.active = false;  // a pending tree step is discarded
     if (all_logits) std::memcpy(last_.data(), all_.data() + (n - 1) * V, size_t(V) * 4);
     last_on_device_ = false;
   }
@@ -175,6 +193,8 @@ class SessionImpl final : public Session {
     ArgmaxResult r;
     m_.forward(*this, std::span<const int32_t>(&token, 1), pos_, false, nullptr, &r);
     pos_ += 1;
+    note_written(pos_ - 1);
+    tree_.active = false;
     last_on_device_ = true;
     return r;
   }
@@ -201,8 +221,100 @@ class SessionImpl final : public Session {
   const std::vector<float>& all_logits() const override { return all_; }
   int64_t position() const override { return pos_; }
   int64_t max_context() const override { return m_.info_.max_context; }
-  void reset() override { pos_ = 0; }
+  void reset() override {
+    pos_ = 0;
+    ring_floor_ = 0;
+    tree_.active = false;
+  }
   const Model& model() const override { return m_; }
+
+  // ---------------------------------------------------------------- speculative decoding (src/spec)
+  // Rollback is O(1): positions >= new_length are forgotten (their rows are overwritten by the next steps). Global
+  // layers keep every row; a ring keeps the last `capacity` positions written, so rolling back to n needs the rows
+  // of (n - window, n) still there: ring_floor_ is the oldest position every ring still holds.
+  void note_written(int64_t last_pos) {
+    if (ring_capacity_ > 0) ring_floor_ = std::max(ring_floor_, last_pos - ring_capacity_ + 1);
+  }
+  int64_t oldest_rollback_target() const {
+    if (ring_capacity_ == 0 || ring_floor_ == 0) return 0;
+    return ring_floor_ + ring_window_ - 1;
+  }
+  void truncate(int64_t new_length) override {
+    if (new_length < 0 || new_length > pos_)
+      bad("truncate: new_length " + std::to_string(new_length) + " is outside [0, position() = " +
+          std::to_string(pos_) + "]");
+    if (new_length > 0 && new_length < oldest_rollback_target())
+      bad("truncate: cannot roll back to " + std::to_string(new_length) + " tokens: the sliding-window layers " +
+          "keep the last " + std::to_string(ring_capacity_) + " positions (window " + std::to_string(ring_window_) +
+          " + kv_ring_slack " + std::to_string(ring_capacity_ - ring_window_) + "), so the oldest reachable length is " +
+          std::to_string(oldest_rollback_target()));
+    if (new_length == 0) ring_floor_ = 0;
+    pos_ = new_length;
+    tree_.active = false;
+  }
+  int64_t max_verify_rows() const override {
+    return std::min<int64_t>(verify_rows_, ring_capacity_ > 0 ? ring_capacity_ - ring_window_ + 1 : verify_rows_);
+  }
+  void forward_all_logits(std::span<const int32_t> tokens) override {
+    check(tokens);
+    const int64_t V = m_.cfg_.vocab_size, n = int64_t(tokens.size());
+    all_.assign(size_t(n * V), 0.f);
+    const VerifyStep vs;
+    for (int64_t s = 0; s < n; s += verify_rows_) {
+      const int64_t T = std::min(verify_rows_, n - s);
+      m_.forward(*this, tokens.subspan(size_t(s), size_t(T)), pos_, true, all_.data() + s * V, nullptr, &vs);
+      pos_ += T;
+      note_written(pos_ - 1);
+    }
+    std::memcpy(last_.data(), all_.data() + (n - 1) * V, size_t(V) * 4);
+    last_on_device_ = false;
+    tree_.active = false;
+  }
+  bool supports_tree() const override { return m_.be_->supports_tree(); }
+  void forward_tree(std::span<const int32_t> tokens, std::span<const int32_t> parents) override {
+    check(tokens);
+    const int64_t n = int64_t(tokens.size()), V = m_.cfg_.vocab_size;
+    if (!supports_tree())
+      fail(Status::unsupported, "forward_tree: the " + m_.be_->name() + " backend has no tree verification");
+    if (int64_t(parents.size()) != n)
+      bad("forward_tree: parents has " + std::to_string(parents.size()) + " entries, expected one per token (" +
+          std::to_string(n) + ")");
+    if (n > verify_rows_)
+      bad("forward_tree: " + std::to_string(n) + " nodes, at most " + std::to_string(verify_rows_) + " per step");
+    std::vector<int32_t> depth(size_t(n), 0);
+    for (int64_t t = 0; t < n; ++t) {
+      const int32_t pa = parents[size_t(t)];
+      if (t == 0 ? pa != -1 : (pa < 0 || pa >= t))
+        bad("forward_tree: parents[" + std::to_string(t) + "] = " + std::to_string(pa) +
+            (t == 0 ? ", expected -1 (row 0 is the root)" : ", expected a row in [0, " + std::to_string(t) + ")"));
+      if (t > 0) depth[size_t(t)] = depth[size_t(pa)] + 1;
+    }
+    const int64_t D = *std::max_element(depth.begin(), depth.end());
+    if (pos_ + D + 1 > m_.info_.max_context)
+      bad("forward_tree: a tree of depth " + std::to_string(D) + " at position " + std::to_string(pos_) +
+          " does not fit the context of " + std::to_string(m_.info_.max_context) + " tokens");
+    all_.assign(size_t(n * V), 0.f);
+    VerifyStep vs;
+    vs.parent = parents;
+    m_.forward(*this, tokens, pos_, true, all_.data(), nullptr, &vs);
+    note_written(pos_ + D);
+    tree_.active = true;
+    tree_.pos0 = pos_;
+    tree_.parent.assign(parents.begin(), parents.end());
+    std::memcpy(last_.data(), all_.data() + (n - 1) * V, size_t(V) * 4);
+    last_on_device_ = false;
+  }
+  void accept_tree_path(std::span<const int32_t> nodes) override {
+    if (!tree_.active) bad("accept_tree_path: no tree step to accept (call forward_tree first)");
+    if (nodes.empty() || nodes[0] != 0) bad("accept_tree_path: the path must start at the root (node 0)");
+    for (size_t j = 1; j < nodes.size(); ++j)
+      if (nodes[j] <= 0 || size_t(nodes[j]) >= tree_.parent.size() || tree_.parent[size_t(nodes[j])] != nodes[j - 1])
+        bad("accept_tree_path: nodes[" + std::to_string(j) + "] = " + std::to_string(nodes[j]) +
+            " is not a child of nodes[" + std::to_string(j - 1) + "]");
+    for (auto& kv : kv_) m_.be_->kv_commit_tree(kv, tree_.pos0, nodes);
+    pos_ = tree_.pos0 + int64_t(nodes.size());
+    tree_.active = false;
+  }
 
   ModelImpl& m_;
   std::shared_ptr<ModelImpl> keep_;
@@ -211,6 +323,15 @@ class SessionImpl final : public Session {
   Tensor h_, o_, logits_dev_;
   Acts wide_, one_;  // one_ is wide_ when the activation dtype is f32
   std::vector<KVLayer> kv_;
+  // Speculative decoding: f32 intermediates of verification steps (verify_rows_ rows; wide_ on f32 backends), the
+  // rings' geometry (0: no ring layer) and the oldest position they all still hold, the pending tree step.
+  Acts verify_;
+  int64_t verify_rows_ = 1, ring_window_ = 0, ring_capacity_ = 0, ring_floor_ = 0;
+  struct {
+    bool active = false;
+    int64_t pos0 = 0;
+    std::vector<int32_t> parent;
+  } tree_;
   // last_ is the last row's logits; after decode_argmax the row is still only on the device (logits_dev_ row 0)
   // and logits() downloads it on first use.
   mutable std::vector<float> last_;
@@ -226,20 +347,28 @@ std::unique_ptr<Session> ModelImpl::new_session() {
 }
 
 void ModelImpl::forward(SessionImpl& s, std::span<const int32_t> tokens, int64_t pos0, bool all_logits,
-                        float* logits_out, ArgmaxResult* greedy) {
+                        float* logits_out, ArgmaxResult* greedy, const VerifyStep* verify) {
   Backend& be = *be_;
   const ModelConfig& c = cfg_;
   const int64_t T = int64_t(tokens.size());
   const float eps = float(c.rms_norm_eps);
   if (greedy && all_logits) fail(Status::internal, "forward: greedy needs last-row logits");
   be.set_step(tokens, pos0);
+  // Speculative verification (VerifyStep): decode-exact rows, f32 intermediates, every row's logits in the step.
+  // FLASHKIT_SPEC_EXACT=0: chains verified by the multi-row kernels instead (A/B runs; greedy output may then differ
+  // from plain decoding at near ties).
+  if (verify) be.set_step_shape({verify->parent, tuning_.spec_exact});
+  const bool logits_in_step = verify && all_logits && T <= logit_rows_;
   // Decode steps (T == 1, last-row logits) are graph-replayable: identical ops and arguments every step. A one-row
   // chunk asking for all logits runs a different op sequence, so it never captures or replays the decode graph; a
   // greedy step (ending in argmax) is a third sequence with its own key. Profiling needs per-op syncs.
-  const bool graphable = T == 1 && !all_logits && !opts_.profile;
-  const uint64_t key = (s.id_ << 8) | (greedy ? 2u : 1u);
+  // A chain verification step of T rows is a sequence of its own: one graph per (session, T), captured where the
+  // backend can (CUDA: not while its multi-row attention reads the KV length from the host; it then runs eagerly).
+  const bool verify_graph = logits_in_step && verify->parent.empty() && T < 128;
+  const bool graphable = ((T == 1 && !all_logits) || verify_graph) && !opts_.profile;
+  const uint64_t key = (s.id_ << 8) | (verify_graph ? 0x80u | uint64_t(T) : (greedy ? 2u : 1u));
   const bool replayed = graphable && be.graph_replay(key);
-  const Acts& A = s.acts(T);
+  const Acts& A = verify && T <= s.verify_rows_ ? s.verify_ : s.acts(T);
   if (!replayed) {
     if (graphable) be.graph_begin(key);
     const Tensor h = s.h_, xn = A.xn, qkv = A.qkv, attn = A.attn, o = s.o_, gu = A.gu, act = A.act;
@@ -284,7 +413,17 @@ void ModelImpl::forward(SessionImpl& s, std::span<const int32_t> tokens, int64_t
       if (c.final_softcap > 0) op("softcap", [&] { be.softcap(lg, 1, float(c.final_softcap)); });
       if (greedy) op("argmax", [&] { be.argmax(lg); });
     }
+    if (logits_in_step) {
+      const Tensor lg = s.logits_dev_.row_slice(0, T);
+      op("rms_norm", [&] { be.rms_norm(h, final_norm_, xn, T, c.hidden_size, eps); });
+      op("linear.lm_head", [&] { be.linear(xn, lm_head_, lg, T); });
+      if (c.final_softcap > 0) op("softcap", [&] { be.softcap(lg, T, float(c.final_softcap)); });
+    }
     if (graphable) be.graph_end(key);
+  }
+  if (logits_in_step) {
+    op("logits.download", [&] { be.download_f32(logits_out, s.logits_dev_.row_slice(0, T), T); });
+    return;
   }
   if (greedy) {
     op("argmax.download", [&] { *greedy = be.argmax_result(); });
@@ -324,6 +463,8 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   if (opts.max_context < 0) bad("max_context must be >= 0 (0: the model's default), got " + std::to_string(opts.max_context));
   if (opts.prefill_chunk <= 0) bad("prefill_chunk must be positive, got " + std::to_string(opts.prefill_chunk));
   if (opts.threads < 0) bad("threads must be >= 0, got " + std::to_string(opts.threads));
+  if (opts.kv_ring_slack < 0 || opts.kv_ring_slack > 1024)
+    bad("kv_ring_slack must be in [0, 1024], got " + std::to_string(opts.kv_ring_slack));
   std::error_code ec;
   if (!fs::exists(dir, ec)) bad(dir.string() + ": no such model directory");
   // A .gguf file carries its config in its metadata (model/gguf.hpp builds an HF-style config.json from it).
@@ -552,6 +693,8 @@ std::shared_ptr<Model> Model::load(const std::filesystem::path& dir, const LoadO
 GenerationResult generate(Session& session, std::span<const int32_t> prompt, const GenerateOptions& opts,
                           const std::function<bool(int32_t)>& on_token) {
   using Clock = std::chrono::steady_clock;
+  // Speculative decoding (a draft session or n-gram lookup): src/spec.
+  if (opts.speculative.enabled()) return spec::generate(session, prompt, opts, on_token);
   if (opts.max_new_tokens < 1)
     fail(Status::invalid_argument, "max_new_tokens must be at least 1, got " + std::to_string(opts.max_new_tokens));
   if (prompt.empty()) fail(Status::invalid_argument, "generate: the prompt is empty (give at least one token)");

@@ -13,6 +13,7 @@
 #include "flashkit/error.hpp"
 #include "flashkit/runtime.hpp"
 #include "flashkit/train.hpp"
+#include "flashkit/tuning.hpp"
 #include "train/checkpoint.hpp"
 #include "train/data.hpp"
 #include "train/io.hpp"
@@ -137,8 +138,7 @@ TrainResult train(const Recipe& r, const TrainOptions& o) {
   const Mat params = model.params(), grads = model.grads();
   const double flops_tok = model.flops_per_token(T);
   std::vector<int32_t> ids(size_t(N * A)), tg(size_t(N * A));
-  const char* inject = std::getenv("FLASHKIT_TRAIN_INJECT_NAN_STEP");  // tests: poison the loss of that step
-  const int64_t nan_step = inject ? std::atoll(inject) : -1;
+  const int64_t nan_step = default_tuning().train_inject_nan_step;  // tests poison the loss of that step
 
   auto evaluate = [&]() {
     double sum = 0;

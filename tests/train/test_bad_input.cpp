@@ -1,5 +1,6 @@
 // Bad input: recipes with unknown or inconsistent fields (the field is named), missing corpora and token files,
 // corrupt checkpoints to resume from, a NaN loss (the step is named, the last good checkpoint stays).
+#include "flashkit/tuning.hpp"
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -205,9 +206,12 @@ TEST(TrainBadInput, NanLossStopsNamingTheStepAndKeepsTheLastCheckpoint) {
   const fs::path dir = temp_dir("nan");
   write_tokens(dir / "train.bin", 500, 50);
   tr::Recipe r = tr::parse_recipe(base_recipe(dir).dump(), "r.json");
-  ::setenv("FLASHKIT_TRAIN_INJECT_NAN_STEP", "5", 1);
+  const flashkit::Tuning saved = flashkit::default_tuning();
+  flashkit::Tuning t = saved;
+  t.train_inject_nan_step = 5;  // the test hook (FLASHKIT_TRAIN_INJECT_NAN_STEP at a front end)
+  flashkit::set_default_tuning(t);
   const std::string e = train_error(r);
-  ::unsetenv("FLASHKIT_TRAIN_INJECT_NAN_STEP");
+  flashkit::set_default_tuning(saved);
   EXPECT_NE(e.find("training diverged at step 5: the loss is NaN"), std::string::npos) << e;
   EXPECT_NE(e.find("last good checkpoint"), std::string::npos) << e;
   EXPECT_EQ(tr::read_file(dir / "run" / "checkpoints" / "latest", "latest"), "step_00000004\n");

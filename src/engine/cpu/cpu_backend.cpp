@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -56,6 +57,7 @@ class CpuBackend final : public Backend {
     return Tensor{p, dtype, rows, cols, cols};
   }
   void free(Tensor& t) override {
+    tree_kv_.erase(t.data);  // a KV cache's tree-step keys/values (keyed by its k buffer)
     auto it = owned_.find(t.data);
     if (it != owned_.end()) {
       std::free(t.data);
@@ -142,6 +144,35 @@ class CpuBackend final : public Backend {
   void set_step(std::span<const int32_t> tokens, int64_t pos0) override {
     tokens_.assign(tokens.begin(), tokens.end());
     pos0_ = pos0;
+    exact_ = false;
+    depth_.clear();
+    parent_.clear();
+  }
+
+  // ---- speculative verification (backend.hpp, "speculative verification steps") ----
+  bool supports_tree() const override { return true; }
+  void set_step_shape(const StepShape& shape) override {
+    exact_ = shape.decode_exact || !shape.parent.empty();
+    parent_.assign(shape.parent.begin(), shape.parent.end());
+    depth_.assign(parent_.size(), 0);
+    for (size_t t = 0; t < parent_.size(); ++t) {
+      const int32_t pa = parent_[t];
+      if (t == 0 ? pa != -1 : (pa < 0 || size_t(pa) >= t))
+        fail(Status::invalid_argument, "tree step: parent[" + std::to_string(t) + "] = " + std::to_string(pa) +
+                                           (t == 0 ? " (the root's parent must be -1)" : " (expected in [0, t))"));
+      depth_[t] = t == 0 ? 0 : depth_[size_t(pa)] + 1;
+    }
+  }
+  void kv_commit_tree(const KVLayer& cache, int64_t pos0, std::span<const int32_t> rows) override {
+    auto it = tree_kv_.find(cache.k.data);
+    if (it == tree_kv_.end()) fail(Status::invalid_argument, "kv_commit_tree: no tree step ran on this cache");
+    const TreeKV& st = it->second;
+    for (size_t j = 0; j < rows.size(); ++j) {
+      if (rows[j] < 0 || rows[j] >= st.rows) fail(Status::invalid_argument, "kv_commit_tree: row out of range");
+      const int64_t slot = cache.ring ? (pos0 + int64_t(j)) % cache.capacity : pos0 + int64_t(j);
+      std::memcpy(frow(cache.k, slot), st.k.data() + rows[j] * st.kvd, size_t(st.kvd) * 4);
+      std::memcpy(frow(cache.v, slot), st.v.data() + rows[j] * st.kvd, size_t(st.kvd) * 4);
+    }
   }
 
   void embed(const Matrix& table, const Tensor& out, int64_t T, float scale) override {
@@ -192,8 +223,13 @@ class CpuBackend final : public Backend {
   }
 
   void linear(const Tensor& x, const Matrix& W, const Tensor& out, int64_t T) override {
-    cpu::matmul(isa_, threads_, static_cast<const float*>(x.data), x.ld, T, W.w.data, W.w.dtype, W.rows, W.cols,
-                static_cast<float*>(out.data), out.ld, W.w.dtype == kQ8Marker);
+    // Decode-exact steps stay on the GEMV (blocks of <= 8 rows): each output is then the same sequence of FMAs as in
+    // a one-row step, whereas the GEMM path (T > 8) sums in another order.
+    const int64_t block = exact_ ? 8 : T;
+    for (int64_t t0 = 0; t0 < T; t0 += block)
+      cpu::matmul(isa_, threads_, static_cast<const float*>(x.data) + t0 * x.ld, x.ld, std::min(block, T - t0),
+                  W.w.data, W.w.dtype, W.rows, W.cols, static_cast<float*>(out.data) + t0 * out.ld, out.ld,
+                  W.w.dtype == kQ8Marker);
     if (!W.bias.empty()) {
       const float* b = static_cast<const float*>(W.bias.data);
       for (int64_t t = 0; t < T; ++t) {
@@ -209,7 +245,7 @@ class CpuBackend final : public Backend {
     const float* inv = static_cast<const float*>(inv_freq.data);
     cs_.resize(size_t(2 * half));
     for (int64_t t = 0; t < T; ++t) {
-      const float pos = float(pos0_ + t);
+      const float pos = float(pos0_ + (depth_.empty() ? t : depth_[size_t(t)]));
       for (int64_t i = 0; i < half; ++i) {
         const float ang = pos * inv[i];  // f32 product, as transformers computes the angles
         cs_[size_t(i)] = float(std::cos(double(ang))) * attn_scaling;
@@ -239,13 +275,18 @@ class CpuBackend final : public Backend {
       std::memcpy(frow(cache.v, slot), frow(v, t), size_t(kvd) * 4);
     };
     const int64_t wl = p.window > 0 ? p.window - 1 : -1;
-    if (!cache.ring || pos0 + T <= cap) {
+    if (!parent_.empty()) {
+      tree_attention(q, k, v, cache, out, T, p);
+    } else if (T == 1 || exact_) {
+      // A decode step, or a verification step computed as decode steps: one query row at a time, each row's keys
+      // appended first (a ring slot a later row overwrites is outside every window still to come).
+      for (int64_t t = 0; t < T; ++t) {
+        store(t);
+        attend_one(q.row_slice(t, 1), cache, out.row_slice(t, 1), pos0 + t, p);
+      }
+    } else if (!cache.ring || pos0 + T <= cap) {
       for (int64_t t = 0; t < T; ++t) store(t);
       run_attention(q, cache.k.data, cache.v.data, kvd, pos0 + T, out, T, p, wl);
-    } else if (T == 1) {
-      // Decode on a full ring: capacity == window, so every cached key is visible; order does not matter.
-      store(0);
-      run_attention(q, cache.k.data, cache.v.data, kvd, cap, out, T, p, -1);
     } else {
       // A chunk on a wrapped ring: unroll the still-visible old keys in position order, append the chunk.
       const int64_t n_old = std::min<int64_t>(pos0, p.window > 0 ? p.window - 1 : cap);
@@ -360,6 +401,84 @@ class CpuBackend final : public Backend {
     attention_forward(qv, kv, vv, ov, lv, o);
   }
 
+  // One query row at position pos against the cache (its own key already stored): what every decode step runs.
+  // Global layers and rings that have not wrapped read rows [0, pos] with the window mask. A wrapped ring holds the
+  // visible positions (pos - window, pos] in a cyclic run of slots: without slack (capacity == window) that is every
+  // slot, read in slot order (softmax is order-free); with slack it is one contiguous run of slots or two, and two
+  // runs are attended separately and merged by their log-sum-exp (no copy of the window).
+  void attend_one(const Tensor& q, const KVLayer& cache, const Tensor& out, int64_t pos, const AttentionParams& p) {
+    const int64_t kvd = p.kv_heads * p.head_dim, cap = cache.capacity;
+    if (!cache.ring || pos + 1 <= cap) {
+      run_attention(q, cache.k.data, cache.v.data, kvd, pos + 1, out, 1, p, p.window > 0 ? p.window - 1 : -1);
+      return;
+    }
+    const int64_t W = p.window > 0 ? std::min(p.window, cap) : cap;
+    if (W == cap) {
+      run_attention(q, cache.k.data, cache.v.data, kvd, cap, out, 1, p, -1);
+      return;
+    }
+    const int64_t first = (pos - W + 1) % cap, last = pos % cap;
+    auto at = [&](const Tensor& t, int64_t slot) { return static_cast<void*>(frow(t, slot)); };
+    if (first <= last) {
+      run_attention(q, at(cache.k, first), at(cache.v, first), kvd, W, out, 1, p, -1);
+      return;
+    }
+    // Older run [first, cap), newer run [0, last]: o = (e^lse1 o1 + e^lse2 o2) / (e^lse1 + e^lse2) per head.
+    const int64_t H = p.heads, D = p.head_dim;
+    seg_out_.resize(size_t(H * D));
+    Tensor o1{seg_out_.data(), DType::f32, 1, H * D, H * D};
+    run_attention(q, at(cache.k, first), at(cache.v, first), kvd, cap - first, o1, 1, p, -1);
+    seg_lse_.assign(lse_.begin(), lse_.begin() + H);
+    run_attention(q, cache.k.data, cache.v.data, kvd, last + 1, out, 1, p, -1);
+    float* o2 = frow(out, 0);
+    for (int64_t h = 0; h < H; ++h) {
+      const double l1 = seg_lse_[size_t(h)], l2 = lse_[size_t(h)], m = std::max(l1, l2);
+      const double w1 = std::exp(l1 - m), w2 = std::exp(l2 - m), inv = 1.0 / (w1 + w2);
+      for (int64_t d = 0; d < D; ++d)
+        o2[h * D + d] = float((w1 * seg_out_[size_t(h * D + d)] + w2 * o2[h * D + d]) * inv);
+    }
+  }
+
+  // A token-tree step (set_step_shape's parent): row t at position pos0 + depth(t) sees the cache before pos0 and its
+  // ancestors. Rows are attended one at a time (decode-exact, like attend_one); before row t, the cache rows of
+  // positions pos0 .. pos0 + depth(t) are made to hold its root-to-t path (rewritten only where the previous row's
+  // path differs). Every row's keys/values are kept aside for kv_commit_tree, which writes the accepted path.
+  void tree_attention(const Tensor& q, const Tensor& k, const Tensor& v, const KVLayer& cache, const Tensor& out,
+                      int64_t T, const AttentionParams& p) {
+    const int64_t kvd = p.kv_heads * p.head_dim;
+    TreeKV& st = tree_kv_[cache.k.data];
+    st.kvd = kvd;
+    st.rows = T;
+    st.k.resize(size_t(T * kvd));
+    st.v.resize(size_t(T * kvd));
+    for (int64_t t = 0; t < T; ++t) {
+      std::memcpy(st.k.data() + t * kvd, frow(k, t), size_t(kvd) * 4);
+      std::memcpy(st.v.data() + t * kvd, frow(v, t), size_t(kvd) * 4);
+    }
+    std::vector<int32_t> owner;  // owner[d]: the tree row whose keys the cache row of position pos0 + d holds
+    std::vector<int32_t> path;
+    for (int64_t t = 0; t < T; ++t) {
+      path.clear();
+      for (int32_t a = int32_t(t); a >= 0; a = parent_[size_t(a)]) path.push_back(a);
+      std::reverse(path.begin(), path.end());
+      if (owner.size() < path.size()) owner.resize(path.size(), -1);
+      for (size_t d = 0; d < path.size(); ++d) {
+        if (owner[d] == path[d]) continue;
+        const int64_t pos = pos0_ + int64_t(d);
+        const int64_t slot = cache.ring ? pos % cache.capacity : pos;
+        std::memcpy(frow(cache.k, slot), st.k.data() + path[d] * kvd, size_t(kvd) * 4);
+        std::memcpy(frow(cache.v, slot), st.v.data() + path[d] * kvd, size_t(kvd) * 4);
+        owner[d] = path[d];
+      }
+      attend_one(q.row_slice(t, 1), cache, out.row_slice(t, 1), pos0_ + depth_[size_t(t)], p);
+    }
+  }
+
+  struct TreeKV {  // one tree step's keys and values of one layer's cache (kv_commit_tree copies from here)
+    std::vector<float> k, v;
+    int64_t kvd = 0, rows = 0;
+  };
+
   static constexpr DType kQ8Marker = DType::i32;  // Matrix::w.dtype of Q8_0 blocks (BackendOptions::keep_q8_0)
   int threads_ = 1;
   bool keep_q8_ = false;
@@ -368,7 +487,10 @@ class CpuBackend final : public Backend {
   std::set<void*> owned_;
   std::vector<int32_t> tokens_;
   int64_t pos0_ = 0;
-  std::vector<float> cs_, ktmp_, vtmp_, lse_;
+  std::vector<float> cs_, ktmp_, vtmp_, lse_, seg_out_, seg_lse_;
+  bool exact_ = false;                 // decode-exact step (set_step_shape)
+  std::vector<int32_t> parent_, depth_;  // tree step (set_step_shape); empty: a chain
+  std::map<const void*, TreeKV> tree_kv_;  // per cache (its k buffer): the last tree step's keys and values
   ArgmaxResult argmax_;
 };
 
