@@ -9,5 +9,6 @@ void add_info_command(CLI::App& app);      // main.cpp: flashkit info
 void add_analysis_commands(CLI::App& app); // cmd_analysis.cpp: flashkit roofline | cost | profile
 void add_tokenize_commands(CLI::App& app); // cmd_tokenize.cpp: flashkit tokenize | detokenize
 void add_generate_commands(CLI::App& app); // cmd_generate.cpp: flashkit generate | chat
+void add_serve_commands(CLI::App& app);    // cmd_serve.cpp: flashkit serve | bench serve (after add_bench_command)
 
 }  // namespace flashkit::cli

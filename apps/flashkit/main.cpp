@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   flashkit::cli::add_analysis_commands(app);
   flashkit::cli::add_tokenize_commands(app);
   flashkit::cli::add_generate_commands(app);
+  flashkit::cli::add_serve_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
