@@ -45,7 +45,8 @@ struct ServeArgs {
   int port = 8080, threads = 0, max_connections = 64;
   int64_t ctx = 0, block_size = 16, max_step_tokens = 256, max_running = 32, max_tokens_limit = 4096, max_pending = 256;
   int64_t max_body = 1 << 20;
-  bool no_prefix_cache = false, quiet = false;
+  bool no_prefix_cache = false, quiet = false, random_weights = false;
+  std::string tokenizer;
 };
 
 // "1073741824", "512M", "2G", "64K" (binary units).
@@ -87,6 +88,9 @@ void add_serve_options(CLI::App* c, ServeArgs* a, bool model_required) {
   c->add_option("--max-connections", a->max_connections, "Connections served at once (default 64)");
   c->add_option("--max-pending", a->max_pending, "Requests queued or running before new ones get 503 (default 256)");
   c->add_flag("-q,--quiet", a->quiet, "No log on stderr");
+  c->add_flag("--random-weights", a->random_weights,
+              "Ignore the checkpoint: seeded random weights for the config (benchmarks; -m may be a config.json)");
+  c->add_option("--tokenizer", a->tokenizer, "Directory with tokenizer.json (default: the model directory)");
 }
 
 void validate(const ServeArgs& a) {
@@ -115,17 +119,19 @@ struct Stack {
 std::unique_ptr<Stack> build_stack(const ServeArgs& a, bool log) {
   validate(a);
   auto s = std::make_unique<Stack>();
-  fs::path d = a.model;
+  fs::path d = a.tokenizer.empty() ? fs::path(a.model) : fs::path(a.tokenizer);
   std::error_code ec;
   if (!fs::is_directory(d, ec)) d = d.parent_path();
   if (!fs::exists(d / "tokenizer.json", ec))
-    bad(a.model + " has no tokenizer.json: flashkit serve needs the model's tokenizer (text in, text out)");
+    bad(d.string() + " has no tokenizer.json: flashkit serve needs the model's tokenizer (text in, text out; "
+                     "--tokenizer DIR names another directory)");
   s->tok = std::make_shared<const Tokenizer>(Tokenizer::from_dir(d));
   LoadOptions lo;
   lo.device = a.device;
   lo.dtype = a.dtype;
   lo.threads = a.threads;
   lo.max_context = a.ctx;
+  lo.random_weights = a.random_weights;
   s->model = Model::load(a.model, lo);
   serve::EngineOptions eo;
   eo.block_size = a.block_size;
