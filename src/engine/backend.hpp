@@ -245,6 +245,7 @@ class Backend {
   virtual void softcap(const Tensor& x, int64_t T, float cap) = 0;
 
   // ---- batched paged steps (serving; see "Paged KV cache" above). Default: Status::unsupported ----
+  virtual bool supports_paged() const { return false; }  // true: the three ops below are implemented
   // Rows of the step <= reserve_step's max_rows; replaces the set_step inputs until the next set_step.
   virtual void set_paged_step(const PagedStep& step);
   // Stores the step's k/v rows into the pool at their positions' slots, then each row attends over its sequence.

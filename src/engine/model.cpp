@@ -640,6 +640,9 @@ class PagedRunnerImpl final : public PagedRunner {
       bad("paged runner: max_rows and max_seqs must be >= 1, got " + std::to_string(o.max_rows) + " and " + std::to_string(o.max_seqs));
     if (o.num_blocks > (int64_t(1) << 30) / o.block_size) bad("paged runner: num_blocks * block_size exceeds 2^30 positions");
     Backend& be = *m.be_;
+    if (!be.supports_paged())
+      fail(Status::unsupported, "paged runner: the " + be.name() +
+                                    " backend has no paged KV cache yet (batched serving runs on the CPU backend: --device cpu)");
     const ModelConfig& c = m.cfg_;
     o_.max_seqs = std::min(o.max_seqs, o.max_rows);
     max_blocks_ = (m.info_.max_context + o.block_size - 1) / o.block_size;

@@ -8,6 +8,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/backend.hpp"
@@ -235,6 +236,10 @@ TEST_P(PagedAttention, BackendStepMatchesReference) {
     if (std::isnan(kp[i])) ASSERT_EQ(kback[i], p.k[i]) << "pool element " << i;
 }
 
-INSTANTIATE_TEST_SUITE_P(Grid, PagedAttention, ::testing::ValuesIn(kCases));
+INSTANTIATE_TEST_SUITE_P(Grid, PagedAttention, ::testing::ValuesIn(kCases), [](const auto& info) {
+  const Case& c = info.param;
+  return "h" + std::to_string(c.heads) + "kv" + std::to_string(c.kv_heads) + "d" + std::to_string(c.head_dim) + "bs" +
+         std::to_string(c.block_size) + "w" + std::to_string(c.window) + (c.softcap > 0 ? "cap" : "");
+});
 
 }  // namespace

@@ -385,3 +385,23 @@ def test_sigterm_finishes_in_flight_requests_and_exits_0(model_dir):
     assert s.proc.wait(20) == 0
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", s.port), timeout=2)
+
+
+def test_max_pending_refuses_with_503(model_dir):
+    s = Server(model_dir, "--max-pending", "1")
+    try:
+        c = s.conn()
+        c.request("POST", "/v1/completions", body=json.dumps({"prompt": [4, 5, 6], "max_tokens": 3000, "temperature": 0,
+                                                               "ignore_eos": True, "stream": True}),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        events = sse_events(r)
+        next(events)  # the first request is running
+        err = error_of(*s.post("/v1/completions", {"prompt": [1, 2], "max_tokens": 2}), 503)
+        assert err["code"] == "server_overloaded"
+        c.close()  # leave: the first request is cancelled, and the server takes requests again
+        s.wait_for("requests_cancelled_total", 0)
+        s.wait_idle()
+        assert s.post("/v1/completions", {"prompt": [1, 2], "max_tokens": 2})[0] == 200
+    finally:
+        assert s.stop() == 0

@@ -146,6 +146,7 @@ class CpuBackend final : public Backend {
     paged_ = false;
   }
   // Batched paged steps (backend.hpp, "Paged KV cache"): rope reads per-row positions, paged_attention the tables.
+  bool supports_paged() const override { return true; }
   void set_paged_step(const PagedStep& st) override {
     tokens_.assign(st.tokens.begin(), st.tokens.end());
     positions_.assign(st.positions.begin(), st.positions.end());

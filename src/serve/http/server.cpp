@@ -114,6 +114,30 @@ bool peer_gone(int fd) {
   return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
+// The Debian build of cpp-httplib 0.11 listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG is compiled into the
+// library), so a burst of connections overflows the kernel's accept queue and clients see resets. listen() on a
+// listening socket only changes its backlog: find ours (listening, bound to `port`) and raise it.
+void raise_listen_backlog(int port, int backlog) {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end) continue;
+    int acc = 0;
+    socklen_t al = sizeof acc;
+    if (getsockopt(int(fd), SOL_SOCKET, SO_ACCEPTCONN, &acc, &al) != 0 || !acc) continue;
+    sockaddr_storage local{};
+    socklen_t ll = sizeof local;
+    if (getsockname(int(fd), reinterpret_cast<sockaddr*>(&local), &ll) != 0) continue;
+    const int lport = local.ss_family == AF_INET    ? ntohs(reinterpret_cast<sockaddr_in*>(&local)->sin_port)
+                      : local.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&local)->sin6_port)
+                                                    : -1;
+    if (lport == port) ::listen(int(fd), backlog);
+  }
+  closedir(d);
+}
+
 // Tokens of one request, from the engine thread to its handler.
 struct Channel {
   std::mutex mu;
@@ -746,6 +770,7 @@ int HttpServer::bind() {
                                        std::strerror(errno) + " (port in use, or not a local address?)");
   }
   s.opts.port = port;
+  raise_listen_backlog(port, 1024);
   return port;
 }
 
@@ -759,9 +784,8 @@ void HttpServer::run() {
 }
 
 void HttpServer::stop() {
-  // New generation requests get 503 from now on; the ticker stops the listener once the ones in flight are done.
+  // New generation requests get 503 from now on; run()'s ticker closes the listener once the ones in flight are done.
   impl_->stopping = true;
-  if (!impl_->ticker.joinable()) impl_->svr.stop();  // not running
 }
 
 bool HttpServer::stopping() const { return impl_->stopping; }
