@@ -119,24 +119,42 @@ bool Scheduler::schedule(StepPlan& plan) {
   int64_t budget = cfg_.max_step_tokens;
   bool preempted = false;
   const int64_t bs = cfg_.block_size;
+  // Pass 1: every decoding sequence's row, oldest first, so that a long prompt never stalls the others' tokens. A
+  // missing block is taken from the most recently admitted sequences (maybe this one): preemption.
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence* s = running_[i].get();
+    if (int64_t(s->tokens.size()) - s->computed != 1) continue;
+    bool self = false;
+    while (!grow(s, s->computed + 1)) {
+      Sequence* victim = running_.back().get();  // never one planned already: those come before index i
+      preempt(victim);
+      preempted = true;
+      self = victim == s;
+      if (self) break;
+    }
+    if (self) break;  // s was the last one
+    plan_rows(plan, s, 1);
+    budget -= 1;
+  }
+  // Pass 2: prompt (or recomputation) chunks, oldest first, in what is left of the budget. A chunk gets the blocks
+  // there are (it is shortened); it preempts only when nothing else could run at all, so progress is guaranteed.
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* s = running_[i].get();
     const int64_t left = int64_t(s->tokens.size()) - s->computed;
-    // The first row's block must exist: take it from the most recently admitted sequences if none is free (maybe
-    // this one). Further rows of a prompt chunk only get the blocks there are: the chunk is shortened instead.
+    if (left == 1) continue;  // planned in pass 1
     bool self = false;
     while (!grow(s, s->computed + 1)) {
+      if (!plan.tokens.empty()) break;
       Sequence* victim = running_.back().get();
       preempt(victim);
       preempted = true;
-      if (victim == s) {
-        self = true;
-        break;
-      }
+      self = victim == s;
+      if (self) break;
     }
     if (self) break;
     const int64_t room = (int64_t(s->blocks.size()) + pool_.available()) * bs - s->computed;
     const int64_t chunk = std::min({left, budget, room});
+    if (chunk <= 0) continue;
     grow(s, s->computed + chunk);
     plan_rows(plan, s, chunk);
     budget -= chunk;

@@ -1,8 +1,9 @@
 // Continuous batching: which rows run in the next step, and what happens with their logits (docs/serving.md).
 //
 // Each step the scheduler fills a token budget (max_step_tokens rows):
-//   1. running sequences, oldest admission first: a decoding sequence contributes one row (its last token); one still
-//      computing its prompt (or recomputing after a preemption) contributes a chunk of what is left, up to the budget;
+//   1. running sequences, oldest admission first: every decoding sequence contributes one row (its last token), then
+//      each one still computing its prompt (or recomputing after a preemption) a chunk of what is left, up to the
+//      budget (decode rows first, so a long prompt never stalls the tokens of the others);
 //   2. then waiting sequences are admitted in order (a preempted one is first in line) while the budget, max_running
 //      and the free blocks allow: their cached prefix blocks are taken from the prefix cache and the rest of the
 //      prompt is computed in chunks, in this step and the next ones.
