@@ -405,3 +405,15 @@ def test_max_pending_refuses_with_503(model_dir):
         assert s.post("/v1/completions", {"prompt": [1, 2], "max_tokens": 2})[0] == 200
     finally:
         assert s.stop() == 0
+
+
+def test_multi_turn_chat_reuses_the_previous_turn(server):
+    turn1 = [{"role": "user", "content": "tell me something"}]
+    s1, b1 = server.post("/v1/chat/completions", {"messages": turn1, "max_tokens": 8, "temperature": 0})
+    assert s1 == 200
+    reply = b1["choices"][0]["message"]["content"]
+    turn2 = turn1 + [{"role": "assistant", "content": reply}, {"role": "user", "content": "and more?"}]
+    s2, b2 = server.post("/v1/chat/completions", {"messages": turn2, "max_tokens": 4, "temperature": 0})
+    assert s2 == 200
+    # The second prompt starts with the first one: at least its full blocks (16 tokens each) come from the cache.
+    assert b2["usage"]["prompt_tokens_details"]["cached_tokens"] >= b1["usage"]["prompt_tokens"] // 16 * 16 > 0
