@@ -417,3 +417,20 @@ def test_multi_turn_chat_reuses_the_previous_turn(server):
     assert s2 == 200
     # The second prompt starts with the first one: at least its full blocks (16 tokens each) come from the cache.
     assert b2["usage"]["prompt_tokens_details"]["cached_tokens"] >= b1["usage"]["prompt_tokens"] // 16 * 16 > 0
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["serve", "-m", "{fixture}"], "tokenizer.json"),
+    (["serve", "-m", "{model}", "--kv-memory", "12X"], "--kv-memory"),
+    (["serve", "-m", "{model}", "--kv-memory", "100"], "holds no KV block"),
+    (["serve", "-m", "{model}", "--port", "70000"], "--port"),
+    (["serve", "-m", "{model}", "--max-running", "0"], "max_running"),
+    (["bench", "serve", "--url", "http://10.0.0.1:80"], "loopback"),
+    (["bench", "serve", "-m", "{model}", "--concurrency", "0"], "--concurrency"),
+])
+def test_cli_errors_are_one_line_exit_2(model_dir, args, msg):
+    fixture = os.path.join(DATA, "models", "tiny-llama")
+    argv = [a.replace("{fixture}", fixture).replace("{model}", model_dir) for a in args]
+    r = subprocess.run([CLI, *argv], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert msg in r.stderr and r.stderr.count("\n") == 1, r.stderr
