@@ -6,6 +6,7 @@
 // bench serve drives a server on the loopback interface only (its own, in this process, unless --url names one),
 // bounded in requests and time, and reports throughput, time to first token and inter-token latency percentiles per
 // concurrency, with and without a shared prompt prefix, as JSON (bench/serve/plot_serve.py draws it).
+#if defined(FLASHKIT_WITH_HTTP)
 #include <unistd.h>
 
 #include <algorithm>
@@ -505,3 +506,23 @@ void add_serve_commands(CLI::App& app) {
 }
 
 }  // namespace flashkit::cli
+
+#else  // built without cpp-httplib (src/serve/http/CMakeLists.txt)
+#include <string>
+
+#include "commands.hpp"
+#include "flashkit/error.hpp"
+
+namespace flashkit::cli {
+
+void add_serve_commands(CLI::App& app) {
+  auto* s = app.add_subcommand("serve", "OpenAI-compatible HTTP server (not in this build: needs cpp-httplib)");
+  s->allow_extras();
+  s->callback([] {
+    fail(Status::unsupported, "this build has no HTTP server: install libcpp-httplib-dev (tools/install-deps.sh) and "
+                              "reconfigure");
+  });
+}
+
+}  // namespace flashkit::cli
+#endif
