@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   flashkit::cli::add_tokenize_commands(app);
   flashkit::cli::add_generate_commands(app);
   flashkit::cli::add_train_commands(app);
+  flashkit::cli::add_serve_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

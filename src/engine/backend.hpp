@@ -63,6 +63,22 @@
 //   position order, concatenates the chunk and runs flashkit::attention_forward with the window mask, then
 //   stores the chunk's last `capacity` rows. Prefill chunks never need graphs, decode (T = 1) always can.
 //
+// Paged KV cache and batched steps (serving: src/serve, docs/serving.md)
+//   A server decodes many sequences in one step. Their keys/values live in a pool of fixed-size blocks per layer
+//   (PagedKVLayer: rows [num_blocks * block_size, kv_heads * head_dim]; block b holds rows [b * bs, (b + 1) * bs))
+//   and each sequence has a block table: its position p lives in row table[p / bs] * bs + p % bs. One batched step
+//   is T rows from several sequences (a decode row each, or a chunk of a prompt), described by set_paged_step():
+//   per row its token, its position and its sequence; per sequence its block table. Everything that changes per
+//   step is there (the CUDA-graph rule above still holds; a captured step would be keyed by the step's shape). The
+//   model code runs the same op schedule as for a session, with rope reading the per-row positions and
+//   paged_attention() instead of attention(): it stores each row's k/v at its position's slot, then attends each row
+//   over its own sequence's keys j <= position (and j > position - window for a windowed layer), GQA and softcap as
+//   attention(). Rows of one sequence are contiguous and in position order. gather_rows() picks the rows whose
+//   logits are wanted (the step's logit_rows) so the final norm and lm_head run on those rows only.
+//   All layers share a sequence's block table (a windowed layer keeps its whole history; freeing out-of-window blocks
+//   per layer is a later refinement). Backends without these ops throw Status::unsupported (the CUDA backend for now:
+//   the paged decode kernel belongs to the decode family, src/kernels/cuda/decode/).
+//
 // Numerics expected of every backend (they define fidelity against transformers):
 //   rms_norm:  y = x * rsqrt(mean(x^2) + eps) * w, mean over each group of `group` consecutive columns
 //              (group = hidden for the block norms, head_dim for the per-head q/k norms), computed in f32.
@@ -132,6 +148,23 @@ struct AttentionParams {
 };
 
 enum class Activation { gelu_tanh, silu };
+
+// One layer's paged KV pool (see "Paged KV cache" above).
+struct PagedKVLayer {
+  Tensor k, v;             // [num_blocks * block_size, kv_heads * head_dim], kv_dtype()
+  int64_t block_size = 0;  // rows per block
+  int64_t num_blocks = 0;
+};
+
+// The per-step inputs of a batched paged step (host memory; the backend copies what it needs).
+struct PagedStep {
+  std::span<const int32_t> tokens;        // [T]
+  std::span<const int32_t> positions;     // [T] position of each row in its sequence
+  std::span<const int32_t> row_seq;       // [T] sequence of each row (index < num_seqs); contiguous, in position order
+  std::span<const int32_t> block_tables;  // [num_seqs * max_blocks]: sequence s's i-th block at s * max_blocks + i
+  std::span<const int32_t> logit_rows;    // rows whose logits are wanted, ascending (gather_rows)
+  int64_t num_seqs = 0, max_blocks = 0;
+};
 
 // argmax() over one logits row, as the sampler's greedy choice defines it.
 struct ArgmaxResult {
@@ -236,6 +269,16 @@ class Backend {
   virtual void add(const Tensor& x, const Tensor& y, int64_t T) = 0;
   // x = cap * tanh(x / cap)
   virtual void softcap(const Tensor& x, int64_t T, float cap) = 0;
+
+  // ---- batched paged steps (serving; see "Paged KV cache" above). Default: Status::unsupported ----
+  virtual bool supports_paged() const { return false; }  // true: the three ops below are implemented
+  // Rows of the step <= reserve_step's max_rows; replaces the set_step inputs until the next set_step.
+  virtual void set_paged_step(const PagedStep& step);
+  // Stores the step's k/v rows into the pool at their positions' slots, then each row attends over its sequence.
+  virtual void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKVLayer& cache,
+                               const Tensor& out, int64_t T, const AttentionParams& p);
+  // out[i, :] = x[logit_rows[i], :] for i < n (n = the step's logit_rows count).
+  virtual void gather_rows(const Tensor& x, const Tensor& out, int64_t n);
 
   // ---- greedy decoding without the logits download ----
   // Queues the argmax of `logits` (f32 [1, V], row 0) like any op (graph-safe: a captured decode step may end

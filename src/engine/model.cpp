@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include "core/tuning.hpp"
 #include "engine/backend.hpp"
 #include "engine/config.hpp"
+#include "engine/paged.hpp"
 #include "engine/random_weights.hpp"
 #include "engine/sampler.hpp"
 #include "flashkit/engine.hpp"
@@ -767,3 +769,197 @@ GenerationResult generate(Session& session, std::span<const int32_t> prompt, con
 }
 
 }  // namespace flashkit
+
+// ================================================================================================================
+// Batched paged steps for serving (engine/paged.hpp). Kept apart from the session code above: forward_paged is the
+// op schedule of ModelImpl::forward with per-row positions and paged_attention; a change to one layer schedule must
+// be made in both.
+// ================================================================================================================
+namespace flashkit::engine {
+namespace {
+
+class PagedRunnerImpl final : public PagedRunner {
+ public:
+  PagedRunnerImpl(ModelImpl& m, const PagedRunnerOptions& o) : m_(m), o_(o) {
+    if (o.block_size < 1 || o.block_size > 4096) bad("paged runner: block_size must be in [1, 4096], got " + std::to_string(o.block_size));
+    if (o.num_blocks < 1) bad("paged runner: num_blocks must be >= 1, got " + std::to_string(o.num_blocks));
+    if (o.max_rows < 1 || o.max_seqs < 1)
+      bad("paged runner: max_rows and max_seqs must be >= 1, got " + std::to_string(o.max_rows) + " and " + std::to_string(o.max_seqs));
+    if (o.num_blocks > (int64_t(1) << 30) / o.block_size) bad("paged runner: num_blocks * block_size exceeds 2^30 positions");
+    Backend& be = *m.be_;
+    if (!be.supports_paged())
+      fail(Status::unsupported, "paged runner: the " + be.name() +
+                                    " backend has no paged KV cache yet (batched serving runs on the CPU backend: --device cpu)");
+    const ModelConfig& c = m.cfg_;
+    o_.max_seqs = std::min(o.max_seqs, o.max_rows);
+    max_blocks_ = (m.info_.max_context + o.block_size - 1) / o.block_size;
+    be.reserve_step(o.max_rows);
+    const DType adt = be.activation_dtype();
+    h_ = be.alloc(DType::f32, o.max_rows, c.hidden_size);
+    o_buf_ = be.alloc(DType::f32, o.max_rows, c.hidden_size);
+    xn_ = be.alloc(adt, o.max_rows, c.hidden_size);
+    qkv_ = be.alloc(adt, o.max_rows, m.q_dim_ + 2 * m.kv_dim_);
+    attn_ = be.alloc(adt, o.max_rows, m.q_dim_);
+    gu_ = be.alloc(adt, o.max_rows, 2 * c.intermediate_size);
+    act_ = be.alloc(adt, o.max_rows, c.intermediate_size);
+    logits_ = be.alloc(DType::f32, o_.max_seqs, c.vocab_size);
+    for (size_t i = 0; i < m.layers_.size(); ++i) {
+      PagedKVLayer l;
+      l.block_size = o.block_size;
+      l.num_blocks = o.num_blocks;
+      l.k = be.alloc(be.kv_dtype(), o.num_blocks * o.block_size, m.kv_dim_);
+      l.v = be.alloc(be.kv_dtype(), o.num_blocks * o.block_size, m.kv_dim_);
+      be.zero(l.k);  // a block is always written before it is read; zeros keep a bug from reading garbage
+      be.zero(l.v);
+      kv_.push_back(l);
+    }
+  }
+  ~PagedRunnerImpl() override {
+    Backend& be = *m_.be_;
+    for (Tensor* t : {&h_, &o_buf_, &xn_, &qkv_, &attn_, &gu_, &act_, &logits_}) be.free(*t);
+    for (auto& l : kv_) {
+      be.free(l.k);
+      be.free(l.v);
+    }
+  }
+  const PagedRunnerOptions& options() const override { return o_; }
+  int64_t max_blocks_per_seq() const override { return max_blocks_; }
+
+  void step(const PagedStep& st, float* logits) override {
+    const int64_t T = int64_t(st.tokens.size()), n = int64_t(st.logit_rows.size());
+    if (T < 1 || T > o_.max_rows) bad("paged step: " + std::to_string(T) + " rows, expected 1.." + std::to_string(o_.max_rows));
+    if (int64_t(st.positions.size()) != T || int64_t(st.row_seq.size()) != T)
+      bad("paged step: positions and row_seq need one entry per row");
+    if (n > o_.max_seqs || st.num_seqs > o_.max_seqs || st.max_blocks != max_blocks_ ||
+        int64_t(st.block_tables.size()) != st.num_seqs * st.max_blocks)
+      bad("paged step: logit rows, sequences or block tables do not match the runner's sizes");
+    forward_paged(st, logits);
+  }
+
+ private:
+  void forward_paged(const PagedStep& st, float* logits_out) {
+    ModelImpl& m = m_;
+    Backend& be = *m.be_;
+    const ModelConfig& c = m.cfg_;
+    const int64_t T = int64_t(st.tokens.size()), n = int64_t(st.logit_rows.size());
+    const float eps = float(c.rms_norm_eps);
+    be.set_paged_step(st);
+    const Tensor h = h_, xn = xn_, qkv = qkv_, attn = attn_, o = o_buf_, gu = gu_, act = act_;
+    const Tensor q = qkv.col_slice(0, m.q_dim_), k = qkv.col_slice(m.q_dim_, m.kv_dim_),
+                 v = qkv.col_slice(m.q_dim_ + m.kv_dim_, m.kv_dim_);
+    const Activation actk = c.activation == "silu" ? Activation::silu : Activation::gelu_tanh;
+    m.op("embed", [&] { be.embed(m.embed_, h, T, m.embed_scale_); });
+    for (size_t li = 0; li < m.layers_.size(); ++li) {
+      const LayerWeights& L = m.layers_[li];
+      m.op("rms_norm", [&] { be.rms_norm(h, L.in_norm, xn, T, c.hidden_size, eps); });
+      m.op("linear.qkv", [&] { be.linear(xn, L.qkv, qkv, T); });
+      if (c.qk_norm) {
+        m.op("rms_norm.qk", [&] {
+          be.rms_norm(q, L.q_norm, q, T, c.head_dim, eps);
+          be.rms_norm(k, L.k_norm, k, T, c.head_dim, eps);
+        });
+      }
+      m.op("rope", [&] {
+        be.rope(q, T, c.num_heads, c.head_dim, *L.inv_freq, L.rope_scaling);
+        be.rope(k, T, c.num_kv_heads, c.head_dim, *L.inv_freq, L.rope_scaling);
+      });
+      m.op("attention", [&] { be.paged_attention(q, k, v, kv_[li], attn, T, L.ap); });
+      m.op("linear.o", [&] { be.linear(attn, L.o, o, T); });
+      if (c.sandwich_norms) {
+        m.op("rms_norm", [&] { be.add_rms_norm(o, L.post_attn_norm, h, T, eps); });
+        m.op("rms_norm", [&] { be.rms_norm(h, L.pre_ff_norm, xn, T, c.hidden_size, eps); });
+      } else {
+        m.op("add", [&] { be.add(o, h, T); });
+        m.op("rms_norm", [&] { be.rms_norm(h, L.post_attn_norm, xn, T, c.hidden_size, eps); });
+      }
+      m.op("linear.gate_up", [&] { be.linear(xn, L.gate_up, gu, T); });
+      m.op("gated_act", [&] { be.gated_act(gu, act, T, actk); });
+      m.op("linear.down", [&] { be.linear(act, L.down, o, T); });
+      if (c.sandwich_norms) m.op("rms_norm", [&] { be.add_rms_norm(o, L.post_ff_norm, h, T, eps); });
+      else m.op("add", [&] { be.add(o, h, T); });
+    }
+    if (n == 0) return;
+    // Only the rows that sample a token go through the final norm and the lm_head (o is free scratch by now).
+    const Tensor hg = o.row_slice(0, n), xg = xn.row_slice(0, n), lg = logits_.row_slice(0, n);
+    m.op("gather", [&] { be.gather_rows(h, hg, n); });
+    m.op("rms_norm", [&] { be.rms_norm(hg, m.final_norm_, xg, n, c.hidden_size, eps); });
+    m.op("linear.lm_head", [&] { be.linear(xg, m.lm_head_, lg, n); });
+    if (c.final_softcap > 0) m.op("softcap", [&] { be.softcap(lg, n, float(c.final_softcap)); });
+    m.op("logits.download", [&] { be.download_f32(logits_out, lg, n); });
+  }
+
+  ModelImpl& m_;
+  PagedRunnerOptions o_;
+  int64_t max_blocks_ = 0;
+  Tensor h_, o_buf_, xn_, qkv_, attn_, gu_, act_, logits_;
+  std::vector<PagedKVLayer> kv_;
+};
+
+ModelImpl& impl_of(const Model& model) {
+  auto* m = dynamic_cast<const ModelImpl*>(&model);
+  if (!m) fail(Status::invalid_argument, "paged runner: not a model loaded by flashkit::Model::load");
+  return const_cast<ModelImpl&>(*m);
+}
+
+}  // namespace
+
+int64_t paged_kv_bytes_per_token(const Model& model) {
+  const ModelImpl& m = impl_of(model);
+  return m.cfg_.num_layers * 2 * m.kv_dim_ * dtype_size(m.be_->kv_dtype());
+}
+
+std::unique_ptr<PagedRunner> make_paged_runner(Model& model, const PagedRunnerOptions& opts) {
+  return std::make_unique<PagedRunnerImpl>(impl_of(model), opts);
+}
+
+std::string model_identity(const Model& model) {
+  namespace fs = std::filesystem;
+  const ModelImpl& m = impl_of(model);
+  const ModelConfig& c = m.cfg_;
+  std::string id;
+  auto add = [&](const std::string& k, const std::string& v) { id += k + "=" + v + ";"; };
+  auto num = [](double x) {
+    char b[40];
+    std::snprintf(b, sizeof b, "%.17g", x);
+    return std::string(b);
+  };
+  add("arch", c.model_type);
+  for (auto [k, v] : {std::pair{"vocab", c.vocab_size}, {"hidden", c.hidden_size}, {"ff", c.intermediate_size},
+                      {"layers", c.num_layers}, {"heads", c.num_heads}, {"kv_heads", c.num_kv_heads},
+                      {"head_dim", c.head_dim}, {"window", c.sliding_window}})
+    add(k, std::to_string(v));
+  add("eps", num(c.rms_norm_eps));
+  add("act", c.activation);
+  add("norms", std::to_string(c.norm_plus_one) + std::to_string(c.qk_norm) + std::to_string(c.sandwich_norms) +
+                   std::to_string(c.attention_bias) + std::to_string(c.o_bias) + std::to_string(c.tie_embeddings));
+  add("scales", num(c.embed_scale) + "," + num(c.attn_scale) + "," + num(c.attn_softcap));
+  std::string sl;
+  for (bool b : c.layer_sliding) sl += b ? '1' : '0';
+  add("sliding", sl);
+  for (const RopeConfig* r : {&c.rope_global, &c.rope_local})
+    add("rope", r->type + "," + num(r->theta) + "," + num(r->factor) + "," + num(r->low_freq_factor) + "," +
+                    num(r->high_freq_factor) + "," + num(r->original_max_position) + "," + num(r->attention_factor));
+  add("dtypes", m.info_.weight_dtype + "," + m.info_.activation_dtype + "," + m.info_.kv_dtype);
+  add("backend", std::string(m.be_->device() == Device::cpu ? "cpu" : "cuda"));
+  if (m.opts_.random_weights) add("random_weights", std::to_string(m.opts_.random_seed));
+  // The checkpoint files: name, size and modification time of every regular file of the model directory (or the
+  // .gguf file); a rewritten or replaced checkpoint changes the identity.
+  std::error_code ec;
+  const fs::path src = m.info_.source;
+  std::vector<fs::path> files;
+  if (fs::is_directory(src, ec)) {
+    for (const auto& e : fs::directory_iterator(src, ec))
+      if (e.is_regular_file(ec)) files.push_back(e.path());
+  } else {
+    files.push_back(src);
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    const auto size = fs::file_size(f, ec);
+    const auto mtime = fs::last_write_time(f, ec).time_since_epoch().count();
+    add("file", f.filename().string() + ":" + std::to_string(ec ? 0 : size) + ":" + std::to_string(mtime));
+  }
+  return id;
+}
+
+}  // namespace flashkit::engine

@@ -18,6 +18,7 @@
 
 #include "engine/backend.hpp"
 #include "engine/cpu/gemv.hpp"
+#include "engine/cpu/paged_attention.hpp"
 #include "engine/sampler.hpp"
 #include "flashkit/attention.hpp"
 #include "flashkit/error.hpp"
@@ -147,6 +148,7 @@ class CpuBackend final : public Backend {
     exact_ = false;
     depth_.clear();
     parent_.clear();
+    paged_ = false;
   }
 
   // ---- speculative verification (backend.hpp, "speculative verification steps") ----
@@ -173,6 +175,21 @@ class CpuBackend final : public Backend {
       std::memcpy(frow(cache.k, slot), st.k.data() + rows[j] * st.kvd, size_t(st.kvd) * 4);
       std::memcpy(frow(cache.v, slot), st.v.data() + rows[j] * st.kvd, size_t(st.kvd) * 4);
     }
+  }
+  // Batched paged steps (backend.hpp, "Paged KV cache"): rope reads per-row positions, paged_attention the tables.
+  bool supports_paged() const override { return true; }
+  void set_paged_step(const PagedStep& st) override {
+    tokens_.assign(st.tokens.begin(), st.tokens.end());
+    positions_.assign(st.positions.begin(), st.positions.end());
+    row_seq_.assign(st.row_seq.begin(), st.row_seq.end());
+    tables_.assign(st.block_tables.begin(), st.block_tables.end());
+    logit_rows_.assign(st.logit_rows.begin(), st.logit_rows.end());
+    max_blocks_ = st.max_blocks;
+    pos0_ = 0;
+    paged_ = true;
+    exact_ = false;  // a paged step is never a speculative tree or chain step
+    depth_.clear();
+    parent_.clear();
   }
 
   void embed(const Matrix& table, const Tensor& out, int64_t T, float scale) override {
@@ -245,7 +262,7 @@ class CpuBackend final : public Backend {
     const float* inv = static_cast<const float*>(inv_freq.data);
     cs_.resize(size_t(2 * half));
     for (int64_t t = 0; t < T; ++t) {
-      const float pos = float(pos0_ + (depth_.empty() ? t : depth_[size_t(t)]));
+      const float pos = float(paged_ ? positions_[size_t(t)] : pos0_ + (depth_.empty() ? t : depth_[size_t(t)]));
       for (int64_t i = 0; i < half; ++i) {
         const float ang = pos * inv[i];  // f32 product, as transformers computes the angles
         cs_[size_t(i)] = float(std::cos(double(ang))) * attn_scaling;
@@ -305,6 +322,74 @@ class CpuBackend final : public Backend {
       run_attention(q, ktmp_.data(), vtmp_.data(), kvd, L, out, T, p, wl);
       for (int64_t t = std::max<int64_t>(0, T - cap); t < T; ++t) store(t);
     }
+  }
+
+  void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKVLayer& cache,
+                       const Tensor& out, int64_t T, const AttentionParams& p) override {
+    const int64_t kvd = p.kv_heads * p.head_dim, bs = cache.block_size;
+    auto slot = [&](int64_t t) {
+      const int64_t pos = positions_[size_t(t)];
+      return int64_t(tables_[size_t(row_seq_[size_t(t)] * max_blocks_ + pos / bs)]) * bs + pos % bs;
+    };
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t s = slot(t);
+      std::memcpy(frow(cache.k, s), frow(k, t), size_t(kvd) * 4);
+      std::memcpy(frow(cache.v, s), frow(v, t), size_t(kvd) * 4);
+    }
+    // A sequence with one row in the step (decode) reads its blocks in place (the paged decode kernel, all such rows
+    // at once); a chunk of several rows (a prompt) gathers its visible keys in position order and runs the flash
+    // kernel, as a session's prefill does.
+    single_.clear();
+    const int64_t wl = p.window > 0 ? p.window - 1 : -1;
+    for (int64_t t0 = 0; t0 < T;) {
+      int64_t t1 = t0 + 1;
+      while (t1 < T && row_seq_[size_t(t1)] == row_seq_[size_t(t0)]) ++t1;
+      if (t1 - t0 == 1) {
+        single_.push_back(int32_t(t0));
+      } else {
+        const int64_t first = positions_[size_t(t0)], last = positions_[size_t(t1 - 1)];
+        const int64_t lo = p.window > 0 ? std::max<int64_t>(0, first - (p.window - 1)) : 0;
+        const int64_t L = last - lo + 1;
+        ktmp_.resize(size_t(L * kvd));
+        vtmp_.resize(size_t(L * kvd));
+        const int32_t* table = tables_.data() + row_seq_[size_t(t0)] * max_blocks_;
+        for (int64_t j = lo; j <= last; ++j) {
+          const int64_t sl = int64_t(table[j / bs]) * bs + j % bs;
+          std::memcpy(ktmp_.data() + (j - lo) * kvd, frow(cache.k, sl), size_t(kvd) * 4);
+          std::memcpy(vtmp_.data() + (j - lo) * kvd, frow(cache.v, sl), size_t(kvd) * 4);
+        }
+        run_attention(q.row_slice(t0, t1 - t0), ktmp_.data(), vtmp_.data(), kvd, L, out.row_slice(t0, t1 - t0),
+                      t1 - t0, p, wl);
+      }
+      t0 = t1;
+    }
+    if (!single_.empty()) {
+      cpu::PagedDecodeArgs a;
+      a.q = static_cast<const float*>(q.data);
+      a.ldq = q.ld;
+      a.out = static_cast<float*>(out.data);
+      a.ldo = out.ld;
+      a.k_pool = static_cast<const float*>(cache.k.data);
+      a.v_pool = static_cast<const float*>(cache.v.data);
+      a.block_size = bs;
+      a.block_tables = tables_.data();
+      a.max_blocks = max_blocks_;
+      a.rows = single_.data();
+      a.n_rows = int64_t(single_.size());
+      a.positions = positions_.data();
+      a.row_seq = row_seq_.data();
+      a.heads = p.heads;
+      a.kv_heads = p.kv_heads;
+      a.head_dim = p.head_dim;
+      a.scale = p.scale;
+      a.softcap = p.softcap;
+      a.window = p.window;
+      cpu::paged_decode_attention(isa_, threads_, a);
+    }
+  }
+  void gather_rows(const Tensor& x, const Tensor& out, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i)
+      std::memmove(frow(out, i), frow(x, logit_rows_[size_t(i)]), size_t(x.cols) * 4);
   }
 
   void gated_act(const Tensor& gu, const Tensor& out, int64_t T, Activation act) override {
@@ -491,6 +576,10 @@ class CpuBackend final : public Backend {
   bool exact_ = false;                 // decode-exact step (set_step_shape)
   std::vector<int32_t> parent_, depth_;  // tree step (set_step_shape); empty: a chain
   std::map<const void*, TreeKV> tree_kv_;  // per cache (its k buffer): the last tree step's keys and values
+  // set_paged_step's inputs (paged_ until the next set_step).
+  bool paged_ = false;
+  std::vector<int32_t> positions_, row_seq_, tables_, logit_rows_, single_;
+  int64_t max_blocks_ = 0;
   ArgmaxResult argmax_;
 };
 

@@ -96,11 +96,13 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int64_t ldx, 
     }
 }
 
-// Weight rows [n0, n1) in tiles of R rows (4 when there are at most 2 activation rows, else 2; registers), the rest
-// one row at a time: tile.template operator()<R>(n) runs one tile. Shared by every kernel family below.
+// Weight rows [n0, n1) in tiles of R rows (4 when there are at most 2 activation rows, 2 up to 4, else 1: the
+// accumulators must stay in registers), the rest one row at a time: tile.template operator()<R>(n) runs one tile.
+// Shared by every kernel family below. Each output's sum runs in the same order whatever TB and R are, so a row's
+// result does not depend on how many rows are computed with it (batched serving relies on this).
 template <int TB, typename Tile>
 inline void row_tiles(int64_t n0, int64_t n1, Tile&& tile) {
-  constexpr int R = TB <= 2 ? 4 : 2;
+  constexpr int R = TB <= 2 ? 4 : (TB <= 4 ? 2 : 1);
   int64_t n = n0;
   for (; n + R <= n1; n += R) tile.template operator()<R>(n);
   for (; n < n1; ++n) tile.template operator()<1>(n);
@@ -212,15 +214,20 @@ void block(Isa isa, const float* x, int64_t ldx, const void* W, bool bf16, int64
 
 void rows_block(Isa isa, const float* x, int64_t ldx, int64_t T, const void* W, bool bf16, int64_t K, int64_t n0,
                 int64_t n1, float* out, int64_t ldo) {
-  for (int64_t t = 0; t < T; t += 4) {
-    const int64_t tb = std::min<int64_t>(4, T - t);
+  // Up to 8 rows of x per pass over the weights (a batched decode step of 8 sequences streams them once).
+  for (int64_t t = 0; t < T; t += 8) {
+    const int64_t tb = std::min<int64_t>(8, T - t);
     const float* xt = x + t * ldx;
     float* ot = out + t * ldo;
     switch (tb) {
       case 1: block<1>(isa, xt, ldx, W, bf16, K, n0, n1, ot, ldo); break;
       case 2: block<2>(isa, xt, ldx, W, bf16, K, n0, n1, ot, ldo); break;
       case 3: block<3>(isa, xt, ldx, W, bf16, K, n0, n1, ot, ldo); break;
-      default: block<4>(isa, xt, ldx, W, bf16, K, n0, n1, ot, ldo); break;
+      case 4: block<4>(isa, xt, ldx, W, bf16, K, n0, n1, ot, ldo); break;
+      case 5: block<5>(isa, xt, ldx, W, bf16, K, n0, n1, ot, ldo); break;
+      case 6: block<6>(isa, xt, ldx, W, bf16, K, n0, n1, ot, ldo); break;
+      case 7: block<7>(isa, xt, ldx, W, bf16, K, n0, n1, ot, ldo); break;
+      default: block<8>(isa, xt, ldx, W, bf16, K, n0, n1, ot, ldo); break;
     }
   }
 }
@@ -403,15 +410,19 @@ void matmul(Isa isa, int threads, const float* x, int64_t ldx, int64_t T, const 
     const float* xq = xp.data();
     const uint16_t* Wb = static_cast<const uint16_t*>(W);
     parallel_row_blocks(threads, N, N * K * T, [&](int64_t n0, int64_t n1) {
-      for (int64_t t = 0; t < T; t += 4) {
-        const int64_t tb = std::min<int64_t>(4, T - t);
+      for (int64_t t = 0; t < T; t += 8) {
+        const int64_t tb = std::min<int64_t>(8, T - t);
         const float* xt = xq + t * K;
         float* ot = out + t * ldo;
         switch (tb) {
           case 1: block_avx2_bf16p<1>(xt, K, Wb, n0, n1, ot, ldo); break;
           case 2: block_avx2_bf16p<2>(xt, K, Wb, n0, n1, ot, ldo); break;
           case 3: block_avx2_bf16p<3>(xt, K, Wb, n0, n1, ot, ldo); break;
-          default: block_avx2_bf16p<4>(xt, K, Wb, n0, n1, ot, ldo); break;
+          case 4: block_avx2_bf16p<4>(xt, K, Wb, n0, n1, ot, ldo); break;
+          case 5: block_avx2_bf16p<5>(xt, K, Wb, n0, n1, ot, ldo); break;
+          case 6: block_avx2_bf16p<6>(xt, K, Wb, n0, n1, ot, ldo); break;
+          case 7: block_avx2_bf16p<7>(xt, K, Wb, n0, n1, ot, ldo); break;
+          default: block_avx2_bf16p<8>(xt, K, Wb, n0, n1, ot, ldo); break;
         }
       }
     });

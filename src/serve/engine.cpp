@@ -1,0 +1,296 @@
+// serve::Engine (include/flashkit/serve.hpp): the scheduler thread around Scheduler + engine::PagedRunner.
+//
+// Threads. submit / cancel / reset_prefix_cache / stats may be called from any thread; they only touch the inbox
+// (under mu_). Everything else -- the scheduler, the block pool, the runner, the callbacks -- lives on the engine
+// thread (or the caller of step() without a background thread), so callbacks run without any engine lock held and
+// may call back into the engine.
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "engine/paged.hpp"
+#include "engine/sampler.hpp"
+#include "flashkit/error.hpp"
+#include "flashkit/runtime.hpp"
+#include "flashkit/serve.hpp"
+#include "serve/scheduler.hpp"
+
+namespace flashkit::serve {
+
+namespace {
+
+[[noreturn]] void bad(const std::string& m) { fail(Status::invalid_argument, m); }
+
+int64_t available_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return physical_memory_bytes();
+}
+
+class EngineImpl final : public Engine {
+ public:
+  EngineImpl(std::shared_ptr<Model> model, const EngineOptions& opts) : model_(std::move(model)), opts_(opts) {
+    if (!model_) bad("serve engine: no model");
+    const ModelInfo& info = model_->info();
+    if (opts.block_size < 1 || opts.block_size > 1024)
+      bad("block_size must be in [1, 1024], got " + std::to_string(opts.block_size));
+    if (opts.kv_memory < 0) bad("kv_memory must be >= 0 bytes (0: default), got " + std::to_string(opts.kv_memory));
+    if (opts.max_step_tokens < 1 || opts.max_step_tokens > 65536)
+      bad("max_step_tokens must be in [1, 65536], got " + std::to_string(opts.max_step_tokens));
+    if (opts.max_running < 1 || opts.max_running > 4096)
+      bad("max_running must be in [1, 4096], got " + std::to_string(opts.max_running));
+    if (opts_.kv_memory == 0) opts_.kv_memory = default_kv_memory(*model_, opts_);
+    const int64_t per_block = engine::paged_kv_bytes_per_token(*model_) * opts.block_size;
+    const int64_t blocks = opts_.kv_memory / per_block;
+    if (blocks < 1)
+      bad("kv_memory of " + std::to_string(opts_.kv_memory) + " bytes holds no KV block (one block of " +
+          std::to_string(opts.block_size) + " positions takes " + std::to_string(per_block) + " bytes)");
+    engine::PagedRunnerOptions ro;
+    ro.block_size = opts.block_size;
+    ro.num_blocks = blocks;
+    ro.max_rows = opts.max_step_tokens;
+    ro.max_seqs = std::min(opts.max_running, opts.max_step_tokens);
+    opts_.max_running = ro.max_seqs;
+    runner_ = engine::make_paged_runner(*model_, ro);
+    opts_.kv_memory = blocks * per_block;
+    SchedulerConfig sc;
+    sc.block_size = opts.block_size;
+    sc.num_blocks = blocks;
+    sc.max_step_tokens = opts.max_step_tokens;
+    sc.max_running = opts_.max_running;
+    sc.max_blocks_per_seq = runner_->max_blocks_per_seq();
+    sc.max_context = info.max_context;
+    sc.prefix_caching = opts.prefix_caching;
+    // The prefix cache's salt: the model identity and the block size (engine/paged.hpp, block_pool.hpp).
+    const std::string ident = engine::model_identity(*model_) + "block_size=" + std::to_string(opts.block_size);
+    sc.salt = hash_bytes(ident.data(), ident.size());
+    sched_ = std::make_unique<Scheduler>(sc);
+    logits_.resize(size_t(ro.max_seqs * info.vocab_size));
+    publish_stats();
+    if (opts.background) thread_ = std::thread([this] { loop(); });
+  }
+  ~EngineImpl() override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    // Whatever is left (queued in the inbox or in the scheduler) ends as "cancelled".
+    take_inbox();
+    sched_.reset();
+  }
+
+  uint64_t submit(Request r) override {
+    const ModelInfo& info = model_->info();
+    if (r.prompt.empty()) bad("prompt: empty (give at least one token)");
+    for (size_t i = 0; i < r.prompt.size(); ++i)
+      if (r.prompt[i] < 0 || r.prompt[i] >= info.vocab_size)
+        bad("prompt: token id " + std::to_string(r.prompt[i]) + " at index " + std::to_string(i) +
+            " is outside the vocabulary [0, " + std::to_string(info.vocab_size) + ")");
+    if (r.max_tokens < 1) bad("max_tokens must be at least 1, got " + std::to_string(r.max_tokens));
+    const int64_t n = int64_t(r.prompt.size());
+    if (n > info.max_context)
+      bad("prompt of " + std::to_string(n) + " tokens does not fit the context of " + std::to_string(info.max_context) +
+          " tokens");
+    engine::SamplerParams sp;
+    sp.temperature = r.sampling.temperature;
+    sp.top_k = r.sampling.top_k;
+    sp.top_p = r.sampling.top_p;
+    sp.min_p = r.sampling.min_p;
+    sp.repetition_penalty = r.sampling.repetition_penalty;
+    sp.seed = r.sampling.seed;
+    auto s = std::make_unique<Sequence>();
+    s->sampler = std::make_unique<engine::Sampler>(sp);  // validates
+    // The most positions the sequence can hold: it must fit the pool on its own, or it could never finish.
+    const int64_t most = std::min(n + r.max_tokens, info.max_context);
+    const int64_t need = (most + opts_.block_size - 1) / opts_.block_size;
+    const int64_t have = opts_.kv_memory / (engine::paged_kv_bytes_per_token(*model_) * opts_.block_size);
+    if (need > have)
+      bad("the request needs up to " + std::to_string(most) + " positions (" + std::to_string(need) +
+          " KV blocks) but the KV pool has " + std::to_string(have) + " blocks (raise the KV memory or lower max_tokens)");
+    s->tokens = r.prompt;
+    s->prompt_len = n;
+    s->stops = r.stop_ids;
+    if (r.stop_at_eos) s->stops.insert(s->stops.end(), info.eos_ids.begin(), info.eos_ids.end());
+    std::sort(s->stops.begin(), s->stops.end());
+    s->req = std::move(r);
+    s->submitted = Clock::now();
+    uint64_t id;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (stop_) fail(Status::unsupported, "serve engine: shutting down");
+      id = s->id = next_id_++;
+      inbox_.push_back(std::move(s));
+      ++pending_;
+    }
+    cv_.notify_all();
+    return id;
+  }
+
+  void cancel(uint64_t id) override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      cancels_.push_back(id);
+    }
+    cv_.notify_all();
+  }
+  void reset_prefix_cache() override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      reset_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  bool step() override {
+    if (opts_.background) fail(Status::invalid_argument, "serve engine: step() is for engines without a background thread");
+    take_inbox();
+    return run_step();
+  }
+
+  void wait_idle() override {
+    if (!opts_.background) {
+      while (step()) {
+      }
+      return;
+    }
+    std::unique_lock<std::mutex> lk(mu_);
+    idle_cv_.wait(lk, [&] { return pending_ == 0 || stop_; });
+  }
+
+  EngineStats stats() const override {
+    std::lock_guard<std::mutex> lk(mu_);
+    EngineStats s = stats_;
+    s.waiting += int64_t(inbox_.size());
+    return s;
+  }
+  const Model& model() const override { return *model_; }
+  const EngineOptions& options() const override { return opts_; }
+
+ private:
+  // Moves the inbox, cancels and a cache reset into the scheduler (engine thread).
+  void take_inbox() {
+    std::vector<std::unique_ptr<Sequence>> in;
+    std::vector<uint64_t> cancels;
+    bool reset = false;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      in.swap(inbox_);
+      cancels.swap(cancels_);
+      reset = reset_;
+      reset_ = false;
+    }
+    if (!sched_) return;
+    for (auto& s : in) {
+      auto done = std::move(s->req.on_done);
+      // Count the request off when it ends, whatever ends it.
+      s->req.on_done = [this, done](const RequestResult& r) {
+        if (done) done(r);
+        std::lock_guard<std::mutex> lk(mu_);
+        if (--pending_ == 0) idle_cv_.notify_all();
+      };
+      sched_->add(std::move(s));
+    }
+    for (uint64_t id : cancels) sched_->cancel(id);
+    if (reset) sched_->reset_prefix_cache();
+  }
+
+  bool run_step() {
+    if (!sched_->schedule(plan_)) {
+      publish_stats();
+      return false;
+    }
+    const auto t0 = Clock::now();
+    try {
+      runner_->step(plan_.view(runner_->max_blocks_per_seq()), logits_.data());
+      busy_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+      sched_->commit(plan_, logits_.data(), model_->info().vocab_size);
+    } catch (const std::exception& e) {
+      sched_->fail_step(plan_, e.what());
+    }
+    publish_stats();
+    return true;
+  }
+
+  void loop() {
+    while (true) {
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return stop_ || !inbox_.empty() || !cancels_.empty() || reset_ || sched_->has_work(); });
+        if (stop_) return;
+      }
+      take_inbox();
+      run_step();
+    }
+  }
+
+  void publish_stats() {
+    const BlockPoolStats ps = sched_->pool().stats();
+    const SchedulerCounters& c = sched_->counters();
+    std::lock_guard<std::mutex> lk(mu_);
+    EngineStats& s = stats_;
+    s.running = sched_->running();
+    s.waiting = sched_->waiting();
+    s.kv_blocks_total = ps.total;
+    s.kv_blocks_free = ps.free;
+    s.kv_blocks_used = ps.used;
+    s.kv_blocks_cached = ps.cached;
+    s.block_size = opts_.block_size;
+    s.kv_bytes = opts_.kv_memory;
+    s.prefix_hit_blocks = ps.hit_blocks;
+    s.prefix_miss_blocks = ps.miss_blocks;
+    s.prefix_evictions = ps.evictions;
+    s.prefix_resets = ps.resets;
+    s.prompt_tokens = c.prompt_tokens;
+    s.generation_tokens = c.generation_tokens;
+    s.steps = c.steps;
+    s.preemptions = c.preemptions;
+    s.requests_finished = c.finished;
+    s.requests_cancelled = c.cancelled;
+    s.busy_s = busy_s_;
+  }
+
+  std::shared_ptr<Model> model_;
+  EngineOptions opts_;
+  std::unique_ptr<engine::PagedRunner> runner_;
+  std::unique_ptr<Scheduler> sched_;
+  StepPlan plan_;
+  std::vector<float> logits_;
+  double busy_s_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::vector<std::unique_ptr<Sequence>> inbox_;
+  std::vector<uint64_t> cancels_;
+  bool reset_ = false, stop_ = false;
+  uint64_t next_id_ = 1;
+  int64_t pending_ = 0;  // submitted, not finished
+  EngineStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+int64_t default_kv_memory(const Model& model, const EngineOptions& opts) {
+  const int64_t per_token = engine::paged_kv_bytes_per_token(model);
+  const int64_t ctx = model.info().max_context;
+  const int64_t want = per_token * ctx * std::max<int64_t>(1, opts.max_running);
+  const int64_t quarter = available_memory_bytes() / 4;
+  return std::max(per_token * (ctx + opts.block_size), std::min(want, quarter));
+}
+
+std::unique_ptr<Engine> Engine::create(std::shared_ptr<Model> model, const EngineOptions& opts) {
+  return std::make_unique<EngineImpl>(std::move(model), opts);
+}
+
+}  // namespace flashkit::serve
