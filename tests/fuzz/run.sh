@@ -1,18 +1,44 @@
 #!/bin/sh
-# Builds the reader fuzzers with clang and runs each for a while on one core.
-#   tests/fuzz/run.sh [seconds per target, default 180]
-# Seeds: tests/data/fuzz/{safetensors,gguf} (regression inputs, kept in git) plus the model fixtures; new corpus
-# entries go to build-fuzz/corpus-*, crashes to build-fuzz/crash-*. Copy crashers into tests/data/fuzz/<format>/ so
-# the GTest test_fuzz_corpus.cpp replays them in CI.
+# Builds the libFuzzer targets with clang and runs each for a while on one core (docs/fuzzing.md).
+#   tests/fuzz/run.sh [--seconds N] [TARGET...]     N seconds per target (default 180); TARGETs: safetensors gguf
+#                                                   tokenizer config (default: all)
+#   tests/fuzz/run.sh --seconds 60                  the CI mode: every target for a minute
+#   tests/fuzz/run.sh 600 tokenizer                 (a bare number is the seconds, as before)
+# Seeds: tests/data/fuzz/<target> (regression inputs, kept in git and replayed by the normal tests) plus fresh
+# fixtures (make_seeds.py, tests/data/tokenizers, tests/data/models, models/configs); new corpus entries go to
+# build-fuzz/corpus-<target>, crashes to build-fuzz/crash-<target>-*. Exit status 1 when any target found a crash.
 set -eu
 cd "$(dirname "$0")/../.."
-secs=${1:-180}
-CXX=clang++ cmake -S tests/fuzz -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build-fuzz -j2
-/usr/bin/python3 tests/fuzz/make_seeds.py build-fuzz/seeds
-for fmt in safetensors gguf; do
-  mkdir -p build-fuzz/corpus-$fmt
-  build-fuzz/fuzz_$fmt -dict=tests/fuzz/$fmt.dict -max_total_time="$secs" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
-    -artifact_prefix=build-fuzz/crash-$fmt- -print_final_stats=1 \
-    build-fuzz/corpus-$fmt tests/data/fuzz/$fmt build-fuzz/seeds/$fmt
+secs=180
+targets=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --seconds) secs=$2; shift 2 ;;
+    --seconds=*) secs=${1#--seconds=}; shift ;;
+    [0-9]*) secs=$1; shift ;;
+    safetensors|gguf|tokenizer|config) targets="$targets $1"; shift ;;
+    *) echo "run.sh: unknown argument '$1' (expected --seconds N or a target: safetensors gguf tokenizer config)" >&2
+       exit 2 ;;
+  esac
 done
+[ -n "$targets" ] || targets="safetensors gguf tokenizer config"
+CXX=clang++ cmake -S tests/fuzz -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+for t in $targets; do cmake --build build-fuzz -j2 --target fuzz_$t; done
+/usr/bin/python3 tests/fuzz/make_seeds.py build-fuzz/seeds
+mkdir -p build-fuzz/seeds/tokenizer build-fuzz/seeds/config
+for d in tests/data/tokenizers/*/; do cp "$d/tokenizer.json" "build-fuzz/seeds/tokenizer/$(basename "$d").json"; done
+for f in tests/data/models/*/config.json; do cp "$f" "build-fuzz/seeds/config/$(basename "$(dirname "$f")").json"; done
+cp models/configs/*.json build-fuzz/seeds/config/
+found=0
+for t in $targets; do
+  mkdir -p "build-fuzz/corpus-$t" "tests/data/fuzz/$t"
+  dict=""
+  [ -f "tests/fuzz/$t.dict" ] && dict="-dict=tests/fuzz/$t.dict"
+  # A larger input limit for tokenizer.json (the seeds are a few KB to 30 KB).
+  maxlen=65536
+  [ "$t" = tokenizer ] && maxlen=262144
+  build-fuzz/fuzz_$t $dict -max_total_time="$secs" -max_len=$maxlen -timeout=10 -rss_limit_mb=2048 \
+    -artifact_prefix="build-fuzz/crash-$t-" -print_final_stats=1 \
+    "build-fuzz/corpus-$t" "tests/data/fuzz/$t" "build-fuzz/seeds/$t" || found=1
+done
+exit $found

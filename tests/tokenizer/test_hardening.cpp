@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -282,6 +283,44 @@ TEST(HardenThreads, CApiFreeDuringEncodeLetsTheCallsFinish) {
     fk_tokenizer_free(tok);
     for (auto& x : th) x.join();
     EXPECT_EQ(ok.load(), 3) << "round " << round;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// ------------------------------------------------------------------ fuzz corpus
+
+// Replays tests/data/fuzz/tokenizer (inputs found by tests/fuzz/fuzz_tokenizer, fixed since) the way the fuzzer
+// drives them: load, then encode / decode / stream short texts. flashkit::Error is fine; anything else fails.
+TEST(FuzzCorpus, Tokenizer) {
+  const fs::path dir = fs::path(FLASHKIT_TEST_DATA) / "fuzz" / "tokenizer";
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_regular_file()) files.push_back(e.path());
+  ASSERT_FALSE(files.empty());
+  std::sort(files.begin(), files.end());
+  for (const auto& p : files) {
+    SCOPED_TRACE(p.string());
+    try {
+      const Tokenizer t = Tokenizer::from_json(read(p));
+      for (const char* text : {"Hello world! 1234 <s> \xE2\x96\x81x", "Gr\xC3\xBC\xC3\x9F" "e \xF0\x9F\x98\x80\n\n",
+                               "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa bb"}) {
+        try {
+          const Ids ids = t.encode(text, true);
+          (void)t.decode(ids);
+          auto d = t.stream_decoder();
+          for (int32_t id : ids) (void)d.push(id);
+          (void)d.flush();
+        } catch (const flashkit::Error&) {
+        }
+      }
+    } catch (const flashkit::Error& e) {
+      EXPECT_FALSE(std::string(e.what()).empty());
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "threw a non-flashkit exception: " << e.what();
+    }
   }
 }
 
