@@ -19,8 +19,9 @@
 // queries) may run on any number of threads at once and give the same results as on one (the internal word
 // cache is locked per shard). Destroying or move-assigning it while another thread is inside a call is a data
 // race, as for any C++ object: the owner must outlive the calls. (The C API's fk_tokenizer_free, and so Python's
-// Tokenizer.close(), is safe during calls: the handle is reference-counted and freed by the last call to
-// return.) A StreamDecoder is one stream's state: one thread at a time, and its Tokenizer must outlive it.
+// Tokenizer.close(), is safe during calls: the handle is reference-counted, the tokenizer destroyed when the
+// last call returns, and a call started after the free fails cleanly.) A StreamDecoder is one stream's state:
+// one thread at a time, and its Tokenizer must outlive it.
 #pragma once
 #include <cstdint>
 #include <filesystem>

@@ -19,16 +19,17 @@ namespace flashkit::capi_detail {
 void set_last_error(const std::string& msg);  // flashkit_c.cpp
 }
 
-// One thread may free a tokenizer while others are inside calls on it (Python's close() racing encode()). Every
-// call holds a reference for its duration and fk_tokenizer_free only drops the owner's: whoever drops the last one
-// deletes the tokenizer, so an encode in flight finishes on live memory. A call that starts after the free fails
-// with "freed" while an earlier call still holds the handle; after the last reference is gone the pointer is
-// dangling like any freed pointer (callers must not start calls on a handle they freed).
+// One thread may free a tokenizer while others are inside calls on it, or about to enter one with the pointer they
+// already hold (Python's close() racing encode() on another thread). So: every call holds a reference for its
+// duration and fk_tokenizer_free only drops the owner's; whoever drops the last one destroys the Tokenizer. The
+// handle itself (a few dozen bytes) is never deallocated: it stays as a tombstone on a global list, so a call that
+// starts after the free finds `freed` set and fails cleanly instead of reading freed memory.
 struct fk_tokenizer {
-  explicit fk_tokenizer(flashkit::Tokenizer t) : tok(std::move(t)) {}
-  flashkit::Tokenizer tok;
-  mutable std::atomic<int64_t> refs{1};  // the owner's + one per call in flight
-  mutable std::atomic<bool> freed{false};
+  explicit fk_tokenizer(flashkit::Tokenizer t) : tok(std::make_unique<const flashkit::Tokenizer>(std::move(t))) {}
+  std::unique_ptr<const flashkit::Tokenizer> tok;  // destroyed by the last reference after the free
+  mutable std::atomic<int64_t> refs{1};            // the owner's + one per call in flight
+  mutable std::atomic<bool> freed{false}, destroyed{false};
+  fk_tokenizer* next_tombstone = nullptr;
 };
 
 struct fk_model {
@@ -77,8 +78,17 @@ void need(const void* p, const char* name) {
   if (p == nullptr) bad(std::string(name) + ": pointer is NULL");
 }
 
+// Freed handles, kept reachable (leak checkers stay quiet; the memory is a few dozen bytes per tokenizer freed).
+std::atomic<fk_tokenizer*> g_tombstones{nullptr};
+
 void release(const fk_tokenizer* t) {
-  if (t->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete t;
+  if (t->refs.fetch_sub(1) != 1) return;
+  auto* h = const_cast<fk_tokenizer*>(t);
+  if (h->destroyed.exchange(true)) return;  // a late call on a tombstone dropped its reference again
+  h->tok.reset();
+  h->next_tombstone = g_tombstones.load();
+  while (!g_tombstones.compare_exchange_weak(h->next_tombstone, h)) {
+  }
 }
 
 // A tokenizer call's reference (see fk_tokenizer): the tokenizer stays alive until the call returns.
@@ -86,8 +96,8 @@ class TokenizerRef {
  public:
   explicit TokenizerRef(const fk_tokenizer* t) : t_(t) {
     need(t, "tok");
-    t_->refs.fetch_add(1, std::memory_order_acq_rel);
-    if (t_->freed.load(std::memory_order_acquire)) {
+    t_->refs.fetch_add(1);  // seq_cst with the free's exchange + fetch_sub: a call after the free sees `freed`
+    if (t_->freed.load()) {
       release(t_);
       bad("tok: this tokenizer has been freed (fk_tokenizer_free)");
     }
@@ -95,8 +105,7 @@ class TokenizerRef {
   ~TokenizerRef() { release(t_); }
   TokenizerRef(const TokenizerRef&) = delete;
   TokenizerRef& operator=(const TokenizerRef&) = delete;
-  const flashkit::Tokenizer& operator*() const { return t_->tok; }
-  const flashkit::Tokenizer* operator->() const { return &t_->tok; }
+  const flashkit::Tokenizer* operator->() const { return t_->tok.get(); }
 
  private:
   const fk_tokenizer* t_;
@@ -135,7 +144,7 @@ fk_status fk_tokenizer_load(const char* dir, fk_tokenizer** out) {
 }
 
 void fk_tokenizer_free(fk_tokenizer* tok) {
-  if (tok == nullptr || tok->freed.exchange(true, std::memory_order_acq_rel)) return;  // NULL or freed twice
+  if (tok == nullptr || tok->freed.exchange(true)) return;  // NULL or freed twice
   release(tok);
 }
 

@@ -283,6 +283,12 @@ TEST(HardenThreads, CApiFreeDuringEncodeLetsTheCallsFinish) {
     fk_tokenizer_free(tok);
     for (auto& x : th) x.join();
     EXPECT_EQ(ok.load(), 3) << "round " << round;
+    // The handle outlives the free as a tombstone: a late call fails cleanly, a second free is a no-op.
+    size_t n = 0;
+    EXPECT_EQ(fk_tokenizer_encode(tok, "abc", 3, 0, nullptr, 0, &n), FK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(fk_last_error()).find("tok: this tokenizer has been freed"), std::string::npos)
+        << fk_last_error();
+    fk_tokenizer_free(tok);
   }
 }
 
