@@ -18,6 +18,11 @@ inline constexpr int kMaxJsonDepth = 64;
 // Index files (model.safetensors.index.json) get the same bound.
 inline constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
 
+// GGUF metadata arrays: nesting (real files nest at most 2) and entries per array (64M: far above any
+// vocabulary; bounds the memory of the JSON the metadata becomes).
+inline constexpr int kMaxGgufArrayDepth = 8;
+inline constexpr uint64_t kMaxGgufArrayLength = 1ull << 26;
+
 // Bytes of a small JSON file read whole into memory: config.json, tokenizer_config.json (chat templates are a
 // few tens of KB), generation_config.json. Real ones are under 100 KB.
 inline constexpr uint64_t kMaxConfigFileBytes = 16ull << 20;

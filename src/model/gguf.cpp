@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "core/json_io.hpp"
+#include "core/limits.hpp"
 #include "model/detail.hpp"
 
 namespace flashkit::model {
@@ -38,8 +39,8 @@ enum GgufValueType : uint32_t {
 };
 
 constexpr uint32_t kTypeF32 = 0, kTypeF16 = 1, kTypeQ8_0 = 8, kTypeBF16 = 30;
-constexpr int kMaxArrayDepth = 8;              // real files nest at most 2
-constexpr uint64_t kMaxArrayLen = 1ull << 26;  // 64M entries: far above any vocabulary, bounds JSON memory
+constexpr int kMaxArrayDepth = limits::kMaxGgufArrayDepth;
+constexpr uint64_t kMaxArrayLen = limits::kMaxGgufArrayLength;
 constexpr uint32_t kMaxDims = 4;               // GGML_MAX_DIMS
 
 // Bounds-checked little-endian cursor over the file.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -98,13 +99,15 @@ void to_bf16(const WeightView& w, uint16_t* out) {
 
 namespace {
 // First index in [0, n) whose bits have the exponent field all ones (inf or NaN), or -1. Blocks of 4096 are
-// reduced without branches (vectorized by the compiler); only a block that has one is searched again.
+// reduced without branches (vectorized by the compiler), in parallel for big tensors; only a block that has
+// one is searched again.
 template <class Bits>
 int64_t first_all_ones_exponent(const uint8_t* src, int64_t n, Bits mask) {
   constexpr int64_t kBlock = 4096;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
-  int64_t first = -1;
-  for (int64_t b = 0; b < blocks && first < 0; ++b) {
+  int64_t first = INT64_MAX;
+#pragma omp parallel for schedule(static) reduction(min : first) if (blocks > 64)
+  for (int64_t b = 0; b < blocks; ++b) {
     const int64_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
     Bits bits[kBlock];
     std::memcpy(bits, src + lo * int64_t(sizeof(Bits)), size_t(hi - lo) * sizeof(Bits));  // unaligned views
@@ -113,11 +116,11 @@ int64_t first_all_ones_exponent(const uint8_t* src, int64_t n, Bits mask) {
     if (!any) continue;
     for (int64_t i = 0; i < hi - lo; ++i)
       if ((bits[i] & mask) == mask) {
-        first = lo + i;
+        first = std::min(first, lo + i);
         break;
       }
   }
-  return first;
+  return first == INT64_MAX ? -1 : first;
 }
 }  // namespace
 
