@@ -2,6 +2,7 @@
 #include "engine/config.hpp"
 
 #include <cmath>
+#include <iomanip>
 #include <optional>
 #include <sstream>
 
@@ -310,12 +311,11 @@ void check_fits_host_memory(const ModelConfig& c, int64_t bytes_per_weight, cons
   if (need > avail) {
     auto gib = [](uint64_t b) {
       std::ostringstream o;
-      o.precision(3);
-      o << double(b) / double(1ull << 30) << " GiB";
+      o << std::fixed << std::setprecision(1) << double(b) / double(1ull << 30) << " GiB";
       return o.str();
     };
     fail(Status::out_of_memory, what + ": the weights need " + gib(need) + " (" + std::to_string(n) +
-                                    " parameters x " + std::to_string(bytes_per_weight) + " bytes) but only " +
+                                    " parameters x " + std::to_string(bytes_per_weight) + " bytes each) but only " +
                                     gib(avail) + " of memory are available");
   }
 }
