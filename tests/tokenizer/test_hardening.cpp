@@ -341,3 +341,16 @@ TEST(FuzzCorpus, Tokenizer) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(HardenTokenizer, CatastrophicBacktrackingRegexIsBadInput) {
+  // A Split pattern that backtracks exponentially: PCRE2's step limit stops it; the file is at fault.
+  const Tokenizer t = Tokenizer::from_json(
+      with_raw("pre_tokenizer", R"({"type":"Split","pattern":{"Regex":"(a|aa)+$"},"behavior":"Isolated"})"));
+  const std::string m = error_of([&] { t.encode(std::string(60, 'a') + "!"); });
+  EXPECT_NE(m.find("backtracking limit"), std::string::npos) << m;
+  EXPECT_EQ(t.encode("aa b").size() > 0, true);  // ordinary text is fine
+}
+
+}  // namespace
