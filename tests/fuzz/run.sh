@@ -5,7 +5,7 @@
 #   tests/fuzz/run.sh --seconds 60                  the CI mode: every target for a minute
 #   tests/fuzz/run.sh 600 tokenizer                 (a bare number is the seconds, as before)
 # Seeds: tests/data/fuzz/<target> (regression inputs, kept in git and replayed by the normal tests) plus fresh
-# fixtures (make_seeds.py, tests/data/tokenizers, tests/data/models, models/configs); new corpus entries go to
+# ones from make_seeds.py (micro checkpoints, the tokenizer and config fixtures); new corpus entries go to
 # build-fuzz/corpus-<target>, crashes to build-fuzz/crash-<target>-*. Exit status 1 when any target found a crash.
 set -eu
 cd "$(dirname "$0")/../.."
@@ -25,10 +25,6 @@ done
 CXX=clang++ cmake -S tests/fuzz -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 for t in $targets; do cmake --build build-fuzz -j2 --target fuzz_$t; done
 /usr/bin/python3 tests/fuzz/make_seeds.py build-fuzz/seeds
-mkdir -p build-fuzz/seeds/tokenizer build-fuzz/seeds/config
-for d in tests/data/tokenizers/*/; do cp "$d/tokenizer.json" "build-fuzz/seeds/tokenizer/$(basename "$d").json"; done
-for f in tests/data/models/*/config.json; do cp "$f" "build-fuzz/seeds/config/$(basename "$(dirname "$f")").json"; done
-cp models/configs/*.json build-fuzz/seeds/config/
 found=0
 for t in $targets; do
   mkdir -p "build-fuzz/corpus-$t" "tests/data/fuzz/$t"
