@@ -40,6 +40,9 @@ struct LoadOptions {
   int64_t max_context = 0;      // KV capacity per session (0: min(max_position_embeddings, 4096))
   int64_t prefill_chunk = 512;  // prompt tokens per forward pass
   bool profile = false;         // time every op kind (adds a device sync per op)
+  // Scan every weight for NaN / +-inf at load and refuse the model naming the tensor (about one extra read of the
+  // weights; off skips it for speed when the checkpoint is trusted).
+  bool check_weights = true;
   // Test / benchmark hook: ignore the safetensors files and fill every weight with seeded random values
   // (the directory, or a config.json path, only provides the config).
   bool random_weights = false;

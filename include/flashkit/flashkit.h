@@ -109,6 +109,9 @@ typedef struct fk_session fk_session;
 
 /* Reads DIR/tokenizer.json (and DIR/tokenizer_config.json when present). */
 FK_API fk_status fk_tokenizer_load(const char* dir, fk_tokenizer** out);
+/* A tokenizer is safe to use from several threads at once and may be freed while other threads are inside calls
+ * on it: it is destroyed when the last of those returns. Its handle stays valid memory after the free, so a call
+ * started later fails with FK_INVALID_ARGUMENT ("freed") instead of crashing, and freeing twice is a no-op. */
 FK_API void fk_tokenizer_free(fk_tokenizer* tok);
 /* Number of ids (model vocabulary plus added tokens). */
 FK_API fk_status fk_tokenizer_vocab_size(const fk_tokenizer* tok, int32_t* out);

@@ -13,8 +13,15 @@
 // Regexes run on PCRE2 (rewritten from the Oniguruma dialect of tokenizer.json), Unicode normalization on
 // ICU. Checked id for id against Hugging Face's JavaScript tokenizers (tests/tokenizer/node).
 // All text is UTF-8. encode() rejects invalid UTF-8 with flashkit::Error naming the byte offset; decode()
-// replaces byte sequences that are not valid UTF-8 with U+FFFD. The object is immutable after loading and
-// safe to use from several threads at once.
+// replaces byte sequences that are not valid UTF-8 with U+FFFD.
+//
+// Threads: a Tokenizer is immutable after loading. Its const members (encode, decode, stream_decoder, the
+// queries) may run on any number of threads at once and give the same results as on one (the internal word
+// cache is locked per shard). Destroying or move-assigning it while another thread is inside a call is a data
+// race, as for any C++ object: the owner must outlive the calls. (The C API's fk_tokenizer_free, and so Python's
+// Tokenizer.close(), is safe during calls: the handle is reference-counted, the tokenizer destroyed when the
+// last call returns, and a call started after the free fails cleanly.) A StreamDecoder is one stream's state:
+// one thread at a time, and its Tokenizer must outlive it.
 #pragma once
 #include <cstdint>
 #include <filesystem>

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/json_io.hpp"
+#include "engine/config.hpp"
 #include "flashkit/error.hpp"
 
 namespace flashkit::analysis {
@@ -19,72 +21,37 @@ int64_t ModelConfig::global_layers() const {
 namespace {
 [[noreturn]] void bad(const std::string& m) { fail(Status::invalid_argument, m); }
 
-int64_t get_int(const json& j, const char* key, const std::string& name, bool required = true, int64_t def = 0) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    if (required) bad(name + ": config has no '" + key + "'");
-    return def;
-  }
-  if (!it->is_number_integer() || it->get<int64_t>() < 0)
-    bad(name + ": '" + key + "' must be a non-negative integer");
-  return it->get<int64_t>();
+// The engine's validated config, in the cost model's terms.
+ModelConfig from_engine(const engine::ModelConfig& e, const std::string& name) {
+  ModelConfig c;
+  c.name = name;
+  c.model_type = engine::arch_name(e.arch);  // "gemma3_text" also for a multimodal "gemma3" config
+  c.activation = e.activation == "gelu_tanh" ? "gelu_pytorch_tanh" : e.activation;
+  c.hidden = e.hidden_size;
+  c.intermediate = e.intermediate_size;
+  c.layers = e.num_layers;
+  c.heads = e.num_heads;
+  c.kv_heads = e.num_kv_heads;
+  c.head_dim = e.head_dim;
+  c.vocab = e.vocab_size;
+  c.sliding_window = e.sliding_window;  // 0 when no layer slides
+  c.layer_is_global.resize(e.layer_sliding.size());
+  for (size_t i = 0; i < e.layer_sliding.size(); ++i) c.layer_is_global[i] = !e.layer_sliding[i];
+  c.tied_embeddings = e.tie_embeddings;
+  c.qk_norm = e.qk_norm;
+  c.sandwich_norm = e.sandwich_norms;
+  c.gated_mlp = true;  // every architecture the engine runs
+  return c;
 }
 }  // namespace
 
+// One validator for every command: `cost` accepts exactly the configs `generate` accepts (engine/config.hpp).
 ModelConfig parse_model_config(const json& root, const std::string& name) {
-  if (!root.is_object()) bad(name + ": config is not a JSON object");
-  // Multimodal Gemma 3 (and similar) nest the language model under text_config; top-level keys fill gaps.
-  json j = root;
-  if (root.contains("text_config") && root["text_config"].is_object()) {
-    j = root["text_config"];
-    for (auto it = root.begin(); it != root.end(); ++it)
-      if (it.key() != "text_config" && !j.contains(it.key())) j[it.key()] = it.value();
-    if (!root["text_config"].contains("model_type") && root.contains("model_type"))
-      j["model_type"] = root["model_type"].get<std::string>() + "_text";
+  try {
+    return from_engine(engine::parse_config(root, name), name);
+  } catch (const json::exception& e) {
+    bad(name + ": unexpected field type: " + e.what());
   }
-  ModelConfig c;
-  c.name = name;
-  c.model_type = j.value("model_type", std::string("unknown"));
-  c.hidden = get_int(j, "hidden_size", name);
-  c.intermediate = get_int(j, "intermediate_size", name);
-  c.layers = get_int(j, "num_hidden_layers", name);
-  c.heads = get_int(j, "num_attention_heads", name);
-  c.kv_heads = get_int(j, "num_key_value_heads", name, false, c.heads);
-  c.vocab = get_int(j, "vocab_size", name);
-  c.head_dim = get_int(j, "head_dim", name, false, c.heads > 0 ? c.hidden / c.heads : 0);
-  if (c.hidden == 0 || c.layers == 0 || c.heads == 0 || c.kv_heads == 0 || c.head_dim == 0 || c.vocab == 0)
-    bad(name + ": hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim and "
-                "vocab_size must be positive");
-  if (c.heads % c.kv_heads != 0) bad(name + ": num_attention_heads must be a multiple of num_key_value_heads");
-  c.activation = j.value("hidden_activation", j.value("hidden_act", std::string("silu")));
-  if (j.contains("hidden_activation") && j["hidden_activation"].is_null())
-    c.activation = j.value("hidden_act", std::string("gelu_pytorch_tanh"));
-  const bool gemma = c.model_type.rfind("gemma", 0) == 0;
-  const bool gemma23 = c.model_type.rfind("gemma2", 0) == 0 || c.model_type.rfind("gemma3", 0) == 0;
-  c.tied_embeddings = j.value("tie_word_embeddings", true);
-  c.qk_norm = c.model_type.rfind("gemma3", 0) == 0 || c.model_type.rfind("qwen3", 0) == 0 || j.value("qk_norm", false);
-  c.sandwich_norm = gemma23;
-  (void)gemma;
-  c.sliding_window = get_int(j, "sliding_window", name, false, 0);
-  if (j.contains("use_sliding_window") && j["use_sliding_window"].is_boolean() && !j["use_sliding_window"].get<bool>())
-    c.sliding_window = 0;
-  c.layer_is_global.assign(size_t(c.layers), true);
-  if (c.sliding_window > 0) {
-    if (j.contains("layer_types") && j["layer_types"].is_array()) {
-      const auto& lt = j["layer_types"];
-      if (int64_t(lt.size()) != c.layers) bad(name + ": layer_types has " + std::to_string(lt.size()) +
-                                              " entries, expected num_hidden_layers = " + std::to_string(c.layers));
-      for (size_t i = 0; i < lt.size(); ++i) c.layer_is_global[i] = lt[i].get<std::string>() != "sliding_attention";
-    } else {
-      // Gemma 3: sliding_window_pattern 6 (five local then one global); Gemma 2 alternates (pattern 2).
-      int64_t pattern = get_int(j, "sliding_window_pattern", name, false, gemma23 ? (c.model_type.rfind("gemma2", 0) == 0 ? 2 : 6) : 0);
-      if (pattern > 0)
-        for (int64_t i = 0; i < c.layers; ++i) c.layer_is_global[size_t(i)] = (i + 1) % pattern == 0;
-      else
-        for (int64_t i = 0; i < c.layers; ++i) c.layer_is_global[size_t(i)] = false;  // every layer windowed
-    }
-  }
-  return c;
 }
 
 ModelConfig load_model_config(const std::string& path) {
@@ -93,18 +60,11 @@ ModelConfig load_model_config(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(p, ec)) p /= "config.json";
   if (!fs::exists(p, ec)) bad("model config not found: " + p.string());
-  std::ifstream f(p);
-  if (!f) bad("cannot read model config " + p.string());
-  json j;
-  try {
-    j = json::parse(f);
-  } catch (const json::exception& e) {
-    bad("model config " + p.string() + " is not valid JSON: " + e.what());
-  }
+  const json j = json_io::read_json_file(p);  // size and nesting bounded before anything walks the tree
   std::string name = fs::is_directory(fs::path(path), ec) ? fs::path(path).filename().string() : p.stem().string();
   if (name.empty() || name == "config") name = p.parent_path().filename().string();
   try {
-    return parse_model_config(j, name);
+    return from_engine(engine::parse_config(j, p.string()), name);
   } catch (const json::exception& e) {
     bad(p.string() + ": unexpected field type: " + e.what());
   }

@@ -28,7 +28,8 @@ struct ModelConfig {
 };
 
 // Accepts a directory holding config.json or the file itself; Gemma 3's nested text_config is used when
-// present. Throws flashkit::Error(invalid_argument) naming the file and the missing field.
+// present. The engine's config validator (engine/config.hpp parse_config) decides what is accepted, so `cost`
+// takes exactly the configs `generate` takes. Throws flashkit::Error(invalid_argument) naming the file and field.
 ModelConfig load_model_config(const std::string& path);
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& name);
 

@@ -1,6 +1,7 @@
 // The C ABI of the tokenizer and the model engine (include/flashkit/flashkit.h, "Tokenizer and model engine"):
 // opaque handles over flashkit::Tokenizer and flashkit::Model; every exception becomes a status + message in the
 // same thread-local fk_last_error() that the attention functions use (flashkit_c.cpp).
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -18,8 +19,17 @@ namespace flashkit::capi_detail {
 void set_last_error(const std::string& msg);  // flashkit_c.cpp
 }
 
+// One thread may free a tokenizer while others are inside calls on it, or about to enter one with the pointer they
+// already hold (Python's close() racing encode() on another thread). So: every call holds a reference for its
+// duration and fk_tokenizer_free only drops the owner's; whoever drops the last one destroys the Tokenizer. The
+// handle itself (a few dozen bytes) is never deallocated: it stays as a tombstone on a global list, so a call that
+// starts after the free finds `freed` set and fails cleanly instead of reading freed memory.
 struct fk_tokenizer {
-  flashkit::Tokenizer tok;
+  explicit fk_tokenizer(flashkit::Tokenizer t) : tok(std::make_unique<const flashkit::Tokenizer>(std::move(t))) {}
+  std::unique_ptr<const flashkit::Tokenizer> tok;  // destroyed by the last reference after the free
+  mutable std::atomic<int64_t> refs{1};            // the owner's + one per call in flight
+  mutable std::atomic<bool> freed{false}, destroyed{false};
+  fk_tokenizer* next_tombstone = nullptr;
 };
 
 struct fk_model {
@@ -68,6 +78,39 @@ void need(const void* p, const char* name) {
   if (p == nullptr) bad(std::string(name) + ": pointer is NULL");
 }
 
+// Freed handles, kept reachable (leak checkers stay quiet; the memory is a few dozen bytes per tokenizer freed).
+std::atomic<fk_tokenizer*> g_tombstones{nullptr};
+
+void release(const fk_tokenizer* t) {
+  if (t->refs.fetch_sub(1) != 1) return;
+  auto* h = const_cast<fk_tokenizer*>(t);
+  if (h->destroyed.exchange(true)) return;  // a late call on a tombstone dropped its reference again
+  h->tok.reset();
+  h->next_tombstone = g_tombstones.load();
+  while (!g_tombstones.compare_exchange_weak(h->next_tombstone, h)) {
+  }
+}
+
+// A tokenizer call's reference (see fk_tokenizer): the tokenizer stays alive until the call returns.
+class TokenizerRef {
+ public:
+  explicit TokenizerRef(const fk_tokenizer* t) : t_(t) {
+    need(t, "tok");
+    t_->refs.fetch_add(1);  // seq_cst with the free's exchange + fetch_sub: a call after the free sees `freed`
+    if (t_->freed.load()) {
+      release(t_);
+      bad("tok: this tokenizer has been freed (fk_tokenizer_free)");
+    }
+  }
+  ~TokenizerRef() { release(t_); }
+  TokenizerRef(const TokenizerRef&) = delete;
+  TokenizerRef& operator=(const TokenizerRef&) = delete;
+  const flashkit::Tokenizer* operator->() const { return t_->tok.get(); }
+
+ private:
+  const fk_tokenizer* t_;
+};
+
 // ids[0, n) all in [0, vocab); names the argument and the first bad index.
 void check_ids(const int32_t* ids, size_t n, int64_t vocab, const char* name) {
   if (n > 0) need(ids, name);
@@ -91,7 +134,7 @@ fk_status fk_tokenizer_load(const char* dir, fk_tokenizer** out) {
     if (!std::filesystem::is_directory(dir, ec))
       bad(std::string("dir: '") + dir + "' is not a directory (expected a directory with tokenizer.json)");
     try {
-      auto h = std::make_unique<fk_tokenizer>(fk_tokenizer{flashkit::Tokenizer::from_dir(dir)});
+      auto h = std::make_unique<fk_tokenizer>(flashkit::Tokenizer::from_dir(dir));
       *out = h.release();
     } catch (const flashkit::Error& e) {
       if (e.status() != Status::invalid_argument) throw;
@@ -100,24 +143,27 @@ fk_status fk_tokenizer_load(const char* dir, fk_tokenizer** out) {
   });
 }
 
-void fk_tokenizer_free(fk_tokenizer* tok) { delete tok; }
+void fk_tokenizer_free(fk_tokenizer* tok) {
+  if (tok == nullptr || tok->freed.exchange(true)) return;  // NULL or freed twice
+  release(tok);
+}
 
 fk_status fk_tokenizer_vocab_size(const fk_tokenizer* tok, int32_t* out) {
   return guarded([&] {
-    need(tok, "tok");
+    TokenizerRef t(tok);
     need(out, "out");
-    *out = tok->tok.vocab_size();
+    *out = t->vocab_size();
   });
 }
 
 fk_status fk_tokenizer_encode(const fk_tokenizer* tok, const char* text, size_t len, int add_special, int32_t* ids,
                               size_t cap, size_t* n) {
   return guarded([&] {
-    need(tok, "tok");
+    TokenizerRef t(tok);
     need(n, "n");
     if (len > 0) need(text, "text");
     if (ids == nullptr && cap > 0) bad("ids: pointer is NULL but cap is " + std::to_string(cap));
-    const std::vector<int32_t> r = tok->tok.encode(std::string_view(len ? text : "", len), add_special != 0);
+    const std::vector<int32_t> r = t->encode(std::string_view(len ? text : "", len), add_special != 0);
     *n = r.size();
     if (ids == nullptr) return;  // size query
     if (cap < r.size())
@@ -130,11 +176,11 @@ fk_status fk_tokenizer_encode(const fk_tokenizer* tok, const char* text, size_t 
 fk_status fk_tokenizer_decode(const fk_tokenizer* tok, const int32_t* ids, size_t n, int skip_special, char* buf,
                               size_t cap, size_t* len) {
   return guarded([&] {
-    need(tok, "tok");
+    TokenizerRef t(tok);
     need(len, "len");
-    check_ids(ids, n, tok->tok.vocab_size(), "ids");
+    check_ids(ids, n, t->vocab_size(), "ids");
     if (buf == nullptr && cap > 0) bad("buf: pointer is NULL but cap is " + std::to_string(cap));
-    const std::string s = tok->tok.decode(std::span<const int32_t>(n ? ids : nullptr, n), skip_special != 0);
+    const std::string s = t->decode(std::span<const int32_t>(n ? ids : nullptr, n), skip_special != 0);
     *len = s.size();
     if (buf == nullptr) return;  // size query
     if (cap < s.size() + 1)

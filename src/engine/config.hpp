@@ -52,9 +52,18 @@ struct ModelConfig {
   std::string torch_dtype;         // as written (may be empty)
 };
 
-// Throws invalid_argument naming the file and the key for anything missing, malformed or unsupported.
+// The one config validator (generate, cost, the APIs, GGUF metadata): throws invalid_argument naming the file and
+// the key for anything missing, malformed, unsupported or outside the accepted range (src/core/limits.hpp; the
+// message gives the range).
 ModelConfig parse_config(const nlohmann::json& j, const std::string& where);
+// DIR/config.json or the file itself, read through core/json_io (size and nesting bounded).
 ModelConfig load_config(const std::filesystem::path& dir_or_file);
+
+// Number of weights (parameters) of the model the config describes, with overflow-checked arithmetic.
+int64_t weight_count(const ModelConfig& c);
+// Throws out_of_memory, naming `what`, the bytes needed and the bytes available, when weight_count(c) x
+// bytes_per_weight exceeds the host memory available now (core/host_memory.hpp). Called before allocating.
+void check_fits_host_memory(const ModelConfig& c, int64_t bytes_per_weight, const std::string& what);
 
 // The per-layer RoPE inverse frequencies (head_dim / 2 values) transformers computes for `rc`.
 std::vector<float> rope_inv_freq(const RopeConfig& rc, int64_t head_dim);

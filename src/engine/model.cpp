@@ -9,6 +9,7 @@
 #include <fstream>
 #include <random>
 
+#include "core/json_io.hpp"
 #include "core/tuning.hpp"
 #include "engine/backend.hpp"
 #include "engine/config.hpp"
@@ -514,6 +515,9 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   if (opts.random_weights) {
     WeightType rt = (dt == "f32") ? WeightType::f32 : (dt == "f16" ? WeightType::f16 : WeightType::bf16);
     if (dt == "auto") rt = c.torch_dtype == "float32" ? WeightType::f32 : WeightType::bf16;
+    // Before any allocation: the random store plus the CPU backend's converted copy (f32 unless bf16 / f16).
+    const int64_t backend_bytes = cuda ? 0 : (dt == "f32" || (dt == "auto" && rt == WeightType::f32)) ? 4 : 2;
+    check_fits_host_memory(c, (rt == WeightType::f32 ? 4 : 2) + backend_bytes, "--random-weights");
     store_ = make_random_weights(c, rt, opts.random_seed);
   } else if (!store_) {
     store_ = model::open_safetensors(fs::is_directory(dir, ec) ? dir : dir.parent_path());
@@ -528,6 +532,7 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
       for (auto x : w->shape) got += (got.empty() ? "" : ", ") + std::to_string(x);
       bad(src + ": tensor \"" + name + "\" has shape [" + got + "], expected [" + want + "] from config.json");
     }
+    if (opts.check_weights) model::check_finite(*w, src);
     return *w;
   };
   // Prefix: text-only checkpoints use "model.", multimodal Gemma 3 "language_model.model." (v4) or
@@ -548,6 +553,10 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   if (dt == "auto") dt = emb.type == model::WeightType::bf16 ? "bf16" : "f32";
   bo.keep_q8_0 = dt == "q8_0";
   bo.weight_dtype = dt == "bf16" ? DType::bf16 : (dt == "f16" ? DType::f16 : DType::f32);
+  // The CPU backend converts the (memory-mapped) checkpoint into its own buffers: refuse a model whose converted
+  // weights cannot fit before converting any (Q8_0 kept as is: ~1.06 bytes per weight, counted as 1).
+  if (!cuda && !opts.random_weights)
+    check_fits_host_memory(c, bo.keep_q8_0 ? 1 : dt == "f32" ? 4 : 2, src);
   be_ = cuda ? make_cuda_backend(bo) : make_cpu_backend(bo);
 
   const int64_t H = c.hidden_size, F = c.intermediate_size, hd = c.head_dim;
@@ -660,23 +669,28 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   info_.eos_ids = c.eos_ids;
   // transformers' generate() stops at generation_config.json's eos ids (Gemma 3 instruct: <eos> and <end_of_turn>).
   if (fs::is_directory(dir, ec)) {
-    std::ifstream gf(dir / "generation_config.json");
-    if (gf) {
+    const fs::path gpath = dir / "generation_config.json";
+    if (fs::exists(gpath, ec)) {
       try {
-        auto gj = nlohmann::json::parse(gf);
+        auto gj = json_io::read_json_file(gpath);
         if (gj.is_object() && gj.contains("eos_token_id")) {
           const auto& e = gj["eos_token_id"];
           std::vector<int32_t> more;
-          if (e.is_number_integer()) more.push_back(e.get<int32_t>());
+          auto id = [&](const nlohmann::json& x) {  // ids outside int32 would wrap: skipped like other junk
+            if (x.is_number_integer() && x.get<int64_t>() >= 0 && x.get<int64_t>() <= INT32_MAX)
+              more.push_back(int32_t(x.get<int64_t>()));
+          };
           if (e.is_array())
-            for (auto& x : e)
-              if (x.is_number_integer()) more.push_back(x.get<int32_t>());
+            for (auto& x : e) id(x);
+          else
+            id(e);
           for (int32_t id : more)
             if (std::find(info_.eos_ids.begin(), info_.eos_ids.end(), id) == info_.eos_ids.end())
               info_.eos_ids.push_back(id);
         }
-      } catch (const nlohmann::json::exception&) {
-        // generation_config.json is advisory; a malformed one is ignored (config.json's ids stay).
+      } catch (const std::exception&) {
+        // generation_config.json is advisory; a malformed (or too deep, too large) one is ignored (config.json's
+        // ids stay).
       }
     }
   }

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <new>
 #include <string>
 #include <vector>
 
+#include "core/checked.hpp"
 #include "flashkit/dtype.hpp"
+#include "flashkit/error.hpp"
 
 namespace flashkit::engine {
 
@@ -28,9 +31,10 @@ class RandomStore final : public model::WeightStore {
   void add(const std::string& name, std::vector<int64_t> shape, model::WeightType type, float center, float amp,
            uint64_t seed) {
     int64_t n = 1;
-    for (auto s : shape) n *= s;
-    const size_t es = type == model::WeightType::f32 ? 4 : 2;
-    auto buf = std::make_unique<uint64_t[]>((size_t(n) * es + 7) / 8);
+    for (auto s : shape) n = checked_mul<int64_t>(n, s, "random weights: tensor " + name);
+    const int64_t es = type == model::WeightType::f32 ? 4 : 2;
+    const int64_t nbytes = checked_mul<int64_t>(n, es, "random weights: tensor " + name);
+    auto buf = std::make_unique<uint64_t[]>(size_t(nbytes + 7) / 8);
     void* data = buf.get();
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < (n + 4095) / 4096; ++b) {
@@ -49,7 +53,7 @@ class RandomStore final : public model::WeightStore {
     w.type = type;
     w.shape = std::move(shape);
     w.data = data;
-    w.nbytes = size_t(n) * es;
+    w.nbytes = size_t(nbytes);
     bufs_.push_back(std::move(buf));
     views_[name] = std::move(w);
   }
@@ -61,7 +65,8 @@ class RandomStore final : public model::WeightStore {
 
 }  // namespace
 
-std::unique_ptr<model::WeightStore> make_random_weights(const ModelConfig& c, model::WeightType type, uint64_t seed) {
+static std::unique_ptr<model::WeightStore> fill_random_weights(const ModelConfig& c, model::WeightType type,
+                                                               uint64_t seed) {
   auto st = std::make_unique<RandomStore>();
   const int64_t H = c.hidden_size, F = c.intermediate_size, hd = c.head_dim;
   const int64_t qd = c.num_heads * hd, kvd = c.num_kv_heads * hd;
@@ -98,6 +103,18 @@ std::unique_ptr<model::WeightStore> make_random_weights(const ModelConfig& c, mo
     st->add(p + "mlp.down_proj.weight", {H, F}, type, 0, a, ++k);
   }
   return st;
+}
+
+std::unique_ptr<model::WeightStore> make_random_weights(const ModelConfig& c, model::WeightType type, uint64_t seed) {
+  // The config validator bounded every dimension; the total is checked against the memory there is before the
+  // first buffer is allocated.
+  check_fits_host_memory(c, type == model::WeightType::f32 ? 4 : 2, "random weights");
+  try {
+    return fill_random_weights(c, type, seed);
+  } catch (const std::bad_alloc&) {
+    fail(Status::out_of_memory, "random weights: out of host memory while allocating " +
+                                    std::to_string(weight_count(c)) + " parameters");
+  }
 }
 
 }  // namespace flashkit::engine

@@ -12,6 +12,8 @@
 #include <optional>
 #include <unordered_set>
 
+#include "core/json_io.hpp"
+#include "core/limits.hpp"
 #include "model/detail.hpp"
 
 namespace flashkit::model {
@@ -37,8 +39,8 @@ enum GgufValueType : uint32_t {
 };
 
 constexpr uint32_t kTypeF32 = 0, kTypeF16 = 1, kTypeQ8_0 = 8, kTypeBF16 = 30;
-constexpr int kMaxArrayDepth = 8;              // real files nest at most 2
-constexpr uint64_t kMaxArrayLen = 1ull << 26;  // 64M entries: far above any vocabulary, bounds JSON memory
+constexpr int kMaxArrayDepth = limits::kMaxGgufArrayDepth;
+constexpr uint64_t kMaxArrayLen = limits::kMaxGgufArrayLength;
 constexpr uint32_t kMaxDims = 4;               // GGML_MAX_DIMS
 
 // Bounds-checked little-endian cursor over the file.
@@ -659,8 +661,17 @@ json gguf_tokenizer_json(const WeightStore& store) {
     fail(Status::invalid_argument, f + ": metadata 'tokenizer.ggml.tokens' is missing (no vocabulary in this GGUF)");
   const auto mit = md.find("tokenizer.ggml.model");
   const std::string model = mit != md.end() && mit->is_string() ? mit->get<std::string>() : "llama";
-  const json* scores = md.contains("tokenizer.ggml.scores") ? &md["tokenizer.ggml.scores"] : nullptr;
-  const json* types = md.contains("tokenizer.ggml.token_type") ? &md["tokenizer.ggml.token_type"] : nullptr;
+  // Optional per-token arrays: any other kind of value is a malformed file, not something to index into.
+  auto optional_array = [&](const char* key) -> const json* {
+    auto it = md.find(key);
+    if (it == md.end()) return nullptr;
+    if (!it->is_array())
+      fail(Status::invalid_argument, f + ": metadata '" + key + "' is " + std::string(it->type_name()) +
+                                         ", expected an array with one entry per token");
+    return &*it;
+  };
+  const json* scores = optional_array("tokenizer.ggml.scores");
+  const json* types = optional_array("tokenizer.ggml.token_type");
   json out = json::object();
   json added = json::array();
   const bool bpe = model == "gpt2";
@@ -679,7 +690,12 @@ json gguf_tokenizer_json(const WeightStore& store) {
     if (ty == 3 || ty == 4) added.push_back({{"id", i}, {"content", t}, {"special", ty == 3}});
   }
   out["model"] = {{"type", bpe ? "BPE" : "Unigram"}, {"vocab", std::move(vocab)}};
-  if (auto mg = md.find("tokenizer.ggml.merges"); mg != md.end()) out["model"]["merges"] = *mg;
+  if (auto mg = md.find("tokenizer.ggml.merges"); mg != md.end()) {
+    if (!mg->is_array())
+      fail(Status::invalid_argument, f + ": metadata 'tokenizer.ggml.merges' is " + std::string(mg->type_name()) +
+                                         ", expected an array of strings");
+    out["model"]["merges"] = *mg;
+  }
   out["added_tokens"] = std::move(added);
   json gg = json::object();
   for (auto& [k, v] : md.items())
@@ -701,13 +717,7 @@ Checkpoint open_checkpoint(const std::filesystem::path& path) {
   std::error_code ec;
   const auto dir = std::filesystem::is_directory(path, ec) ? path : path.parent_path();
   const auto cfg = dir / "config.json";
-  auto bytes = Bytes::map_file(cfg);
-  const char* p = reinterpret_cast<const char*>(bytes->data());
-  try {
-    ck.config = json::parse(p, p + bytes->size());
-  } catch (const json::exception& e) {
-    fail(Status::invalid_argument, cfg.string() + ": invalid JSON (" + e.what() + ")");
-  }
+  ck.config = json_io::read_json_file(cfg);
   if (!ck.config.is_object()) fail(Status::invalid_argument, cfg.string() + ": expected a JSON object");
   return ck;
 }

@@ -8,6 +8,8 @@
 #include <set>
 #include <unordered_map>
 
+#include "core/json_io.hpp"
+#include "core/limits.hpp"
 #include "model/detail.hpp"
 
 namespace flashkit::model {
@@ -17,22 +19,13 @@ using detail::Bytes;
 using detail::TensorStore;
 using nlohmann::json;
 
-// Real headers nest 3 deep; the limit keeps hostile input from costing unbounded parser state.
-constexpr int kMaxJsonDepth = 32;
-// The format's own limit (the reference implementation refuses longer headers); index files get the same bound.
-constexpr uint64_t kMaxHeader = 100'000'000;
+constexpr uint64_t kMaxHeader = limits::kMaxSafetensorsHeader;
 
+// The shared reader: depth checked by a flat pre-scan, then a plain parse. (A parse with a callback is quadratic
+// in the entries of an object: nlohmann's callback parser rescans the parent after each child object to drop
+// discarded values, which made a 100k-tensor header take a minute.)
 json parse_json(const char* first, const char* last, const std::string& where) {
-  auto depth_guard = [&](int depth, json::parse_event_t, json&) {
-    if (depth > kMaxJsonDepth)
-      fail(Status::invalid_argument, where + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-    return true;
-  };
-  try {
-    return json::parse(first, last, depth_guard);
-  } catch (const json::exception& e) {
-    fail(Status::invalid_argument, where + ": invalid JSON (" + e.what() + ")");
-  }
+  return json_io::parse(std::string_view(first, size_t(last - first)), where);
 }
 
 // A JSON value rendered for a message, never more than a few dozen characters.

@@ -5,7 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -92,6 +95,78 @@ void to_bf16(const WeightView& w, uint16_t* out) {
   to_f32(w, tmp.data());
 #pragma omp parallel for if (n > (1 << 16))
   for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(tmp[size_t(i)]);
+}
+
+namespace {
+// First index in [0, n) whose bits have the exponent field all ones (inf or NaN), or -1. Blocks of 4096 are
+// reduced without branches (vectorized by the compiler), in parallel for big tensors; only a block that has
+// one is searched again.
+template <class Bits>
+int64_t first_all_ones_exponent(const uint8_t* src, int64_t n, Bits mask) {
+  constexpr int64_t kBlock = 4096;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  int64_t first = INT64_MAX;
+#pragma omp parallel for schedule(static) reduction(min : first) if (blocks > 64)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
+    Bits bits[kBlock];
+    std::memcpy(bits, src + lo * int64_t(sizeof(Bits)), size_t(hi - lo) * sizeof(Bits));  // unaligned views
+    unsigned any = 0;
+    for (int64_t i = 0; i < hi - lo; ++i) any |= unsigned((bits[i] & mask) == mask);
+    if (!any) continue;
+    for (int64_t i = 0; i < hi - lo; ++i)
+      if ((bits[i] & mask) == mask) {
+        first = std::min(first, lo + i);
+        break;
+      }
+  }
+  return first == INT64_MAX ? -1 : first;
+}
+}  // namespace
+
+int64_t first_non_finite(const WeightView& w) {
+  const int64_t n = w.numel();
+  uint64_t need = 0;
+  if (n <= 0 || !detail::storage_bytes(w.type, uint64_t(n), &need) || need > w.nbytes) return -1;
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  switch (w.type) {
+    case WeightType::f32: return first_all_ones_exponent<uint32_t>(src, n, 0x7f800000u);
+    case WeightType::bf16: return first_all_ones_exponent<uint16_t>(src, n, uint16_t(0x7f80));
+    case WeightType::f16: return first_all_ones_exponent<uint16_t>(src, n, uint16_t(0x7c00));
+    case WeightType::q8_0:
+      for (int64_t b = 0; b < n / 32; ++b) {  // block: f16 scale, then 32 int8
+        uint16_t d;
+        std::memcpy(&d, src + 34 * b, 2);
+        if ((d & 0x7c00) == 0x7c00) return 32 * b;
+      }
+      return -1;
+  }
+  return -1;
+}
+
+void check_finite(const WeightView& w, const std::string& source) {
+  const int64_t i = first_non_finite(w);
+  if (i < 0) return;
+  float v = 0;
+  if (w.type == WeightType::q8_0) {
+    uint16_t d;
+    std::memcpy(&d, static_cast<const uint8_t*>(w.data) + 34 * (i / 32), 2);
+    v = f16_to_f32(d);
+  } else {
+    WeightView one = w;
+    one.shape = {1};
+    const size_t es = detail::element_size(w.type);
+    one.data = static_cast<const uint8_t*>(w.data) + size_t(i) * es;
+    one.nbytes = es;
+    to_f32(one, &v);
+  }
+  std::string at = std::to_string(i);
+  if (w.shape.size() == 2) at += " ([" + std::to_string(i / w.shape[1]) + ", " + std::to_string(i % w.shape[1]) + "])";
+  fail(Status::invalid_argument, source + ": tensor '" + detail::printable(w.name) + "' holds " +
+                                     (std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf") + " at element " + at +
+                                     (w.type == WeightType::q8_0 ? " (its Q8_0 block scale)" : "") +
+                                     "; every weight must be finite (the file is corrupt or was saved after a "
+                                     "diverged update)");
 }
 
 namespace detail {

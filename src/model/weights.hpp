@@ -47,6 +47,14 @@ void to_f32(const WeightView& w, float* out);
 // Converts any stored weight to bf16 (round to nearest even; bf16 is copied); `out` must hold numel() values.
 void to_bf16(const WeightView& w, uint16_t* out);
 
+// Index of the first NaN or +-inf element of `w` (for Q8_0, of the first element of the first block whose scale is
+// not finite; the int8 quants always are), or -1 when every value is finite. A branch-free scan of the bits, so it
+// costs about as much as reading the tensor once.
+int64_t first_non_finite(const WeightView& w);
+// Throws invalid_argument "<source>: tensor '<name>' holds <inf|NaN> at element i ([row, col]) ..." when
+// first_non_finite finds one: a non-finite weight makes every logit garbage without any error later.
+void check_finite(const WeightView& w, const std::string& source);
+
 // A Hugging Face model directory (or a single .safetensors file): model.safetensors or the sharded index.
 std::unique_ptr<WeightStore> open_safetensors(const std::filesystem::path& dir_or_file);
 // One safetensors file already in memory (fuzzers, tests); `data` must outlive the store, `label` names it in messages.

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/limits.hpp"
 #include "flashkit/error.hpp"
 #include "core/utf8.hpp"
 
@@ -101,7 +102,17 @@ BpeModel::BpeModel(const nlohmann::json& m, std::vector<std::pair<std::string, i
     uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(ia)) << 32) | static_cast<uint32_t>(ib);
     merges_.insert(key, rank, ir);  // first (lowest) rank wins on duplicates
     ++rank;
+    if (!a.empty() && !b.empty() && utf8_invalid_offset(a) == std::nullopt && utf8_invalid_offset(b) == std::nullopt) {
+      size_t last = a.size() - 1, i = 0;
+      while (last > 0 && (static_cast<unsigned char>(a[last]) & 0xC0) == 0x80) --last;
+      const uint64_t x = next_cp(a, last), y = next_cp(b, i);
+      joins_.insert((x << 32) | y, 0, 0);
+    }
   }
+  // Cutting a word changes nothing when merges are the only thing joining neighbours: the end-of-word suffix is
+  // attached to the last character only, and unknown pieces made of merge results missing from the vocabulary
+  // could fuse (fuse_unk) across a cut. Neither happens in files Hugging Face accepts; such models are not cut.
+  splittable_ = end_of_word_suffix_.empty() && (internal_str_.empty() || !fuse_unk_);
   // single-character tokens by code point
   auto add_chars = [&](const StrMap& m) {
     for (const auto& [s, id] : m) {
@@ -154,6 +165,32 @@ void BpeModel::encode(std::string_view word, std::vector<int32_t>& out) const {
       return;
     }
   }
+  if (word.size() > limits::kBpeSplitBytes && splittable_) return encode_split(word, out);
+  encode_piece(word, out);
+}
+
+void BpeModel::encode_split(std::string_view word, std::vector<int32_t>& out) const {
+  // Cut before character c (previous character p) when both are known single-character tokens and no merge
+  // joins p to c: no symbol can ever span that point, and merges on the two sides never interact (a merge's
+  // rank order restricted to one side is the order BPE would use on that side alone), so the ids are the same.
+  size_t start = 0, i = 0;
+  uint32_t prev = 0;
+  bool prev_known = false;
+  while (i < word.size()) {
+    const size_t at = i;
+    const uint32_t cp = next_cp(word, i);
+    const bool known = chars_.find(cp) != nullptr;
+    if (known && prev_known && at > start && !joins_.find((uint64_t(prev) << 32) | cp)) {
+      encode_piece(word.substr(start, at - start), out);
+      start = at;
+    }
+    prev = cp;
+    prev_known = known;
+  }
+  encode_piece(word.substr(start), out);
+}
+
+void BpeModel::encode_piece(std::string_view word, std::vector<int32_t>& out) const {
   if (word.size() <= 64) {
     auto& shard = cache_[StrHash{}(word) % kShards];
     {

@@ -1,5 +1,7 @@
 // The BPE model of tokenizer.json: merges applied by rank (lowest first, leftmost on ties) with a heap
-// over a linked list of symbols, so a pre-token of n characters costs O(n log n).
+// over a linked list of symbols, so a pre-token of n characters costs O(n log n). A long pre-token (SentencePiece
+// style pipelines hand BPE the whole normalized text as one "word") is first cut where no merge can join the
+// characters on either side, which gives the same ids and keeps the work per piece small and cacheable.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -63,6 +65,11 @@ class BpeModel {
 
   // Appends the ids of one pre-token (already in the model's alphabet: byte-level chars or ▁ text).
   void encode(std::string_view word, std::vector<int32_t>& out) const;
+  // The same merges over the whole word at once, never cut and never cached: the reference the cutting is
+  // checked against in tests (and what encode() gives for models that cannot be cut).
+  void encode_whole(std::string_view word, std::vector<int32_t>& out) const {
+    if (!word.empty()) bpe(word, out);
+  }
 
   const StrMap& vocab() const { return vocab_; }
   int32_t max_id() const { return max_id_; }  // largest vocab id
@@ -73,6 +80,8 @@ class BpeModel {
   int32_t intern(const std::string& s);  // vocab id or a new internal id
   std::string_view str(int32_t id) const;
   void bpe(std::string_view word, std::vector<int32_t>& out) const;
+  void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;  // cache, then bpe
+  void encode_split(std::string_view word, std::vector<int32_t>& out) const;
   void emit_unknown(std::string_view piece, std::vector<int32_t>& out, bool& last_unk) const;
 
   StrMap vocab_;
@@ -81,6 +90,11 @@ class BpeModel {
   std::vector<std::string_view> id_str_;  // vocab id -> string (views into vocab_ keys)
   FlatMap merges_;  // (left id << 32 | right id) -> (rank, result id)
   FlatMap chars_;   // code point -> id of the one-character token (vocab or internal)
+  // (last code point of a << 32 | first code point of b) for every merge (a, b): a symbol spanning two adjacent
+  // characters x y can only ever be made by a merge whose join is exactly there, so a pair absent from this set
+  // is a place where the word can be cut without changing the result (see encode_split).
+  FlatMap joins_;
+  bool splittable_ = false;  // cutting is exact for this model (no end_of_word_suffix; see the constructor)
   std::array<int32_t, 256> byte_ids_{};   // <0xXX> tokens, -1 if absent
   std::optional<int32_t> unk_id_;
   int32_t max_id_ = -1;

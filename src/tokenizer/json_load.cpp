@@ -1,5 +1,6 @@
 #include "tokenizer/json_load.hpp"
 
+#include "core/json_io.hpp"
 #include "flashkit/error.hpp"
 
 namespace flashkit::tok {
@@ -145,6 +146,8 @@ class Handler : public nlohmann::json_sax<json> {
 }  // namespace
 
 TokenizerJson parse_tokenizer_json(std::string_view text) {
+  // The tree and the pipeline parsers (Sequence inside Sequence) recurse per level: bound the depth first.
+  json_io::check_depth(text, "tokenizer.json");
   TokenizerJson out;
   Handler h(out);
   json::sax_parse(text.begin(), text.end(), &h);

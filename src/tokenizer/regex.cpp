@@ -178,6 +178,15 @@ void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t
     int rc = impl_->jit ? pcre2_jit_match(impl_->code, subject, text.size(), pos, 0, ctx.md, ctx.mctx)
                         : pcre2_match(impl_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, ctx.md, ctx.mctx);
     if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT ||
+        rc == PCRE2_ERROR_JIT_STACKLIMIT) {
+      // PCRE2's own limits (10M backtracking steps per match by default) stop a pattern that backtracks
+      // catastrophically; that is a property of the file's pattern, so it is reported as bad input.
+      const std::string& pat = impl_->translated;
+      fail(Status::invalid_argument, "tokenizer.json: the regex \"" + (pat.size() > 80 ? pat.substr(0, 80) + "..." : pat) +
+                                         "\" exceeded the regex engine's backtracking limit at byte " +
+                                         std::to_string(pos) + " of the text (catastrophic backtracking)");
+    }
     if (rc < 0) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(rc, msg, sizeof msg);

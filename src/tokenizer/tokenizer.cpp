@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_io.hpp"
+#include "core/limits.hpp"
 #include "flashkit/error.hpp"
 #include "tokenizer/bpe.hpp"
 #include "tokenizer/json_load.hpp"
@@ -646,13 +648,6 @@ struct Tokenizer::Impl {
 
 // ==================================================================== loading
 namespace {
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) fail(Status::invalid_argument, "cannot read " + p.string());
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 std::string token_name(const json& cfg, const char* key) {
   auto it = cfg.find(key);
   if (it == cfg.end()) return {};
@@ -671,9 +666,10 @@ Tokenizer Tokenizer::from_dir(const std::filesystem::path& dir) {
     fail(Status::invalid_argument, "no tokenizer.json in " + dir.string() +
                                        " (only Hugging Face tokenizer.json is supported, not tokenizer.model)");
   std::string cfg;
-  if (auto cj = dir / "tokenizer_config.json"; std::filesystem::exists(cj, ec)) cfg = read_file(cj);
+  if (auto cj = dir / "tokenizer_config.json"; std::filesystem::exists(cj, ec))
+    cfg = json_io::read_file(cj, limits::kMaxConfigFileBytes);
   try {
-    return from_json(read_file(tj), cfg);
+    return from_json(json_io::read_file(tj, limits::kMaxTokenizerFileBytes), cfg);
   } catch (const Error& e) {
     throw Error(e.status(), std::string(e.what()) + " (in " + dir.string() + ")");
   }
@@ -689,11 +685,7 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   const json& t = parsed.tree;
   json cfg = json::object();
   if (!config_json.empty()) {
-    try {
-      cfg = json::parse(config_json);
-    } catch (const json::parse_error& e) {
-      fail(Status::invalid_argument, std::string("tokenizer_config.json: not valid JSON: ") + e.what());
-    }
+    cfg = json_io::parse(config_json, "tokenizer_config.json");
     if (!cfg.is_object()) fail(Status::invalid_argument, "tokenizer_config.json: must be a JSON object");
   }
   if (!t.is_object()) bad("must be a JSON object");

@@ -88,9 +88,37 @@ def test_bad_input(args, msg):
 def test_bad_config_json(tmp_path):
     f = tmp_path / "broken.json"
     f.write_text("{ not json")
-    assert "not valid JSON" in run("cost", "-m", f, ok=False).stderr
-    f.write_text(json.dumps({"hidden_size": 8}))
+    assert "invalid JSON" in run("cost", "-m", f, ok=False).stderr
+    f.write_text(json.dumps({"model_type": "llama", "hidden_size": 8, "vocab_size": 16}))
     assert "intermediate_size" in run("cost", "-m", f, ok=False).stderr
+
+
+@pytest.mark.parametrize("change,msg", [
+    ({"model_type": "mamba"}, 'unsupported model_type "mamba"'),
+    ({"head_dim": 7}, '"head_dim" must be even'),
+    ({"vocab_size": 2**40}, '"vocab_size" must be an integer in [1, 16777216]'),
+    ({"rms_norm_eps": 1e308}, '"rms_norm_eps" must be in [1e-12, 0.1]'),
+    ({"final_logit_softcapping": 1e-300}, '"final_logit_softcapping" must be in [0.1, 1e+06]'),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 1e-320}}, '"factor" must be in [1, 10000]'),
+])
+def test_cost_uses_the_engine_config_validator(tmp_path, change, msg):
+    """`cost -m` accepts exactly the configs `generate` accepts (one validator, engine/config.hpp)."""
+    cfg = json.loads(pathlib.Path(LLAMA).read_text())
+    cfg.update(change)
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg))
+    p = run("cost", "-m", f, ok=False)
+    assert p.returncode == 2, p.stderr
+    assert msg in p.stderr, p.stderr
+
+
+def test_cost_deeply_nested_config_is_refused_not_recursed(tmp_path):
+    # 300,000 nested arrays: a stack overflow in cost's own recursive JSON copy before the shared reader.
+    f = tmp_path / "config.json"
+    f.write_text('{"model_type": "llama", "x": ' + "[" * 300000 + "]" * 300000 + "}")
+    p = run("cost", "-m", tmp_path, ok=False)
+    assert p.returncode == 2, p.stderr
+    assert "JSON nested deeper than 64 levels" in p.stderr, p.stderr
 
 
 def test_roofline_table_json():

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes small valid seed inputs for the reader fuzzers into OUT/{safetensors,gguf}/ (numpy only).
+"""Writes small valid seed inputs for the fuzzers into OUT/{safetensors,gguf,tokenizer,config}/ (numpy only).
 
 Seeds are kept small (a few KB) so libFuzzer mutates headers rather than megabytes of weights: micro Llama and
 Gemma 3 checkpoints (every tensor kind, 1-2 layers), converted with tools/model/hf_to_gguf.py to each GGUF type,
@@ -7,6 +7,7 @@ plus GGUFs with tokenizer arrays and nested arrays.
 """
 import json
 import os
+import shutil
 import struct
 import sys
 import tempfile
@@ -109,6 +110,40 @@ def main(out):
     g.add("f64", h2g.F64, 0.25)
     g.add("bool", h2g.BOOL, True)
     g.write(os.path.join(gg_dir, "seed-tokenizer.gguf"))
+    tokenizer_and_config_seeds(out)
+
+
+def tokenizer_and_config_seeds(out):
+    """tokenizer.json seeds: the tiny fixtures, plus the real Llama 3.1 / Gemma 3 pipelines (normalizer,
+    pre-tokenizer regexes, decoder, post-processor, added tokens) over a cut vocabulary when `npm ci` has fetched
+    them (9-33 MB files are too big to mutate). config.json seeds: the fixtures and models/configs."""
+    tok_dir, cfg_dir = os.path.join(out, "tokenizer"), os.path.join(out, "config")
+    os.makedirs(tok_dir, exist_ok=True)
+    os.makedirs(cfg_dir, exist_ok=True)
+    data = os.path.join(ROOT, "tests", "data")
+    for name in sorted(os.listdir(os.path.join(data, "tokenizers"))):
+        shutil.copy(os.path.join(data, "tokenizers", name, "tokenizer.json"), os.path.join(tok_dir, name + ".json"))
+    for name in ("llama3_1", "gemma3"):
+        path = os.path.join(ROOT, "tests", "tokenizer", "node", "node_modules", "@lenml", "tokenizer-" + name,
+                            "models", "tokenizer.json")
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            t = json.load(f)
+        m = t["model"]
+        vocab = dict(sorted(m["vocab"].items(), key=lambda kv: kv[1])[:400])
+        m["vocab"] = vocab
+        m["merges"] = [x for x in m["merges"][:3000]
+                       if all(p in vocab for p in (x if isinstance(x, list) else x.split(" ", 1)))][:300]
+        t["added_tokens"] = t.get("added_tokens", [])[:24]
+        with open(os.path.join(tok_dir, "cut-" + name + ".json"), "w", encoding="utf-8") as f:
+            json.dump(t, f, ensure_ascii=False)
+    for d in sorted(os.listdir(os.path.join(data, "models"))):
+        cfg = os.path.join(data, "models", d, "config.json")
+        if os.path.exists(cfg):
+            shutil.copy(cfg, os.path.join(cfg_dir, d + ".json"))
+    for name in sorted(os.listdir(os.path.join(ROOT, "models", "configs"))):
+        shutil.copy(os.path.join(ROOT, "models", "configs", name), os.path.join(cfg_dir, name))
 
 
 if __name__ == "__main__":

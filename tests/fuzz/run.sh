@@ -1,26 +1,43 @@
 #!/bin/sh
-# Builds the fuzzers with clang and runs each for a while on one core.
-#   tests/fuzz/run.sh [seconds per target, default 180] [targets: safetensors gguf chat_template, default all]
-# Seeds: tests/data/fuzz/{safetensors,gguf,chat} (regression inputs, kept in git) plus the model fixtures and the
-# real chat templates; new corpus entries go to build-fuzz/corpus-*, crashes to build-fuzz/crash-*. Copy crashers
-# into tests/data/fuzz/<format>/ so the GTest replays (tests/model/test_fuzz_corpus.cpp,
-# tests/chat/test_chat_fuzz_corpus.cpp) run them in CI.
+# Builds the libFuzzer targets with clang and runs each for a while on one core (docs/fuzzing.md).
+#   tests/fuzz/run.sh [--seconds N] [TARGET...]     N seconds per target (default 180); TARGETs: safetensors gguf
+#                                                   tokenizer config chat_template (default: all)
+#   tests/fuzz/run.sh --seconds 60                  the CI mode: every target for a minute
+#   tests/fuzz/run.sh 600 tokenizer                 (a bare number is the seconds, as before)
+# Seeds: tests/data/fuzz/<target> (regression inputs, kept in git and replayed by the normal tests) plus fresh
+# ones from make_seeds.py (micro checkpoints, the tokenizer and config fixtures); new corpus entries go to
+# build-fuzz/corpus-<target>, crashes to build-fuzz/crash-<target>-*. Exit status 1 when any target found a crash.
 set -eu
 cd "$(dirname "$0")/../.."
-secs=${1:-180}
-[ $# -gt 0 ] && shift
-targets=${*:-safetensors gguf chat_template}
+secs=180
+targets=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --seconds) secs=$2; shift 2 ;;
+    --seconds=*) secs=${1#--seconds=}; shift ;;
+    [0-9]*) secs=$1; shift ;;
+    safetensors|gguf|tokenizer|config|chat_template) targets="$targets $1"; shift ;;
+    *) echo "run.sh: unknown argument '$1' (expected --seconds N or a target: safetensors gguf tokenizer config chat_template)" >&2
+       exit 2 ;;
+  esac
+done
+[ -n "$targets" ] || targets="safetensors gguf tokenizer config chat_template"
 CXX=clang++ cmake -S tests/fuzz -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build-fuzz -j2
+for t in $targets; do cmake --build build-fuzz -j2 --target fuzz_$t; done
 /usr/bin/python3 tests/fuzz/make_seeds.py build-fuzz/seeds
 /usr/bin/python3 tests/fuzz/make_chat_seeds.py build-fuzz/seeds
-for target in $targets; do
-  case $target in
-    chat_template) fmt=chat max_len=16384 ;;
-    *) fmt=$target max_len=65536 ;;
-  esac
-  mkdir -p build-fuzz/corpus-$fmt tests/data/fuzz/$fmt
-  build-fuzz/fuzz_$target -dict=tests/fuzz/$fmt.dict -max_total_time="$secs" -max_len=$max_len -timeout=10 \
-    -rss_limit_mb=2048 -artifact_prefix=build-fuzz/crash-$fmt- -print_final_stats=1 \
-    build-fuzz/corpus-$fmt tests/data/fuzz/$fmt build-fuzz/seeds/$fmt
+found=0
+for t in $targets; do
+  d=$t; [ "$t" = chat_template ] && d=chat   # the chat target's corpus, seeds and dictionary are named chat
+  mkdir -p "build-fuzz/corpus-$d" "tests/data/fuzz/$d"
+  dict=""
+  [ -f "tests/fuzz/$d.dict" ] && dict="-dict=tests/fuzz/$d.dict"
+  # A larger input limit for tokenizer.json (the seeds are a few KB to 30 KB), a smaller one for templates.
+  maxlen=65536
+  [ "$t" = tokenizer ] && maxlen=262144
+  [ "$t" = chat_template ] && maxlen=16384
+  build-fuzz/fuzz_$t $dict -max_total_time="$secs" -max_len=$maxlen -timeout=10 -rss_limit_mb=2048 \
+    -artifact_prefix="build-fuzz/crash-$d-" -print_final_stats=1 \
+    "build-fuzz/corpus-$d" "tests/data/fuzz/$d" "build-fuzz/seeds/$d" || found=1
 done
+exit $found

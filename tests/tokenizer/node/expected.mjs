@@ -83,7 +83,17 @@ for (let k = 0; k < n_fuzz; ++k) {
   for (let i = 0; i < n; ++i) s += rand() < 0.85 ? FRAGMENTS[Math.floor(rand() * FRAGMENTS.length)] : random_cp();
   fuzz.push(s);
 }
-const texts = [...corpus, document, ...fuzz];
+// Long texts with no newline or special token: for SentencePiece-style pipelines the whole text is one BPE word,
+// which the C++ tokenizer cuts where no merge can join (tokenizer/bpe.hpp); these check the cuts change nothing.
+const long_words = [
+  corpus.join(" "),
+  corpus.join(""),
+  "ab".repeat(1500) + " " + "x".repeat(3000),
+  " ".repeat(700) + "a" + "  b".repeat(300) + "\t".repeat(200),
+  "1234567890".repeat(300),
+  fuzz.join(" ").replace(/\n/g, " "),
+];
+const texts = [...corpus, document, ...fuzz, ...long_words];
 
 const result = { models: [] };
 for (const m of MODELS) {

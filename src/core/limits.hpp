@@ -1,0 +1,61 @@
+// Limits on what flashkit reads from files and arguments: policy in one place, each value with the reason for it.
+// Readers check against these before allocating or recursing, and name the limit in their error message.
+// Sections are owned by different parts of the code; add to (or create) the section of yours.
+#pragma once
+#include <cstdint>
+
+namespace flashkit::limits {
+
+// ------------------------------------------------------------------------------------------- file readers
+// (checkpoint readers, tokenizer, config.json: src/core/json_io, src/model, src/tokenizer, src/engine/config)
+
+// JSON nesting depth (objects + arrays open at once) of any JSON file flashkit reads. Real files nest at most
+// ~6 deep (tokenizer.json Sequence normalizers, rope_parameters per layer type); the depth bounds the recursion of
+// the code that walks the tree (copies, Sequence parsers) so a hostile file cannot overflow the stack.
+inline constexpr int kMaxJsonDepth = 64;
+
+// Bytes of a safetensors header: the format's own limit (the reference implementation refuses longer headers).
+// Index files (model.safetensors.index.json) get the same bound.
+inline constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
+
+// GGUF metadata arrays: nesting (real files nest at most 2) and entries per array (64M: far above any
+// vocabulary; bounds the memory of the JSON the metadata becomes).
+inline constexpr int kMaxGgufArrayDepth = 8;
+inline constexpr uint64_t kMaxGgufArrayLength = 1ull << 26;
+
+// Bytes of a small JSON file read whole into memory: config.json, tokenizer_config.json (chat templates are a
+// few tens of KB), generation_config.json. Real ones are under 100 KB.
+inline constexpr uint64_t kMaxConfigFileBytes = 16ull << 20;
+
+// Bytes of tokenizer.json read into memory (Gemma 3's is 33 MB, the largest known ones ~60 MB).
+inline constexpr uint64_t kMaxTokenizerFileBytes = 512ull << 20;
+
+// Model dimensions accepted from config.json (and GGUF metadata). Each is ~8-30x the largest released model's
+// value, far from anything real but small enough that every weight-size product fits in 64 bits
+// (vocab x hidden <= 2^41 elements, layers x per-layer weights < 2^50 elements).
+inline constexpr int64_t kMaxVocab = int64_t(1) << 24;          // 16.8M ids (Gemma 3: 262k)
+inline constexpr int64_t kMaxHiddenSize = int64_t(1) << 17;     // 131072 (Llama 3.1 405B: 16384)
+inline constexpr int64_t kMaxIntermediateSize = int64_t(1) << 20;  // 1M (Llama 3.1 405B: 53248)
+inline constexpr int64_t kMaxLayers = 1024;                     // (Llama 3.1 405B: 126)
+inline constexpr int64_t kMaxHeads = 1024;                      // attention heads (405B: 128)
+inline constexpr int64_t kMaxHeadDim = 1024;                    // (largest in use: 256)
+inline constexpr int64_t kMaxPositions = int64_t(1) << 31;      // max_position_embeddings (real: up to ~10M)
+inline constexpr int64_t kMaxSlidingWindow = int64_t(1) << 24;  // the engine's per-sequence KV row limit
+
+// Floating-point fields of config.json, as closed ranges [min, max]: values outside are typos or hostile (a
+// denormal factor or eps turns into inf/NaN in the forward pass). Real values are noted.
+inline constexpr double kMinRmsNormEps = 1e-12, kMaxRmsNormEps = 0.1;    // 1e-5, 1e-6
+inline constexpr double kMinRopeTheta = 1.0, kMaxRopeTheta = 1e12;       // 1e4 .. 1e7
+inline constexpr double kMinRopeFactor = 1.0, kMaxRopeFactor = 1e4;      // 8, 32 (transformers warns below 1)
+inline constexpr double kMinRopeFreqFactor = 1e-3, kMaxRopeFreqFactor = 1e4;  // llama3 low 1, high 4
+inline constexpr double kMinSoftcap = 0.1, kMaxSoftcap = 1e6;           // Gemma 2: 30, 50 (0 means off)
+inline constexpr double kMinQueryPreAttnScalar = 1.0, kMaxQueryPreAttnScalar = 1e6;  // 256, hidden/heads
+inline constexpr double kMinAttentionFactor = 1e-3, kMaxAttentionFactor = 1e3;
+
+// ------------------------------------------------------------------------------------------- tokenizer
+
+// Pre-tokens longer than this many bytes are cut at positions no merge can cross before BPE (see
+// tok::BpeModel::encode): exact, and it keeps a text with no pre-tokenizer split from becoming one huge word.
+inline constexpr uint64_t kBpeSplitBytes = 64;
+
+}  // namespace flashkit::limits
