@@ -9,6 +9,7 @@
 #   parity  the draft recipe, 30 steps at batch 8 x 256, on the CPU and on CUDA: the two loss curves side by side
 #   models  tools/train_models.sh train cuda (models/draft, models/target, runs/*/log.jsonl, runs/loss.png)
 #   sample  greedy and sampled text from both models, perplexity on held-out KJV text
+#   spec    flashkit bench spec on the trained target/draft pair (CUDA) -> spec-cuda.{json,txt}
 #   gpt2    models/recipes/gpt2-small-bench.json (~124M parameters, seq 1024): tokens/s and MFU
 #   pack    models/{draft,target} + logs as $OUT/models.tar.part-* (15 MiB pieces; join with cat)
 # Needs data/tokens (made here by `tools/train_models.sh prepare`; carry=["data/tokens", ".fkdeps"]).
@@ -76,6 +77,11 @@ PY
         done
         run "perplexity_$m" "$FK" perplexity -m "models/$m" -f data/tokens/kjv_tail.txt --ctx 512 --stride 256 --device cuda
       done ;;
+    spec)  # speculative decoding on the trained pair (docs/speculative.md): K x proposer x regime, greedy, checked
+      [ -d models/target ] && [ -d models/draft ] || { log "spec: no trained models"; status=1; continue; }
+      run spec_bench timeout 300 "$FK" bench spec -m models/target --draft models/draft --device cuda -n 128 --repeats 3 \
+        --json "$OUT/spec-cuda.json"
+      sed -n "/^bench spec:/,\$p" "$LOG" | head -80 > "$OUT/spec-cuda.txt" ;;
     gpt2) rm -rf runs/gpt2-small-bench; run gpt2 timeout 600 "$FK" train --config models/recipes/gpt2-small-bench.json ;;
     pack)
       tar cf /tmp/models.tar models/draft models/target runs/*/log.jsonl runs/loss.png runs/*/perplexity*.json 2>>"$LOG"
