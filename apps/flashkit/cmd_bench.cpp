@@ -527,7 +527,7 @@ void run_bench(BenchConfig cfg) {
     else {
       json_file << j.dump(2) << "\n";
       json_file.close();
-      if (!json_file) throw std::runtime_error("--json: writing '" + cfg.json_path + "' failed");
+      if (!json_file) fail(Status::invalid_argument, "--json: writing '" + cfg.json_path + "' failed (disk full?)");
     }
   }
 

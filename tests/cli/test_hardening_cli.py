@@ -119,3 +119,11 @@ def test_chat_survives_an_invalid_utf8_line(llama_with_tokenizer):  # noqa: F811
     assert p.returncode == 0, err
     assert "line 2" in err and "UTF-8" in err, err
     assert err.count("[ttft") == 2, err  # the turns before and after the bad line both ran
+
+
+def test_trace_and_json_write_errors(tmp_path):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    tiny = ["--seqlen", "32", "--heads", "1", "--head-dim", "16", "--repeats", "1", "--warmup", "0", "--impl", "flash", "--pass", "fwd"]
+    assert_usage_error(run("bench", "attention", *tiny, "--json", "/dev/full"), "--json", "/dev/full")
+    assert_usage_error(run("profile", "gelu", "--n", "1024", "--reps", "1", "--trace", "/dev/full"), "/dev/full")
