@@ -390,12 +390,11 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts) 
   if (d == "cpu") {
   } else if (d == "cuda" || d.rfind("cuda:", 0) == 0) {
     cuda = true;
-    if (d.size() > 5) {
-      try {
-        bo.device_index = std::stoi(d.substr(5));
-      } catch (...) {
+    if (d.size() > 5) {  // cuda:N, N a small non-negative integer written as one ("cuda:1x" is not cuda:1)
+      const std::string n = d.substr(5);
+      if (n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos)
         bad("device \"" + d + "\": expected cpu, cuda or cuda:N");
-      }
+      bo.device_index = std::stoi(n);
     }
   } else {
     bad("unknown device \"" + d + "\" (expected cpu, cuda or cuda:N)");

@@ -379,6 +379,8 @@ static void test_model_load_errors(void) {
   BAD(fk_model_load(missing, "cpu", "f32", 0, &m), "dir");
   BAD(fk_model_load(dir, "tpu", "f32", 0, &m), "device");
   BAD(fk_model_load(dir, "cuda:x", "f32", 0, &m), "device");
+  BAD(fk_model_load(dir, "cuda:1x", "f32", 0, &m), "device");
+  BAD(fk_model_load(dir, "cuda:99999999999", "f32", 0, &m), "device");
   BAD(fk_model_load(dir, "cpu", "int3", 0, &m), "dtype");
   BAD(fk_model_load(dir, "cpu", "f32", -1, &m), "threads");
   BAD(fk_model_load(dir, "cpu", "f32", 100000, &m), "threads: expected 0 (the default) or 1..");
