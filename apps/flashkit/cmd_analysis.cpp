@@ -809,6 +809,15 @@ void add_profile(CLI::App& app) {
     }
     if (!lo->kind.empty() && lo->kind != "global" && lo->kind != "sliding") bad("--layer-kind must be global or sliding");
     la.global = lo->kind.empty() ? c.global_layers() > 0 : lo->kind == "global";
+    {  // what profile_layer allocates (f32): one layer's weights, the activations of T tokens, the KV cache
+      const double T = la.decode ? double(la.batch) : double(la.prefill), S = la.decode ? double(la.context) : T;
+      const double B = la.decode ? double(la.batch) : 1.0, h = double(c.hidden), I = double(c.intermediate);
+      const double q = double(c.heads * c.head_dim), kv = double(c.kv_heads * c.head_dim);
+      const double weights = h * (2 * q + 2 * kv) + 3 * h * I;
+      const double acts = T * (6 * h + 2 * q + kv + 2 * I + double(c.head_dim));
+      check_memory(4 * (weights + acts + 2 * B * S * kv), "profile layer (one layer's weights, activations and KV "
+                                                          "cache in f32)");
+    }
     an::Profiler p(an::roof_of(an::local_cpu_spec(), "f32"));
     const Activity act("profiling the layer");
     const json r = an::profile_layer(p, c, la);

@@ -127,3 +127,15 @@ def test_trace_and_json_write_errors(tmp_path):
     tiny = ["--seqlen", "32", "--heads", "1", "--head-dim", "16", "--repeats", "1", "--warmup", "0", "--impl", "flash", "--pass", "fwd"]
     assert_usage_error(run("bench", "attention", *tiny, "--json", "/dev/full"), "--json", "/dev/full")
     assert_usage_error(run("profile", "gelu", "--n", "1024", "--reps", "1", "--trace", "/dev/full"), "/dev/full")
+
+
+@pytest.mark.parametrize("cmd", [
+    ["profile", "attention", "--seqlen", "4194304", "--heads", "8"],
+    ["profile", "layer", "-m", os.path.join(REPO, "models", "configs", "gemma-3-270m.json"), "--prefill", "4194304"],
+    ["profile", "gelu", "--n", "2147483648"],
+    ["roofline", "gemm", "--sizes", "65536"],
+])
+def test_analysis_memory_is_refused_before_allocating(cmd):
+    env = dict(os.environ, FLASHKIT_MAX_WORKSPACE_BYTES=str(256 << 20))
+    p = subprocess.run([CLI, *cmd], capture_output=True, text=True, timeout=60, env=env)
+    assert_usage_error(p, "out of memory", "GB")
