@@ -141,6 +141,12 @@ std::vector<Case> cases() {
   capped.softcap = 20.f;
   capped.causal = true;
   v.push_back(capped);
+  for (bool causal : {false, true}) {  // enough query tiles that flash packs K and V (tiles x group > 2)
+    Case packed;
+    packed.Sq = 200;
+    packed.causal = causal;  // causal with Sq > Sk: the first 155 rows see no key at all
+    v.push_back(packed);
+  }
   return v;
 }
 
@@ -171,10 +177,11 @@ TEST(AttentionIsaNonFinite, NanOrInfInOneQueryRow) {
 TEST(AttentionIsaNonFinite, WholeQueryRowNan) {  // every score NaN: flash used to call this row empty (o = 0)
   for (const Case& c : cases()) {
     NonFinite p(c);
-    for (int64_t d = 0; d < c.D; ++d) p.q.set(p.qi(0, 0, 2, d), kNaN);
+    const int64_t s = c.Sq - 1;  // sees keys under every mask here
+    for (int64_t d = 0; d < c.D; ++d) p.q.set(p.qi(0, s, 2, d), kNaN);
     const Outputs ref = check_forward(p, label(c) + " q row NaN");
-    EXPECT_TRUE(row_all_nan(p, ref.o, 0, 0, 2));
-    EXPECT_TRUE(std::isnan(lse_at(p, ref.lse, 0, 2, 0)));
+    EXPECT_TRUE(row_all_nan(p, ref.o, 0, s, 2));
+    EXPECT_TRUE(std::isnan(lse_at(p, ref.lse, 0, 2, s)));
   }
 }
 

@@ -115,9 +115,12 @@ void attention_forward_cpu_standard(const AttentionFwdArgs& a) {
 #pragma omp parallel for collapse(2) num_threads(num_threads())
     for (int64_t h = 0; h < s.heads; ++h)
       for (int64_t i = 0; i < r.nq; ++i) {
-        if (a.mask.hi(i, r.nq, r.nk) <= a.mask.lo(i, r.nq, r.nk)) continue;
+        // A row without visible keys only needs its zeros back (P V multiplied its zero probabilities by whatever
+        // the masked v rows hold: 0 x NaN is NaN).
+        const bool visible = a.mask.hi(i, r.nq, r.nk) > a.mask.lo(i, r.nq, r.nk);
         const int64_t li = a.lse_index(r, h, i);
-        if (attention_row_suspect(score_sum[size_t(li)], a.lse[li], o.row(r.bslot, r.q0 + i, h), d))
+        if (attention_row_suspect(visible ? score_sum[size_t(li)] : 0.f, visible ? a.lse[li] : 0.f,
+                                  o.row(r.bslot, r.q0 + i, h), d))
           attention_fix_row(a, r, h, i);
       }
   }
