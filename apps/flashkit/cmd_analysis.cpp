@@ -149,7 +149,7 @@ void add_roofline(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   rl->add_flag("--measure", o->measure, "Measure this machine: CPU f32 FMA peak and triad bandwidth (GPU: copy BW, bf16 GEMM)");
   rl->add_option("--seconds", o->seconds, "Time budget for --measure (default 1 s)")
-      ->check(real_range(0, limits::kMaxSeconds, true));
+      ->check(real_range(0, limits::kMaxBenchSeconds, true));
   rl->add_option("--threads", o->threads, "CPU threads (default: flashkit's)")->check(thread_count());
   rl->add_option("--triad-mb", o->triad_mb, "Triad array size, MB each (default 64)")
       ->check(real_range(1, limits::kMaxTriadMb));
@@ -179,7 +179,7 @@ void add_roofline(CLI::App& app) {
   gs->add_option("--naive-max", g->naive_max, "Largest N the naive loop runs at (default 512; 1024 with --sweep)")
       ->check(int_range(0, limits::kMaxGemmSize));
   gs->add_option("--seconds", g->seconds, "Time budget per point (default 0.3 s; at least one run)")
-      ->check(real_range(0, limits::kMaxSeconds, true));
+      ->check(real_range(0, limits::kMaxBenchSeconds, true));
   gs->add_option("--threads", g->threads, "CPU threads")->check(thread_count());
   gs->add_flag("--gpu", g->gpu, "Also time cuBLAS (f32 SGEMM/SGEMV and bf16 GemmEx) on GPU 0, on its datasheet roof");
   gs->add_option("--json", g->json_out, "Write results as JSON to FILE ('-' = stdout)");
@@ -443,19 +443,19 @@ void add_cost(CLI::App& app) {
   cs->add_option("-m,--model", o->model, "Model directory (with config.json) or config file");
   cs->add_option("--device", o->device, "Device from the hardware table (default h200); 'cpu' measures this CPU");
   cs->add_option("--prefill", o->prefill, "Prefill: tokens per sequence (default 512 when no --decode-batch)")
-      ->check(int_range(1, limits::kMaxSeqlen));
+      ->check(int_range(1, limits::kMaxBenchSeqlen));
   cs->add_option("--decode-batch", o->decode_batch, "Decode: sequences decoding one token each")
-      ->check(int_range(1, limits::kMaxBatch));
+      ->check(int_range(1, limits::kMaxBenchBatch));
   cs->add_option("--context", o->context, "Decode: keys each token attends to (default 1024)")
-      ->check(int_range(1, limits::kMaxSeqlen));
-  cs->add_option("--batch", o->batch, "Prefill: number of sequences (default 1)")->check(int_range(1, limits::kMaxBatch));
+      ->check(int_range(1, limits::kMaxBenchSeqlen));
+  cs->add_option("--batch", o->batch, "Prefill: number of sequences (default 1)")->check(int_range(1, limits::kMaxBenchBatch));
   cs->add_option("--dtype", o->dtype, "Compute dtype: bf16 (default), f16, fp8 (weights 1 B), f32");
   cs->add_option("--layer-kind", o->layer_kind, "Which layer the per-op table shows: global or sliding");
   cs->add_option("--dp", o->dp, "Data-parallel degree for the ZeRO training memory (default 8)")
       ->check(int_range(1, 1 << 20));
   cs->add_option("--sweep", o->sweep, "decode (batch 1..64) or prefill (length 64..4096)");
-  cs->add_option("--sweep-min", o->sweep_min, "Sweep start (default 1 or 64)")->check(int_range(1, limits::kMaxSeqlen));
-  cs->add_option("--sweep-max", o->sweep_max, "Sweep end (default 64 or 4096)")->check(int_range(1, limits::kMaxSeqlen));
+  cs->add_option("--sweep-min", o->sweep_min, "Sweep start (default 1 or 64)")->check(int_range(1, limits::kMaxBenchSeqlen));
+  cs->add_option("--sweep-max", o->sweep_max, "Sweep end (default 64 or 4096)")->check(int_range(1, limits::kMaxBenchSeqlen));
   cs->add_flag("--json", o->json, "Print JSON instead of tables");
   cs->add_option("--out", o->out, "Also write the JSON to FILE");
 
@@ -618,15 +618,15 @@ void add_profile(CLI::App& app) {
   auto common = [&](CLI::App* s) {
     s->add_option("--trace", o->trace, "Chrome trace output (default flashkit-trace.json; open in ui.perfetto.dev)");
     s->add_option("--json", o->json_out, "Write the summary and results as JSON to FILE ('-' = stdout)");
-    s->add_option("--reps", o->reps, "Repetitions (default 3)")->check(int_range(1, limits::kMaxReps));
+    s->add_option("--reps", o->reps, "Repetitions (default 3)")->check(int_range(1, limits::kMaxBenchReps));
   };
   auto* ge = pr->add_subcommand("gelu", "tanh-GELU as 8 separate elementwise kernels vs 1 fused kernel");
   ge->add_option("--n", o->n, "Elements (default 16M = 64 MB of f32; with --gpu 256M)")
-      ->check(int_range(1, limits::kMaxElements));
+      ->check(int_range(1, limits::kMaxBenchElements));
   ge->add_flag("--gpu", o->gpu, "Run as CUDA kernels on GPU 0 (CUDA events, median after warm-up, NVTX ranges)");
   ge->add_option("--dtype", o->dtype, "--gpu: bf16 (default) or f32");
   ge->add_option("--warmup", o->warmup, "--gpu: untimed runs before timing (default 3)")
-      ->check(int_range(0, limits::kMaxReps));
+      ->check(int_range(0, limits::kMaxBenchReps));
   common(ge);
   struct DOpts {
     std::string model, gemv = "gemv";
@@ -637,18 +637,18 @@ void add_profile(CLI::App& app) {
       "decode", "Synthetic batch-1 decode step (gemma-3-270m shape): launch plan; --gpu: eager vs CUDA graph");
   de->add_option("-m,--model", dopt->model, "Model config for the shape (default: gemma-3-270m built in)");
   de->add_option("--context", dopt->context, "Keys a global layer attends to (default 1024; sliding layers: window)")
-      ->check(int_range(1, limits::kMaxSeqlen));
-  de->add_option("--layers", dopt->layers, "Override the layer count")->check(int_range(1, limits::kMaxLayers));
+      ->check(int_range(1, limits::kMaxBenchSeqlen));
+  de->add_option("--layers", dopt->layers, "Override the layer count")->check(int_range(1, limits::kMaxBenchLayers));
   de->add_flag("--gpu", o->gpu, "Run on GPU 0: eagerly, launch by launch, then as one CUDA graph (CUDA events)");
   de->add_option("--warmup", o->warmup, "--gpu: untimed steps before timing (default 3)")
-      ->check(int_range(0, limits::kMaxReps));
+      ->check(int_range(0, limits::kMaxBenchReps));
   de->add_option("--gemv", dopt->gemv, "--gpu: gemv (cuBLAS bf16 GEMV, default) or gemmex (cublasGemmEx with N = 1)");
   common(de);
   auto* at = pr->add_subcommand("attention", "Standard vs flash attention (forward, optionally backward)");
-  at->add_option("--batch", o->att.batch, "Batch (default 1)")->check(int_range(1, limits::kMaxBatch));
-  at->add_option("--heads", o->att.heads, "Heads (default 8)")->check(int_range(1, limits::kMaxHeads));
-  at->add_option("--kv-heads", o->att.kv_heads, "KV heads (default = heads)")->check(int_range(1, limits::kMaxHeads));
-  at->add_option("-N,--seqlen", o->att.seqlen, "Sequence length (default 1024)")->check(int_range(1, limits::kMaxSeqlen));
+  at->add_option("--batch", o->att.batch, "Batch (default 1)")->check(int_range(1, limits::kMaxBenchBatch));
+  at->add_option("--heads", o->att.heads, "Heads (default 8)")->check(int_range(1, limits::kMaxBenchHeads));
+  at->add_option("--kv-heads", o->att.kv_heads, "KV heads (default = heads)")->check(int_range(1, limits::kMaxBenchHeads));
+  at->add_option("-N,--seqlen", o->att.seqlen, "Sequence length (default 1024)")->check(int_range(1, limits::kMaxBenchSeqlen));
   at->add_option("-d,--head-dim", o->att.head_dim, "Head dim (default 64)")->check(int_range(8, 256));
   at->add_flag("--causal", o->att.causal, "Causal mask");
   at->add_flag("--backward", o->att.backward, "Also the backward pass");
@@ -663,11 +663,11 @@ void add_profile(CLI::App& app) {
   auto lo = std::make_shared<LOpts>();
   auto* ly = pr->add_subcommand("layer", "One decoder layer of a model on this CPU (f32): per-op floor vs measured");
   ly->add_option("-m,--model", lo->model, "Model directory or config file")->required();
-  ly->add_option("--prefill", lo->prefill, "Prefill length (default 512)")->check(int_range(1, limits::kMaxSeqlen));
+  ly->add_option("--prefill", lo->prefill, "Prefill length (default 512)")->check(int_range(1, limits::kMaxBenchSeqlen));
   ly->add_option("--decode-batch", lo->decode_batch, "Decode: sequences, one token each")
-      ->check(int_range(1, limits::kMaxBatch));
+      ->check(int_range(1, limits::kMaxBenchBatch));
   ly->add_option("--context", lo->context, "Decode: keys per sequence (default 1024)")
-      ->check(int_range(1, limits::kMaxSeqlen));
+      ->check(int_range(1, limits::kMaxBenchSeqlen));
   ly->add_option("--layer-kind", lo->kind, "global (default when the model has one) or sliding");
   common(ly);
 

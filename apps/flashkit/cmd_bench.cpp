@@ -572,7 +572,7 @@ void add_bench_command(CLI::App& app) {
   auto cfg = std::make_shared<BenchConfig>();
   attn->add_option("--seqlen", cfg->seqlens, "Sequence lengths (comma list)")
       ->delimiter(',')
-      ->check(int_range(1, limits::kMaxSeqlen))
+      ->check(int_range(1, limits::kMaxBenchSeqlen))
       ->capture_default_str();
   attn->add_option("--batch", cfg->batch, "Batch size")->check(int_range(1, int64_t(1) << 20))->capture_default_str();
   attn->add_option("--heads", cfg->heads, "Query heads")->check(int_range(1, 4096))->capture_default_str();

@@ -1,39 +1,48 @@
-// Policy limits, in one place: what a request may ask for before flashkit refuses it with a clear error (instead of
-// allocating without end, looping for hours or crashing inside a runtime). Each section belongs to its users.
+// Limits on what flashkit reads from files and arguments: policy in one place, each value with the reason for it.
+// Sections are owned by different parts of the code; add to (or create) the section of yours.
 #pragma once
 #include <cstdint>
 
 namespace flashkit::limits {
 
-// ---- Front ends (CLI, C API, Python) and the runtime ---------------------------------------------------------------
-// Thread counts: at most kThreadsPerHardwareThread x the machine's hardware threads and never more than kMaxThreads
-// (OpenMP runtimes crash when asked for tens of thousands); flashkit::max_threads() applies it, check_threads()
-// enforces it everywhere (CLI --threads, LoadOptions::threads, fk_model_load, Model(threads=), set_num_threads,
-// AttentionOptions::threads).
-constexpr int kMaxThreads = 1024;
-constexpr int kThreadsPerHardwareThread = 4;
-// Text read from a file, standard input or an API string (prompts, tokenize -f, chat lines): 64 MiB.
-constexpr int64_t kMaxTextBytes = int64_t(64) << 20;
-// Tokens one generate call may ask for (generate -n, fk_generate, Model.generate); the context bounds what is
-// actually produced, and nothing is reserved up front by this number.
-constexpr int64_t kMaxNewTokens = int64_t(2147483647);  // the C API's int
-// KV cache rows per sequence (--ctx, LoadOptions::max_context); memory is checked against the machine as well.
-constexpr int64_t kMaxContext = int64_t(1) << 24;
-// Prompt tokens per forward pass (--prefill-chunk).
-constexpr int64_t kMaxPrefillChunk = int64_t(1) << 16;
-// Sequence lengths of the profile/cost/bench commands (they allocate per token; memory is checked too).
-constexpr int64_t kMaxSeqlen = int64_t(1) << 22;
-// Batch, heads and layer counts of analysis commands.
-constexpr int64_t kMaxBatch = int64_t(1) << 20;
-constexpr int64_t kMaxHeads = 4096;
-constexpr int64_t kMaxLayers = 4096;
+// ------------------------------------------------------------------------------------------- front ends
+// (CLI apps/flashkit, C API src/capi, Python python/flashkit, the runtime's thread count): what one request may ask
+// for before it is refused with a clear error, instead of allocating without end, looping for hours or crashing
+// inside a runtime. Memory is also checked against max_workspace_bytes() (80% of RAM) before allocating.
+
+// Thread counts: at most kThreadsPerHardwareThread x the machine's hardware threads and never more than
+// kMaxThreads (OpenMP runtimes crash when asked for tens of thousands). flashkit::max_threads() applies it and
+// check_threads() enforces it everywhere: CLI --threads, LoadOptions::threads, fk_model_load, Model(threads=),
+// set_num_threads, AttentionOptions::threads.
+inline constexpr int kMaxThreads = 1024;
+inline constexpr int kThreadsPerHardwareThread = 4;
+
+// Bytes of text read from a file, standard input or an API string in one go (prompts, tokenize -f, chat lines,
+// Tokenizer.encode): 64 MiB, ~16M tokens, far beyond any context.
+inline constexpr int64_t kMaxTextBytes = int64_t(64) << 20;
+
+// Tokens one generate call may ask for (generate -n, fk_generate's int, Model.generate): the context bounds what
+// is produced, and nothing is reserved up front by this number.
+inline constexpr int64_t kMaxNewTokens = int64_t(2147483647);
+
+// KV-cache rows per sequence (--ctx, LoadOptions::max_context): the buffer size products stay far from overflow.
+inline constexpr int64_t kMaxContext = int64_t(1) << 24;
+
+// Prompt tokens per forward pass (--prefill-chunk): activations are [chunk, intermediate].
+inline constexpr int64_t kMaxPrefillChunk = int64_t(1) << 16;
+
+// Shapes of the analysis and benchmark commands (bench, profile, cost): sequence length, batch, heads, layers.
+inline constexpr int64_t kMaxBenchSeqlen = int64_t(1) << 22;
+inline constexpr int64_t kMaxBenchBatch = int64_t(1) << 20;
+inline constexpr int64_t kMaxBenchHeads = 4096;
+inline constexpr int64_t kMaxBenchLayers = 4096;
 // Elements of the profile gelu arrays (2^31: 8 GiB of f32) and repetitions of any timed loop.
-constexpr int64_t kMaxElements = int64_t(1) << 31;
-constexpr int64_t kMaxReps = 100000;
-// Time budgets of measurements (roofline --seconds, ...), seconds.
-constexpr double kMaxSeconds = 3600;
-// Array sizes of the triad / GEMM measurements.
-constexpr double kMaxTriadMb = 65536;
-constexpr int64_t kMaxGemmSize = int64_t(1) << 16;
+inline constexpr int64_t kMaxBenchElements = int64_t(1) << 31;
+inline constexpr int64_t kMaxBenchReps = 100000;
+// Time budget of one measurement (roofline --seconds), seconds.
+inline constexpr double kMaxBenchSeconds = 3600;
+// Triad arrays (MB each) and GEMM sizes of roofline --measure / roofline gemm.
+inline constexpr double kMaxTriadMb = 65536;
+inline constexpr int64_t kMaxGemmSize = int64_t(1) << 16;
 
 }  // namespace flashkit::limits
