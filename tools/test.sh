@@ -4,6 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
+# FLASHKIT_SANITIZE=1: first the ASan/UBSan build and run of the C++/C tests (tools/sanitize.sh, its own build dir);
+# a failure there fails this script, but only after the normal tests, so the last line stays the summary below.
+sanitize_status=0
+if [ "${FLASHKIT_SANITIZE:-0}" = 1 ]; then
+  bash tools/sanitize.sh || sanitize_status=$?
+fi
 bash tools/build.sh
 cd build
 log=$(mktemp)
@@ -17,6 +23,8 @@ if [ -z "$total" ]; then
   echo "ctest: no summary (exit status $status)"
   exit 1
 fi
+[ "$sanitize_status" = 0 ] || echo "tools/sanitize.sh failed (exit status $sanitize_status): see its output above"
+[ "$status" != 0 ] || status=$sanitize_status
 echo
 echo "ctest: $((total - failed - skipped)) passed, $failed failed, $skipped skipped"
 exit "$status"

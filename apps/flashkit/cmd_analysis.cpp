@@ -15,7 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "attention_io.hpp"
+#include "cli_checks.hpp"
 #include "commands.hpp"
+#include "core/limits.hpp"
 #include "demos.hpp"
 #include "gpu_demos.hpp"
 #include "flashkit/attention.hpp"
@@ -68,6 +70,8 @@ void write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path);
   if (!f) bad("cannot write " + path);
   f << text;
+  f.close();
+  if (!f) bad("writing " + path + " failed (disk full?)");
 }
 
 // A simple aligned text / Markdown table.
@@ -144,9 +148,11 @@ void add_roofline(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   rl->add_flag("--measure", o->measure, "Measure this machine: CPU f32 FMA peak and triad bandwidth (GPU: copy BW, bf16 GEMM)");
-  rl->add_option("--seconds", o->seconds, "Time budget for --measure (default 1 s)");
-  rl->add_option("--threads", o->threads, "CPU threads (default: flashkit's)");
-  rl->add_option("--triad-mb", o->triad_mb, "Triad array size, MB each (default 64)");
+  rl->add_option("--seconds", o->seconds, "Time budget for --measure (default 1 s)")
+      ->check(real_range(0, limits::kMaxBenchSeconds, true));
+  rl->add_option("--threads", o->threads, "CPU threads (default: flashkit's)")->check(thread_count());
+  rl->add_option("--triad-mb", o->triad_mb, "Triad array size, MB each (default 64)")
+      ->check(real_range(1, limits::kMaxTriadMb));
   rl->add_option("--json", o->json_out, "Write the table (and measurements) as JSON to FILE ('-' = stdout)");
   rl->add_option("--md", o->md_out, "Write the table as Markdown to FILE");
 
@@ -163,14 +169,18 @@ void add_roofline(CLI::App& app) {
   auto g = std::make_shared<GemmOpts>();
   auto* gs = rl->add_subcommand("gemm", "Time GEMM/GEMV implementations and place them on this CPU's roofline");
   gs->add_option("--impl", g->impls, "naive, blocked, blas (comma-separated)")->delimiter(',');
-  gs->add_option("--sizes", g->sizes, "Square sizes N (GEMM N x N x N; GEMV N x N) (default 256,512,1024)")->delimiter(',');
+  gs->add_option("--sizes", g->sizes, "Square sizes N (GEMM N x N x N; GEMV N x N) (default 256,512,1024)")
+      ->delimiter(',')
+      ->check(int_range(1, limits::kMaxGemmSize));
   gs->add_option("--shapes", g->shapes, "Extra M x N x K shapes, e.g. 512x4096x1024,4096x1x4096 (N = 1: GEMV)")
       ->delimiter(',');
   gs->add_flag("--sweep", g->sweep, "The issue's sweep: N = 1024, 2048, 4096, 8192 (blas/blocked), with GEMV");
   gs->add_flag("--gemv", g->gemv, "Also time GEMV (y = A x) at each size");
-  gs->add_option("--naive-max", g->naive_max, "Largest N the naive loop runs at (default 512; 1024 with --sweep)");
-  gs->add_option("--seconds", g->seconds, "Time budget per point (default 0.3 s; at least one run)");
-  gs->add_option("--threads", g->threads, "CPU threads");
+  gs->add_option("--naive-max", g->naive_max, "Largest N the naive loop runs at (default 512; 1024 with --sweep)")
+      ->check(int_range(0, limits::kMaxGemmSize));
+  gs->add_option("--seconds", g->seconds, "Time budget per point (default 0.3 s; at least one run)")
+      ->check(real_range(0, limits::kMaxBenchSeconds, true));
+  gs->add_option("--threads", g->threads, "CPU threads")->check(thread_count());
   gs->add_flag("--gpu", g->gpu, "Also time cuBLAS (f32 SGEMM/SGEMV and bf16 GemmEx) on GPU 0, on its datasheet roof");
   gs->add_option("--json", g->json_out, "Write results as JSON to FILE ('-' = stdout)");
   gs->add_option("--csv", g->csv_out, "Write results as CSV to FILE");
@@ -199,6 +209,8 @@ void add_roofline(CLI::App& app) {
     for (const auto& d : an::device_table()) add(d);
     json out = {{"devices", devs}};
     if (o->measure) {
+      check_memory(3 * o->triad_mb * 1e6, "roofline --measure --triad-mb (three arrays of " + num(o->triad_mb, "%g") + " MB)");
+      const Activity act("measuring this CPU");
       const an::CpuMeasurement m = an::measure_cpu(o->seconds, o->threads, o->triad_mb);
       an::DeviceSpec c;
       c.name = "cpu(measured)";
@@ -243,7 +255,10 @@ void add_roofline(CLI::App& app) {
       if (gs->count("--naive-max") == 0) g->naive_max = 1024;
     }
     if (g->sizes.empty()) bad("--sizes: give at least one size");
-    for (auto s : g->sizes) need_positive(s, "--sizes");
+    for (auto s : g->sizes) {
+      need_positive(s, "--sizes");
+      check_memory(3.0 * double(s) * double(s) * 4, "roofline gemm --sizes " + std::to_string(s) + " (A, B, C in f32)");
+    }
     if (g->seconds <= 0) bad("--seconds must be positive");
     std::vector<an::GemmImpl> impls;
     for (auto& s : g->impls) impls.push_back(an::parse_gemm_impl(s));
@@ -311,6 +326,10 @@ void add_roofline(CLI::App& app) {
       need_positive(m, "--shapes M");
       need_positive(n, "--shapes N");
       need_positive(k, "--shapes K");
+      if (m > limits::kMaxGemmSize || n > limits::kMaxGemmSize || k > limits::kMaxGemmSize)
+        bad("--shapes: each of M, N, K must be at most " + std::to_string(limits::kMaxGemmSize) + ", got '" + sh + "'");
+      check_memory((double(m) * double(k) + double(k) * double(n) + double(m) * double(n)) * 4,
+                   "roofline gemm --shapes " + sh + " (A, B, C in f32)");
       for (auto impl : impls) {
         if (impl == an::GemmImpl::naive && double(m) * double(n) * double(k) > double(g->naive_max) * g->naive_max * g->naive_max)
           continue;
@@ -423,16 +442,20 @@ void add_cost(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   cs->add_option("-m,--model", o->model, "Model directory (with config.json) or config file");
   cs->add_option("--device", o->device, "Device from the hardware table (default h200); 'cpu' measures this CPU");
-  cs->add_option("--prefill", o->prefill, "Prefill: tokens per sequence (default 512 when no --decode-batch)");
-  cs->add_option("--decode-batch", o->decode_batch, "Decode: sequences decoding one token each");
-  cs->add_option("--context", o->context, "Decode: keys each token attends to (default 1024)");
-  cs->add_option("--batch", o->batch, "Prefill: number of sequences (default 1)");
+  cs->add_option("--prefill", o->prefill, "Prefill: tokens per sequence (default 512 when no --decode-batch)")
+      ->check(int_range(1, limits::kMaxBenchSeqlen));
+  cs->add_option("--decode-batch", o->decode_batch, "Decode: sequences decoding one token each")
+      ->check(int_range(1, limits::kMaxBenchBatch));
+  cs->add_option("--context", o->context, "Decode: keys each token attends to (default 1024)")
+      ->check(int_range(1, limits::kMaxBenchSeqlen));
+  cs->add_option("--batch", o->batch, "Prefill: number of sequences (default 1)")->check(int_range(1, limits::kMaxBenchBatch));
   cs->add_option("--dtype", o->dtype, "Compute dtype: bf16 (default), f16, fp8 (weights 1 B), f32");
   cs->add_option("--layer-kind", o->layer_kind, "Which layer the per-op table shows: global or sliding");
-  cs->add_option("--dp", o->dp, "Data-parallel degree for the ZeRO training memory (default 8)");
+  cs->add_option("--dp", o->dp, "Data-parallel degree for the ZeRO training memory (default 8)")
+      ->check(int_range(1, 1 << 20));
   cs->add_option("--sweep", o->sweep, "decode (batch 1..64) or prefill (length 64..4096)");
-  cs->add_option("--sweep-min", o->sweep_min, "Sweep start (default 1 or 64)");
-  cs->add_option("--sweep-max", o->sweep_max, "Sweep end (default 64 or 4096)");
+  cs->add_option("--sweep-min", o->sweep_min, "Sweep start (default 1 or 64)")->check(int_range(1, limits::kMaxBenchSeqlen));
+  cs->add_option("--sweep-max", o->sweep_max, "Sweep end (default 64 or 4096)")->check(int_range(1, limits::kMaxBenchSeqlen));
   cs->add_flag("--json", o->json, "Print JSON instead of tables");
   cs->add_option("--out", o->out, "Also write the JSON to FILE");
 
@@ -444,10 +467,11 @@ void add_cost(CLI::App& app) {
   };
   auto a = std::make_shared<AOpts>();
   auto* at = cs->add_subcommand("attention", "HBM traffic of standard vs flash attention and speedup per device");
-  at->add_option("-N,--seqlen", a->n, "Sequence length N (default 4096)");
-  at->add_option("-d,--head-dim", a->d, "Head dimension d (default 64)");
+  at->add_option("-N,--seqlen", a->n, "Sequence length N (default 4096)")->check(int_range(1, int64_t(1) << 30));
+  at->add_option("-d,--head-dim", a->d, "Head dimension d (default 64)")->check(int_range(1, 65536));
   at->add_option("--dtype", a->dtype, "Element type for bytes and peak: f32 (default, the teaching case), bf16");
-  at->add_option("--onchip-kb", a->onchip_kb, "Override the on-chip size M (KiB) for every device (default: smem per SM)");
+  at->add_option("--onchip-kb", a->onchip_kb, "Override the on-chip size M (KiB) for every device (default: smem per SM)")
+      ->check(real_range(0, 1 << 30));
   at->add_flag("--check", a->check, "Also run flashkit's CPU standard and flash attention at (N, d) and compare their byte counts");
   at->add_flag("--json", a->json, "Print JSON");
   at->add_option("--out", a->out, "Also write the JSON to FILE");
@@ -594,13 +618,15 @@ void add_profile(CLI::App& app) {
   auto common = [&](CLI::App* s) {
     s->add_option("--trace", o->trace, "Chrome trace output (default flashkit-trace.json; open in ui.perfetto.dev)");
     s->add_option("--json", o->json_out, "Write the summary and results as JSON to FILE ('-' = stdout)");
-    s->add_option("--reps", o->reps, "Repetitions (default 3)");
+    s->add_option("--reps", o->reps, "Repetitions (default 3)")->check(int_range(1, limits::kMaxBenchReps));
   };
   auto* ge = pr->add_subcommand("gelu", "tanh-GELU as 8 separate elementwise kernels vs 1 fused kernel");
-  ge->add_option("--n", o->n, "Elements (default 16M = 64 MB of f32; with --gpu 256M)");
+  ge->add_option("--n", o->n, "Elements (default 16M = 64 MB of f32; with --gpu 256M)")
+      ->check(int_range(1, limits::kMaxBenchElements));
   ge->add_flag("--gpu", o->gpu, "Run as CUDA kernels on GPU 0 (CUDA events, median after warm-up, NVTX ranges)");
   ge->add_option("--dtype", o->dtype, "--gpu: bf16 (default) or f32");
-  ge->add_option("--warmup", o->warmup, "--gpu: untimed runs before timing (default 3)");
+  ge->add_option("--warmup", o->warmup, "--gpu: untimed runs before timing (default 3)")
+      ->check(int_range(0, limits::kMaxBenchReps));
   common(ge);
   struct DOpts {
     std::string model, gemv = "gemv";
@@ -610,18 +636,20 @@ void add_profile(CLI::App& app) {
   auto* de = pr->add_subcommand(
       "decode", "Synthetic batch-1 decode step (gemma-3-270m shape): launch plan; --gpu: eager vs CUDA graph");
   de->add_option("-m,--model", dopt->model, "Model config for the shape (default: gemma-3-270m built in)");
-  de->add_option("--context", dopt->context, "Keys a global layer attends to (default 1024; sliding layers: window)");
-  de->add_option("--layers", dopt->layers, "Override the layer count");
+  de->add_option("--context", dopt->context, "Keys a global layer attends to (default 1024; sliding layers: window)")
+      ->check(int_range(1, limits::kMaxBenchSeqlen));
+  de->add_option("--layers", dopt->layers, "Override the layer count")->check(int_range(1, limits::kMaxBenchLayers));
   de->add_flag("--gpu", o->gpu, "Run on GPU 0: eagerly, launch by launch, then as one CUDA graph (CUDA events)");
-  de->add_option("--warmup", o->warmup, "--gpu: untimed steps before timing (default 3)");
+  de->add_option("--warmup", o->warmup, "--gpu: untimed steps before timing (default 3)")
+      ->check(int_range(0, limits::kMaxBenchReps));
   de->add_option("--gemv", dopt->gemv, "--gpu: gemv (cuBLAS bf16 GEMV, default) or gemmex (cublasGemmEx with N = 1)");
   common(de);
   auto* at = pr->add_subcommand("attention", "Standard vs flash attention (forward, optionally backward)");
-  at->add_option("--batch", o->att.batch, "Batch (default 1)");
-  at->add_option("--heads", o->att.heads, "Heads (default 8)");
-  at->add_option("--kv-heads", o->att.kv_heads, "KV heads (default = heads)");
-  at->add_option("-N,--seqlen", o->att.seqlen, "Sequence length (default 1024)");
-  at->add_option("-d,--head-dim", o->att.head_dim, "Head dim (default 64)");
+  at->add_option("--batch", o->att.batch, "Batch (default 1)")->check(int_range(1, limits::kMaxBenchBatch));
+  at->add_option("--heads", o->att.heads, "Heads (default 8)")->check(int_range(1, limits::kMaxBenchHeads));
+  at->add_option("--kv-heads", o->att.kv_heads, "KV heads (default = heads)")->check(int_range(1, limits::kMaxBenchHeads));
+  at->add_option("-N,--seqlen", o->att.seqlen, "Sequence length (default 1024)")->check(int_range(1, limits::kMaxBenchSeqlen));
+  at->add_option("-d,--head-dim", o->att.head_dim, "Head dim (default 64)")->check(int_range(8, 256));
   at->add_flag("--causal", o->att.causal, "Causal mask");
   at->add_flag("--backward", o->att.backward, "Also the backward pass");
   at->add_option("--impl", o->impls, "Comma-separated: standard,flash,reference");
@@ -635,9 +663,11 @@ void add_profile(CLI::App& app) {
   auto lo = std::make_shared<LOpts>();
   auto* ly = pr->add_subcommand("layer", "One decoder layer of a model on this CPU (f32): per-op floor vs measured");
   ly->add_option("-m,--model", lo->model, "Model directory or config file")->required();
-  ly->add_option("--prefill", lo->prefill, "Prefill length (default 512)");
-  ly->add_option("--decode-batch", lo->decode_batch, "Decode: sequences, one token each");
-  ly->add_option("--context", lo->context, "Decode: keys per sequence (default 1024)");
+  ly->add_option("--prefill", lo->prefill, "Prefill length (default 512)")->check(int_range(1, limits::kMaxBenchSeqlen));
+  ly->add_option("--decode-batch", lo->decode_batch, "Decode: sequences, one token each")
+      ->check(int_range(1, limits::kMaxBenchBatch));
+  ly->add_option("--context", lo->context, "Decode: keys per sequence (default 1024)")
+      ->check(int_range(1, limits::kMaxBenchSeqlen));
   ly->add_option("--layer-kind", lo->kind, "global (default when the model has one) or sliding");
   common(ly);
 
@@ -694,7 +724,9 @@ void add_profile(CLI::App& app) {
                 << r["compared_elements"] << ") " << num(r["max_abs_diff_prefix"].get<double>(), "%.2g") << "\n";
       return;
     }
+    check_memory(double(o->n) * 4 * 5, "profile gelu --n " + std::to_string(o->n) + " (five f32 arrays)");
     an::Profiler p(an::roof_of(an::local_cpu_spec(), "f32"));
+    const Activity act("profiling gelu");
     const json r = an::profile_gelu(p, o->n, o->reps);
     finish(p, r);
     std::cout << "\nseparate: " << r["separate"]["kernels"] << " kernels, " << si(r["separate"]["bytes"].get<double>())
@@ -777,7 +809,17 @@ void add_profile(CLI::App& app) {
     }
     if (!lo->kind.empty() && lo->kind != "global" && lo->kind != "sliding") bad("--layer-kind must be global or sliding");
     la.global = lo->kind.empty() ? c.global_layers() > 0 : lo->kind == "global";
+    {  // what profile_layer allocates (f32): one layer's weights, the activations of T tokens, the KV cache
+      const double T = la.decode ? double(la.batch) : double(la.prefill), S = la.decode ? double(la.context) : T;
+      const double B = la.decode ? double(la.batch) : 1.0, h = double(c.hidden), I = double(c.intermediate);
+      const double q = double(c.heads * c.head_dim), kv = double(c.kv_heads * c.head_dim);
+      const double weights = h * (2 * q + 2 * kv) + 3 * h * I;
+      const double acts = T * (6 * h + 2 * q + kv + 2 * I + double(c.head_dim));
+      check_memory(4 * (weights + acts + 2 * B * S * kv), "profile layer (one layer's weights, activations and KV "
+                                                          "cache in f32)");
+    }
     an::Profiler p(an::roof_of(an::local_cpu_spec(), "f32"));
+    const Activity act("profiling the layer");
     const json r = an::profile_layer(p, c, la);
     finish(p, r);
     Table t{{"op", "FLOPs", "bytes", "FLOP/B", "bound", "floor", "measured", "measured/floor"}};
@@ -850,7 +892,16 @@ void add_profile(CLI::App& app) {
                   << " ms, measured/floor " << num(row["measured_over_floor"].get<double>(), "%.2f") << "\n";
       return;
     }
+    {
+      const auto& a = o->att;
+      if (a.heads % a.kv_heads != 0) bad("--kv-heads must divide --heads (" + std::to_string(a.heads) + ")");
+      const double elems = double(a.batch) * double(a.seqlen) * double(2 * a.heads + 2 * a.kv_heads) * double(a.head_dim);
+      check_memory(elems * 4 * (a.backward ? 2 : 1), "profile attention: q, k, v, o" +
+                                                        std::string(a.backward ? " and their gradients" : "") +
+                                                        " at seqlen " + std::to_string(a.seqlen));
+    }
     an::Profiler p(an::roof_of(an::local_cpu_spec(), "f32"));
+    const Activity act("profiling attention");
     const json r = an::profile_attention(p, o->att);
     finish(p, r);
     std::cout << "\n";

@@ -29,7 +29,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_checks.hpp"
 #include "commands.hpp"
+#include "core/limits.hpp"
 #include "flashkit/flashkit.hpp"
 #include "profiler.hpp"
 #include "roofline.hpp"
@@ -525,7 +527,7 @@ void run_bench(BenchConfig cfg) {
     else {
       json_file << j.dump(2) << "\n";
       json_file.close();
-      if (!json_file) throw std::runtime_error("--json: writing '" + cfg.json_path + "' failed");
+      if (!json_file) fail(Status::invalid_argument, "--json: writing '" + cfg.json_path + "' failed (disk full?)");
     }
   }
 
@@ -538,22 +540,6 @@ void run_bench(BenchConfig cfg) {
   // Every row unsupported (e.g. a device without kernels for this request): that is a failure, not a result.
   if (!rows.empty() && std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.status == "unsupported"; }))
     fail(Status::unsupported, rows.front().message);
-}
-
-// An integer in [lo, hi]; the message names the value (CLI11 prefixes the option's name).
-CLI::Validator int_range(int64_t lo, int64_t hi) {
-  return CLI::Validator(
-      [lo, hi](std::string& s) -> std::string {
-        errno = 0;
-        char* end = nullptr;
-        const long long v = std::strtoll(s.c_str(), &end, 10);
-        if (s.empty() || end == s.c_str() || *end != 0 || errno == ERANGE)
-          return "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + s + "'";
-        if (v < lo || v > hi)
-          return "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + s;
-        return {};
-      },
-      "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
 
 // head_dim: a multiple of 8 in [8, 256] (what every implementation accepts).
@@ -586,7 +572,7 @@ void add_bench_command(CLI::App& app) {
   auto cfg = std::make_shared<BenchConfig>();
   attn->add_option("--seqlen", cfg->seqlens, "Sequence lengths (comma list)")
       ->delimiter(',')
-      ->check(int_range(1, int64_t(1) << 22))
+      ->check(int_range(1, limits::kMaxBenchSeqlen))
       ->capture_default_str();
   attn->add_option("--batch", cfg->batch, "Batch size")->check(int_range(1, int64_t(1) << 20))->capture_default_str();
   attn->add_option("--heads", cfg->heads, "Query heads")->check(int_range(1, 4096))->capture_default_str();
@@ -608,7 +594,7 @@ void add_bench_command(CLI::App& app) {
   attn->add_option("--repeats", cfg->repeats,
                    "Timed runs per row (default: adaptive, at least 3 and about 1 s per row, at most 20)")
       ->check(int_range(1, 100000));
-  attn->add_option("--threads", cfg->threads, "CPU threads (default: the library's)")->check(int_range(1, 4096));
+  attn->add_option("--threads", cfg->threads, "CPU threads (default: the library's)")->check(thread_count(false));
   attn->add_option("--json", cfg->json_path, "Write results as JSON to PATH ('-': stdout, the table goes to stderr)");
   attn->add_option("--profile", cfg->profile_path,
                    "Write a Chrome/Perfetto trace of every timed call (time, FLOPs, bytes, % of the roof) to PATH");

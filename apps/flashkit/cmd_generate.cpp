@@ -23,8 +23,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_checks.hpp"
 #include "commands.hpp"
 #include "chat/chat_template.hpp"
+#include "core/limits.hpp"
 #include "engine/sampler.hpp"
 #include "engine/stop.hpp"
 #include "flashkit/engine.hpp"
@@ -58,18 +60,22 @@ struct GenArgs {
 
 void add_common(CLI::App* c, GenArgs* a) {
   c->add_option("-m,--model", a->model, "Model directory (config.json + *.safetensors [+ tokenizer.json])")->required();
-  c->add_option("-n,--max-tokens", a->n, "Tokens to generate (per turn in chat; >= 1; default 128)");
-  c->add_option("--temp", a->temp, "Sampling temperature (0 = greedy; default 0.8)");
-  c->add_option("--top-k", a->top_k, "Keep the k most likely tokens (0 = off; default 40)");
-  c->add_option("--top-p", a->top_p, "Nucleus sampling mass (1 = off; default 0.95)");
-  c->add_option("--min-p", a->min_p, "Drop tokens below min_p * p(max) (0 = off)");
-  c->add_option("--repeat-penalty", a->repeat_penalty, "Repetition penalty (1 = off)");
-  c->add_option("--seed", a->seed, "Sampler seed (default 0: runs are reproducible)");
+  c->add_option("-n,--max-tokens", a->n, "Tokens to generate (per turn in chat; default 128)")
+      ->check(int_range(1, limits::kMaxNewTokens));
+  c->add_option("--temp", a->temp, "Sampling temperature (0 = greedy; default 0.8)")->check(real_range(0, 1000));
+  c->add_option("--top-k", a->top_k, "Keep the k most likely tokens (0 = off; default 40)")
+      ->check(int_range(0, int64_t(1) << 30));
+  c->add_option("--top-p", a->top_p, "Nucleus sampling mass (1 = off; default 0.95)")->check(real_range(0, 1, true));
+  c->add_option("--min-p", a->min_p, "Drop tokens below min_p * p(max) (0 = off)")->check(real_range(0, 1));
+  c->add_option("--repeat-penalty", a->repeat_penalty, "Repetition penalty (1 = off)")->check(real_range(0, 1000, true));
+  c->add_option("--seed", a->seed, "Sampler seed (default 0: runs are reproducible)")->check(uint64_value());
   c->add_option("--device", a->device, "cpu | cuda | cuda:N (default cpu)");
   c->add_option("--dtype", a->dtype, "Weight storage: auto | f32 | bf16 | f16 | q8_0 (default auto: as the checkpoint; Q8_0 GGUFs stay Q8_0 on the CPU)");
-  c->add_option("--threads", a->threads, "CPU threads (default: flashkit's)");
-  c->add_option("--ctx", a->ctx, "Context (KV cache) length in tokens (default min(model max, 4096))");
-  c->add_option("--prefill-chunk", a->chunk, "Prompt tokens per forward pass (default 512)");
+  c->add_option("--threads", a->threads, "CPU threads (default: flashkit's)")->check(thread_count());
+  c->add_option("--ctx", a->ctx, "Context (KV cache) length in tokens (default min(model max, 4096))")
+      ->check(int_range(0, limits::kMaxContext));
+  c->add_option("--prefill-chunk", a->chunk, "Prompt tokens per forward pass (default 512)")
+      ->check(int_range(1, limits::kMaxPrefillChunk));
   c->add_option("--stop", a->stop, "Stop string (repeatable)");
   c->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-sequence token");
   c->add_flag("--profile", a->profile, "Time every op kind and print the split at the end");
@@ -82,7 +88,6 @@ void add_common(CLI::App* c, GenArgs* a) {
 }
 
 void validate_common(const GenArgs& a) {
-  if (a.n < 1) bad("-n/--max-tokens must be at least 1, got " + std::to_string(a.n) + " (nothing to generate)");
   engine::SamplerParams sp;
   sp.temperature = a.temp;
   sp.top_k = a.top_k;
@@ -90,9 +95,7 @@ void validate_common(const GenArgs& a) {
   sp.min_p = a.min_p;
   sp.repetition_penalty = a.repeat_penalty;
   engine::validate(sp);
-  if (a.threads < 0) bad("--threads must be >= 0, got " + std::to_string(a.threads));
-  if (a.ctx < 0) bad("--ctx must be >= 0, got " + std::to_string(a.ctx));
-  if (a.chunk < 1) bad("--prefill-chunk must be >= 1, got " + std::to_string(a.chunk));
+  // The numeric ranges are checked by CLI11 (add_common); this only catches what spans several options.
   if (!a.trace.empty() && !a.profile) bad("--trace needs --profile (the trace records the profiled ops)");
   for (auto& s : a.stop)
     if (s.empty()) bad("--stop: empty stop string");
@@ -201,7 +204,8 @@ void write_trace(const std::string& path, Model& m) {
   std::ofstream f(path);
   if (!f) bad("--trace: cannot write " + path + ": " + std::strerror(errno));
   f << trace.dump() << "\n";
-  if (!f.good()) bad("--trace: writing " + path + " failed");
+  f.close();
+  if (!f) bad("--trace: writing " + path + " failed (disk full?)");
 }
 
 void report(const GenArgs& a, Model& m, const Totals& t, const nlohmann::json* spec = nullptr) {
@@ -268,6 +272,8 @@ void report(const GenArgs& a, Model& m, const Totals& t, const nlohmann::json* s
     std::ofstream f(a.stats_json);
     if (!f) bad("--stats-json: cannot write " + a.stats_json + ": " + std::strerror(errno));
     f << j.dump(1) << "\n";
+    f.close();
+    if (!f) bad("--stats-json: writing " + a.stats_json + " failed (disk full?)");
   }
 }
 
@@ -320,6 +326,23 @@ class Printer {
   engine::StopMatcher stop_;
 };
 
+// One line of standard input without its newline; false at the end of input. A line longer than the text limit is
+// consumed and reported through *too_long instead of growing without bound (stdin may be /dev/zero).
+bool read_chat_line(std::istream& in, std::string& line, bool* too_long) {
+  line.clear();
+  *too_long = false;
+  std::streambuf* sb = in.rdbuf();
+  bool any = false;
+  for (int c = sb->sbumpc(); c != std::char_traits<char>::eof(); c = sb->sbumpc()) {
+    any = true;
+    if (c == '\n') return true;
+    if (int64_t(line.size()) >= limits::kMaxTextBytes) *too_long = true;
+    if (!*too_long) line.push_back(char(c));
+  }
+  if (*too_long) line.clear();
+  return any;
+}
+
 std::vector<int32_t> stop_ids_for(const Model& m, const Tokenizer* tok, bool ignore_eos) {
   std::vector<int32_t> ids;
   if (ignore_eos) return ids;
@@ -336,13 +359,10 @@ void run_generate(const GenArgs& a) {
   if (given != 1) bad("give exactly one prompt: -p TEXT, --prompt-file FILE or --prompt-ids 1,2,3");
   std::string text = a.prompt;
   if (!a.prompt_file.empty()) {
-    std::ifstream f(a.prompt_file, std::ios::binary);
-    if (!f) bad("--prompt-file: cannot read " + a.prompt_file);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    text = ss.str();
+    text = read_text_file(a.prompt_file, "--prompt-file");
     if (text.empty()) bad("--prompt-file: " + a.prompt_file + " is empty");
   }
+  if (int64_t(a.prompt.size()) > limits::kMaxTextBytes) bad("-p/--prompt: more than 64 MiB of text");
   auto outf = open_output(a.output, "-o/--output");
   open_output(a.stats_json, "--stats-json");
   open_output(a.trace, "--trace");  // fail before the work, not after it
@@ -377,7 +397,12 @@ void run_generate(const GenArgs& a) {
     return pr.push(id);
   });
   pr.finish();
-  if (outf && !outf->good()) bad("-o/--output: writing " + a.output + " failed");
+  if (outf) {
+    outf->close();
+    if (!*outf) bad("-o/--output: writing " + a.output + " failed (disk full?)");
+  } else {
+    check_written(std::cout, "the generated text to standard output");
+  }
   t.add(r);
   if (!pr.stop_reason().empty()) t.stop = pr.stop_reason();
   if (!a.spec.active()) {
@@ -409,6 +434,14 @@ void run_chat(const GenArgs& a) {
   if (!tok) bad(a.model + " has no tokenizer.json (chat needs the model's tokenizer and chat template)");
   const std::string tmpl = tok->chat_template();
   if (tmpl.empty()) bad(a.model + ": tokenizer_config.json has no chat_template (use flashkit generate)");
+  // The template is tried once on a one-message conversation before the session starts: an error there is the
+  // template's, it would fail every turn, so it ends the command (exit 2); later per-line errors skip that line.
+  {
+    std::vector<chat::ChatMessage> probe;
+    if (!a.system.empty()) probe.push_back({"system", a.system});
+    probe.push_back({"user", "hello"});
+    chat::render_chat_template(tmpl, probe, true, tok->bos_token(), tok->eos_token());
+  }
   auto outf = open_output(a.output, "-o/--output");
   open_output(a.stats_json, "--stats-json");
   open_output(a.trace, "--trace");
@@ -425,9 +458,17 @@ void run_chat(const GenArgs& a) {
   const bool tty = isatty(0);
   std::string line;
   uint64_t turn = 0;
+  int64_t line_no = 0;
   while (true) {
     if (tty) std::cerr << "> " << std::flush;
-    if (!std::getline(std::cin, line)) break;
+    bool too_long = false;
+    if (!read_chat_line(std::cin, line, &too_long)) break;
+    ++line_no;
+    if (too_long) {  // not fatal: say so, the session goes on
+      std::cerr << "flashkit: line " << line_no << ": longer than " << (limits::kMaxTextBytes >> 20)
+                << " MiB; skipped\n";
+      continue;
+    }
     if (line == "/exit" || line == "/quit") break;
     if (line == "/reset") {
       msgs.resize(a.system.empty() ? 0 : 1);
@@ -437,9 +478,17 @@ void run_chat(const GenArgs& a) {
     }
     if (line.empty()) continue;
     msgs.push_back({"user", line});
-    const std::string text =
-        chat::render_chat_template(tmpl, msgs, true, tok->bos_token(), tok->eos_token());
-    std::vector<int32_t> ids = tok->encode(text, false);
+    std::vector<int32_t> ids;
+    try {  // a line the tokenizer or the template rejects (e.g. invalid UTF-8) ends that turn, not the session
+      const std::string text =
+          chat::render_chat_template(tmpl, msgs, true, tok->bos_token(), tok->eos_token());
+      ids = tok->encode(text, false);
+    } catch (const Error& e) {
+      if (e.status() != Status::invalid_argument) throw;
+      std::cerr << "flashkit: line " << line_no << ": " << e.what() << "; skipped\n";
+      msgs.pop_back();
+      continue;
+    }
     // Reuse the cache when it holds a prefix of the new conversation; otherwise start over.
     size_t common = 0;
     while (common < cached.size() && common < ids.size() && cached[common] == ids[common]) ++common;
@@ -484,6 +533,10 @@ void run_chat(const GenArgs& a) {
     if (!a.quiet)
       std::cerr << fmt("[ttft %.1f ms, ", r.time_to_first_token_s * 1e3) << fmt("prefill %.1f tok/s, ", r.prefill_tokens_per_s())
                 << fmt("decode %.1f tok/s]", r.decode_tokens_per_s()) << "\n";
+  }
+  if (outf) {
+    outf->close();
+    if (!*outf) bad("-o/--output: writing " + a.output + " failed (disk full?)");
   }
   if (turn > 0) report(a, *model, t);
 }

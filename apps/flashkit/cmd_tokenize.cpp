@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_checks.hpp"
 #include "commands.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/tokenizer.hpp"
@@ -23,15 +24,6 @@ namespace flashkit::cli {
 namespace {
 
 [[noreturn]] void bad(const std::string& m) { fail(Status::invalid_argument, m); }
-
-std::string read_all(const std::string& path) {
-  if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
-  std::ifstream f(path, std::ios::binary);
-  if (!f) bad("--file: cannot read " + path);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // Ids from arguments: "1 2 3", "1,2,3" or a JSON array, possibly split over several arguments.
 std::vector<int32_t> parse_ids(const std::vector<std::string>& args) {
@@ -83,7 +75,7 @@ void add_tokenize_commands(CLI::App& app) {
     auto t0 = std::chrono::steady_clock::now();
     auto t = Tokenizer::from_dir(o->dir);
     auto t1 = std::chrono::steady_clock::now();
-    std::string text = have_file ? read_all(o->file) : o->text;
+    std::string text = have_file ? read_text_file(o->file, "--file") : o->text;
     auto ids = t.encode(text, o->add_special);
     auto t2 = std::chrono::steady_clock::now();
     std::string out;
@@ -93,6 +85,7 @@ void add_tokenize_commands(CLI::App& app) {
       for (size_t i = 0; i < ids.size(); ++i) out += (i ? " " : "") + std::to_string(ids[i]);
     }
     std::cout << out << "\n";
+    check_written(std::cout, "the ids to standard output");
     if (o->time) {
       double load = std::chrono::duration<double>(t1 - t0).count(), enc = std::chrono::duration<double>(t2 - t1).count();
       std::fprintf(stderr, "load %.3f s, encode %.3f s (%zu bytes, %zu ids, %.2f MB/s)\n", load, enc, text.size(),

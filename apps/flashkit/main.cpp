@@ -1,8 +1,18 @@
-// flashkit command-line entry point: subcommands register themselves (commands.hpp); every error is
-// reported as one line on stderr with a non-zero exit status.
-#include <cstdio>
-#include <iostream>
+// flashkit command-line entry point: subcommands register themselves (commands.hpp). Every failure ends here as
+// one line on stderr: usage errors and invalid input (CLI11's parse errors, flashkit::Error, malformed numbers,
+// impossible sizes, out of memory) exit with status 2; anything else is an internal error, status 3. Output that
+// could not be written (a full disk, a closed stdout) is an error too.
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <new>
+#include <stdexcept>
+
+#include "cli_checks.hpp"
 #include "commands.hpp"
 #include "flashkit/flashkit.hpp"
 
@@ -13,7 +23,7 @@ void add_info_command(CLI::App& app) {
   info->callback([] {
     std::cout << build_info() << "\n"
               << "cpu isa:        " << cpu_isa() << "\n"
-              << "threads:        " << num_threads() << "\n"
+              << "threads:        " << num_threads() << " (at most " << max_threads() << ")\n"
               << "cuda devices:   " << cuda_device_count() << "\n"
               << "physical memory " << physical_memory_bytes() / (1 << 20) << " MiB\n";
   });
@@ -21,7 +31,35 @@ void add_info_command(CLI::App& app) {
 
 }  // namespace flashkit::cli
 
+namespace {
+
+// A closed standard descriptor would be handed to the next open() (a model file, the -o file) and output written
+// there: park /dev/null on it instead -- read-only for stdout, so that writes fail and are reported.
+void guard_standard_descriptors() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    const int got = open("/dev/null", fd == 2 ? O_WRONLY : O_RDONLY);
+    if (got >= 0 && got != fd) {
+      dup2(got, fd);
+      close(got);
+    }
+  }
+}
+
+int error(const std::string& msg, int status) {
+  std::cerr << "flashkit: error: " << msg << "\n" << std::flush;
+  return status;
+}
+
+std::string doing() {
+  const char* a = flashkit::cli::Activity::current();
+  return a ? std::string(" while ") + a : std::string();
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  guard_standard_descriptors();
   // The one read of the FLASHKIT_* environment: every command runs with this default tuning.
   flashkit::set_default_tuning(flashkit::tuning_from_env());
   CLI::App app{"flashkit: IO-aware attention kernels and a transformer engine for CPUs and NVIDIA GPUs"};
@@ -42,14 +80,29 @@ int main(int argc, char** argv) {
   flashkit::cli::add_serve_commands(app);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+    flashkit::cli::check_written(std::cout, "standard output");
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return error(std::string(e.what()) + " (flashkit --help lists the commands and options)", 2);
   } catch (const flashkit::Error& e) {
-    std::cerr << "flashkit: error: " << e.what() << "\n";
-    return 2;
+    const std::string m = e.what();
+    if (e.status() == flashkit::Status::out_of_memory && m.rfind("out of memory", 0) != 0)
+      return error("out of memory: " + m, 2);
+    return error(m, 2);
+  } catch (const std::bad_alloc&) {
+    return error("out of memory" + doing() + " (the request needs more memory than this machine can give)", 2);
+  } catch (const std::length_error& e) {
+    return error("out of memory" + doing() + ": a buffer of impossible size was requested (" + e.what() + ")", 2);
+  } catch (const std::invalid_argument& e) {
+    return error("invalid input" + doing() + ": a value could not be read as a number (" + e.what() + ")", 2);
+  } catch (const std::out_of_range& e) {
+    return error("invalid input" + doing() + ": a value is out of range (" + e.what() + ")", 2);
   } catch (const std::exception& e) {
-    std::cerr << "flashkit: error: " << e.what() << "\n";
-    return 3;
+    return error(std::string("internal error: ") + e.what(), 3);
   }
+  // Output written with stdio (the report tables on stderr, printf rows).
+  if (std::fflush(stdout) != 0 || std::ferror(stdout))
+    return error(std::string("writing standard output failed: ") + std::strerror(errno), 2);
   return 0;
 }

@@ -17,6 +17,23 @@
 //   window (left, right), -1 meaning unbounded: i + off - left <= j <= i + off + right
 // Scores: s = scale * q.k; with softcap > 0, s = softcap * tanh(s / softcap).
 // A query row with no visible key gets o = 0 and lse = -inf (its gradients are 0).
+//
+// Non-finite input. With check_finite (the default) NaN/+-inf in q, k, v -- and, for the backward, in o, dout and
+// in the lse of a row that sees at least one key -- is rejected with invalid_argument naming the tensor and index.
+// With check_finite off, every implementation (reference, CPU standard, CPU flash at every ISA, CUDA: checked by
+// the NonFinite tests of tests/cuda/test_attention_cuda.cpp) answers:
+//   forward, per query row i that sees at least one key:
+//     - q_i, or k_j or v_j of a key j that row i sees, holds NaN or +-inf  ->  o_i = NaN (every element), lse_i = NaN;
+//     - otherwise o_i is the softmax result, finite, also when a score scale * q.k (or a partial sum of it)
+//       exceeds the f32 range: the CPU kernels recompute such a row in f64, like the reference; lse_i is the f32
+//       rounding of the log-sum-exp (+inf only when it exceeds the f32 range itself);
+//     - keys row i does not see (masked, or outside its sequence) never affect it, whatever they hold.
+//   forward, a row with no visible key: o = 0, lse = -inf, whatever the inputs hold.
+//   backward, per query row i that sees at least one key, when lse_i is NaN, +inf or -inf (not the forward's):
+//     dq_i = NaN, and dk_j, dv_j = NaN for every key j row i sees (rows with finite lse contribute as usual);
+//     the lse of a row with no visible key is ignored (its contributions are 0).
+//   Other non-finite backward inputs (q, k, v, o, dout with check_finite off) propagate by IEEE arithmetic: the
+//   gradients that depend on them are not finite, which of their elements is not specified.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -43,8 +60,8 @@ struct AttentionOptions {
   const int32_t* cu_seqlens_k = nullptr;
   int64_t num_seqs = 0;         // varlen: number of sequences (cu arrays have num_seqs+1 entries)
   AttentionImpl impl = AttentionImpl::automatic;
-  bool check_finite = true;     // reject NaN/Inf in q/k/v (and do/o in backward); an O(N*d) pass
-  int threads = 0;              // CPU: threads for this call only (0: num_threads()); 1..4096
+  bool check_finite = true;     // reject NaN/Inf in q/k/v (backward: also dout, o and lse); an O(N*d) pass
+  int threads = 0;              // CPU: threads for this call only (0: num_threads()); 1..max_threads()
   // Kernel paths and limits for this call (CPU ISA cap, workspace limit, CUDA kernel choice); unset: the process
   // default (default_tuning()). Tests set it per call to cover every path in one run.
   std::optional<Tuning> tuning;

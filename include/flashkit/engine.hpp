@@ -93,9 +93,15 @@ class Model : public std::enable_shared_from_this<Model> {
   static std::shared_ptr<Model> load(const std::filesystem::path& dir, const LoadOptions& opts = {});
   virtual ~Model() = default;
   virtual const ModelInfo& info() const = 0;
-  // A new sequence with its own KV cache (max_context positions). Threads: the sessions of one Model share the
-  // backend's activation scratch and op timers, so run them one at a time (the C API locks per model); use one
-  // Model per thread for parallel sequences until batched decoding lands.
+  // A new sequence with its own KV cache (max_context positions); out_of_memory, before allocating, when the cache
+  // cannot fit in memory.
+  //
+  // Threads: a Model may be shared by several threads, each driving its own Session: the sessions of one Model share
+  // the backend's step buffers, so the Model runs one session call (prefill, decode, a logits download, creating or
+  // destroying a session) at a time and the others wait -- the results are those of running them in turn. Use one
+  // Model per thread for parallel speed. One Session is one sequence: use it from one thread at a time. info() is
+  // immutable; op_times() is not synchronized (read it when no session runs). A Session keeps its Model alive, so
+  // releasing the last shared_ptr to the Model while sessions run is safe.
   virtual std::unique_ptr<Session> new_session() = 0;
   virtual OpTimes& op_times() = 0;
 };

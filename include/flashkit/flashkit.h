@@ -70,7 +70,11 @@ FK_API const char* fk_cpu_isa(void);
    it, the first call that needs the default reads them). */
 FK_API void fk_tuning_from_env(void);
 FK_API int32_t fk_num_threads(void);
+/* n in 1..fk_max_threads(); FK_INVALID_ARGUMENT otherwise. */
 FK_API fk_status fk_set_num_threads(int32_t n);
+/* The most threads any call accepts (fk_set_num_threads, fk_model_load, fk_attention_options.threads): 4 x the
+ * machine's hardware threads, at most 1024. */
+FK_API int32_t fk_max_threads(void);
 FK_API int32_t fk_cuda_device_count(void);
 /* The CUDA stream (a cudaStream_t) this thread's flashkit launches use; NULL is the legacy default
  * stream. FK_UNSUPPORTED in a build without CUDA. */
@@ -96,9 +100,12 @@ FK_API fk_status fk_attention_backward(const fk_tensor* dout, const fk_tensor* q
 
 /* ---- Tokenizer and model engine -------------------------------------------------------------------------
  * Opaque handles; every function returns an fk_status and, on failure, fk_last_error() names the argument at
- * fault and what was expected. A handle may be used from several threads at once (a tokenizer concurrently;
- * a model runs one fk_generate / fk_model_logits / fk_session_* call at a time, the others wait: its sessions
- * share the backend's scratch buffers); free it once, when no call is using it. *_free(NULL) is a no-op.
+ * fault and what was expected. Threads: a handle may be used from several threads at once. A tokenizer serves
+ * them concurrently; a model runs one fk_generate / fk_model_logits / fk_session_* call at a time and the others
+ * wait (its sessions share the backend's scratch buffers), so threads may each drive their own session of one
+ * model; one model per thread gives parallel speed. Free a handle once, when no call on *that handle* is running
+ * (the free itself is not synchronized); a session keeps its model alive, so fk_model_free while other threads
+ * use sessions of the model is safe. *_free(NULL) is a no-op.
  *
  * Output buffers, two-call pattern: pass the buffer NULL and cap 0 to ask for the size (FK_OK, the size in
  * *n / *len); a non-NULL buffer whose cap is too small gives FK_INVALID_ARGUMENT with the size needed in
@@ -128,14 +135,18 @@ FK_API fk_status fk_tokenizer_decode(const fk_tokenizer* tok, const int32_t* ids
 
 /* Loads a model directory (config.json + safetensors) or a .gguf file. device: "cpu", "cuda" or "cuda:N"
  * (NULL: "cpu"); dtype, the weights' storage: "auto", "f32", "bf16" or "f16" (NULL: "auto"); threads: CPU
- * threads, >= 0 (0: fk_num_threads()). */
+ * threads, 0 (fk_num_threads()) or 1..fk_max_threads(). A session's KV cache that cannot fit in memory is
+ * refused here (FK_OUT_OF_MEMORY) before anything large is allocated. */
 FK_API fk_status fk_model_load(const char* dir, const char* device, const char* dtype, int threads, fk_model** out);
 FK_API void fk_model_free(fk_model* model);
 FK_API fk_status fk_model_vocab_size(const fk_model* model, int64_t* out);
+/* Positions a session of the model holds (what fk_session_max_context reports). */
+FK_API fk_status fk_model_max_context(const fk_model* model, int64_t* out);
 /* Prefills prompt[0, n_prompt) in a fresh session and samples up to max_new_tokens (>= 1) tokens into
  * out_ids; *n_out is how many. temperature 0: greedy (top_k, top_p and seed then do not matter); top_k 0:
  * off; top_p in (0, 1]. Stops early after one of the model's eos ids (which is included) or when the context is
- * full. cap must be >= max_new_tokens (checked before any work; *n_out then says max_new_tokens). */
+ * full. The context bounds the output: cap must be >= min(max_new_tokens, max_context - n_prompt + 1) (checked
+ * before any work; *n_out then says that number), so a large max_new_tokens needs no large buffer. */
 FK_API fk_status fk_generate(fk_model* model, const int32_t* prompt, size_t n_prompt, int max_new_tokens,
                              float temperature, int top_k, float top_p, uint64_t seed, int32_t* out_ids, size_t cap,
                              size_t* n_out);

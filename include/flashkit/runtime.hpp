@@ -12,10 +12,15 @@ namespace flashkit {
 // is destroyed (so two callers, e.g. two engine backends on two threads, can use different counts without racing on
 // the global).
 int num_threads();
-void set_num_threads(int n);
+void set_num_threads(int n);  // n in 1..max_threads()
+// The most threads any flashkit call accepts: 4 x the machine's hardware threads, at most 1024.
+int max_threads();
+// Checks a requested thread count: 1..max_threads(), or 0 ("the default") when allow_zero. Returns it; otherwise
+// throws invalid_argument naming `name` and the accepted range. Every front end uses it.
+int check_threads(int64_t n, const std::string& name, bool allow_zero = true);
 class ScopedNumThreads {
  public:
-  explicit ScopedNumThreads(int n);  // n in 1..4096 (invalid_argument otherwise); 0 keeps the current count
+  explicit ScopedNumThreads(int n);  // n in 1..max_threads() (invalid_argument otherwise); 0 keeps the count
   ~ScopedNumThreads();
   ScopedNumThreads(const ScopedNumThreads&) = delete;
   ScopedNumThreads& operator=(const ScopedNumThreads&) = delete;

@@ -39,6 +39,7 @@ __all__ = [
     "Tokenizer",
     "version",
     "cpu_isa",
+    "max_threads",
     "num_threads",
     "set_num_threads",
     "cuda_device_count",
@@ -68,15 +69,20 @@ def num_threads():
     return int(_capi.lib.fk_num_threads())
 
 
+def max_threads():
+    """The most threads any flashkit call accepts: 4 x this machine's hardware threads, at most 1024."""
+    return int(_capi.lib.fk_max_threads())
+
+
 def set_num_threads(n):
-    """Sets the CPU kernels' thread count for the whole process; n must be an int in [1, 4096]."""
+    """Sets the CPU kernels' thread count for the whole process; n must be an int in [1, max_threads()]."""
     import numbers
 
     if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-        raise TypeError("num_threads: expected an int in [1, 4096], got %s %r" % (type(n).__name__, n))
+        raise TypeError("num_threads: expected an int in [1, %d], got %s %r" % (max_threads(), type(n).__name__, n))
     n = int(n)
     if not -(2**31) <= n < 2**31:
-        raise ValueError("num_threads: expected 1..4096, got %d" % n)
+        raise ValueError("num_threads: expected 1..%d threads, got %d" % (max_threads(), n))
     _capi.check(_capi.lib.fk_set_num_threads(n))
 
 

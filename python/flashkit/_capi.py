@@ -165,6 +165,7 @@ def _declare(lib):
         "fk_tuning_from_env": (None, []),
         "fk_num_threads": (c_int32, []),
         "fk_set_num_threads": (c_int32, [c_int32]),
+        "fk_max_threads": (c_int32, []),
         "fk_cuda_device_count": (c_int32, []),
         "fk_attention_options_init": (c_int32, [opts_p]),
         "fk_tensor_init": (c_int32, [tensor_p, c_void_p, c_int32, c_int32, c_int32, ctypes.POINTER(ctypes.c_int64)]),

@@ -9,7 +9,13 @@ fk_generate, fk_session_*).
             nxt = s.decode(int(rows[-1].argmax()))                   # float32 [vocab_size]; s.position == 4
 
 Each generate() / logits() call runs a fresh session (its own KV cache); a Session keeps its cache between calls.
-One Model (and its sessions) may be shared by several threads, which the library serves one call at a time. Wrong
+
+Threads: a Model and its sessions may be shared by several threads. The library serves the calls of one model one at
+a time (its sessions share the model's scratch buffers), so threads generating on their own sessions of one Model are
+safe and their results are those of running them in turn; for parallel speed use one Model per thread. One Session is
+one sequence: calls on it from two threads are serialized too, but their order decides the sequence. close() of a
+Model or Session while another thread runs a call on it is safe: the object is closed at once for new calls and freed
+when the running call returns; a Session keeps its model's weights alive after Model.close(). Wrong
 Python types raise TypeError naming the argument; values the library rejects raise the typed errors of
 :mod:`flashkit.errors` with its message. numpy is optional: logits() and the Session's methods return float32
 ndarrays when numpy is importable, else lists of floats.
@@ -35,6 +41,7 @@ _PROTOS = {
     ),
     "fk_model_free": (None, [ctypes.c_void_p]),
     "fk_model_vocab_size": (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]),
+    "fk_model_max_context": (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]),
     "fk_generate": (
         ctypes.c_int32,
         [ctypes.c_void_p, _c_i32_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_float,
@@ -108,7 +115,8 @@ class Model(NativeHandle):
     """A model loaded from a directory (config.json + safetensors) or a .gguf file.
 
     device: "cpu", "cuda" or "cuda:N"; dtype (weight storage): "auto", "f32", "bf16" or "f16"; threads: CPU
-    threads (0: flashkit.num_threads()). ``close()`` (or a ``with`` block) frees it at once.
+    threads, 0 (flashkit.num_threads()) or 1..flashkit.max_threads(). ``close()`` (or a ``with`` block) frees it
+    (after any call running on another thread returns). See the module docstring for threads.
     """
 
     _free_name = "fk_model_free"
@@ -118,7 +126,7 @@ class Model(NativeHandle):
         path = as_path(dir, "dir")
         dev = _str_arg(device, "device", "cpu, cuda or cuda:N")
         dt = _str_arg(dtype, "dtype", "auto, f32, bf16, f16 or q8_0")
-        th = as_int(threads, "threads", 0, _INT_MAX, "threads >= 0, 0 for the library's default")
+        th = as_int(threads, "threads", 0, _INT_MAX, "0 for the library's default, or a thread count")
         self._h = None
         h = ctypes.c_void_p()
         _capi.check(_capi.lib.fk_model_load(path, dev, dt, th, ctypes.byref(h)))
@@ -127,6 +135,8 @@ class Model(NativeHandle):
         v = ctypes.c_int64()
         _capi.check(_capi.lib.fk_model_vocab_size(self._h, ctypes.byref(v)))
         self._vocab = int(v.value)
+        _capi.check(_capi.lib.fk_model_max_context(self._h, ctypes.byref(v)))
+        self._max_context = int(v.value)
 
     def _handle(self):
         if self._h is None:
@@ -138,6 +148,11 @@ class Model(NativeHandle):
         """Rows of the model's output (its embedding's vocabulary)."""
         return self._vocab
 
+    @property
+    def max_context(self):
+        """Positions a session's KV cache holds (the prompt plus the generated tokens fit in it)."""
+        return self._max_context
+
     def generate(self, prompt_ids, max_new_tokens=128, temperature=0.0, top_k=0, top_p=1.0, seed=0, draft=None,
                  draft_tokens=4, lookup=0, tree_width=1, max_draft_tokens=8):
         """Generated ids (list[int]) after `prompt_ids`: at most max_new_tokens, fewer when an eos id (included)
@@ -147,10 +162,11 @@ class Model(NativeHandle):
         `lookup` (n-gram prompt lookup, the longest n-gram matched): same greedy output, same distribution when
         sampling. draft_tokens: K per step (1..64) or "auto"; tree_width > 1 verifies several n-gram continuations
         as a token tree. Afterwards `last_spec_stats` holds the step counts and times (a dict)."""
-        h = self._handle()
+        self._handle()
         if draft is not None or lookup != 0:
-            return self._generate_speculative(h, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, draft,
-                                              draft_tokens, lookup, tree_width, max_draft_tokens)
+            with self._using() as h:
+                return self._generate_speculative(h, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, draft,
+                                                  draft_tokens, lookup, tree_width, max_draft_tokens)
         arr, n = as_ids(prompt_ids, "prompt_ids", self._vocab)
         if n == 0:
             raise InvalidArgumentError("prompt_ids: the prompt is empty (give at least one token)", 1)
@@ -163,9 +179,13 @@ class Model(NativeHandle):
         if not 0 < tp <= 1:
             raise InvalidArgumentError("top_p: expected a value in (0, 1], got %r" % tp, 1)
         sd = as_int(seed, "seed", 0, 2**64 - 1, "a seed in [0, 2**64)")
-        out = (ctypes.c_int32 * mnt)()
+        # The context bounds what can come back (the prompt, then one position per token but the last): the buffer
+        # is sized by that, never by max_new_tokens alone.
+        cap = max(1, min(mnt, self._max_context - n + 1))
+        out = (ctypes.c_int32 * cap)()
         n_out = ctypes.c_size_t(0)
-        _capi.check(_capi.lib.fk_generate(h, arr, n, mnt, temp, tk, tp, sd, out, mnt, ctypes.byref(n_out)))
+        with self._using() as h:
+            _capi.check(_capi.lib.fk_generate(h, arr, n, mnt, temp, tk, tp, sd, out, cap, ctypes.byref(n_out)))
         return list(out[: n_out.value])
 
     def _generate_speculative(self, h, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, draft,
@@ -203,22 +223,14 @@ class Model(NativeHandle):
     def logits(self, prompt_ids):
         """Logits (float32, [vocab_size]) at the last position of `prompt_ids`, prefilled in a fresh session:
         a numpy array when numpy is importable, else a list of floats."""
-        h = self._handle()
+        self._handle()
         arr, n = as_ids(prompt_ids, "prompt_ids", self._vocab)
         if n == 0:
             raise InvalidArgumentError("prompt_ids: the prompt is empty (give at least one token)", 1)
-        try:
-            import numpy as np
-        except ImportError:  # pragma: no cover - numpy is optional
-            np = None
-        if np is not None:
-            out = np.empty(self._vocab, dtype=np.float32)
-            ptr = out.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
-            _capi.check(_capi.lib.fk_model_logits(h, arr, n, ptr, self._vocab))
-            return out
-        buf = (ctypes.c_float * self._vocab)()  # pragma: no cover
-        _capi.check(_capi.lib.fk_model_logits(h, arr, n, buf, self._vocab))  # pragma: no cover
-        return list(buf)  # pragma: no cover
+        out, ptr, cap = _float_out(None, self._vocab)
+        with self._using() as h:
+            _capi.check(_capi.lib.fk_model_logits(h, arr, n, ptr, cap))
+        return _as_result(out, None, self._vocab)
 
     def session(self):
         """A new :class:`Session` of this model: an empty KV cache for one sequence, token by token."""
@@ -267,8 +279,9 @@ class Session(NativeHandle):
 
     The cache holds ``max_context`` positions (the model's default context, min(max_position_embeddings, 4096)).
     Threads: the sessions of one Model run one call at a time (the library's per-model lock, which generate() and
-    logits() take too); use one Model per thread for parallel sequences. A Session keeps the model's weights alive
-    after ``Model.close()``. ``close()`` (or a ``with`` block) frees its cache at once, else garbage collection
+    logits() take too), so threads may each drive their own session of one Model; use one Model per thread for
+    parallel speed. A Session keeps the model's weights alive after ``Model.close()``, and close() while another
+    thread runs a call on the session frees it when that call returns. ``close()`` (or a ``with`` block) frees its cache at once, else garbage collection
     does; a closed Session raises InvalidArgumentError. Rejected arguments leave the session as it was.
     """
 
@@ -278,12 +291,12 @@ class Session(NativeHandle):
         require(_MISSING_SESSION)
         if not isinstance(model, Model):
             raise TypeError("model: expected a flashkit.Model, got %s" % type_name(model))
-        mh = model._handle()
         self._h = None
         self.path = model.path
         self._vocab = model.vocab_size
         h = ctypes.c_void_p()
-        _capi.check(_capi.lib.fk_session_new(mh, ctypes.byref(h)))
+        with model._using() as mh:
+            _capi.check(_capi.lib.fk_session_new(mh, ctypes.byref(h)))
         self._h = h
         c = ctypes.c_int64()
         _capi.check(_capi.lib.fk_session_max_context(self._h, ctypes.byref(c)))
@@ -309,14 +322,15 @@ class Session(NativeHandle):
     def position(self):
         """Tokens in the cache (prefilled and decoded since the session began or was reset)."""
         p = ctypes.c_int64()
-        _capi.check(_capi.lib.fk_session_position(self._handle(), ctypes.byref(p)))
+        with self._using() as h:
+            _capi.check(_capi.lib.fk_session_position(h, ctypes.byref(p)))
         return int(p.value)
 
     def prefill(self, ids, all_logits=False):
         """Appends `ids` (a non-empty sequence of token ids in [0, vocab_size)) to the cache. Returns the logits of
         the last position (float32 [vocab_size]), or with all_logits every position's (float32 [len(ids),
         vocab_size])."""
-        h = self._handle()
+        self._handle()
         if not isinstance(all_logits, (bool, int)):
             raise TypeError("all_logits: expected a bool, got %s" % type_name(all_logits))
         arr, n = as_ids(ids, "ids", self._vocab)
@@ -329,24 +343,27 @@ class Session(NativeHandle):
                 % (n, pos, n, self._max_context, self._max_context - pos), 1)
         rows = n if all_logits else None
         out, ptr, cap = _float_out(rows, self._vocab)
-        _capi.check(_capi.lib.fk_session_prefill(h, arr, n, 1 if all_logits else 0, ptr, cap))
+        with self._using() as h:
+            _capi.check(_capi.lib.fk_session_prefill(h, arr, n, 1 if all_logits else 0, ptr, cap))
         return _as_result(out, rows, self._vocab)
 
     def decode(self, token):
         """Appends one token id (in [0, vocab_size)) and returns the logits after it (float32 [vocab_size])."""
-        h = self._handle()
+        self._handle()
         if isinstance(token, bool) or not isinstance(token, numbers.Integral):
             raise TypeError("token: expected an int token id, got %s %r" % (type_name(token), token))
         t = int(token)
         if not 0 <= t < self._vocab:
             raise InvalidArgumentError("token: token id %d is outside the vocabulary [0, %d)" % (t, self._vocab), 1)
         out, ptr, cap = _float_out(None, self._vocab)
-        _capi.check(_capi.lib.fk_session_decode(h, t, ptr, cap))
+        with self._using() as h:
+            _capi.check(_capi.lib.fk_session_decode(h, t, ptr, cap))
         return _as_result(out, None, self._vocab)
 
     def reset(self):
         """Empties the cache (position 0); the session can be used again."""
-        _capi.check(_capi.lib.fk_session_reset(self._handle()))
+        with self._using() as h:
+            _capi.check(_capi.lib.fk_session_reset(h))
 
     def __repr__(self):
         if self._h is None:

@@ -9,9 +9,11 @@ invalid UTF-8, an id outside the vocabulary) raise the typed errors of :mod:`fla
 library's message. numpy is optional: integer arrays are accepted as ids.
 """
 
+import contextlib
 import ctypes
 import numbers
 import os
+import threading
 
 from . import _capi
 from .errors import InvalidArgumentError, UnsupportedError
@@ -111,16 +113,55 @@ def as_ids(ids, name, vocab=None):
     return arr, n
 
 
+_GUARD_INIT = threading.Lock()
+MAX_TEXT_BYTES = 64 << 20
+
+
 class NativeHandle:
     """An owned pointer to a native object: close() frees it (twice is fine), also on `with` exit and at
-    garbage collection. Subclasses set _h, _vocab, path and name their free function in _free_name."""
+    garbage collection. Subclasses set _h, _vocab, path and name their free function in _free_name.
+
+    Threads: calls that use the handle hold it through ``_using()``; close() from another thread while such calls
+    run marks the object closed at once (later calls raise InvalidArgumentError) and frees the native object when the
+    last running call returns, so no call ever sees freed memory."""
 
     _free_name = ""
     _h = None
+    _guard = None
+    _inflight = 0
+    _pending = None
+
+    def _lock(self):
+        if self._guard is None:
+            with _GUARD_INIT:
+                if self._guard is None:
+                    self._guard = threading.Lock()
+        return self._guard
+
+    @contextlib.contextmanager
+    def _using(self):
+        """The native handle, kept alive for the duration of the block (raises if the object is closed)."""
+        with self._lock():
+            h = self._handle()
+            self._inflight += 1
+        try:
+            yield h
+        finally:
+            with self._lock():
+                self._inflight -= 1
+                h, free = self._pending, self._inflight == 0 and self._pending is not None
+                if free:
+                    self._pending = None
+            if free:
+                getattr(_capi.lib, self._free_name)(h)
 
     def close(self):
-        """Frees the native object; later calls raise InvalidArgumentError. Safe to call twice."""
-        h, self._h = getattr(self, "_h", None), None
+        """Frees the native object (once the calls running on other threads return); later calls raise
+        InvalidArgumentError. Safe to call twice."""
+        with self._lock():
+            h, self._h = getattr(self, "_h", None), None
+            if h is not None and self._inflight > 0:
+                self._pending, h = h, None
         if h is not None:
             getattr(_capi.lib, self._free_name)(h)
 
@@ -183,6 +224,9 @@ class Tokenizer(NativeHandle):
         except UnicodeEncodeError as e:
             raise InvalidArgumentError(
                 "text: not encodable as UTF-8 (a lone surrogate at index %d)" % e.start, 1) from None
+        if len(b) > MAX_TEXT_BYTES:  # flashkit's limit for one input (src/core/limits.hpp, kMaxTextBytes)
+            raise InvalidArgumentError("text: %d bytes of UTF-8, more than flashkit's limit of 64 MiB for one input"
+                                       % len(b), 1)
         n = ctypes.c_size_t(0)
         cap = len(b) + 16
         while True:

@@ -51,6 +51,8 @@ void Profiler::write_chrome_trace(const std::string& path) const {
   std::ofstream f(path);
   if (!f) fail(Status::invalid_argument, "cannot write trace file " + path);
   f << chrome_trace().dump(1) << "\n";
+  f.close();
+  if (!f) fail(Status::invalid_argument, "writing trace file " + path + " failed (disk full?)");
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // The C ABI of the tokenizer and the model engine (include/flashkit/flashkit.h, "Tokenizer and model engine"):
 // opaque handles over flashkit::Tokenizer and flashkit::Model; every exception becomes a status + message in the
 // same thread-local fk_last_error() that the attention functions use (flashkit_c.cpp).
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -201,7 +202,7 @@ fk_status fk_model_load(const char* dir, const char* device, const char* dtype, 
     std::error_code ec;
     if (!std::filesystem::exists(dir, ec))
       bad(std::string("dir: '") + dir + "' does not exist (expected a model directory or a .gguf file)");
-    if (threads < 0) bad("threads: must be >= 0 (0: the library's default), got " + std::to_string(threads));
+    flashkit::check_threads(threads, "threads");
     flashkit::LoadOptions o;
     o.device = device ? device : "cpu";
     o.dtype = dtype ? dtype : "auto";
@@ -232,6 +233,14 @@ fk_status fk_model_vocab_size(const fk_model* model, int64_t* out) {
   });
 }
 
+fk_status fk_model_max_context(const fk_model* model, int64_t* out) {
+  return guarded([&] {
+    need(model, "model");
+    need(out, "out");
+    *out = model->model->info().max_context;
+  });
+}
+
 fk_status fk_generate(fk_model* model, const int32_t* prompt, size_t n_prompt, int max_new_tokens, float temperature,
                       int top_k, float top_p, uint64_t seed, int32_t* out_ids, size_t cap, size_t* n_out) {
   return guarded([&] {
@@ -246,10 +255,17 @@ fk_status fk_generate(fk_model* model, const int32_t* prompt, size_t n_prompt, i
     if (top_k < 0) bad("top_k: must be >= 0 (0: off), got " + std::to_string(top_k));
     if (!(top_p > 0 && top_p <= 1)) bad("top_p: must be in (0, 1], got " + std::to_string(top_p));
     need(out_ids, "out_ids");
-    if (cap < size_t(max_new_tokens)) {
-      *n_out = size_t(max_new_tokens);
-      bad("cap: out_ids holds " + std::to_string(cap) + " ids but max_new_tokens is " + std::to_string(max_new_tokens) +
-          "; pass cap >= max_new_tokens");
+    // At most max_context - n_prompt + 1 tokens come back (every generated token but the last takes a position).
+    const int64_t ctx = model->model->info().max_context;
+    if (int64_t(n_prompt) > ctx)
+      bad("n_prompt: the prompt of " + std::to_string(n_prompt) + " tokens does not fit the context of " +
+          std::to_string(ctx) + " tokens");
+    const size_t most = size_t(std::min<int64_t>(max_new_tokens, ctx - int64_t(n_prompt) + 1));
+    if (cap < most) {
+      *n_out = most;
+      bad("cap: out_ids holds " + std::to_string(cap) + " ids but up to " + std::to_string(most) +
+          " can be generated (min(max_new_tokens " + std::to_string(max_new_tokens) + ", max_context " +
+          std::to_string(ctx) + " - n_prompt + 1)); pass cap >= " + std::to_string(most));
     }
     flashkit::GenerateOptions g;
     g.max_new_tokens = max_new_tokens;

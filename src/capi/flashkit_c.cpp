@@ -101,6 +101,7 @@ int32_t fk_num_threads(void) { return flashkit::num_threads(); }
 fk_status fk_set_num_threads(int32_t n) {
   return guarded([&] { flashkit::set_num_threads(n); });
 }
+int32_t fk_max_threads(void) { return flashkit::max_threads(); }
 int32_t fk_cuda_device_count(void) { return flashkit::cuda_device_count(); }
 fk_status fk_cuda_set_stream(void* stream) {
   return guarded([&] { flashkit::set_cuda_stream(stream); });

@@ -6,7 +6,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
+#include "core/limits.hpp"
 #include "core/tuning.hpp"
 #include "flashkit/error.hpp"
 
@@ -24,7 +26,7 @@ namespace {
 int default_threads() {
 #ifdef _OPENMP
   const int n = default_tuning().num_threads;  // FLASHKIT_NUM_THREADS, read at the boundary
-  return n > 0 ? n : omp_get_max_threads();
+  return std::min(max_threads(), n > 0 ? n : omp_get_max_threads());
 #else
   return 1;
 #endif
@@ -44,13 +46,27 @@ int num_threads() {
   return n;
 }
 
-void set_num_threads(int n) {
-  if (n < 1 || n > 4096) fail(Status::invalid_argument, "num_threads: expected 1..4096, got " + std::to_string(n));
-  g_threads.store(n);
+int max_threads() {
+  static const int m = [] {
+    const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
+    return std::min(limits::kMaxThreads, limits::kThreadsPerHardwareThread * hw);
+  }();
+  return m;
 }
 
+int check_threads(int64_t n, const std::string& name, bool allow_zero) {
+  if ((n == 0 && allow_zero) || (n >= 1 && n <= max_threads())) return int(n);
+  fail(Status::invalid_argument,
+       name + ": expected " + (allow_zero ? "0 (the default) or " : "") + "1.." + std::to_string(max_threads()) +
+           " threads (at most " + std::to_string(limits::kThreadsPerHardwareThread) + " x this machine's " +
+           std::to_string(std::max(1u, std::thread::hardware_concurrency())) + " hardware threads, and " +
+           std::to_string(limits::kMaxThreads) + "), got " + std::to_string(n));
+}
+
+void set_num_threads(int n) { g_threads.store(check_threads(n, "num_threads", false)); }
+
 ScopedNumThreads::ScopedNumThreads(int n) : prev_(t_threads) {
-  if (n < 0 || n > 4096) fail(Status::invalid_argument, "threads: expected 1..4096 (or 0: keep), got " + std::to_string(n));
+  check_threads(n, "threads");
   if (n > 0) t_threads = n;
 }
 ScopedNumThreads::~ScopedNumThreads() { t_threads = prev_; }

@@ -2,14 +2,17 @@
 // every backend), sessions with their KV caches, and the generation loop.
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <random>
 
 #include "core/json_io.hpp"
+#include "core/limits.hpp"
 #include "core/tuning.hpp"
 #include "engine/backend.hpp"
 #include "engine/config.hpp"
@@ -18,6 +21,7 @@
 #include "engine/sampler.hpp"
 #include "flashkit/engine.hpp"
 #include "flashkit/error.hpp"
+#include "flashkit/runtime.hpp"
 #include "model/gguf.hpp"
 #include "model/weights.hpp"
 #include "spec/speculative.hpp"
@@ -61,6 +65,35 @@ class ModelImpl final : public Model {
     if (!tied_) be_->free_matrix(lm_head_);
   }
   const ModelInfo& info() const override { return info_; }
+  // Bytes one session allocates on the backend: the KV cache (max_context rows per layer, the window for ring
+  // layers) and the step buffers of a prefill chunk.
+  double session_bytes() const {
+    const ModelConfig& c = cfg_;
+    const double kv_es = double(dtype_size(be_->kv_dtype())), act_es = double(dtype_size(be_->activation_dtype()));
+    double kv = 0;
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      const bool ring = c.layer_sliding[size_t(i)] && c.sliding_window < info_.max_context;
+      kv += 2.0 * double(ring ? c.sliding_window : info_.max_context) * double(kv_dim_) * kv_es;
+    }
+    const double rows = double(std::max<int64_t>(1, std::min(opts_.prefill_chunk, info_.max_context)));
+    const double act = rows * (2.0 * 4 * double(c.hidden_size) +
+                               act_es * double(c.hidden_size + q_dim_ + 2 * kv_dim_ + q_dim_ + 3 * c.intermediate_size));
+    return kv + act + 4.0 * double(c.vocab_size) * rows;
+  }
+  // Refuses, before allocating, a session that cannot fit in host memory (CPU backend; the limit of
+  // max_workspace_bytes(tuning_): 80% of physical memory, or Tuning::max_workspace_bytes).
+  void check_session_memory() const {
+    if (be_->device() != Device::cpu) return;
+    const double need = session_bytes(), limit = double(max_workspace_bytes(tuning_));
+    if (need <= limit) return;
+    char b[320];
+    std::snprintf(b, sizeof b,
+                  "a session of %lld tokens (max_context) needs %.3g GB for its KV cache and buffers, more than the "
+                  "limit of %.3g GB (80%% of physical memory, or FLASHKIT_MAX_WORKSPACE_BYTES); use a smaller "
+                  "max_context (--ctx)",
+                  (long long)info_.max_context, need / 1e9, limit / 1e9);
+    fail(Status::out_of_memory, b);
+  }
   std::unique_ptr<Session> new_session() override;
   OpTimes& op_times() override { return times_; }
 
@@ -88,6 +121,9 @@ class ModelImpl final : public Model {
       ++times_.dropped;
   }
 
+  // Sessions share the backend's step buffers, op timers and (CUDA) graphs: one session call runs at a time.
+  // Taken by every SessionImpl entry point that touches the backend (engine.hpp, "Threads").
+  mutable std::mutex mu_;
   Clock::time_point loaded_ = Clock::now();  // the profile trace's time origin
   ModelConfig cfg_;
   LoadOptions opts_;
@@ -113,6 +149,8 @@ struct Acts {
 class SessionImpl final : public Session {
  public:
   SessionImpl(ModelImpl& m, uint64_t id) : m_(m), id_(id) {
+    m.check_session_memory();
+    const std::lock_guard<std::mutex> lock(m.mu_);
     Backend& be = *m.be_;
     const ModelConfig& c = m.cfg_;
     C_ = std::max<int64_t>(1, std::min(m.opts_.prefill_chunk, m.info_.max_context));
@@ -144,6 +182,7 @@ class SessionImpl final : public Session {
     last_.assign(size_t(c.vocab_size), 0.f);
   }
   ~SessionImpl() override {
+    const std::lock_guard<std::mutex> lock(m_.mu_);
     Backend& be = *m_.be_;
     be.graph_forget_all();
     const bool shared = one_.xn.data == wide_.xn.data;
@@ -174,6 +213,7 @@ class SessionImpl final : public Session {
 
   void prefill(std::span<const int32_t> tokens, bool all_logits) override {
     check(tokens);
+    const std::lock_guard<std::mutex> lock(m_.mu_);
     const int64_t V = m_.cfg_.vocab_size, n = int64_t(tokens.size());
     if (all_logits) all_.assign(size_t(n * V), 0.f);
     for (int64_t s = 0; s < n; s += C_) {
@@ -193,6 +233,7 @@ class SessionImpl final : public Session {
   bool device_argmax_allowed() const { return m_.tuning_.device_argmax; }
   ArgmaxResult decode_argmax(int32_t token) {
     check(std::span<const int32_t>(&token, 1));
+    const std::lock_guard<std::mutex> lock(m_.mu_);
     ArgmaxResult r;
     m_.forward(*this, std::span<const int32_t>(&token, 1), pos_, false, nullptr, &r);
     pos_ += 1;
@@ -203,6 +244,7 @@ class SessionImpl final : public Session {
   }
   std::span<const float> logits() const override {
     if (last_on_device_) {
+      const std::lock_guard<std::mutex> lock(m_.mu_);
       m_.be_->download_f32(last_.data(), logits_dev_.row_slice(0, 1), 1);
       last_on_device_ = false;
     }
@@ -465,7 +507,7 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
     bad("unknown dtype \"" + opts.dtype + "\" (expected auto, f32, bf16, f16 or q8_0)");
   if (opts.max_context < 0) bad("max_context must be >= 0 (0: the model's default), got " + std::to_string(opts.max_context));
   if (opts.prefill_chunk <= 0) bad("prefill_chunk must be positive, got " + std::to_string(opts.prefill_chunk));
-  if (opts.threads < 0) bad("threads must be >= 0, got " + std::to_string(opts.threads));
+  check_threads(opts.threads, "threads");
   if (opts.kv_ring_slack < 0 || opts.kv_ring_slack > 1024)
     bad("kv_ring_slack must be in [0, 1024], got " + std::to_string(opts.kv_ring_slack));
   std::error_code ec;
@@ -496,12 +538,11 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   if (d == "cpu") {
   } else if (d == "cuda" || d.rfind("cuda:", 0) == 0) {
     cuda = true;
-    if (d.size() > 5) {
-      try {
-        bo.device_index = std::stoi(d.substr(5));
-      } catch (...) {
+    if (d.size() > 5) {  // cuda:N, N a small non-negative integer written as one ("cuda:1x" is not cuda:1)
+      const std::string n = d.substr(5);
+      if (n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos)
         bad("device \"" + d + "\": expected cpu, cuda or cuda:N");
-      }
+      bo.device_index = std::stoi(n);
     }
   } else {
     bad("unknown device \"" + d + "\" (expected cpu, cuda or cuda:N)");
@@ -559,9 +600,20 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
     check_fits_host_memory(c, bo.keep_q8_0 ? 1 : dt == "f32" ? 4 : 2, src);
   be_ = cuda ? make_cuda_backend(bo) : make_cpu_backend(bo);
 
+  // The KV cache is sized by max_context: bound it by what the model supports (and by a sane row count, so the
+  // buffer size products cannot overflow), and check that a session fits, before any weight is converted.
+  if (opts.max_context > c.max_position)
+    bad("max_context " + std::to_string(opts.max_context) + " exceeds the model's max_position_embeddings " +
+        std::to_string(c.max_position));
+  if (opts.max_context > limits::kMaxContext)
+    bad("max_context " + std::to_string(opts.max_context) + " exceeds flashkit's limit of " +
+        std::to_string(limits::kMaxContext) + " tokens per sequence");
+  info_.max_context = opts.max_context > 0 ? opts.max_context : std::min<int64_t>(c.max_position, 4096);
+  q_dim_ = c.num_heads * c.head_dim;
+  kv_dim_ = c.num_kv_heads * c.head_dim;
+  check_session_memory();
+
   const int64_t H = c.hidden_size, F = c.intermediate_size, hd = c.head_dim;
-  q_dim_ = c.num_heads * hd;
-  kv_dim_ = c.num_kv_heads * hd;
   const float norm_off = c.norm_plus_one ? 1.0f : 0.0f;
   int64_t params = 0;
   auto count = [&](const model::WeightView& w) {
@@ -654,16 +706,6 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   info_.num_heads = c.num_heads;
   info_.num_kv_heads = c.num_kv_heads;
   info_.head_dim = hd;
-  // The KV cache is sized by max_context: bound it by what the model supports (and by a sane row count, so the
-  // buffer size products cannot overflow) before anything is allocated.
-  constexpr int64_t kMaxContextRows = int64_t(1) << 24;
-  if (opts.max_context > c.max_position)
-    bad("max_context " + std::to_string(opts.max_context) + " exceeds the model's max_position_embeddings " +
-        std::to_string(c.max_position));
-  if (opts.max_context > kMaxContextRows)
-    bad("max_context " + std::to_string(opts.max_context) + " exceeds flashkit's limit of " +
-        std::to_string(kMaxContextRows) + " tokens per sequence");
-  info_.max_context = opts.max_context > 0 ? opts.max_context : std::min<int64_t>(c.max_position, 4096);
   info_.parameters = params;
   info_.bos_id = c.bos_id;
   info_.eos_ids = c.eos_ids;

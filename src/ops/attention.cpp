@@ -53,7 +53,10 @@ std::string dims(std::initializer_list<int64_t> s) {
   return o.str() + "]";
 }
 
-void check_tensor(const TensorView& t, const char* name, std::initializer_list<int64_t> want, const char* layout) {
+// `q`: the tensor the expected shape is derived from (nullptr for q itself). A mismatch names both, since
+// either may be the wrong one.
+void check_tensor(const TensorView& t, const char* name, std::initializer_list<int64_t> want, const char* layout,
+                  const TensorView* q = nullptr) {
   if (t.data == nullptr) bad(std::string(name) + ": data pointer is null");
   if (t.ndim != int32_t(want.size()))
     bad(std::string(name) + ": expected " + std::to_string(want.size()) + " dimensions " + layout + ", got " +
@@ -61,7 +64,10 @@ void check_tensor(const TensorView& t, const char* name, std::initializer_list<i
   int d = 0;
   for (int64_t w : want) {
     if (t.shape[d] != w)
-      bad(std::string(name) + ": expected shape " + dims(want) + " " + layout + ", got " + t.shape_str());
+      bad(std::string(name) + ": expected shape " + dims(want) + " " + layout + ", got " + t.shape_str() +
+          (q ? std::string("; the expected sizes come from q, shape ") + q->shape_str() + " [batch, seqlen_q, heads, " +
+                   "head_dim] (and k's seqlen_k, kv_heads): if q is the wrong one, fix q"
+             : std::string()));
     ++d;
   }
   if (t.numel() == 0) return;  // an empty tensor (e.g. varlen with no tokens) has no meaningful strides
@@ -71,9 +77,12 @@ void check_tensor(const TensorView& t, const char* name, std::initializer_list<i
           std::to_string(t.strides[d]));
 }
 
-void check_operand(const TensorView& t, const char* name, DType dtype, Device device, int32_t device_index,
-                   std::initializer_list<int64_t> want) {
-  check_tensor(t, name, want, "[batch, seqlen, heads, head_dim]");
+void check_operand(const TensorView& t, const char* name, const TensorView& q, std::initializer_list<int64_t> want,
+                   const char* layout) {
+  const DType dtype = q.dtype;
+  const Device device = q.device;
+  const int32_t device_index = q.device_index;
+  check_tensor(t, name, want, layout, &t == &q ? nullptr : &q);
   if (t.dtype != dtype)
     bad(std::string(name) + ": dtype " + std::string(dtype_name(t.dtype)) + " does not match q's dtype " +
         std::string(dtype_name(dtype)));
@@ -120,6 +129,24 @@ void check_finite(const TensorView& t, const char* name) {
       }
 }
 
+// Backward with check_finite: a query row that sees at least one key needs the forward's finite lse (a fully
+// masked row's -inf is fine). Without the check such a row gets NaN gradients (attention.hpp).
+void check_lse_finite(const AttentionFwdArgs& a) {
+  const AttentionShape& s = a.shape;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const SeqRange r = seq_range(s, b);
+    for (int64_t h = 0; h < s.heads; ++h)
+      for (int64_t i = 0; i < r.nq; ++i) {
+        const float x = a.lse[a.lse_index(r, h, i)];
+        if (std::isfinite(x) || a.mask.hi(i, r.nq, r.nk) <= a.mask.lo(i, r.nq, r.nk)) continue;
+        bad("lse: " + std::string(std::isnan(x) ? "NaN" : x > 0 ? "+inf" : "-inf") + " at [" +
+            std::to_string(r.bslot) + ", " + std::to_string(h) + ", " + std::to_string(r.q0 + i) +
+            "] for a query row that sees keys (expected the forward's finite log-sum-exp; set check_finite=false "
+            "to get NaN gradients for such rows instead)");
+      }
+  }
+}
+
 void check_cu_seqlens(const int32_t* cu, int64_t n, int64_t total, const char* name, const char* tensor) {
   if (cu[0] != 0) bad(std::string(name) + "[0] must be 0, got " + std::to_string(cu[0]));
   for (int64_t i = 0; i < n; ++i)
@@ -148,16 +175,16 @@ AttentionFwdArgs validate_common(const TensorView& q, const TensorView& k, const
   if (D < 8 || D > 256 || D % 8 != 0) bad("q: head_dim must be a multiple of 8 in [8, 256], got " + std::to_string(D));
   if (Hkv < 1 || H % Hkv != 0)
     bad("k: kv_heads (" + std::to_string(Hkv) + ") must be at least 1 and divide q's heads (" + std::to_string(H) + ")");
-  check_operand(q, "q", q.dtype, q.device, q.device_index, {B, Sq, H, D});
-  check_operand(k, "k", q.dtype, q.device, q.device_index, {B, Sk, Hkv, D});
-  check_operand(v, "v", q.dtype, q.device, q.device_index, {B, Sk, Hkv, D});
-  check_operand(o, "o", q.dtype, q.device, q.device_index, {B, Sq, H, D});
+  check_operand(q, "q", q, {B, Sq, H, D}, "[batch, seqlen_q, heads, head_dim]");
+  check_operand(k, "k", q, {B, Sk, Hkv, D}, "[batch, seqlen_k, kv_heads, head_dim]");
+  check_operand(v, "v", q, {B, Sk, Hkv, D}, "[batch, seqlen_k, kv_heads, head_dim]");
+  check_operand(o, "o", q, {B, Sq, H, D}, "[batch, seqlen_q, heads, head_dim]");
 
   const bool varlen = opts.cu_seqlens_q || opts.cu_seqlens_k;
   if (!varlen && (Sq < 1 || Sk < 1))
     bad("seqlen must be at least 1 (q has " + std::to_string(Sq) + ", k has " + std::to_string(Sk) +
         "); use cu_seqlens for batches with empty sequences");
-  check_tensor(lse, "lse", {B, H, Sq}, "[batch, heads, seqlen_q]");
+  check_tensor(lse, "lse", {B, H, Sq}, "[batch, heads, seqlen_q]", &q);
   if (lse.dtype != DType::f32) bad("lse: dtype must be f32, got " + std::string(dtype_name(lse.dtype)));
   if (lse.numel() > 0 && !lse.is_contiguous()) bad("lse: must be contiguous");
   if (lse.device != q.device || lse.device_index != q.device_index) bad("lse: must be on the same device as q");
@@ -168,8 +195,7 @@ AttentionFwdArgs validate_common(const TensorView& q, const TensorView& k, const
     bad("softcap: must be finite and >= 0 (0 disables it), got " + std::to_string(opts.softcap));
   if (opts.window_left < -1) bad("window_left: must be >= 0, or -1 for unbounded; got " + std::to_string(opts.window_left));
   if (opts.window_right < -1) bad("window_right: must be >= 0, or -1 for unbounded; got " + std::to_string(opts.window_right));
-  if (opts.threads < 0 || opts.threads > 4096)
-    bad("threads: must be 0 (flashkit's thread count) or 1..4096, got " + std::to_string(opts.threads));
+  check_threads(opts.threads, "threads");
 
   AttentionFwdArgs a;
   a.dtype = q.dtype;
@@ -289,10 +315,10 @@ void attention_backward(const TensorView& dout, const TensorView& q, const Tenso
   AttentionBwdArgs g;
   g.fwd = validate_common(q, k, v, o, lse, opts, &host_cu);
   const int64_t B = q.shape[0], Sq = q.shape[1], H = q.shape[2], D = q.shape[3], Sk = k.shape[1], Hkv = k.shape[2];
-  check_operand(dout, "dout", q.dtype, q.device, q.device_index, {B, Sq, H, D});
-  check_operand(dq, "dq", q.dtype, q.device, q.device_index, {B, Sq, H, D});
-  check_operand(dk, "dk", q.dtype, q.device, q.device_index, {B, Sk, Hkv, D});
-  check_operand(dv, "dv", q.dtype, q.device, q.device_index, {B, Sk, Hkv, D});
+  check_operand(dout, "dout", q, {B, Sq, H, D}, "[batch, seqlen_q, heads, head_dim]");
+  check_operand(dq, "dq", q, {B, Sq, H, D}, "[batch, seqlen_q, heads, head_dim]");
+  check_operand(dk, "dk", q, {B, Sk, Hkv, D}, "[batch, seqlen_k, kv_heads, head_dim]");
+  check_operand(dv, "dv", q, {B, Sk, Hkv, D}, "[batch, seqlen_k, kv_heads, head_dim]");
   g.dout = operand(dout);
   g.dq = operand(dq);
   g.dk = operand(dk);
@@ -304,6 +330,7 @@ void attention_backward(const TensorView& dout, const TensorView& q, const Tenso
     check_finite(v, "v");
     check_finite(o, "o");
     check_finite(dout, "dout");
+    check_lse_finite(g.fwd);
   }
   const Tuning tuning = resolve_tuning(opts.tuning);
   if (q.device == Device::cuda) {

@@ -67,15 +67,15 @@ def test_cost_table_and_sweeps(tmp_path):
     (["cost", "-m", GEMMA, "--device", "x100"], "unknown device 'x100'"),
     (["cost", "-m", "/nonexistent/model"], "not found"),
     (["cost"], "-m/--model is required"),
-    (["cost", "-m", GEMMA, "--prefill", "-5"], "--prefill must be a positive integer"),
-    (["cost", "-m", GEMMA, "--decode-batch", "0"], "--decode-batch must be a positive integer"),
-    (["cost", "-m", GEMMA, "--decode-batch", "2", "--context", "-1"], "--context must be a positive integer"),
+    (["cost", "-m", GEMMA, "--prefill", "-5"], "--prefill: must be in [1, "),
+    (["cost", "-m", GEMMA, "--decode-batch", "0"], "--decode-batch: must be in [1, "),
+    (["cost", "-m", GEMMA, "--decode-batch", "2", "--context", "-1"], "--context: must be in [1, "),
     (["cost", "-m", GEMMA, "--sweep", "train"], "--sweep must be"),
     (["cost", "-m", GEMMA, "--dtype", "int3"], "unknown compute dtype"),
-    (["cost", "attention", "-N", "-3"], "-N/--seqlen must be a positive integer"),
-    (["roofline", "gemm", "--sizes", "0"], "--sizes must be a positive integer"),
+    (["cost", "attention", "-N", "-3"], "--seqlen: must be in [1, "),
+    (["roofline", "gemm", "--sizes", "0"], "--sizes: must be in [1, "),
     (["roofline", "gemm", "--impl", "magic", "--sizes", "8"], "unknown GEMM implementation"),
-    (["profile", "gelu", "--n", "-1"], "--n must be a positive integer"),
+    (["profile", "gelu", "--n", "-1"], "--n: must be in [1, "),
 ])
 def test_bad_input(args, msg):
     p = run(*args, ok=False)

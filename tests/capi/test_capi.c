@@ -302,6 +302,27 @@ static void test_threads(void) {
   CHECK(fk_set_num_threads(1) == FK_OK, "%s", fk_last_error());
   CHECK(fk_num_threads() == 1, "num_threads %d after set 1", (int)fk_num_threads());
   CHECK(fk_set_num_threads(before) == FK_OK, "%s", fk_last_error());
+  /* The bound every front end shares: 100000 threads once crashed inside the OpenMP runtime. */
+  CHECK(fk_max_threads() >= 1 && fk_max_threads() <= 1024, "max_threads %d", (int)fk_max_threads());
+  CHECK_STATUS(fk_set_num_threads(100000), FK_INVALID_ARGUMENT, "num_threads: expected 1..");
+  CHECK_STATUS(fk_set_num_threads(fk_max_threads() + 1), FK_INVALID_ARGUMENT, "got");
+  CHECK(fk_set_num_threads(fk_max_threads()) == FK_OK, "%s", fk_last_error());
+  CHECK(fk_set_num_threads(before) == FK_OK, "%s", fk_last_error());
+}
+
+/* A shape mismatch between q and another operand names both: the message starts with the operand whose shape was
+ * checked and says the expected sizes come from q (once it blamed o alone when q's shape was the wrong one). */
+static void test_shape_mismatch_names_q(void) {
+  static problem p;
+  fk_attention_options opts;
+  const int64_t wrong_q[4] = {B, SQ, H / 2, D};
+  g_rng = 5u;
+  problem_init(&p);
+  fk_attention_options_init(&opts);
+  fk_tensor_init(&p.tq, p.q, FK_F32, FK_CPU, 4, wrong_q); /* q has half the heads of o */
+  CHECK_STATUS(forward(&p, &opts, NULL), FK_INVALID_ARGUMENT, "o: expected shape");
+  CHECK_STATUS(forward(&p, &opts, NULL), FK_INVALID_ARGUMENT, "come from q, shape [");
+  CHECK_STATUS(forward(&p, &opts, NULL), FK_INVALID_ARGUMENT, "if q is the wrong one, fix q");
 }
 
 static void test_info(void) {
@@ -327,6 +348,7 @@ int main(void) {
   test_null_tensors();
   test_bad_codes();
   test_threads();
+  test_shape_mismatch_names_q();
   test_info();
   printf("flashkit C API: %d checks, %d failures (version %s, isa %s)\n", g_checks, g_failures, fk_version(),
          fk_cpu_isa());

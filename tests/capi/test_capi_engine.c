@@ -103,6 +103,15 @@ static void test_model(void) {
   n = 0;
   BAD(fk_generate(m, kPrompt, NP, 16, 0, 0, 1, 0, out, 8, &n), "cap");
   CHECK(n == 16, "needed count in *n_out: %zu", n);
+  /* The context bounds the output buffer, not max_new_tokens (a caller need not reserve 2^31 ids). */
+  {
+    int64_t ctx = 0;
+    CHECK(fk_model_max_context(m, &ctx) == FK_OK && ctx == 4096, "max_context %lld: %s", (long long)ctx, fk_last_error());
+    BAD(fk_model_max_context(NULL, &ctx), "model");
+    n = 0;
+    BAD(fk_generate(m, kPrompt, NP, 2147483647, 0, 0, 1, 0, out, 8, &n), "max_context 4096 - n_prompt + 1");
+    CHECK(n == (size_t)(4096 - NP + 1), "needed count in *n_out: %zu", n);
+  }
   BAD(fk_model_logits(NULL, kPrompt, NP, logits, VOCAB), "model");
   BAD(fk_model_logits(m, NULL, NP, logits, VOCAB), "prompt");
   BAD(fk_model_logits(m, kPrompt, 0, logits, VOCAB), "n");
@@ -370,8 +379,11 @@ static void test_model_load_errors(void) {
   BAD(fk_model_load(missing, "cpu", "f32", 0, &m), "dir");
   BAD(fk_model_load(dir, "tpu", "f32", 0, &m), "device");
   BAD(fk_model_load(dir, "cuda:x", "f32", 0, &m), "device");
+  BAD(fk_model_load(dir, "cuda:1x", "f32", 0, &m), "device");
+  BAD(fk_model_load(dir, "cuda:99999999999", "f32", 0, &m), "device");
   BAD(fk_model_load(dir, "cpu", "int3", 0, &m), "dtype");
   BAD(fk_model_load(dir, "cpu", "f32", -1, &m), "threads");
+  BAD(fk_model_load(dir, "cpu", "f32", 100000, &m), "threads: expected 0 (the default) or 1..");
   {
     char tokdir[4200];
     path(tokdir, sizeof tokdir, "tokenizers/tiny_bytelevel"); /* a directory without config.json */

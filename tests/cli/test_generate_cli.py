@@ -186,9 +186,9 @@ def test_chat_hostile_template_fails_cleanly(llama_with_tokenizer, template, mes
 def test_bad_inputs(tmp_path):
     ids = ["--prompt-ids", "1,2,3"]
     assert_clean_failure(run("generate", "-m", str(tmp_path / "nope"), *ids), "nope")
-    assert_clean_failure(run("generate", "-m", LLAMA, *ids, "-n", "0"), "-n")
+    assert_clean_failure(run("generate", "-m", LLAMA, *ids, "-n", "0"), "--max-tokens")
     assert_clean_failure(run("generate", "-m", LLAMA, *ids, "--dtype", "int3"), "int3")
-    assert_clean_failure(run("generate", "-m", LLAMA, *ids, "--temp", "-1"), "temperature")
+    assert_clean_failure(run("generate", "-m", LLAMA, *ids, "--temp", "-1"), "--temp")
     assert_clean_failure(run("generate", "-m", LLAMA, "--prompt-ids", "1,x"), "--prompt-ids")
     assert_clean_failure(run("generate", "-m", LLAMA, "--prompt-ids", "1,999"), "999")
     assert_clean_failure(run("generate", "-m", LLAMA, "-p", "hello"), "--prompt-ids")

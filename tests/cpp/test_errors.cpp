@@ -427,11 +427,11 @@ TEST(Errors, Softcap) {
 }
 
 TEST(Errors, Threads) {
-  for (int t : {-1, 4097}) {
+  for (int t : {-1, 4097, max_threads() + 1}) {
     SCOPED_TRACE(t);
     Problem p;
     p.opts.threads = t;
-    EXPECT_INVALID(p.forward(), "threads: must be 0");
+    EXPECT_INVALID(p.forward(), "threads: expected 0 (the default) or 1..");
     EXPECT_INVALID(p.backward(), "threads:");
   }
 }

@@ -4,7 +4,10 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
+#include <random>
 #include <cstring>
 #include <sstream>
 #include <ostream>
@@ -472,6 +475,191 @@ TEST(CudaAttention, RejectsTooManySequences) {
 TEST(CudaAttention, RejectsF32) {
   if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
   expect_unsupported_forward(DType::f32, 1, 16, 2, 64, "bf16");
+}
+
+// ---- Non-finite input (include/flashkit/attention.hpp, "Non-finite input"), check_finite off ----------------------
+// The GPU answer must equal the f64 reference element for element in where it is NaN, and be close elsewhere:
+//   forward: a row whose q, or a visible key's k or v, is NaN/+-inf -> o row NaN, lse NaN; masked keys never matter;
+//   backward: a row that sees keys with an lse of NaN/+-inf -> dq row NaN, dk/dv of its keys NaN.
+
+// Same NaN positions and infinities as `want`; finite elements within `tol` relative.
+void expect_same_nonfinite(const HostTensor& got, const HostTensor& want, double tol, const std::string& what) {
+  double num = 0, den = 0;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double x = got.get(i), y = want.get(i);
+    if (std::isnan(x) || std::isnan(y) || std::isinf(x) || std::isinf(y)) {
+      if (!((std::isnan(x) && std::isnan(y)) || x == y) && bad++ < 5)
+        ADD_FAILURE() << what << "[" << i << "]: got " << x << ", want " << y;
+      continue;
+    }
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  EXPECT_EQ(bad, 0) << what;
+  EXPECT_LE(den == 0 ? std::sqrt(num) : std::sqrt(num / den), tol) << what;
+}
+
+struct NonFiniteCase {
+  int64_t Sq, Sk, H, Hkv, D;
+  bool causal;
+  AttentionImpl impl;
+  // what to poison: 0 q element, 1 whole q row, 2 k element (late key), 3 v element (late key), 4 -inf in k
+  int what;
+};
+
+void run_nonfinite_case(const NonFiniteCase& c) {
+  const int64_t B = 1;
+  SCOPED_TRACE(std::string(impl_name(c.impl)) + " Sq=" + std::to_string(c.Sq) + " what=" + std::to_string(c.what) +
+               (c.causal ? " causal" : ""));
+  std::mt19937 rng(31);
+  const DType dt = DType::bf16;
+  HostTensor q(dt, {B, c.Sq, c.H, c.D}), k(dt, {B, c.Sk, c.Hkv, c.D}), v(dt, {B, c.Sk, c.Hkv, c.D}),
+      dout(dt, {B, c.Sq, c.H, c.D});
+  for (HostTensor* t : {&q, &k, &v, &dout}) t->fill_random(rng);
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const int64_t s = c.Sq - 1, j = c.Sk - 2;
+  switch (c.what) {
+    case 0: q.set((s * c.H + 1) * c.D + 3, nan); break;
+    case 1:
+      for (int64_t d = 0; d < c.D; ++d) q.set((0 * c.H + 0) * c.D + d, nan);
+      break;
+    case 2: k.set((j * c.Hkv + 0) * c.D + 5, inf); break;
+    case 3: v.set((j * c.Hkv + 0) * c.D + 5, nan); break;
+    default: k.set((j * c.Hkv + 0) * c.D + 5, -inf); break;
+  }
+  AttentionOptions opts;
+  opts.causal = c.causal;
+  opts.check_finite = false;
+  // The CPU reference (which implements the rule) on the same bf16 values.
+  HostTensor o_ref(dt, {B, c.Sq, c.H, c.D}), lse_ref(DType::f32, {B, c.H, c.Sq});
+  AttentionOptions ro = opts;
+  ro.impl = AttentionImpl::reference;
+  attention_forward(q.view, k.view, v.view, o_ref.view, lse_ref.view, ro);
+
+  DevTensor dq_, dk_, dv_, dO, dl;
+  dq_.alloc(dt, {B, c.Sq, c.H, c.D});
+  dk_.alloc(dt, {B, c.Sk, c.Hkv, c.D});
+  dv_.alloc(dt, {B, c.Sk, c.Hkv, c.D});
+  dO.alloc(dt, {B, c.Sq, c.H, c.D});
+  dl.alloc(DType::f32, {B, c.H, c.Sq});
+  dq_.upload(q);
+  dk_.upload(k);
+  dv_.upload(v);
+  dO.poison();
+  dl.poison();
+  opts.impl = c.impl;
+  OpCost cost;
+  attention_forward(dq_.view, dk_.view, dv_.view, dO.view, dl.view, opts, &cost);
+  CK(cudaDeviceSynchronize());
+  HostTensor o(dt, {B, c.Sq, c.H, c.D}), lse(DType::f32, {B, c.H, c.Sq});
+  dO.download(&o);
+  dl.download(&lse);
+  expect_same_nonfinite(o, o_ref, 2e-2, "o, kernel " + cost.kernel);
+  expect_same_nonfinite(lse, lse_ref, 1e-2, "lse, kernel " + cost.kernel);
+}
+
+TEST(CudaAttention, NonFiniteForward) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (AttentionImpl impl : {AttentionImpl::flash, AttentionImpl::standard})
+    for (int64_t sq : {int64_t(1), int64_t(4), int64_t(200)})  // decode kernels, small and tiled forward
+      for (bool causal : {false, true})
+        for (int what = 0; what < 5; ++what) run_nonfinite_case({sq, 300, 4, 2, 64, causal, impl, what});
+}
+
+TEST(CudaAttention, NonFiniteScoresOverflowStillGiveTheSoftmax) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  // q . k beyond the f32 range for one row and key (finite bf16 inputs): the softmax, like the f64 reference.
+  const int64_t Sq = 64, Sk = 96, H = 2, D = 64;
+  const DType dt = DType::bf16;
+  std::mt19937 rng(7);
+  HostTensor q(dt, {1, Sq, H, D}), k(dt, {1, Sk, H, D}), v(dt, {1, Sk, H, D});
+  for (HostTensor* t : {&q, &k, &v}) t->fill_random(rng);
+  for (int64_t d = 0; d < D; ++d) {
+    q.set(((Sq - 1) * H + 0) * D + d, 3e19);
+    k.set((5 * H + 0) * D + d, 3e19);
+  }
+  AttentionOptions opts;
+  opts.check_finite = false;
+  HostTensor o_ref(dt, {1, Sq, H, D}), lse_ref(DType::f32, {1, H, Sq});
+  AttentionOptions ro = opts;
+  ro.impl = AttentionImpl::reference;
+  attention_forward(q.view, k.view, v.view, o_ref.view, lse_ref.view, ro);
+  DevTensor dq_, dk_, dv_, dO, dl;
+  dq_.alloc(dt, {1, Sq, H, D});
+  dk_.alloc(dt, {1, Sk, H, D});
+  dv_.alloc(dt, {1, Sk, H, D});
+  dO.alloc(dt, {1, Sq, H, D});
+  dl.alloc(DType::f32, {1, H, Sq});
+  dq_.upload(q);
+  dk_.upload(k);
+  dv_.upload(v);
+  for (AttentionImpl impl : {AttentionImpl::flash, AttentionImpl::standard}) {
+    dO.poison();
+    dl.poison();
+    opts.impl = impl;
+    attention_forward(dq_.view, dk_.view, dv_.view, dO.view, dl.view, opts);
+    CK(cudaDeviceSynchronize());
+    HostTensor o(dt, {1, Sq, H, D}), lse(DType::f32, {1, H, Sq});
+    dO.download(&o);
+    dl.download(&lse);
+    expect_same_nonfinite(o, o_ref, 2e-2, std::string("o ") + std::string(impl_name(impl)));
+    expect_same_nonfinite(lse, lse_ref, 1e-2, std::string("lse ") + std::string(impl_name(impl)));
+  }
+}
+
+TEST(CudaAttention, NonFiniteLseInBackward) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  const int64_t Sq = 130, Sk = 130, H = 4, Hkv = 2, D = 64;
+  const DType dt = DType::bf16;
+  for (double bad : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+                     -std::numeric_limits<double>::infinity()}) {
+    SCOPED_TRACE(bad);
+    std::mt19937 rng(3);
+    HostTensor q(dt, {1, Sq, H, D}), k(dt, {1, Sk, Hkv, D}), v(dt, {1, Sk, Hkv, D}), dout(dt, {1, Sq, H, D});
+    for (HostTensor* t : {&q, &k, &v, &dout}) t->fill_random(rng);
+    AttentionOptions opts;
+    opts.causal = true;
+    opts.check_finite = false;
+    opts.impl = AttentionImpl::reference;
+    HostTensor o(dt, {1, Sq, H, D}), lse(DType::f32, {1, H, Sq});
+    attention_forward(q.view, k.view, v.view, o.view, lse.view, opts);
+    lse.set((3 * Sq) + 100, bad);  // head 3, row 100: sees keys 0..100
+    HostTensor rq(dt, {1, Sq, H, D}), rk(dt, {1, Sk, Hkv, D}), rv(dt, {1, Sk, Hkv, D});
+    attention_backward(dout.view, q.view, k.view, v.view, o.view, lse.view, rq.view, rk.view, rv.view, opts);
+    DevTensor gq_, gk_, gv_, go, gl, gd, dq, dk, dv;
+    gq_.alloc(dt, {1, Sq, H, D});
+    gk_.alloc(dt, {1, Sk, Hkv, D});
+    gv_.alloc(dt, {1, Sk, Hkv, D});
+    go.alloc(dt, {1, Sq, H, D});
+    gd.alloc(dt, {1, Sq, H, D});
+    gl.alloc(DType::f32, {1, H, Sq});
+    dq.alloc(dt, {1, Sq, H, D});
+    dk.alloc(dt, {1, Sk, Hkv, D});
+    dv.alloc(dt, {1, Sk, Hkv, D});
+    gq_.upload(q);
+    gk_.upload(k);
+    gv_.upload(v);
+    go.upload(o);
+    gd.upload(dout);
+    CK(cudaMemcpy(gl.p, lse.bytes.data(), size_t(H * Sq * 4), cudaMemcpyHostToDevice));
+    for (AttentionImpl impl : {AttentionImpl::flash, AttentionImpl::standard}) {
+      dq.poison();
+      dk.poison();
+      dv.poison();
+      opts.impl = impl;
+      attention_backward(gd.view, gq_.view, gk_.view, gv_.view, go.view, gl.view, dq.view, dk.view, dv.view, opts);
+      CK(cudaDeviceSynchronize());
+      HostTensor hq(dt, {1, Sq, H, D}), hk(dt, {1, Sk, Hkv, D}), hv(dt, {1, Sk, Hkv, D});
+      dq.download(&hq);
+      dk.download(&hk);
+      dv.download(&hv);
+      const std::string w = std::string(impl_name(impl));
+      expect_same_nonfinite(hq, rq, 3e-2, "dq " + w);
+      expect_same_nonfinite(hk, rk, 3e-2, "dk " + w);
+      expect_same_nonfinite(hv, rv, 3e-2, "dv " + w);
+    }
+  }
 }
 
 }  // namespace

@@ -245,9 +245,9 @@ def test_backward_bad_inputs():
 
 def test_set_num_threads_bad():
     n = flashkit.num_threads()
-    with pytest.raises(flashkit.InvalidArgumentError, match=r"^num_threads: expected 1..4096, got 0"):
+    with pytest.raises(flashkit.InvalidArgumentError, match=r"^num_threads: expected 1\.\.%d threads .*, got 0$" % flashkit.max_threads()):
         flashkit.set_num_threads(0)
-    with pytest.raises(ValueError, match=r"^num_threads: expected 1..4096"):
+    with pytest.raises(ValueError, match=r"^num_threads: expected 1\.\.%d" % flashkit.max_threads()):
         flashkit.set_num_threads(2**40)
     with pytest.raises(TypeError, match=r"^num_threads: expected an int"):
         flashkit.set_num_threads("2")

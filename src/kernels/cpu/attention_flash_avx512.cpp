@@ -14,6 +14,7 @@
 #include "core/scratch.hpp"
 #include "flashkit/runtime.hpp"
 #include "kernels/cpu/attention_flash.hpp"
+#include "kernels/reference/attention_row.hpp"
 
 namespace flashkit::kernels::avx512 {
 #include "kernels/cpu/simd_avx512.hpp"

@@ -12,6 +12,7 @@
 
 #include "flashkit/runtime.hpp"
 #include "kernels/cpu/f32_operand.hpp"
+#include "kernels/reference/attention_row.hpp"
 #include "kernels/registry.hpp"
 
 namespace flashkit::kernels {
@@ -43,6 +44,17 @@ inline void finish_scores(float* row, int64_t nk, int64_t lo, int64_t hi, float 
 
 void set_blas_threads() { openblas_set_num_threads(num_threads()); }
 
+// Sum of x[0, n) in 8 independent partial sums (a serial float sum cannot be vectorized and would cost as much as
+// the softmax it guards); only its finiteness matters (attention_row_suspect).
+inline float sum_of(const float* x, int64_t n) {
+  float p[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int u = 0; u < 8; ++u) p[u] += x[j + u];
+  for (; j < n; ++j) p[0] += x[j];
+  return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
 }  // namespace
 
 void attention_forward_cpu_standard(const AttentionFwdArgs& a) {
@@ -55,6 +67,8 @@ void attention_forward_cpu_standard(const AttentionFwdArgs& a) {
   F32Operand o(a.o, a.dtype, a.shape.varlen() ? 1 : s.batch, s.seqlen_q, s.heads, d, /*load=*/false);
   ScoreLayout layout(s);
   std::vector<float> S(size_t(layout.total));
+  // Per lse entry: the sum of the row's visible raw scores (non-finite when a score is; see attention_row.hpp).
+  std::vector<float> score_sum(size_t((a.shape.varlen() ? 1 : s.batch) * s.heads * s.seqlen_q), 0.f);
 
   // 1) S = scale * Q K^T for every (sequence, head): written to main memory.
   for (int64_t b = 0; b < s.batch; ++b) {
@@ -73,6 +87,7 @@ void attention_forward_cpu_standard(const AttentionFwdArgs& a) {
       for (int64_t i = 0; i < r.nq; ++i) {
         float* row = S.data() + layout.offset[size_t(b)] + (h * r.nq + i) * r.nk;
         int64_t lo = a.mask.lo(i, r.nq, r.nk), hi = a.mask.hi(i, r.nq, r.nk);
+        score_sum[size_t(a.lse_index(r, h, i))] = sum_of(row + lo, hi - lo);
         finish_scores(row, r.nk, lo, hi, a.softcap);
         float m = kNegInf;
         for (int64_t j = 0; j < r.nk; ++j) m = std::max(m, row[j]);
@@ -103,6 +118,21 @@ void attention_forward_cpu_standard(const AttentionFwdArgs& a) {
     }
   }
   o.store_to(a.o, a.dtype, a.shape.varlen() ? 1 : s.batch, s.seqlen_q, s.heads, d);
+  // 4) Rows whose f32 arithmetic met a non-finite value get the contract's answer (attention_row.hpp).
+  for (int64_t b = 0; b < s.batch; ++b) {
+    SeqRange r = seq_range(s, b);
+#pragma omp parallel for collapse(2) num_threads(num_threads())
+    for (int64_t h = 0; h < s.heads; ++h)
+      for (int64_t i = 0; i < r.nq; ++i) {
+        // A row without visible keys only needs its zeros back (P V multiplied its zero probabilities by whatever
+        // the masked v rows hold: 0 x NaN is NaN).
+        const bool visible = a.mask.hi(i, r.nq, r.nk) > a.mask.lo(i, r.nq, r.nk);
+        const int64_t li = a.lse_index(r, h, i);
+        if (attention_row_suspect(visible ? score_sum[size_t(li)] : 0.f, visible ? a.lse[li] : 0.f,
+                                  o.row(r.bslot, r.q0 + i, h), d))
+          attention_fix_row(a, r, h, i);
+      }
+  }
 }
 
 void attention_backward_cpu_standard(const AttentionBwdArgs& g) {
@@ -148,8 +178,10 @@ void attention_backward_cpu_standard(const AttentionBwdArgs& g) {
         const float* dorow = dout.row(r.bslot, r.q0 + i, h);
         float D = 0;
         for (int64_t c = 0; c < d; ++c) D += orow[c] * dorow[c];
+        // A row with visible keys and a non-finite lse gets NaN probabilities (attention.hpp, "Non-finite input").
+        const float lse_row = std::isfinite(lse) ? lse : std::numeric_limits<float>::quiet_NaN();
         for (int64_t j = 0; j < r.nk; ++j) {
-          if (j < lo || j >= hi || lse == kNegInf) {
+          if (j < lo || j >= hi) {
             p[j] = 0.f;
             ds[j] = 0.f;
             continue;
@@ -160,7 +192,7 @@ void attention_backward_cpu_standard(const AttentionBwdArgs& g) {
             sc = a.softcap * t;
             dsdr = 1.f - t * t;
           }
-          p[j] = std::exp(sc - lse);
+          p[j] = std::exp(sc - lse_row);
           ds[j] = p[j] * (ds[j] - D) * dsdr;
         }
       }

@@ -7,6 +7,7 @@
 
 #include "core/convert.hpp"
 #include "flashkit/runtime.hpp"
+#include "kernels/reference/attention_row.hpp"
 #include "kernels/registry.hpp"
 
 namespace flashkit::kernels {
@@ -57,7 +58,6 @@ double dot(const double* a, const double* b, int64_t d) {
 void attention_forward_reference(const AttentionFwdArgs& a) {
   const AttentionShape& s = a.shape;
   const int64_t d = s.head_dim, G = s.group();
-  const Scores score{a.scale, a.softcap};
 #pragma omp parallel for collapse(2) schedule(dynamic) num_threads(num_threads())
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t h = 0; h < s.heads; ++h) {
@@ -67,21 +67,18 @@ void attention_forward_reference(const AttentionFwdArgs& a) {
       auto k = load_rows(a.k, a.dtype, r.bslot, r.k0, r.nk, h / G, d);
       auto v = load_rows(a.v, a.dtype, r.bslot, r.k0, r.nk, h / G, d);
       std::vector<double> o(size_t(r.nq * d), 0.0), sc(size_t(r.nk));
+      // bad[j]: key rows 0..j-1 holding a non-finite k or v value (a row sees keys lo..hi-1: bad[hi] - bad[lo]).
+      std::vector<int64_t> bad(size_t(r.nk + 1), 0);
+      for (int64_t j = 0; j < r.nk; ++j) {
+        bool ok = true;
+        for (int64_t c = 0; c < d; ++c) ok = ok && std::isfinite(k[size_t(j * d + c)]) && std::isfinite(v[size_t(j * d + c)]);
+        bad[size_t(j + 1)] = bad[size_t(j)] + (ok ? 0 : 1);
+      }
       for (int64_t i = 0; i < r.nq; ++i) {
-        int64_t lo = a.mask.lo(i, r.nq, r.nk), hi = a.mask.hi(i, r.nq, r.nk);
-        double m = -std::numeric_limits<double>::infinity();
-        for (int64_t j = lo; j < hi; ++j) {
-          sc[size_t(j)] = score(dot(&q[size_t(i * d)], &k[size_t(j * d)], d), nullptr);
-          m = std::max(m, sc[size_t(j)]);
-        }
-        double l = 0;
-        for (int64_t j = lo; j < hi; ++j) l += std::exp(sc[size_t(j)] - m);
-        for (int64_t j = lo; j < hi; ++j) {
-          double p = std::exp(sc[size_t(j)] - m) / l;
-          for (int64_t c = 0; c < d; ++c) o[size_t(i * d + c)] += p * v[size_t(j * d + c)];
-        }
-        a.lse[a.lse_index(r, h, i)] =
-            hi > lo ? float(m + std::log(l)) : -std::numeric_limits<float>::infinity();
+        const int64_t lo = a.mask.lo(i, r.nq, r.nk), hi = a.mask.hi(i, r.nq, r.nk);
+        const bool kv_finite = hi <= lo || bad[size_t(hi)] == bad[size_t(lo)];
+        a.lse[a.lse_index(r, h, i)] = float(attention_row_f64(&q[size_t(i * d)], k.data(), v.data(), d, lo, hi, a.scale,
+                                                              a.softcap, &o[size_t(i * d)], sc, kv_finite));
       }
       store_rows(a.o, a.dtype, r.bslot, r.q0, r.nq, h, d, o);
     }
@@ -108,7 +105,20 @@ void attention_backward_reference(const AttentionBwdArgs& g) {
         for (int64_t i = 0; i < r.nq; ++i) {
           int64_t lo = a.mask.lo(i, r.nq, r.nk), hi = a.mask.hi(i, r.nq, r.nk);
           if (hi <= lo) continue;
-          // Recompute the probabilities from scratch (independent of the lse/o arguments).
+          // A row with visible keys needs a finite lse (attention.hpp, "Non-finite input"): otherwise its
+          // probabilities are NaN, and so are dq_i and the dk_j, dv_j of every key it sees.
+          const double lse = a.lse[a.lse_index(r, h, i)];
+          if (!std::isfinite(lse)) {
+            const double nan = std::numeric_limits<double>::quiet_NaN();
+            for (int64_t j = lo; j < hi; ++j)
+              for (int64_t c = 0; c < d; ++c) {
+                dv[size_t(j * d + c)] += nan;
+                dk[size_t(j * d + c)] += nan;
+              }
+            for (int64_t c = 0; c < d; ++c) dq[size_t(i * d + c)] = nan;
+            continue;
+          }
+          // Otherwise recompute the probabilities from scratch (independent of the lse/o values).
           double m = -std::numeric_limits<double>::infinity();
           for (int64_t j = lo; j < hi; ++j) {
             p[size_t(j)] = score(dot(&q[size_t(i * d)], &k[size_t(j * d)], d), &dsdr[size_t(j)]);

@@ -1,0 +1,132 @@
+#include "cli_checks.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+
+#include "core/limits.hpp"
+#include "flashkit/error.hpp"
+#include "flashkit/runtime.hpp"
+
+namespace flashkit::cli {
+
+namespace {
+thread_local const char* t_activity = nullptr;
+
+std::string range_text(int64_t lo, int64_t hi) { return "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]"; }
+
+std::string num_text(double x) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%g", x);
+  return b;
+}
+}  // namespace
+
+CLI::Validator int_range(int64_t lo, int64_t hi) {
+  const std::string r = range_text(lo, hi);
+  return CLI::Validator(
+      [lo, hi, r](std::string& s) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const long long v = std::strtoll(s.c_str(), &end, 10);
+        if (s.empty() || end == s.c_str() || *end != 0 || errno == ERANGE)
+          return "expected an integer in " + r + ", got '" + s + "'";
+        if (v < lo || v > hi) return "must be in " + r + ", got " + s;
+        return {};
+      },
+      "INT in " + r);
+}
+
+CLI::Validator real_range(double lo, double hi, bool lo_open) {
+  const std::string r = (lo_open ? "(" : "[") + num_text(lo) + ", " + num_text(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, lo_open, r](std::string& s) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || end == s.c_str() || *end != 0 || !std::isfinite(v) || errno == ERANGE)
+          return "expected a finite number in " + r + ", got '" + s + "'";
+        if (v < lo || v > hi || (lo_open && v == lo)) return "must be in " + r + ", got " + s;
+        return {};
+      },
+      "NUMBER in " + r);
+}
+
+CLI::Validator uint64_value() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const bool digits = !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+        std::strtoull(s.c_str(), &end, 10);
+        if (!digits || *end != 0 || errno == ERANGE)
+          return "expected an integer in [0, 18446744073709551615], got '" + s + "'";
+        return {};
+      },
+      "UINT64");
+}
+
+CLI::Validator thread_count(bool allow_zero) {
+  return CLI::Validator(
+      [allow_zero](std::string& s) -> std::string {
+        const int64_t hi = max_threads();
+        const std::string r = (allow_zero ? "0 (the default) or " : std::string()) + "1.." + std::to_string(hi);
+        errno = 0;
+        char* end = nullptr;
+        const long long v = std::strtoll(s.c_str(), &end, 10);
+        if (s.empty() || end == s.c_str() || *end != 0 || errno == ERANGE)
+          return "expected a thread count, " + r + ", got '" + s + "'";
+        if ((v == 0 && allow_zero) || (v >= 1 && v <= hi)) return {};
+        return "must be " + r + " (at most " + std::to_string(limits::kThreadsPerHardwareThread) +
+               " x this machine's hardware threads, and " + std::to_string(limits::kMaxThreads) + "), got " + s;
+      },
+      "THREADS");
+}
+
+Activity::Activity(const char* what) : prev_(t_activity) { t_activity = what; }
+Activity::~Activity() { t_activity = prev_; }
+const char* Activity::current() { return t_activity; }
+
+void check_memory(double bytes, const std::string& what) {
+  const double limit = double(max_workspace_bytes());
+  if (bytes <= limit) return;
+  char b[256];
+  std::snprintf(b, sizeof b, " needs %.3g GB, more than the limit of %.3g GB (80%% of physical memory, or "
+                "FLASHKIT_MAX_WORKSPACE_BYTES)", bytes / 1e9, limit / 1e9);
+  fail(Status::out_of_memory, what + b);
+}
+
+std::string read_text_file(const std::string& path, const std::string& option) {
+  const Activity act("reading the input text");
+  std::ifstream file;
+  std::istream* in = &std::cin;
+  if (path != "-") {
+    file.open(path, std::ios::binary);
+    if (!file) fail(Status::invalid_argument, option + ": cannot read " + path + ": " + std::strerror(errno));
+    in = &file;
+  }
+  std::string text;
+  char buf[1 << 16];
+  while (*in) {
+    in->read(buf, sizeof buf);
+    const std::streamsize got = in->gcount();
+    if (int64_t(text.size()) + got > limits::kMaxTextBytes)
+      fail(Status::invalid_argument, option + ": " + (path == "-" ? std::string("standard input") : path) +
+                                         " holds more than " + std::to_string(limits::kMaxTextBytes >> 20) +
+                                         " MiB of text (flashkit's limit for one input)");
+    text.append(buf, size_t(got));
+  }
+  if (in->bad()) fail(Status::invalid_argument, option + ": reading " + path + " failed");
+  return text;
+}
+
+void check_written(std::ostream& out, const std::string& what) {
+  out.flush();
+  if (!out) fail(Status::invalid_argument, "writing " + what + " failed" + (errno ? std::string(": ") + std::strerror(errno) : ""));
+}
+
+}  // namespace flashkit::cli

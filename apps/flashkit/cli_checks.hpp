@@ -1,0 +1,44 @@
+// Strict checks for the CLI's numeric options (every one has a range: no NaN, no overflow, no negative where it
+// means nothing, no silent default) and the boundary that turns failures into one line on stderr + exit status 2.
+// The limits themselves live in src/core/limits.hpp.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace flashkit::cli {
+
+// An integer in [lo, hi], written as one (no "1e9", no "12abc", no value beyond int64). CLI11 prefixes the option.
+CLI::Validator int_range(int64_t lo, int64_t hi);
+// A finite real number in [lo, hi] ((lo, hi] with lo_open).
+CLI::Validator real_range(double lo, double hi, bool lo_open = false);
+// An unsigned 64-bit integer (seeds): digits only.
+CLI::Validator uint64_value();
+// CPU threads: 0 (the default) or 1..flashkit::max_threads().
+CLI::Validator thread_count(bool allow_zero = true);
+
+// What the command is doing, for "out of memory while ..." messages (main.cpp reports it).
+class Activity {
+ public:
+  explicit Activity(const char* what);
+  ~Activity();
+  Activity(const Activity&) = delete;
+  Activity& operator=(const Activity&) = delete;
+  static const char* current();
+
+ private:
+  const char* prev_;
+};
+
+// Refuses up front what a command would allocate beyond the memory limit (80% of physical memory, or
+// FLASHKIT_MAX_WORKSPACE_BYTES): Status::out_of_memory naming `what` and the sizes.
+void check_memory(double bytes, const std::string& what);
+
+// Reads a whole file ("-": standard input) of at most limits::kMaxTextBytes; `option` names the flag in errors.
+std::string read_text_file(const std::string& path, const std::string& option);
+
+// Fails (naming `what`) when a stream is in a failed state after flushing it (full disk, closed descriptor).
+void check_written(std::ostream& out, const std::string& what);
+
+}  // namespace flashkit::cli

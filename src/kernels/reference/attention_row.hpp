@@ -1,0 +1,34 @@
+// One query row of the attention forward in f64, by the contract's rules for non-finite input
+// (include/flashkit/attention.hpp, "Non-finite input"). The reference computes every row with it; the fast CPU
+// kernels compute in f32 and hand a row to attention_fix_row() when their f32 arithmetic met a non-finite value
+// (a NaN/inf input, a score beyond the f32 range, or a masked key's NaN leaking through a product with 0), so
+// every CPU implementation gives the same answer for such rows.
+#pragma once
+// Defined in attention_row.cpp, compiled without ISA flags: the per-ISA flash translation units call them, and an
+// inline copy built with -mavx512f could be the one the linker keeps for all of them.
+#include <cstdint>
+#include <vector>
+
+#include "kernels/attention_args.hpp"
+
+namespace flashkit::kernels {
+
+// q: [d]; k, v: rows lo..hi-1 at k + j*d, v + j*d. Writes o[0, d) and returns the lse:
+//   no visible key (hi <= lo): o = 0, lse = -inf;
+//   q, or a visible key's k or v, holds NaN or +-inf: o = NaN, lse = NaN;
+//   otherwise the softmax average (scores s = cap * tanh(scale q.k / cap), or scale q.k without a cap).
+// `kv_finite`: the caller's verdict on the visible k and v rows (every value finite); `sc` is scratch of at least
+// hi entries.
+double attention_row_f64(const double* q, const double* k, const double* v, int64_t d, int64_t lo, int64_t hi,
+                         double scale, double cap, double* o, std::vector<double>& sc, bool kv_finite);
+
+// Recomputes row i of query head h in sequence r with attention_row_f64 and stores its o row and lse (the fast
+// kernels' fallback; rare, so it loads what it needs element by element).
+void attention_fix_row(const AttentionFwdArgs& a, const SeqRange& r, int64_t h, int64_t i);
+
+// The fast kernels' trigger for attention_fix_row: a row with visible keys whose f32 result is not clean -- the
+// sum of its visible raw scores (any NaN or +-inf score makes it non-finite; a false alarm only costs the f64
+// recomputation), its lse or one of its outputs is not finite.
+bool attention_row_suspect(float score_sum, float lse, const float* o, int64_t d);
+
+}  // namespace flashkit::kernels
