@@ -1,5 +1,5 @@
 // CPU matrix kernels of the engine: y[T, N] = x[T, K] . W[N, K]^T with W stored as f32 or bf16 (bf16 widened to
-// f32 in registers), f32 accumulation. Small T runs a multi-row GEMV (weights stream once for up to 4 rows of x);
+// f32 in registers), f32 accumulation. Small T runs a multi-row GEMV (weights stream once for up to 8 rows of x);
 // larger T uses OpenBLAS sgemm (bf16 weights are widened panel by panel). OpenMP over output rows.
 #pragma once
 #include <cstdint>
