@@ -1,5 +1,6 @@
 // flashkit train | train-tokenizer | prepare-data | perplexity (src/train, docs/training.md):
 //   flashkit train --config RECIPE.json [--resume DIR] [--steps N] [--output DIR] [--device D] [--threads N] [-q]
+//                  [--dump-step1 DIR]
 //   flashkit train-tokenizer --vocab-size N -o DIR FILES...
 //   flashkit prepare-data --tokenizer DIR -o DIR [--val-fraction F] FILES...
 //   flashkit prepare-data --synthetic copy|mqar -o DIR [--vocab-size N --seq-len N --examples N --seed S]
@@ -41,7 +42,7 @@ double peak_tflops_for(const std::string& device) {
 
 void add_train(CLI::App& app) {
   struct Args {
-    std::string config, resume, output, device;
+    std::string config, resume, output, device, dump_step1;
     int64_t steps = 0;
     int threads = -1;
     bool quiet = false;
@@ -55,6 +56,8 @@ void add_train(CLI::App& app) {
   c->add_option("--device", a->device, "Override device: cpu | cuda | cuda:N");
   c->add_option("--threads", a->threads, "Override threads (CPU)");
   c->add_flag("-q,--quiet", a->quiet, "No progress lines");
+  c->add_option("--dump-step1", a->dump_step1,
+                "Verification: write step 1's initial weights (f32 HF dir), batch, loss and gradients to DIR");
   c->callback([a] {
     train::Recipe r = train::load_recipe(a->config);
     if (a->steps < 0) bad("--steps must be positive, got " + std::to_string(a->steps));
@@ -72,6 +75,7 @@ void add_train(CLI::App& app) {
     train::TrainOptions o;
     o.resume = a->resume;
     o.quiet = a->quiet;
+    o.dump_first_step = a->dump_step1;
     const train::TrainResult res = train::train(r, o);
     std::fprintf(stderr, "trained %lld steps (%lld parameters): loss %.4f%s; checkpoint %s; model %s\n",
                  static_cast<long long>(res.steps), static_cast<long long>(res.parameters), res.final_loss,

@@ -66,6 +66,10 @@ struct TrainOptions {
   int64_t stop_at = 0;           // > 0: end this run after that step with a checkpoint and no export (the schedule
                                  // still follows the recipe's steps; --resume continues it)
   std::function<void(const StepReport&)> on_report;  // every log interval and evaluation
+  // Verification (tools/gpu/train_hf_check.py): a fresh run writes its first step here -- the initial weights as
+  // an f32 Hugging Face directory, the batch, the loss and every parameter's gradient (train/checkpoint.hpp,
+  // write_step_dump). Empty: off. Not with resume.
+  std::filesystem::path dump_first_step;
 };
 
 struct TrainResult {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -209,6 +210,43 @@ void export_hf(const fs::path& out_dir, const json& model_block, const engine::M
     fs::rename(tmp, out_dir);
   }
   fsync_dir(parent);
+}
+
+void write_step_dump(const fs::path& dir, const StepDump& d, const json& model_block, const engine::ModelConfig& cfg,
+                     const ParamTable& table, const std::vector<float>& params, const std::vector<float>& grads,
+                     const fs::path& tokenizer_dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) bad("--dump-step1 " + dir.string() + ": cannot create the directory: " + ec.message());
+  export_hf(dir / "model", model_block, cfg, table, params, "f32", tokenizer_dir);
+  std::vector<SafetensorsEntry> entries;
+  json norms = json::object();
+  for (const auto& e : table.entries()) {
+    const float* g = grads.data() + e.offset;
+    double sq = 0;
+    for (int64_t i = 0; i < e.numel(); ++i) sq += double(g[i]) * double(g[i]);
+    norms[e.name] = std::sqrt(sq);
+    entries.push_back({e.name, "F32", e.shape, g, size_t(e.numel()) * 4});
+  }
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  write_safetensors(dir / "grads.safetensors", entries, {{"format", "pt"}});
+  json ids = json::array(), targets = json::array();
+  for (int64_t r = 0; r < d.rows; ++r) {
+    ids.push_back(std::vector<int32_t>(d.ids + r * d.seq_len, d.ids + (r + 1) * d.seq_len));
+    targets.push_back(std::vector<int32_t>(d.targets + r * d.seq_len, d.targets + (r + 1) * d.seq_len));
+  }
+  const json meta = {{"format", "flashkit-train-step-dump-v1"},
+                     {"step", d.step},
+                     {"device", d.device},
+                     {"backend", d.backend},
+                     {"loss", d.loss},
+                     {"loss_is", "mean cross-entropy over the targets that are not -1 (natural log)"},
+                     {"grad_norm", d.grad_norm},
+                     {"grads_are", "d loss / d parameter at the weights in model/, before clipping and the update"},
+                     {"grad_norms", norms},
+                     {"ids", ids},
+                     {"targets", targets}};
+  write_file_atomic(dir / "step.json", meta.dump() + "\n");
 }
 
 }  // namespace flashkit::train

@@ -42,4 +42,20 @@ void export_hf(const std::filesystem::path& out_dir, const nlohmann::json& model
                const engine::ModelConfig& cfg, const ParamTable& table, const std::vector<float>& params,
                const std::string& dtype, const std::filesystem::path& tokenizer_dir);
 
+// The verification dump of one training step (`flashkit train --dump-step1 DIR`; tools/gpu/train_hf_check.py
+// compares it with PyTorch autograd): DIR/model (the weights the step started from, as an f32 Hugging Face
+// directory), DIR/grads.safetensors (f32, the parameter names of the export: the gradient of the mean loss over
+// the step's targets, before clipping and the update) and DIR/step.json (the batch's ids and targets, one row per
+// sequence of every micro-batch, the loss, the gradient norm and every tensor's L2 norm). Not atomic as a whole.
+struct StepDump {
+  int64_t step = 0, rows = 0, seq_len = 0;
+  const int32_t* ids = nullptr;      // rows x seq_len
+  const int32_t* targets = nullptr;  // rows x seq_len, -1: ignored
+  double loss = 0, grad_norm = 0;
+  std::string device, backend;
+};
+void write_step_dump(const std::filesystem::path& dir, const StepDump& d, const nlohmann::json& model_block,
+                     const engine::ModelConfig& cfg, const ParamTable& table, const std::vector<float>& params,
+                     const std::vector<float>& grads, const std::filesystem::path& tokenizer_dir);
+
 }  // namespace flashkit::train

@@ -106,6 +106,8 @@ TrainResult train(const Recipe& r, const TrainOptions& o) {
     ~Free() { be.free(a), be.free(b); }
   } free_moments{*be, adam_m, adam_v};
 
+  if (!o.dump_first_step.empty() && !o.resume.empty())
+    bad("--dump-step1 writes the first step of a fresh run; it cannot be combined with --resume");
   int64_t start = 0;
   if (!o.resume.empty()) {
     CheckpointState s = load_checkpoint(o.resume, table);
@@ -186,6 +188,19 @@ TrainResult train(const Recipe& r, const TrainOptions& o) {
     double loss = sum / double(std::max<int64_t>(1, count));
     if (s + 1 == nan_step) loss = std::nan("");
     const double gnorm = std::sqrt(be->global_norm_sq(grads));
+    if (!o.dump_first_step.empty() && s == start) {  // before the NaN guard: a diverging first step is worth seeing
+      StepDump d;
+      d.step = s + 1;
+      d.rows = B * A;
+      d.seq_len = T;
+      d.ids = ids.data();
+      d.targets = tg.data();
+      d.loss = loss;
+      d.grad_norm = gnorm;
+      d.device = r.device;
+      d.backend = be->name();
+      write_step_dump(o.dump_first_step, d, model_json, cfg, table, host(params), host(grads), r.tokenizer);
+    }
     if (!std::isfinite(loss) || !std::isfinite(gnorm)) {
       log.flush();
       fail(Status::internal, std::string("training diverged at step ") + std::to_string(s + 1) + ": " +

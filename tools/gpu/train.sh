@@ -10,6 +10,9 @@
 #   models  tools/train_models.sh train cuda (models/draft, models/target, runs/*/log.jsonl, runs/loss.png)
 #   sample  greedy and sampled text from both models, perplexity on held-out KJV text
 #   spec    flashkit bench spec on the trained target/draft pair (CUDA) -> spec-cuda.{json,txt}
+#   hfcheck tools/gpu/train_hf_check.py (builds nothing): one training step on CPU and CUDA vs PyTorch autograd in
+#           transformers, models/{target,draft} logits vs transformers, the tokenizer and chat template vs
+#           transformers -> $OUT/train-hf-check.json (needs the build stage's CLI and libflashkit.so)
 #   gpt2    models/recipes/gpt2-small-bench.json (~124M parameters, seq 1024): tokens/s and MFU
 #   pack    models/{draft,target} + logs as $OUT/models.tar.part-* (15 MiB pieces; join with cat)
 # Needs data/tokens (made here by `tools/train_models.sh prepare`; carry=["data/tokens", ".fkdeps"]).
@@ -82,6 +85,14 @@ PY
       run spec_bench timeout 300 "$FK" bench spec -m models/target --draft models/draft --device cuda -n 128 --repeats 3 \
         --json "$OUT/spec-cuda.json"
       sed -n "/^bench spec:/,\$p" "$LOG" | head -80 > "$OUT/spec-cuda.txt" ;;
+    hfcheck)
+      if [ ! -x "$FK" ] || [ ! -f "$BUILD/lib/libflashkit.so" ]; then
+        log "hfcheck: $FK or $BUILD/lib/libflashkit.so is missing (run the build stage first)"; status=1; continue
+      fi
+      run hfcheck timeout 900 env PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
+        FLASHKIT_LIBRARY="$BUILD/lib/libflashkit.so" /usr/bin/env python3 tools/gpu/train_hf_check.py \
+        --flashkit "$FK" --out "$OUT/train-hf-check.json"
+      sed -n '/^train_hf_check:/,/^overall:/p' "$LOG" | tail -40 | tee "$OUT/train-hf-check.txt" ;;
     gpt2) rm -rf runs/gpt2-small-bench; run gpt2 timeout 600 "$FK" train --config models/recipes/gpt2-small-bench.json ;;
     pack)
       tar cf /tmp/models.tar models/draft models/target runs/*/log.jsonl runs/loss.png runs/*/perplexity*.json 2>>"$LOG"
