@@ -2,6 +2,8 @@
 # reaches no package mirror, so they travel with the working tree:
 #   here, once:   bash tools/gpu/carried_deps.sh pack     -> .fkdeps/ (git-ignored via .git/info/exclude)
 #   device run:   pass carry=[".fkdeps"]; sourcing this file points pkg-config and the loader at it.
+# .fkdeps is 38 MB and the tree that travels is limited to 64 MiB (the shipped models are 50 MB of it), so `pack`
+# also writes .fkdeps.tar.xz (9 MB): carry=[".fkdeps.tar.xz"] instead, and fk_use_deps unpacks it there.
 fk_pack_deps() {
   set -e
   local gd; gd=$(git rev-parse --git-dir); mkdir -p "$gd/info"
@@ -15,9 +17,12 @@ fk_pack_deps() {
   local pc='prefix=X\nlibdir=${prefix}/lib\nincludedir=${prefix}/include\nName: %s\nDescription: carried\nVersion: %s\nLibs: -L${libdir} %s\nCflags: -I${includedir}\n'
   printf "$pc" libpcre2-8 "$(pkg-config --modversion libpcre2-8)" "-lpcre2-8" > .fkdeps/lib/pkgconfig/libpcre2-8.pc
   printf "$pc" icu-uc "$(pkg-config --modversion icu-uc)" "-licuuc -licudata" > .fkdeps/lib/pkgconfig/icu-uc.pc
-  du -sh .fkdeps
+  grep -qx "/.fkdeps.tar.xz" "$gd/info/exclude" 2>/dev/null || echo "/.fkdeps.tar.xz" >> "$gd/info/exclude"
+  tar cJf .fkdeps.tar.xz .fkdeps
+  du -sh .fkdeps .fkdeps.tar.xz
 }
 fk_use_deps() {
+  if [ ! -d .fkdeps/lib/pkgconfig ] && [ -f .fkdeps.tar.xz ]; then tar xJf .fkdeps.tar.xz; fi
   if [ -d .fkdeps/lib/pkgconfig ]; then
     sed -i "s#^prefix=.*#prefix=$PWD/.fkdeps#" .fkdeps/lib/pkgconfig/*.pc
     export PKG_CONFIG_PATH=$PWD/.fkdeps/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
