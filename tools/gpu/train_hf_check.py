@@ -366,18 +366,37 @@ PROMPTS = ["In the beginning God created the heaven and the earth.",
            "<|im_start|>user\nWhat is a package?<|im_end|>\n<|im_start|>assistant\n"]
 
 
+_FK_LOGITS = r"""
+import json, sys
+import numpy as np
+import flashkit
+model_dir, prompts, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+tok = flashkit.Tokenizer(model_dir)
+arrays = {}
+with flashkit.Model(model_dir, device="cpu", dtype="f32") as m:
+    for i, p in enumerate(prompts):
+        ids = tok.encode(p, add_special=True)
+        with m.session() as s:
+            arrays["rows%d" % i] = np.asarray(s.prefill(ids, all_logits=True), dtype=np.float64)
+        arrays["last%d" % i] = np.asarray(m.logits(ids), dtype=np.float64).ravel()
+        arrays["ids%d" % i] = np.asarray(ids, dtype=np.int64)
+np.savez(out, **arrays)
+"""
+
+
 def flashkit_logits(model_dir, prompts):
-    """{prompt index: (ids, all-position logits [n, V], Model.logits last row [V])} on flashkit's CPU, f32."""
-    import flashkit
-    tok = flashkit.Tokenizer(model_dir)
-    out = {}
-    with flashkit.Model(model_dir, device="cpu", dtype="f32") as m:
-        for i, p in enumerate(prompts):
-            ids = tok.encode(p, add_special=True)
-            with m.session() as s:
-                rows = np.asarray(s.prefill(ids, all_logits=True), dtype=np.float64)
-            out[i] = (ids, rows, np.asarray(m.logits(ids), dtype=np.float64).ravel())
-    return out
+    """{prompt index: (ids, all-position logits [n, V], Model.logits last row [V])} on flashkit's CPU, f32.
+
+    In a fresh interpreter: libflashkit's OpenMP and BLAS in a process that already loaded torch's crash on the GPU
+    machine's image (a Model load segfaulted there; the same call alone works)."""
+    with tempfile.TemporaryDirectory() as td:
+        out = os.path.join(td, "logits.npz")
+        p = subprocess.run([sys.executable, "-c", _FK_LOGITS, model_dir, json.dumps(prompts), out],
+                           capture_output=True, text=True, timeout=600)
+        if p.returncode != 0:
+            raise RuntimeError("flashkit logits (subprocess): exit status %d: %s" % (p.returncode, p.stderr[-2000:]))
+        z = np.load(out)
+        return {i: ([int(x) for x in z["ids%d" % i]], z["rows%d" % i], z["last%d" % i]) for i in range(len(prompts))}
 
 
 def check_logits(models, have_hf):
