@@ -8,7 +8,8 @@
 # What runs, and why this subset: CI has 2 cores and 90 minutes; the normal run takes ~5 min. The sanitizer build
 # (-O1-ish RelWithDebInfo, instrumented) of the library and the gtest/C binaries is the bulk of the cost, so it
 # builds only those targets (not the CLI or the analysis tool) and runs the labels whose code is ours end to end:
-#   cpp (attention grid, errors, gradcheck, dtypes, env, non-finite rules; also the scalar/avx2 ISA entries),
+#   cpp (tests/attention: grid, errors, gradcheck, dtypes, non-finite rules, also the scalar/avx2 ISA entries;
+#   tests/common: the environment reader),
 #   capi (the C API, attention and engine), engine (engine core, sampler, stop, fidelity, threads), model (readers,
 #   bad files, fuzz corpus), tokenizer (unit tests).
 # Python and CLI tests are not run: they would need the sanitizer runtime preloaded into python3.
@@ -31,8 +32,8 @@ cmake -S . -B "$BUILD" -G Ninja -DFLASHKIT_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDe
   -DCMAKE_C_FLAGS="$FLAGS" -DCMAKE_CXX_FLAGS="$FLAGS" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
   >"$BUILD/configure.log" 2>&1 || { cat "$BUILD/configure.log"; exit 1; }
-targets=(flashkit_tests flashkit_capi_test flashkit_capi_engine_test flashkit_engine_tests flashkit_model_tests
-         flashkit_tokenizer_tests)
+targets=(flashkit_tests flashkit_common_tests flashkit_capi_test flashkit_capi_engine_test flashkit_engine_tests
+         flashkit_model_tests flashkit_tokenizer_tests)
 cmake --build "$BUILD" -j "$(nproc)" --target "${targets[@]}"
 built=$(date +%s)
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1"

@@ -21,7 +21,7 @@
 // Non-finite input. With check_finite (the default) NaN/+-inf in q, k, v -- and, for the backward, in o, dout and
 // in the lse of a row that sees at least one key -- is rejected with invalid_argument naming the tensor and index.
 // With check_finite off, every implementation (reference, CPU standard, CPU flash at every ISA, CUDA: checked by
-// the NonFinite tests of tests/cuda/test_attention_cuda.cpp) answers:
+// the NonFinite tests of tests/attention/test_attention_cuda.cpp) answers:
 //   forward, per query row i that sees at least one key:
 //     - q_i, or k_j or v_j of a key j that row i sees, holds NaN or +-inf  ->  o_i = NaN (every element), lse_i = NaN;
 //     - otherwise o_i is the softmax result, finite, also when a score scale * q.k (or a partial sum of it)

@@ -23,7 +23,9 @@ run() { local name=$1; shift; log "$name: $*"; local t0=$(date +%s); "$@" >> "$L
 tree() { [ "$1" = before ] && echo "$PWD/ab-before" || echo "$PWD"; }
 # The after tree builds into $BUILD (default build-gpu, shared with check.sh/engine.sh: a warm build is reused).
 bdir() { [ "$1" = before ] && echo "$PWD/ab-before/build-ab" || echo "$PWD/${BUILD:-build-gpu}"; }
-engine_bench() {  # TREE OUTJSON: the engine benchmark of that tree (an executable under bench/, or the old gtest)
+# BUILDDIR OUTJSON: the engine benchmark of that build: bench/engine/flashkit_engine_bench, or, for a tree from
+# before the benchmarks became executables, the disabled gtest it used to be.
+engine_bench() {
   local b="$1"
   local env=(FLASHKIT_BENCH_RANDOM=1 FLASHKIT_BENCH_REPS=3 FLASHKIT_BENCH_NEW=128 FLASHKIT_BENCH_PREFILL=512
              FLASHKIT_BENCH_MODELS=$PWD/models/configs/gemma-3-270m.json,$PWD/models/configs/llama-3.2-1b.json
@@ -41,8 +43,8 @@ for st in "${STAGES[@]}"; do
         b=$(bdir $side)
         run "configure_$side" cmake -S "$t" -B "$b" -G Ninja -DFLASHKIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
           -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 || exit 1
-        tg=(flashkit flashkit_engine_tests)
-        grep -q flashkit_engine_bench "$t/bench/engine/CMakeLists.txt" 2>/dev/null && tg+=(flashkit_engine_bench)
+        tg=(flashkit flashkit_engine_bench)  # older trees: the benchmark lived in the engine tests
+        grep -q flashkit_engine_bench "$t/bench/engine/CMakeLists.txt" 2>/dev/null || tg=(flashkit flashkit_engine_tests)
         run "build_$side" cmake --build "$b" -j"$(nproc)" --target "${tg[@]}" || exit 1
       done ;;
     decode|grid)

@@ -58,26 +58,26 @@ for st in "${STAGES[@]}"; do
       # One run covers every kernel path: the Grid suite on the default choice, the Paths suite on the grid again
       # under each Tuning that changes it (the portable sm_80 kernels on this Hopper GPU, each forced Hopper
       # forward configuration, 3 = the warp-specialized TMA kernel with and without ping-pong, the BM 64
-      # backward, the decode cluster merge, decode without PDL and with the split cap at 64; tests/cuda). A time
+      # backward, the decode cluster merge, decode without PDL and with the split cap at 64; tests/attention). A time
       # limit so that a barrier hang fails the stage instead of the whole run. Each decode case prints the path
       # it took ("decode path:" lines, counted in decode-paths.txt).
-      run cuda_tests timeout 1200 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_brief=1
+      run cuda_tests timeout 1200 "$BUILD/tests/attention/flashkit_cuda_tests" --gtest_brief=1
       grep -h "decode path:" "$OUT/check.log" | sort | uniq -c > "$OUT/decode-paths.txt" ;;
     sanitize)
       F='*flash_B2_Sq128_Sk128_H4x4_D64_bf16*:*flash_B2_Sq128_Sk128_H4x4_D128_causal_bf16*:*flash_B1_Sq16_Sk1024*:*flash_B1_Sq0_Sk0_H8x2_D128_causal_bf16_varlen*:*standard_B2_Sq129_Sk200_H4x2_D64_bf16*:*flash_B1_Sq100_Sk333_H6x2_D256_bf16*:*Sq96_Sk160*:*Sq1_Sk4000*:*Sq1_Sk5000*:*Sq2_Sk5000*'
-      run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
-      run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
+      run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/attention/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
+      run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/attention/flashkit_cuda_tests" --gtest_filter="$F" --gtest_brief=1
       # the same cases on the other paths (Paths suite, per-call Tuning): Hopper forward configuration 2, the
       # warp-specialized forward (TMA, mbarriers, named-barrier ping-pong), and the decode cluster merge
       # (distributed shared memory, cluster barriers) on the decode cases
       only() { local pre=$1 f=$2 out="" x; IFS=: read -ra xs <<< "$f"; for x in "${xs[@]}"; do out+="${out:+:}Paths/*${pre}_*${x#\*}"; done; echo "$out"; }
       for path in sm90cfg2 sm90cfg3; do
-        run memcheck_$path compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$(only $path "$F")" --gtest_brief=1
-        run racecheck_$path compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$(only $path "$F")" --gtest_brief=1
+        run memcheck_$path compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/attention/flashkit_cuda_tests" --gtest_filter="$(only $path "$F")" --gtest_brief=1
+        run racecheck_$path compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/attention/flashkit_cuda_tests" --gtest_filter="$(only $path "$F")" --gtest_brief=1
       done
       FD='*Sq1_Sk4000*:*Sq1_Sk5000*:*Sq2_Sk5000*:*Sq3_Sk4096*:*Sq4_Sk4096*:*Sq2_Sk8192*:*Sq16_Sk1024*:*Sq3_Sk3000*:*H16x4_D64_causal_bf16_varlen*'
-      run memcheck_cluster timeout 600 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$(only decode_cluster "$FD")" --gtest_brief=1
-      run racecheck_cluster timeout 600 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/flashkit_cuda_tests" --gtest_filter="$(only decode_cluster "$FD")" --gtest_brief=1
+      run memcheck_cluster timeout 600 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/attention/flashkit_cuda_tests" --gtest_filter="$(only decode_cluster "$FD")" --gtest_brief=1
+      run racecheck_cluster timeout 600 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/attention/flashkit_cuda_tests" --gtest_filter="$(only decode_cluster "$FD")" --gtest_brief=1
       ;;
     torch) run torch_check python3 tools/gpu/torch_check.py ;;
     sass)

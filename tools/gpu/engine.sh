@@ -3,18 +3,19 @@
 # transformers, and the fidelity check of flashkit's greedy tokens against transformers at full model size.
 #   tools/gpu/engine.sh [STAGES...]     default: build test sanitize models bench fidelity hf
 # stages:
-#   build     cmake + ninja (sm_90a by default: ARCHS=...), the library and the engine tests
+#   build     cmake + ninja (sm_90a by default: ARCHS=...), the library, the engine tests and the two benchmark
+#             executables (bench/engine: flashkit_engine_bench, flashkit_kernel_bench)
 #   test      flashkit_engine_tests (every engine test; the CUDA ones need the GPU)
 #   sanitize  compute-sanitizer memcheck (and racecheck on the decode attention) on small CUDA engine tests
 #   models    random-weight bf16 gemma-3-270m and Llama-3.2-1B checkpoints in $MODELS (transformers save_pretrained)
-#   bench     flashkit: 256 greedy tokens after a 128-token prompt (graphs on/off), 4k-token prefill
+#   bench     flashkit_engine_bench: 256 greedy tokens after a 128-token prompt (graphs on/off), 4k-token prefill
 #   hf        transformers: eager generate, static cache + torch.compile, 4k-token prefill
 #   fidelity  flashkit's greedy tokens teacher-forced through transformers (bf16, and f32 with TF32 off)
 #   ncu       per-kernel GPU time of decode steps (Nsight Compute, random weights: no checkpoint needed; needs a
 #             Firecracker machine, ncu cannot read counters under gVisor) -> engine-ncu.txt
 #   opprofile the engine's per-op profile mode (a sync after every op: unfused, no graphs) -> in engine.log
 #   kbench    the decode kernels alone (GEMVs of both models vs cuBLAS, decode attention at several context lengths),
-#             CUDA-graph timed -> engine-kbench.json (test_cuda_kernel_bench.cpp)
+#             CUDA-graph timed -> engine-kbench.json (flashkit_kernel_bench)
 #   floor     what one dependency level of a decode step costs at minimum (bench/cuda/latency_floor.cu: empty
 #             kernels, PDL, a 640-float level, a grid barrier) -> engine-latency-floor.json
 #   ab        decode with one switch flipped at a time (FLASHKIT_CUDA_{PDL,FUSE,PINGPONG,LDCS}=0, FLASHKIT_CUDA_PREFETCH=1,
@@ -54,6 +55,8 @@ run() {  # run NAME CMD...: output appended to the log, result recorded
   return $rc
 }
 T=$BUILD/tests/engine/flashkit_engine_tests
+EB=$BUILD/bench/engine/flashkit_engine_bench   # FLASHKIT_BENCH_* in, [bench] lines out (bench/engine/engine_bench.cpp)
+KB=$BUILD/bench/engine/flashkit_kernel_bench   # FLASHKIT_KBENCH_OUT in, [kbench] lines out
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv
   nvcc --version | tail -1; python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
   git rev-parse --short HEAD 2>/dev/null; } >> "$LOG" 2>&1
@@ -62,7 +65,8 @@ for st in "${STAGES[@]}"; do
     build)
       run configure cmake -S . -B "$BUILD" -G Ninja -DFLASHKIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
         -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 || break
-      run build cmake --build "$BUILD" -j"$(nproc)" --target flashkit flashkit_engine_tests || break
+      run build cmake --build "$BUILD" -j"$(nproc)" --target flashkit flashkit_engine_tests flashkit_engine_bench \
+        flashkit_kernel_bench || break
       ;;
     test) run engine_tests "$T" --gtest_brief=1 ;;
     sanitize)
@@ -73,7 +77,7 @@ for st in "${STAGES[@]}"; do
     models) run make_models python3 bench/engine/bench_hf_cuda.py make "$MODELS" ;;
     bench)
       FLASHKIT_BENCH_MODELS="$MODELS/gemma-3-270m,$MODELS/llama-3.2-1b" FLASHKIT_BENCH_OUT="$OUT/engine-flashkit.json" \
-        run flashkit_bench "$T" --gtest_also_run_disabled_tests --gtest_filter='CudaEngineBench.*'
+        run flashkit_bench "$EB"
       grep "^\[bench\]" "$LOG" | tail -8
       ;;
     hf) run hf_bench python3 bench/engine/bench_hf_cuda.py bench "$MODELS" --json "$OUT/engine-hf.json" ;;
@@ -88,7 +92,7 @@ for st in "${STAGES[@]}"; do
         FLASHKIT_BENCH_MODELS=models/configs/$m.json ncu --clock-control none --print-units base \
           --kernel-name regex:'gemv_kernel|decode_attn_kernel|embed_kernel' --launch-skip 300 --launch-count 200 \
           --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size,launch__registers_per_thread --csv \
-          "$T" --gtest_also_run_disabled_tests --gtest_filter='CudaEngineBench.*' > "$OUT/ncu_$m.csv" 2>>"$LOG" ||
+          "$EB" > "$OUT/ncu_$m.csv" 2>>"$LOG" ||
           { log "ncu_$m: rc=$?"; status=1; }
         python3 - "$OUT/ncu_$m.csv" "$m" <<'PY' | tee -a "$LOG" "$OUT/engine-ncu.txt"
 import csv, sys, collections
@@ -113,7 +117,7 @@ PY
       ;;
     kbench)
       FLASHKIT_KBENCH_OUT="$OUT/engine-kbench.json" \
-        run kbench "$T" --gtest_also_run_disabled_tests --gtest_filter='CudaKernelBench.*'
+        run kbench "$KB"
       grep "^\[kbench\]" "$LOG"
       ;;
     floor)
@@ -126,14 +130,14 @@ PY
         extra=(); [ "$knob" != none ] && extra=("FLASHKIT_$knob")
         env "${extra[@]}" FLASHKIT_BENCH_RANDOM=1 FLASHKIT_BENCH_REPS=2 FLASHKIT_BENCH_NEW=128 FLASHKIT_BENCH_PREFILL=512 \
           FLASHKIT_BENCH_MODELS=models/configs/gemma-3-270m.json,models/configs/llama-3.2-1b.json \
-          "$T" --gtest_also_run_disabled_tests --gtest_filter='CudaEngineBench.*' 2>&1 | grep "graphs_on" |
+          "$EB" 2>&1 | grep "graphs_on" |
           sed "s/^/[ab $knob] /" | tee -a "$LOG" "$OUT/engine-ab.txt"
       done
       ;;
     opprofile)
       FLASHKIT_BENCH_PROFILE=1 FLASHKIT_BENCH_RANDOM=1 FLASHKIT_BENCH_REPS=1 FLASHKIT_BENCH_NEW=32 FLASHKIT_BENCH_PREFILL=256 \
         FLASHKIT_BENCH_MODELS=models/configs/gemma-3-270m.json,models/configs/llama-3.2-1b.json \
-        run opprofile "$T" --gtest_also_run_disabled_tests --gtest_filter='CudaEngineBench.*'
+        run opprofile "$EB"
       grep "^\[profile\]" "$LOG" | tail -30
       ;;
     *) echo "unknown stage $st"; status=1 ;;

@@ -35,7 +35,7 @@ run() {  # run NAME CMD...: output appended to the log, result recorded
   return $rc
 }
 T=$BUILD/tests/train/cuda/flashkit_train_cuda_tests
-B=$BUILD/tests/train/cuda/flashkit_train_cuda_bench
+B=$BUILD/bench/train/flashkit_train_cuda_bench
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv
   nvcc --version | tail -1; git rev-parse --short HEAD 2>/dev/null; } >> "$LOG" 2>&1
 for st in "${STAGES[@]}"; do

@@ -1,14 +1,12 @@
-// Kernel-level benchmark of the CUDA engine's decode kernels (not a test: DISABLED_ unless asked for; it asserts
-// nothing about speed). tools/gpu/engine.sh kbench runs it on the GPU machine:
-//   FLASHKIT_KBENCH_OUT=out.json flashkit_engine_tests --gtest_also_run_disabled_tests --gtest_filter='*CudaKernelBench*'
+// Kernel-level benchmark of the CUDA engine's decode kernels (asserts nothing about speed). tools/gpu/engine.sh
+// kbench runs it on the GPU machine:
+//   FLASHKIT_KBENCH_OUT=out.json build-gpu/bench/engine/flashkit_kernel_bench
 // Every kernel is timed the way the engine runs it: many launches captured in one CUDA graph (PDL on), replayed,
 // timed with CUDA events, median of the replays. GEMV weights rotate over enough copies that every launch reads
 // HBM (> 2x the 60 MB L2), and cuBLAS's GEMV (cublasGemmEx, n = 1, bf16 in, f32 out) is timed beside it on the same
 // weights. Shapes: the decode GEMVs of gemma-3-270m and Llama-3.2-1B with the prologue/epilogue fusions the engine
-// uses, and the decode attention of both at several context lengths.
-#include <gtest/gtest.h>
-
-#ifdef FLASHKIT_WITH_CUDA
+// uses, and the decode attention of both at several context lengths. Exit status: 0 done, 1 no CUDA device or an
+// error (a failed CUDA call, allocation or output file).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -18,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -30,10 +29,11 @@ namespace kc = flashkit::engine::cuda;
 
 namespace {
 
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    ASSERT_EQ(e_, cudaSuccess) << #x << ": " << cudaGetErrorString(e_);                \
+// A failed CUDA call ends the benchmark (main reports it): its numbers would be meaningless.
+#define CK(x)                                                                                     \
+  do {                                                                                            \
+    cudaError_t e_ = (x);                                                                         \
+    if (e_ != cudaSuccess) throw std::runtime_error(std::string(#x) + ": " + cudaGetErrorString(e_)); \
   } while (0)
 
 struct DevMem {
@@ -122,14 +122,11 @@ std::string out_path() {
   return e && *e ? e : "";
 }
 
-}  // namespace
-
-TEST(CudaKernelBench, DISABLED_DecodeKernels) {
-  if (flashkit::cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device";
+void run_benchmark() {
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   cublasHandle_t cb;
-  ASSERT_EQ(cublasCreate(&cb), CUBLAS_STATUS_SUCCESS);
+  if (cublasCreate(&cb) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasCreate failed");
   cublasSetStream(cb, st);
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
@@ -153,7 +150,7 @@ TEST(CudaKernelBench, DISABLED_DecodeKernels) {
     const size_t wbytes = size_t(rows * c.K) * 2;
     const int copies = int(std::clamp<size_t>((kRotateBytes + wbytes - 1) / wbytes, 1, 64));
     DevMem W(wbytes * copies);
-    ASSERT_NE(W.p, nullptr) << "cudaMalloc " << wbytes * copies;
+    if (!W.p) throw std::runtime_error("cudaMalloc of " + std::to_string(wbytes * copies) + " bytes failed");
     fill(W.p, size_t(rows * c.K) * copies, true, 0.05f, 7);
     const int launches = std::max(copies, 8);
     auto launch = [&](int i) {
@@ -242,9 +239,25 @@ TEST(CudaKernelBench, DISABLED_DecodeKernels) {
   }
   cublasDestroy(cb);
   cudaStreamDestroy(st);
-  if (!out_path().empty()) std::ofstream(out_path()) << out.dump(1) << "\n";
+  if (!out_path().empty()) {
+    std::ofstream f(out_path());
+    f << out.dump(1) << "\n";
+    if (!f) throw std::runtime_error("cannot write FLASHKIT_KBENCH_OUT=" + out_path());
+  }
 }
 
-#else
-TEST(CudaKernelBench, DISABLED_DecodeKernels) { GTEST_SKIP() << "built without CUDA"; }
-#endif
+}  // namespace
+
+int main() {
+  if (flashkit::cuda_device_count() <= 0) {
+    std::fprintf(stderr, "flashkit_kernel_bench: no CUDA device\n");
+    return 1;
+  }
+  try {
+    run_benchmark();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "flashkit_kernel_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,18 +1,16 @@
-// Decode / prefill benchmark of the engine on the CUDA backend (not a test: DISABLED_ unless asked for, and it
-// asserts nothing about speed). tools/gpu/engine.sh runs it on the GPU machine:
-//   FLASHKIT_BENCH_MODELS=dir1,dir2 FLASHKIT_BENCH_OUT=out.json \
-//     flashkit_engine_tests --gtest_also_run_disabled_tests --gtest_filter='*CudaEngineBench*'
+// Decode / prefill benchmark of the engine on the CUDA backend (asserts nothing about speed). tools/gpu/engine.sh
+// (stages bench, ncu, ab, opprofile) and tools/gpu/ab.sh run it on the GPU machine:
+//   FLASHKIT_BENCH_MODELS=dir1,dir2 FLASHKIT_BENCH_OUT=out.json build-gpu/bench/engine/flashkit_engine_bench
 // Per model directory (a Hugging Face checkpoint; see FLASHKIT_BENCH_RANDOM below): greedy generation of FLASHKIT_BENCH_NEW (256) tokens after the
 // FLASHKIT_BENCH_PROMPT (128) token prompt found in <dir>/bench_prompt.json (else ids 1..128), with CUDA graphs on
 // and off (best of 3 runs each), and a FLASHKIT_BENCH_PREFILL (4096) token prefill in one chunk (best of 3).
 // Writes one JSON object with the timings and the generated ids (the fidelity check compares them with
-// transformers).
-#include <gtest/gtest.h>
-
+// transformers). Exit status: 0 done, 1 no CUDA device or an error, 2 FLASHKIT_BENCH_MODELS unset or empty.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -145,14 +143,34 @@ nlohmann::json bench_model(const std::string& dir) {
   return j;
 }
 
-TEST(CudaEngineBench, DISABLED_DecodeAndPrefill) {
-  if (flashkit::cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device";
-  const char* models = std::getenv("FLASHKIT_BENCH_MODELS");
-  if (!models) GTEST_SKIP() << "set FLASHKIT_BENCH_MODELS";
-  nlohmann::json all = nlohmann::json::array();
-  for (const auto& dir : split(models)) all.push_back(bench_model(dir));
-  const char* out = std::getenv("FLASHKIT_BENCH_OUT");
-  if (out) std::ofstream(out) << all.dump(1) << "\n";
-}
-
 }  // namespace
+
+int main() {
+  const char* models = std::getenv("FLASHKIT_BENCH_MODELS");
+  if (!models || split(models).empty()) {
+    std::fprintf(stderr, "flashkit_engine_bench: set FLASHKIT_BENCH_MODELS to comma-separated model directories "
+                         "(or config.json files with FLASHKIT_BENCH_RANDOM=1)\n");
+    return 2;
+  }
+  if (flashkit::cuda_device_count() <= 0) {
+    std::fprintf(stderr, "flashkit_engine_bench: no CUDA device\n");
+    return 1;
+  }
+  try {
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& dir : split(models)) all.push_back(bench_model(dir));
+    const char* out = std::getenv("FLASHKIT_BENCH_OUT");
+    if (out && *out) {
+      std::ofstream f(out);
+      f << all.dump(1) << "\n";
+      if (!f) {
+        std::fprintf(stderr, "flashkit_engine_bench: cannot write FLASHKIT_BENCH_OUT=%s\n", out);
+        return 1;
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "flashkit_engine_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
