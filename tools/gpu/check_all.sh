@@ -3,7 +3,7 @@
 # every GPU test binary (attention on every kernel path, engine, speculative decoding, training kernels and backend)
 # and compute-sanitizer memcheck/racecheck on the decode family and the engine's fused kernels.
 #   tools/gpu/check_all.sh [STAGES...]    default: build test sanitize
-# Results in $OUT/check-all.log (+ per-binary gtest XML). Exit status: non-zero if any stage failed.
+# Results in $OUT/check-all.log and $OUT/failed.txt. Exit status: non-zero if any stage failed.
 # The tokenizer's PCRE2/ICU come from .fkdeps (tools/gpu/engine.sh pack-deps here once; carry=[".fkdeps"]).
 set -u
 cd "$(dirname "$0")/../.."
@@ -29,7 +29,7 @@ for st in "${STAGES[@]}"; do
       for b in flashkit_cuda_tests flashkit_engine_tests flashkit_spec_tests flashkit_train_tests flashkit_train_cuda_tests \
                flashkit_tests flashkit_serve_tests flashkit_chat_tests; do
         p=$(bin $b); [ -n "$p" ] || { log "$b: not built"; status=1; continue; }
-        run "$b" timeout 1200 "$p" --gtest_brief=1 --gtest_output="xml:$OUT/$b.xml"
+        run "$b" timeout 1200 "$p" --gtest_brief=1
         grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt"
       done ;;
     sanitize)
