@@ -43,7 +43,7 @@ if [ -z "$total" ]; then
   exit 1
 fi
 [ "$sanitize_status" = 0 ] || echo "tools/sanitize.sh failed (exit status $sanitize_status): see its output above"
-[ "$fuzz_status" = 0 ] || echo "tests/fuzz/run.sh failed (exit status $fuzz_status): a crash or a failed fuzz build, see its output above"
+[ "$fuzz_status" = 0 ] || echo "the fuzz step failed (exit status $fuzz_status: a crash, a failed fuzz build or a bad FLASHKIT_FUZZ_SECONDS): see its output above"
 [ "$status" != 0 ] || status=$sanitize_status
 [ "$status" != 0 ] || status=$fuzz_status
 echo
