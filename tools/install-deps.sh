@@ -7,6 +7,7 @@ pkgs=(
   libopenblas-dev libomp-dev libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
   python3 python3-numpy python3-pytest python3-torch python3-matplotlib python3-jinja2 pybind11-dev
   libpcre2-dev libicu-dev libcpp-httplib-dev
+  clang libclang-rt-14-dev  # tests/fuzz (-fsanitize=fuzzer); libFuzzer's runtime is only a Recommends of clang
 )
 # Node runs the tokenizer's reference comparison (tests/tokenizer/node). A node that is already there (e.g.
 # NodeSource's, whose package conflicts with Debian's npm) is used as it is; only without one do we take Debian's.

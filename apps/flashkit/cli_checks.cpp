@@ -26,31 +26,41 @@ std::string num_text(double x) {
 }
 }  // namespace
 
+namespace {
+// "" when s is an integer in [lo, hi]; else why not (r: the range as text).
+std::string check_int(const std::string& s, int64_t lo, int64_t hi, const std::string& r) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || end == s.c_str() || *end != 0 || errno == ERANGE)
+    return "expected an integer in " + r + ", got '" + s + "'";
+  if (v < lo || v > hi) return "must be in " + r + ", got " + s;
+  return {};
+}
+}  // namespace
+
 CLI::Validator int_range(int64_t lo, int64_t hi) {
   const std::string r = range_text(lo, hi);
+  return CLI::Validator([lo, hi, r](std::string& s) { return check_int(s, lo, hi, r); }, "INT in " + r);
+}
+
+CLI::Validator int_range_or(int64_t lo, int64_t hi, const std::string& word) {
+  const std::string r = range_text(lo, hi) + " or " + word;
   return CLI::Validator(
-      [lo, hi, r](std::string& s) -> std::string {
-        errno = 0;
-        char* end = nullptr;
-        const long long v = std::strtoll(s.c_str(), &end, 10);
-        if (s.empty() || end == s.c_str() || *end != 0 || errno == ERANGE)
-          return "expected an integer in " + r + ", got '" + s + "'";
-        if (v < lo || v > hi) return "must be in " + r + ", got " + s;
-        return {};
-      },
+      [lo, hi, r, word](std::string& s) -> std::string { return s == word ? std::string() : check_int(s, lo, hi, r); },
       "INT in " + r);
 }
 
-CLI::Validator real_range(double lo, double hi, bool lo_open) {
-  const std::string r = (lo_open ? "(" : "[") + num_text(lo) + ", " + num_text(hi) + "]";
+CLI::Validator real_range(double lo, double hi, bool lo_open, bool hi_open) {
+  const std::string r = (lo_open ? "(" : "[") + num_text(lo) + ", " + num_text(hi) + (hi_open ? ")" : "]");
   return CLI::Validator(
-      [lo, hi, lo_open, r](std::string& s) -> std::string {
+      [lo, hi, lo_open, hi_open, r](std::string& s) -> std::string {
         errno = 0;
         char* end = nullptr;
         const double v = std::strtod(s.c_str(), &end);
         if (s.empty() || end == s.c_str() || *end != 0 || !std::isfinite(v) || errno == ERANGE)
           return "expected a finite number in " + r + ", got '" + s + "'";
-        if (v < lo || v > hi || (lo_open && v == lo)) return "must be in " + r + ", got " + s;
+        if (v < lo || v > hi || (lo_open && v == lo) || (hi_open && v == hi)) return "must be in " + r + ", got " + s;
         return {};
       },
       "NUMBER in " + r);

@@ -11,8 +11,10 @@ namespace flashkit::cli {
 
 // An integer in [lo, hi], written as one (no "1e9", no "12abc", no value beyond int64). CLI11 prefixes the option.
 CLI::Validator int_range(int64_t lo, int64_t hi);
-// A finite real number in [lo, hi] ((lo, hi] with lo_open).
-CLI::Validator real_range(double lo, double hi, bool lo_open = false);
+// A finite real number in [lo, hi] ((lo, hi] with lo_open, [lo, hi) with hi_open).
+CLI::Validator real_range(double lo, double hi, bool lo_open = false, bool hi_open = false);
+// An integer in [lo, hi] or the one word `word` (e.g. --draft-tokens 4 | auto).
+CLI::Validator int_range_or(int64_t lo, int64_t hi, const std::string& word);
 // An unsigned 64-bit integer (seeds): digits only.
 CLI::Validator uint64_value();
 // CPU threads: 0 (the default) or 1..flashkit::max_threads().

@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -20,11 +22,15 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_checks.hpp"
 #include "commands.hpp"
+#include "core/limits.hpp"
 #include "flashkit/engine.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/serve.hpp"
@@ -50,24 +56,28 @@ struct ServeArgs {
   std::string tokenizer;
 };
 
-// "1073741824", "512M", "2G", "64K" (binary units).
-int64_t parse_bytes(const std::string& s, const char* flag) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (...) {
-    used = 0;
-  }
-  std::string unit = used ? s.substr(used) : "";
-  int64_t mul = 1;
-  if (unit == "K" || unit == "KiB" || unit == "k") mul = int64_t(1) << 10;
-  else if (unit == "M" || unit == "MiB") mul = int64_t(1) << 20;
-  else if (unit == "G" || unit == "GiB") mul = int64_t(1) << 30;
-  else if (!unit.empty()) used = 0;
-  if (!used || v < 0 || v * double(mul) > 9e18)
-    bad(std::string(flag) + ": \"" + s + "\" is not a byte count (e.g. 1073741824, 512M, 2G)");
-  return int64_t(v * double(mul));
+// "1073741824", "512M", "2G", "64K" (binary units); -1 when s is none of these (or NaN, negative, beyond 9e18).
+int64_t bytes_of(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end == s.c_str() || std::isspace(static_cast<unsigned char>(s[0]))) return -1;
+  const std::string unit = end;
+  double mul = 1;
+  if (unit == "K" || unit == "KiB" || unit == "k") mul = double(int64_t(1) << 10);
+  else if (unit == "M" || unit == "MiB") mul = double(int64_t(1) << 20);
+  else if (unit == "G" || unit == "GiB") mul = double(int64_t(1) << 30);
+  else if (!unit.empty()) return -1;
+  if (!(v >= 0 && v * mul <= 9e18)) return -1;  // also NaN and inf
+  return int64_t(v * mul);
+}
+
+CLI::Validator byte_count() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        return bytes_of(s) < 0 ? "expected a byte count in [0, 9e18] (e.g. 1073741824, 512M, 2G), got '" + s + "'"
+                               : std::string();
+      },
+      "BYTES");
 }
 
 void add_serve_options(CLI::App* c, ServeArgs* a, bool model_required) {
@@ -75,37 +85,39 @@ void add_serve_options(CLI::App* c, ServeArgs* a, bool model_required) {
   if (model_required) m->required();
   c->add_option("--device", a->device, "cpu (the paged KV cache runs on the CPU backend for now)");
   c->add_option("--dtype", a->dtype, "Weight storage: auto | f32 | bf16 | f16 | q8_0");
-  c->add_option("--threads", a->threads, "CPU threads (default: flashkit's)");
-  c->add_option("--ctx", a->ctx, "Context length per sequence (default min(model max, 4096))");
+  c->add_option("--threads", a->threads, "CPU threads (default: flashkit's)")->check(thread_count());
+  c->add_option("--ctx", a->ctx, "Context length per sequence (default min(model max, 4096))")
+      ->check(int_range(0, limits::kMaxContext));
   c->add_option("--kv-memory", a->kv_memory,
                 "Bytes of the KV block pool, e.g. 512M (default 0: a quarter of the available memory, capped at "
-                "max-running full contexts)");
-  c->add_option("--block-size", a->block_size, "Positions per KV block (default 16)");
-  c->add_option("--max-step-tokens", a->max_step_tokens, "Token budget of one batched step (default 256)");
-  c->add_option("--max-running", a->max_running, "Sequences decoding together (default 32)");
+                "max-running full contexts)")
+      ->check(byte_count());
+  c->add_option("--block-size", a->block_size, "Positions per KV block (default 16)")
+      ->check(int_range(1, limits::kMaxServeBlockSize));
+  c->add_option("--max-step-tokens", a->max_step_tokens, "Token budget of one batched step (default 256)")
+      ->check(int_range(1, limits::kMaxServeStepTokens));
+  c->add_option("--max-running", a->max_running, "Sequences decoding together (default 32)")
+      ->check(int_range(1, limits::kMaxServeRunning));
   c->add_flag("--no-prefix-cache", a->no_prefix_cache, "Do not reuse KV blocks of earlier requests");
-  c->add_option("--max-tokens-limit", a->max_tokens_limit, "Largest max_tokens a request may ask for (default 4096)");
-  c->add_option("--max-body-bytes", a->max_body, "Largest request body (default 1 MiB)");
-  c->add_option("--max-connections", a->max_connections, "Connections served at once (default 64)");
-  c->add_option("--max-pending", a->max_pending, "Requests queued or running before new ones get 503 (default 256)");
+  c->add_option("--max-tokens-limit", a->max_tokens_limit, "Largest max_tokens a request may ask for (default 4096)")
+      ->check(int_range(1, limits::kMaxContext));
+  c->add_option("--max-body-bytes", a->max_body, "Largest request body (default 1 MiB)")
+      ->check(int_range(256, limits::kMaxServeBodyBytes));
+  c->add_option("--max-connections", a->max_connections, "Connections served at once (default 64)")
+      ->check(int_range(1, limits::kMaxServeConnections));
+  c->add_option("--max-pending", a->max_pending, "Requests queued or running before new ones get 503 (default 256)")
+      ->check(int_range(1, limits::kMaxServePending));
   c->add_flag("-q,--quiet", a->quiet, "No log on stderr");
   c->add_flag("--random-weights", a->random_weights,
               "Ignore the checkpoint: seeded random weights for the config (benchmarks; -m may be a config.json)");
   c->add_option("--tokenizer", a->tokenizer, "Directory with tokenizer.json (default: the model directory)");
 }
 
+// The numeric ranges are checked by CLI11 (add_serve_options); this checks what they cannot.
 void validate(const ServeArgs& a) {
   std::error_code ec;
   if (!fs::exists(a.model, ec)) bad("--model: " + a.model + ": no such file or directory");
-  if (a.port < 0 || a.port > 65535) bad("--port must be in [0, 65535], got " + std::to_string(a.port));
-  if (a.threads < 0) bad("--threads must be >= 0, got " + std::to_string(a.threads));
-  if (a.ctx < 0) bad("--ctx must be >= 0, got " + std::to_string(a.ctx));
-  if (a.max_tokens_limit < 1) bad("--max-tokens-limit must be >= 1, got " + std::to_string(a.max_tokens_limit));
-  if (a.max_body < 256) bad("--max-body-bytes must be >= 256, got " + std::to_string(a.max_body));
-  if (a.max_connections < 1 || a.max_connections > 4096)
-    bad("--max-connections must be in [1, 4096], got " + std::to_string(a.max_connections));
-  if (a.max_pending < 1) bad("--max-pending must be >= 1, got " + std::to_string(a.max_pending));
-  parse_bytes(a.kv_memory, "--kv-memory");
+  if (a.host.empty()) bad("--host: empty address (default 127.0.0.1, the loopback interface)");
 }
 
 // A model, its engine, tokenizer and HTTP server, ready to run.
@@ -136,7 +148,7 @@ std::unique_ptr<Stack> build_stack(const ServeArgs& a, bool log) {
   s->model = Model::load(a.model, lo);
   serve::EngineOptions eo;
   eo.block_size = a.block_size;
-  eo.kv_memory = parse_bytes(a.kv_memory, "--kv-memory");
+  eo.kv_memory = bytes_of(a.kv_memory);
   eo.max_step_tokens = a.max_step_tokens;
   eo.max_running = a.max_running;
   eo.prefix_caching = !a.no_prefix_cache;
@@ -211,7 +223,8 @@ void run_serve(const ServeArgs& a) {
 
 struct BenchArgs {
   ServeArgs serve;
-  std::string url, output, concurrency = "1,2,4,8";
+  std::string url, output;
+  std::vector<int> concurrency = {1, 2, 4, 8};
   int64_t requests = 16, prompt_tokens = 64, max_tokens = 32, shared_prefix = 48;
   double time_limit = 300;
   uint64_t seed = 1;
@@ -314,27 +327,30 @@ json get_json(const std::string& host, int port, const char* path, bool post = f
   return json::parse(res->body, nullptr, false);
 }
 
+// --url: exactly http://HOST:PORT[/] with HOST one of the loopback names; anything else (another address, a name
+// that merely starts like one, user info, no port, a port out of range) is refused before any connection.
+std::pair<std::string, int> loopback_url(const std::string& url) {
+  const std::string expected = "--url: expected http://127.0.0.1:PORT (or localhost, [::1]; PORT in [1, 65535]), got ";
+  std::string u = url;
+  if (u.rfind("http://", 0) != 0) bad(expected + url);
+  u = u.substr(7);
+  if (!u.empty() && u.back() == '/') u.pop_back();
+  const auto colon = u.rfind(':');
+  if (colon == std::string::npos) bad(expected + url);
+  std::string host = u.substr(0, colon);
+  if (host == "localhost") host = "127.0.0.1";
+  if (host != "127.0.0.1" && host != "[::1]")
+    bad("--url: bench serve only drives servers on the loopback interface (127.0.0.1, localhost, [::1]), got " + url);
+  const std::string p = u.substr(colon + 1);
+  if (p.empty() || p.size() > 5 || p.find_first_not_of("0123456789") != std::string::npos) bad(expected + url);
+  const int port = std::stoi(p);
+  if (port < 1 || port > 65535) bad(expected + url);
+  return {host == "[::1]" ? "::1" : host, port};
+}
+
 void run_bench_serve(BenchArgs& b) {
-  if (b.requests < 1 || b.requests > 10000) bad("--requests must be in [1, 10000], got " + std::to_string(b.requests));
-  if (b.prompt_tokens < 1) bad("--prompt-tokens must be >= 1, got " + std::to_string(b.prompt_tokens));
-  if (b.max_tokens < 1 || b.max_tokens > 4096) bad("--max-tokens must be in [1, 4096], got " + std::to_string(b.max_tokens));
-  if (b.shared_prefix < 0) bad("--shared-prefix must be >= 0, got " + std::to_string(b.shared_prefix));
-  if (b.time_limit <= 0 || b.time_limit > 3600) bad("--time-limit must be in (0, 3600] seconds");
-  std::vector<int> levels;
-  {
-    std::stringstream ss(b.concurrency);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      int c = 0;
-      try {
-        c = std::stoi(item);
-      } catch (...) {
-      }
-      if (c < 1 || c > 256) bad("--concurrency: \"" + item + "\" is not in [1, 256]");
-      levels.push_back(c);
-    }
-    if (levels.empty()) bad("--concurrency: no levels given");
-  }
+  const std::vector<int>& levels = b.concurrency;  // each checked by CLI11
+  if (levels.empty()) bad("--concurrency: no levels given");
   std::ofstream out;
   if (!b.output.empty()) {
     out.open(b.output);
@@ -348,18 +364,7 @@ void run_bench_serve(BenchArgs& b) {
   json server_info;
   if (!b.url.empty()) {
     // Loopback only: this is a load generator for a local server, not a tool to aim at other machines.
-    std::string u = b.url;
-    if (u.rfind("http://", 0) == 0) u = u.substr(7);
-    const auto colon = u.rfind(':');
-    host = u.substr(0, colon);
-    if (host == "localhost") host = "127.0.0.1";
-    if (host != "127.0.0.1" && host != "[::1]" && host != "::1")
-      bad("--url: bench serve only drives servers on the loopback interface (127.0.0.1, localhost, ::1), got " + b.url);
-    try {
-      port = std::stoi(u.substr(colon + 1));
-    } catch (...) {
-      bad("--url: expected http://127.0.0.1:PORT, got " + b.url);
-    }
+    std::tie(host, port) = loopback_url(b.url);
     const json models = get_json(host, port, "/v1/models");
     if (!models.is_object()) bad("--url: no flashkit server answers at " + b.url);
     server_info = models;
@@ -477,8 +482,9 @@ void add_serve_commands(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   auto* s = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching (/v1/completions, ...)");
   add_serve_options(s, a.get(), true);
-  s->add_option("--host", a->host, "Address to listen on (default 127.0.0.1)");
-  s->add_option("--port", a->port, "Port (default 8080; 0: any free port)");
+  // Only an explicit --host makes the server listen beyond the loopback interface (bench serve has no --host).
+  s->add_option("--host", a->host, "Address to listen on (default 127.0.0.1: this machine only)");
+  s->add_option("--port", a->port, "Port (default 8080; 0: any free port)")->check(int_range(0, 65535));
   s->add_option("--model-id", a->model_id, "Model name in the API (default: the model directory's name)");
   s->callback([a] { run_serve(*a); });
 
@@ -493,14 +499,21 @@ void add_serve_commands(CLI::App& app) {
   auto* bs = bench->add_subcommand("serve", "Load generator for flashkit serve (loopback only): throughput, TTFT, ITL");
   add_serve_options(bs, &b->serve, false);
   bs->add_option("--url", b->url, "Drive a running server at http://127.0.0.1:PORT instead of starting one");
-  bs->add_option("--concurrency", b->concurrency, "Concurrent clients per run, comma-separated (default 1,2,4,8)");
-  bs->add_option("--requests", b->requests, "Requests per run (default 16, at most 10000)");
-  bs->add_option("--prompt-tokens", b->prompt_tokens, "Prompt length in tokens (default 64)");
-  bs->add_option("--max-tokens", b->max_tokens, "Tokens generated per request (default 32)");
+  bs->add_option("--concurrency", b->concurrency, "Concurrent clients per run, comma-separated (default 1,2,4,8)")
+      ->delimiter(',')
+      ->check(int_range(1, limits::kMaxBenchServeConcurrency));
+  bs->add_option("--requests", b->requests, "Requests per run (default 16, at most 10000)")
+      ->check(int_range(1, limits::kMaxBenchServeRequests));
+  bs->add_option("--prompt-tokens", b->prompt_tokens, "Prompt length in tokens (default 64)")
+      ->check(int_range(1, limits::kMaxContext));
+  bs->add_option("--max-tokens", b->max_tokens, "Tokens generated per request (default 32)")
+      ->check(int_range(1, limits::kMaxBenchServeTokens));
   bs->add_option("--shared-prefix", b->shared_prefix,
-                 "Tokens of prompt prefix shared by all requests in the second series (default 48; 0: one series)");
-  bs->add_option("--time-limit", b->time_limit, "Stop issuing requests after this many seconds (default 300)");
-  bs->add_option("--seed", b->seed, "Seed of the random prompts");
+                 "Tokens of prompt prefix shared by all requests in the second series (default 48; 0: one series)")
+      ->check(int_range(0, limits::kMaxContext));
+  bs->add_option("--time-limit", b->time_limit, "Stop issuing requests after this many seconds (default 300)")
+      ->check(real_range(0, limits::kMaxBenchSeconds, true));
+  bs->add_option("--seed", b->seed, "Seed of the random prompts")->check(uint64_value());
   bs->add_option("-o,--output", b->output, "Write the JSON report to FILE (default stdout)");
   bs->callback([b] { run_bench_serve(*b); });
 }

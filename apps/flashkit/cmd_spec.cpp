@@ -13,7 +13,9 @@
 #include <random>
 #include <sstream>
 
+#include "cli_checks.hpp"
 #include "commands.hpp"
+#include "core/limits.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/tokenizer.hpp"
 #include "spec_cli.hpp"
@@ -77,22 +79,22 @@ void check_tokenizers(const std::string& target, const std::string& draft) {
 void add_spec_options(CLI::App* c, SpecArgs* a) {
   c->add_option("--draft", a->draft, "Speculative decoding with this draft model (same tokenizer as -m)");
   c->add_option("--draft-tokens", a->draft_tokens,
-                "Tokens proposed per step: K in [1, 64], or auto (acceptance rate and step times pick K; default 4)");
-  c->add_option("--max-draft-tokens", a->max_draft_tokens, "Upper bound of --draft-tokens auto (default 8)");
+                "Tokens proposed per step: K in [1, 64], or auto (acceptance rate and step times pick K; default 4)")
+      ->check(int_range_or(1, limits::kMaxSpecTokens, "auto"));
+  c->add_option("--max-draft-tokens", a->max_draft_tokens, "Upper bound of --draft-tokens auto (default 8)")
+      ->check(int_range(1, limits::kMaxSpecTokens));
   c->add_option("--lookup", a->lookup,
-                "Speculative decoding by n-gram prompt lookup: match the last N..1 tokens of prompt + output (0 = off)");
+                "Speculative decoding by n-gram prompt lookup: match the last N..1 tokens of prompt + output (0 = off)")
+      ->check(int_range(0, limits::kMaxSpecTokens));
   c->add_option("--spec-tree", a->tree,
-                "Verify up to W n-gram continuations at once as a token tree (with --lookup; CPU; default 1)");
+                "Verify up to W n-gram continuations at once as a token tree (with --lookup; CPU; default 1)")
+      ->check(int_range(1, limits::kMaxSpecTokens));
   c->add_flag("--spec-compare", a->compare,
               "Also run plain decoding: report the measured speed-up and whether the outputs match");
 }
 
+// The numeric ranges are checked by CLI11 (add_spec_options); this checks what spans several options.
 void validate_spec_args(const SpecArgs& a) {
-  parse_draft_tokens(a.draft_tokens);
-  if (a.max_draft_tokens < 1 || a.max_draft_tokens > 64)
-    bad("--max-draft-tokens must be in [1, 64], got " + std::to_string(a.max_draft_tokens));
-  if (a.lookup < 0 || a.lookup > 64) bad("--lookup must be in [0, 64], got " + std::to_string(a.lookup));
-  if (a.tree < 1 || a.tree > 64) bad("--spec-tree must be in [1, 64], got " + std::to_string(a.tree));
   if (a.tree > 1 && a.lookup == 0) bad("--spec-tree verifies several n-gram continuations; it needs --lookup N");
   if (a.compare && !a.active()) bad("--spec-compare needs speculative decoding (--draft DIR or --lookup N)");
   std::error_code ec;
@@ -215,16 +217,12 @@ std::string read_file(const std::string& p) {
 }
 
 void run_bench_spec(const BenchSpecArgs& a) {
-  for (int k : a.ks)
-    if (k < 1 || k > 64) bad("--k: values must be in [1, 64], got " + std::to_string(k));
+  // The numeric ranges are checked by CLI11 (add_spec_bench_command).
+  if (a.ks.empty()) bad("--k: no values given");
   for (const auto& p : a.proposers)
     if (p != "draft" && p != "ngram" && p != "tree") bad("--proposers: unknown proposer \"" + p + "\" (draft, ngram, tree)");
   for (const auto& r : a.regimes)
     if (r != "free" && r != "grounded") bad("--regimes: unknown regime \"" + r + "\" (free, grounded)");
-  if (a.n < 2) bad("-n/--max-tokens must be at least 2, got " + std::to_string(a.n));
-  if (a.lookup < 1 || a.lookup > 64) bad("--lookup must be in [1, 64], got " + std::to_string(a.lookup));
-  if (a.tree_width < 2 || a.tree_width > 64) bad("--tree-width must be in [2, 64], got " + std::to_string(a.tree_width));
-  if (a.repeats < 1 || a.repeats > 100) bad("--repeats must be in [1, 100], got " + std::to_string(a.repeats));
   const bool want_draft = std::find(a.proposers.begin(), a.proposers.end(), "draft") != a.proposers.end();
   if (want_draft && a.draft.empty() && a.proposers.size() == 1) bad("--proposers draft needs --draft DIR");
   std::error_code ec;
@@ -378,21 +376,27 @@ void add_spec_bench_command(CLI::App& app) {
                                   "input-grounded prompts against plain decoding");
   c->add_option("-m,--model", a->model, "Target model directory (or config.json with --random-weights)")->required();
   c->add_option("--draft", a->draft, "Draft model directory (same tokenizer); without it the draft rows are skipped");
-  c->add_option("--k", a->ks, "Draft tokens per step to sweep (comma list; default 1..8)")->delimiter(',');
+  c->add_option("--k", a->ks, "Draft tokens per step to sweep (comma list; default 1..8)")
+      ->delimiter(',')
+      ->check(int_range(1, limits::kMaxSpecTokens));
   c->add_flag("--no-auto", a->no_auto, "Skip the adaptive-K rows");
   c->add_option("--proposers", a->proposers, "Comma list of draft, ngram, tree (default all)")->delimiter(',');
   c->add_option("--regimes", a->regimes, "Comma list of free, grounded (default both)")->delimiter(',');
   c->add_option("--prompt-free", a->prompt_free, "Text file for the free-generation prompt");
   c->add_option("--prompt-grounded", a->prompt_grounded, "Text file for the input-grounded prompt");
-  c->add_option("-n,--max-tokens", a->n, "Tokens generated per run (default 64)");
-  c->add_option("--lookup", a->lookup, "n-gram length for ngram / tree (default 3)");
-  c->add_option("--tree-width", a->tree_width, "Continuations per tree (default 4)");
-  c->add_option("--temp", a->temp, "Sampling temperature (default 0: greedy, outputs checked against plain decoding)");
-  c->add_option("--repeats", a->repeats, "Runs per row, the fastest kept (default 1)");
+  c->add_option("-n,--max-tokens", a->n, "Tokens generated per run (default 64)")
+      ->check(int_range(2, limits::kMaxNewTokens));
+  c->add_option("--lookup", a->lookup, "n-gram length for ngram / tree (default 3)")
+      ->check(int_range(1, limits::kMaxSpecTokens));
+  c->add_option("--tree-width", a->tree_width, "Continuations per tree (default 4)")
+      ->check(int_range(2, limits::kMaxSpecTokens));
+  c->add_option("--temp", a->temp, "Sampling temperature (default 0: greedy, outputs checked against plain decoding)")
+      ->check(real_range(0, 1000));
+  c->add_option("--repeats", a->repeats, "Runs per row, the fastest kept (default 1)")->check(int_range(1, 100));
   c->add_option("--device", a->device, "cpu | cuda | cuda:N (default cpu)");
   c->add_option("--dtype", a->dtype, "Weight storage (default auto)");
-  c->add_option("--threads", a->threads, "CPU threads");
-  c->add_option("--ctx", a->ctx, "Context length");
+  c->add_option("--threads", a->threads, "CPU threads")->check(thread_count());
+  c->add_option("--ctx", a->ctx, "Context length")->check(int_range(0, limits::kMaxContext));
   c->add_flag("--random-weights", a->random_weights, "Random weights for the configs (-m and --draft may be config.json)");
   c->add_option("--json", a->json_path, "Write the rows as JSON to FILE (tools/plot_spec.py plots it)");
   c->callback([a] { run_bench_spec(*a); });

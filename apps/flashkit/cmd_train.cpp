@@ -10,13 +10,16 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "analysis/hardware.hpp"
 #include "analysis/roofline.hpp"
+#include "cli_checks.hpp"
 #include "commands.hpp"
+#include "core/limits.hpp"
 #include "flashkit/engine.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/tokenizer.hpp"
@@ -51,16 +54,16 @@ void add_train(CLI::App& app) {
   auto* c = app.add_subcommand("train", "Train a Llama / Gemma-3-style model from a recipe (docs/training.md)");
   c->add_option("--config", a->config, "Recipe JSON (model config block, data, schedule, output)")->required();
   c->add_option("--resume", a->resume, "Continue from a run directory's latest checkpoint (or one checkpoint dir)");
-  c->add_option("--steps", a->steps, "Override train.steps (e.g. a short CPU run of a GPU recipe; the warmup is scaled)");
+  c->add_option("--steps", a->steps, "Override train.steps (e.g. a short CPU run of a GPU recipe; the warmup is scaled)")
+      ->check(int_range(1, limits::kMaxTrainSteps));
   c->add_option("--output", a->output, "Override output.dir");
   c->add_option("--device", a->device, "Override device: cpu | cuda | cuda:N");
-  c->add_option("--threads", a->threads, "Override threads (CPU)");
+  c->add_option("--threads", a->threads, "Override threads (CPU; 0: flashkit's default)")->check(thread_count());
   c->add_flag("-q,--quiet", a->quiet, "No progress lines");
   c->add_option("--dump-step1", a->dump_step1,
                 "Verification: write step 1's initial weights (f32 HF dir), batch, loss and gradients to DIR");
   c->callback([a] {
     train::Recipe r = train::load_recipe(a->config);
-    if (a->steps < 0) bad("--steps must be positive, got " + std::to_string(a->steps));
     if (a->steps > 0) {  // a shorter (or longer) run of the same schedule: the warmup keeps its share of the steps
       r.warmup_steps = std::min(a->steps, (r.warmup_steps * a->steps + r.steps / 2) / r.steps);
       r.steps = a->steps;
@@ -92,9 +95,13 @@ void add_train_tokenizer(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   auto* c = app.add_subcommand("train-tokenizer", "Train a byte-level BPE tokenizer (writes tokenizer.json)");
-  c->add_option("--vocab-size", a->vocab, "Vocabulary size, special and byte tokens included (default 8192)");
-  c->add_option("--min-frequency", a->min_freq, "Do not merge pairs seen fewer times (default 2)");
-  c->add_option("--max-bytes", a->max_bytes, "Read at most this many bytes of text (default: all)");
+  // The vocabulary's lower bound also counts the special tokens: train_bpe checks that.
+  c->add_option("--vocab-size", a->vocab, "Vocabulary size, special and byte tokens included (default 8192)")
+      ->check(int_range(256, limits::kMaxBpeVocab));
+  c->add_option("--min-frequency", a->min_freq, "Do not merge pairs seen fewer times (default 2)")
+      ->check(int_range(1, std::numeric_limits<int64_t>::max()));
+  c->add_option("--max-bytes", a->max_bytes, "Read at most this many bytes of text (default 0: all)")
+      ->check(int_range(0, std::numeric_limits<int64_t>::max()));
   c->add_option("-o,--output", a->out, "Output directory")->required();
   c->add_option("files", a->files, "Text files")->required();
   c->callback([a] {
@@ -123,19 +130,27 @@ void add_prepare_data(CLI::App& app) {
   auto* c = app.add_subcommand("prepare-data", "Tokenize text files into train/val token files (or synthesize tasks)");
   c->add_option("--tokenizer", a->tokenizer, "Directory with tokenizer.json");
   c->add_option("-o,--output", a->out, "Output directory (train.bin, val.bin, meta.json)")->required();
-  c->add_option("--val-fraction", a->val_fraction, "Tail fraction of every document kept for validation (default 0.01)");
+  c->add_option("--val-fraction", a->val_fraction, "Tail fraction of every document kept for validation (default 0.01)")
+      ->check(real_range(0, 1, false, true));
   c->add_flag("--no-bos", a->no_bos, "Do not put BOS before every document");
   c->add_option("--synthetic", a->synthetic, "Generate a synthetic task instead: copy | mqar");
-  c->add_option("--vocab-size", a->vocab, "Synthetic: vocabulary (default 256)");
-  c->add_option("--seq-len", a->seq, "Synthetic: tokens per example (default 128)");
-  c->add_option("--examples", a->examples, "Synthetic: training examples (default 1000)");
-  c->add_option("--val-examples", a->val_examples, "Synthetic: validation examples (default 100)");
-  c->add_option("--seed", a->seed, "Synthetic: seed (default 1)");
+  // The synthetic ranges are prepare_synthetic's (16..65536 ids: 16-bit token files; 8 tokens: BOS, SEP, EOS + pairs).
+  c->add_option("--vocab-size", a->vocab, "Synthetic: vocabulary (default 256)")->check(int_range(16, 65536));
+  c->add_option("--seq-len", a->seq, "Synthetic: tokens per example (default 128)")
+      ->check(int_range(8, limits::kMaxContext));
+  c->add_option("--examples", a->examples, "Synthetic: training examples (default 1000)")
+      ->check(int_range(1, limits::kMaxSyntheticExamples));
+  c->add_option("--val-examples", a->val_examples, "Synthetic: validation examples (default 100)")
+      ->check(int_range(0, limits::kMaxSyntheticExamples));
+  c->add_option("--seed", a->seed, "Synthetic: seed (default 1)")->check(uint64_value());
   c->add_option("files", a->files, "Text files or directories of .txt files");
   c->callback([a] {
     train::PrepareResult r;
     if (!a->synthetic.empty()) {
       if (!a->files.empty()) bad("prepare-data: --synthetic takes no input files");
+      // Both splits are held in memory as int32 ids before they are written.
+      check_memory(4.0 * double(a->seq) * (double(a->examples) + double(a->val_examples)),
+                   "prepare-data --synthetic (--examples + --val-examples) x --seq-len tokens");
       train::SyntheticOptions o;
       o.task = a->synthetic;
       o.vocab_size = a->vocab;
@@ -174,27 +189,26 @@ void add_perplexity(CLI::App& app) {
   auto* c = app.add_subcommand("perplexity", "Per-token loss and perplexity of a text file through the engine");
   c->add_option("-m,--model", a->model, "Model directory")->required();
   c->add_option("-f,--file", a->file, "Text file")->required();
-  c->add_option("--ctx", a->ctx, "Window length in tokens (default min(model context, 512))");
-  c->add_option("--stride", a->stride, "Window advance (default ctx / 2; = the window's text tokens: no overlap)");
+  c->add_option("--ctx", a->ctx, "Window length in tokens (default min(model context, 512))")
+      ->check(int_range(0, limits::kMaxContext));
+  c->add_option("--stride", a->stride, "Window advance (default ctx / 2; = the window's text tokens: no overlap)")
+      ->check(int_range(0, limits::kMaxContext));
   c->add_option("--per-token", a->per_token, "Write TSV: position, id, token, nll");
   c->add_flag("--no-bos", a->no_bos, "Do not start every window with BOS");
   c->add_flag("--json", a->json, "Print the result as JSON on stdout");
   c->add_option("--device", a->device, "cpu | cuda | cuda:N");
   c->add_option("--dtype", a->dtype, "Weight storage (default auto)");
-  c->add_option("--threads", a->threads, "CPU threads");
+  c->add_option("--threads", a->threads, "CPU threads")->check(thread_count());
   c->callback([a] {
     if (!a->per_token.empty()) {  // an unwritable output fails before the model loads
       std::ofstream probe(a->per_token, std::ios::app);
       if (!probe) bad("--per-token: cannot write " + a->per_token);
     }
-    std::ifstream f(a->file, std::ios::binary);
-    if (!f) bad("-f/--file: cannot read " + a->file);
-    std::ostringstream ss;
-    ss << f.rdbuf();
+    const std::string text = read_text_file(a->file, "-f/--file");  // capped at limits::kMaxTextBytes
     // A .gguf file reads the tokenizer.json next to it (as generate does).
     const std::filesystem::path mp(a->model);
     const Tokenizer tok = Tokenizer::from_dir(std::filesystem::is_directory(mp) ? mp : mp.parent_path());
-    const std::vector<int32_t> ids = tok.encode(ss.str());
+    const std::vector<int32_t> ids = tok.encode(text);
     LoadOptions lo;
     lo.device = a->device;
     lo.dtype = a->dtype;

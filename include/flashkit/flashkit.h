@@ -124,7 +124,7 @@ FK_API void fk_tokenizer_free(fk_tokenizer* tok);
 FK_API fk_status fk_tokenizer_vocab_size(const fk_tokenizer* tok, int32_t* out);
 /* Token ids of the UTF-8 text[0, len) (text may be NULL when len is 0); add_special: also what the
  * post-processor adds (e.g. BOS). Writes *n ids to ids[0, cap). Invalid UTF-8: FK_INVALID_ARGUMENT naming the
- * byte offset. */
+ * byte offset; more than 64 MiB of text (flashkit's limit for one input): FK_INVALID_ARGUMENT naming len. */
 FK_API fk_status fk_tokenizer_encode(const fk_tokenizer* tok, const char* text, size_t len, int add_special,
                                      int32_t* ids, size_t cap, size_t* n);
 /* UTF-8 text of ids[0, n); skip_special drops special tokens. Writes *len bytes and a terminating NUL to

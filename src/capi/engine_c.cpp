@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/limits.hpp"
 #include "flashkit/engine.hpp"
 #include "flashkit/flashkit.h"
 #include "flashkit/flashkit.hpp"
@@ -164,6 +165,9 @@ fk_status fk_tokenizer_encode(const fk_tokenizer* tok, const char* text, size_t 
     need(n, "n");
     if (len > 0) need(text, "text");
     if (ids == nullptr && cap > 0) bad("ids: pointer is NULL but cap is " + std::to_string(cap));
+    if (len > uint64_t(flashkit::limits::kMaxTextBytes))  // as every other front end (CLI files, Python encode)
+      bad("len: " + std::to_string(len) + " bytes of text, more than flashkit's limit of " +
+          std::to_string(flashkit::limits::kMaxTextBytes >> 20) + " MiB for one input");
     const std::vector<int32_t> r = t->encode(std::string_view(len ? text : "", len), add_special != 0);
     *n = r.size();
     if (ids == nullptr) return;  // size query

@@ -98,4 +98,29 @@ inline constexpr double kMaxBenchSeconds = 3600;
 inline constexpr double kMaxTriadMb = 65536;
 inline constexpr int64_t kMaxGemmSize = int64_t(1) << 16;
 
+// Speculative decoding (generate --draft-tokens / --max-draft-tokens / --lookup / --spec-tree, bench spec --k /
+// --lookup / --tree-width): tokens proposed per step, n-gram length and tree width. src/spec checks the same bound.
+inline constexpr int64_t kMaxSpecTokens = 64;
+
+// Serving (flashkit serve, bench serve). The engine's own ranges (src/serve/engine.cpp checks the same values):
+// positions per KV block, tokens per batched step, sequences decoding together.
+inline constexpr int64_t kMaxServeBlockSize = 1024;
+inline constexpr int64_t kMaxServeStepTokens = 65536;
+inline constexpr int64_t kMaxServeRunning = 4096;
+// The HTTP front end: connections (one thread each), requests queued or running, bytes of one request body (a
+// prompt of kMaxTextBytes of JSON-escaped text fits).
+inline constexpr int64_t kMaxServeConnections = 4096;
+inline constexpr int64_t kMaxServePending = int64_t(1) << 20;
+inline constexpr int64_t kMaxServeBodyBytes = int64_t(1) << 30;
+// bench serve: requests per run, concurrent clients, tokens generated per request.
+inline constexpr int64_t kMaxBenchServeRequests = 10000;
+inline constexpr int64_t kMaxBenchServeConcurrency = 256;
+inline constexpr int64_t kMaxBenchServeTokens = 4096;
+
+// Training front ends (train, train-tokenizer, prepare-data): optimizer steps (the recipe's own bound), BPE
+// vocabulary (the tokenizer's id space), synthetic examples per split (their tokens are also checked against memory).
+inline constexpr int64_t kMaxTrainSteps = int64_t(1) << 40;
+inline constexpr int64_t kMaxBpeVocab = int64_t(1) << 24;
+inline constexpr int64_t kMaxSyntheticExamples = int64_t(1) << 32;
+
 }  // namespace flashkit::limits

@@ -444,6 +444,20 @@ static void test_tokenizer(void) {
   BAD(fk_tokenizer_encode(t, text, 3, 0, NULL, 5, &n), "ids");
   BAD(fk_tokenizer_encode(t, "a\xff", 2, 0, ids, 256, &n), "UTF-8");
   {
+    /* More than 64 MiB of text (limits::kMaxTextBytes): refused before encoding, naming len and the limit. */
+    const size_t big_len = ((size_t)64 << 20) + 1;
+    char* big = (char*)malloc(big_len);
+    CHECK(big != NULL, "malloc %zu", big_len);
+    if (big) {
+      memset(big, 'a', big_len);
+      n = 7;
+      BAD(fk_tokenizer_encode(t, big, big_len, 0, NULL, 0, &n), "len: 67108865 bytes");
+      BAD(fk_tokenizer_encode(t, big, big_len, 0, NULL, 0, &n), "64 MiB");
+      CHECK(n == 7, "*n written on failure: %zu", n);
+      free(big);
+    }
+  }
+  {
     int32_t oov[2] = {0, vocab}, neg[1] = {-5};
     BAD(fk_tokenizer_decode(t, oov, 2, 0, buf, sizeof buf, &len), "ids[1]");
     BAD(fk_tokenizer_decode(t, neg, 1, 0, buf, sizeof buf, &len), "ids[0]");

@@ -63,7 +63,7 @@ def test_generate_speculative_sampling_runs(tmp_path):
 @pytest.mark.parametrize("args,names", [
     (["--spec-tree", "3"], ["--spec-tree", "--lookup"]),
     (["--lookup", "2", "--draft-tokens", "0"], ["--draft-tokens", "auto"]),
-    (["--lookup", "2", "--draft-tokens", "x"], ["--draft-tokens", "\"x\""]),
+    (["--lookup", "2", "--draft-tokens", "x"], ["--draft-tokens", "'x'"]),
     (["--lookup", "99"], ["--lookup", "99"]),
     (["--lookup", "2", "--spec-tree", "0"], ["--spec-tree"]),
     (["--lookup", "2", "--max-draft-tokens", "0"], ["--max-draft-tokens"]),

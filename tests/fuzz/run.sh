@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets with clang and runs each for a while on one core (docs/fuzzing.md).
 #   tests/fuzz/run.sh [--seconds N] [TARGET...]     N seconds per target (default 180); TARGETs: safetensors gguf
 #                                                   tokenizer config chat_template (default: all)
-#   tests/fuzz/run.sh --seconds 60                  the CI mode: every target for a minute
+#   tests/fuzz/run.sh --seconds 30                  the CI mode (.ci/run: FLASHKIT_FUZZ_SECONDS=30, tools/test.sh)
 #   tests/fuzz/run.sh 600 tokenizer                 (a bare number is the seconds, as before)
 # Seeds: tests/data/fuzz/<target> (regression inputs, kept in git and replayed by the normal tests) plus fresh
 # ones from make_seeds.py (micro checkpoints, the tokenizer and config fixtures); new corpus entries go to

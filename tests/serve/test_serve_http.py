@@ -424,7 +424,7 @@ def test_multi_turn_chat_reuses_the_previous_turn(server):
     (["serve", "-m", "{model}", "--kv-memory", "12X"], "--kv-memory"),
     (["serve", "-m", "{model}", "--kv-memory", "100"], "holds no KV block"),
     (["serve", "-m", "{model}", "--port", "70000"], "--port"),
-    (["serve", "-m", "{model}", "--max-running", "0"], "max_running"),
+    (["serve", "-m", "{model}", "--max-running", "0"], "--max-running"),
     (["bench", "serve", "--url", "http://10.0.0.1:80"], "loopback"),
     (["bench", "serve", "-m", "{model}", "--concurrency", "0"], "--concurrency"),
 ])
