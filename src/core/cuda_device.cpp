@@ -5,12 +5,29 @@
 #include <cuda_runtime.h>
 
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/cuda_check.hpp"
+#include "flashkit/error.hpp"
 #include "flashkit/runtime.hpp"
 
 namespace flashkit {
+
+std::string cuda_use_device(int index) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    cudaGetLastError();  // clear the sticky error of a machine without a driver or device
+    fail(Status::unsupported, "device cuda: no CUDA device is visible");
+  }
+  if (index < 0 || index >= n)
+    fail(Status::invalid_argument,
+         "device cuda:" + std::to_string(index) + ": only " + std::to_string(n) + " CUDA device(s) visible");
+  check_cuda(cudaSetDevice(index), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
+  return "cuda:" + std::to_string(index) + " " + prop.name;
+}
 
 int cuda_current_device() {
   int dev = 0;

@@ -4,6 +4,7 @@
 #pragma once
 #include <array>
 #include <cstddef>
+#include <string>
 
 namespace flashkit {
 
@@ -26,6 +27,10 @@ using ClusterResidency = std::array<int, 17>;
 // The current device's info, queried once per device. Throws flashkit::Error(device_error) when the runtime fails.
 DeviceInfo cuda_device_info();
 int cuda_current_device();
+// Makes device `index` current for this thread after checking it exists; returns its name as "cuda:N NAME". Throws
+// flashkit::Error: unsupported when no CUDA device is visible, invalid_argument for an index past the last one.
+// The engine's and the trainer's backends both open their device with it.
+std::string cuda_use_device(int index);
 // Cluster residency of `kernel` (a __global__ function's address) launched with `threads` threads and `smem` bytes
 // of dynamic shared memory (0: none; else the kernel's limit is raised to it first), for cluster sizes 2..16 (above
 // 8 only when the non-portable size is allowed). The caller caches it per (kernel, device). Enqueues nothing and

@@ -756,13 +756,7 @@ GenerationResult generate(Session& session, std::span<const int32_t> prompt, con
   if (opts.max_new_tokens < 1)
     fail(Status::invalid_argument, "max_new_tokens must be at least 1, got " + std::to_string(opts.max_new_tokens));
   if (prompt.empty()) fail(Status::invalid_argument, "generate: the prompt is empty (give at least one token)");
-  engine::SamplerParams sp;
-  sp.temperature = opts.temperature;
-  sp.top_k = opts.top_k;
-  sp.top_p = opts.top_p;
-  sp.min_p = opts.min_p;
-  sp.repetition_penalty = opts.repetition_penalty;
-  sp.seed = opts.seed;
+  const engine::SamplerParams sp = engine::sampler_params(opts);
   engine::Sampler sampler(sp);  // validates
   std::vector<int32_t> stops = opts.stop_ids;
   if (opts.stop_at_eos)

@@ -1,5 +1,7 @@
 #include "engine/sampler.hpp"
 
+#include "flashkit/engine.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -404,6 +406,17 @@ std::vector<TokenProb> Sampler::distribution(std::span<const float> logits, std:
     return a.prob > b.prob || (a.prob == b.prob && a.token < b.token);
   });
   return out;
+}
+
+SamplerParams sampler_params(const GenerateOptions& opts) {
+  SamplerParams sp;
+  sp.temperature = opts.temperature;
+  sp.top_k = opts.top_k;
+  sp.top_p = opts.top_p;
+  sp.min_p = opts.min_p;
+  sp.repetition_penalty = opts.repetition_penalty;
+  sp.seed = opts.seed;
+  return sp;
 }
 
 }  // namespace flashkit::engine

@@ -18,6 +18,10 @@
 #include <span>
 #include <vector>
 
+namespace flashkit {
+struct GenerateOptions;
+}
+
 namespace flashkit::engine {
 
 struct SamplerParams {
@@ -33,6 +37,10 @@ struct SamplerParams {
 // Throws flashkit::Error(invalid_argument) naming the parameter: temperature < 0 (or not finite),
 // top_p not in (0, 1], min_p not in [0, 1), top_k < 0, repetition_penalty <= 0 (or not finite), NaN anywhere.
 void validate(const SamplerParams& p);
+
+// The sampler settings of a generate() call (temperature, top-k/p, min-p, repetition penalty, seed): one mapping
+// for plain and speculative generation, so both sample from the same distribution.
+SamplerParams sampler_params(const GenerateOptions& opts);
 
 // Repetition penalty in place (transformers' RepetitionPenaltyLogitsProcessor): for every distinct id in
 // history, logits[id] is divided by penalty when positive, multiplied when negative. Ids outside

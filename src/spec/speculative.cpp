@@ -74,13 +74,7 @@ GenerationResult generate(Session& target, std::span<const int32_t> prompt, cons
   const SpeculativeOptions& so = opts.speculative;
   validate(target, so);
   const AcceptRule rule = hooks ? hooks->rule : AcceptRule::exact;
-  engine::SamplerParams sp;
-  sp.temperature = opts.temperature;
-  sp.top_k = opts.top_k;
-  sp.top_p = opts.top_p;
-  sp.min_p = opts.min_p;
-  sp.repetition_penalty = opts.repetition_penalty;
-  sp.seed = opts.seed;
+  const engine::SamplerParams sp = engine::sampler_params(opts);
   engine::Sampler sampler(sp);  // validates
   const bool greedy = sp.greedy();
   std::vector<int32_t> stops = opts.stop_ids;

@@ -11,15 +11,13 @@
 set -u
 cd "$(dirname "$0")/../.."
 . tools/gpu/carried_deps.sh; fk_use_deps
+. tools/gpu/steps.sh   # log / run: each step timed and logged to $LOG, failures in $status
 OUT=${OUT:-$PWD/build-gpu-out}; mkdir -p "$OUT/ab"
 LOG="$OUT/ab.log"
 ARCHS=${ARCHS:-90a-real}
 STAGES=("$@"); [ ${#STAGES[@]} -eq 0 ] && STAGES=(build decode engine)
 status=0
 export PYTHONUNBUFFERED=1
-log() { echo "== $*" | tee -a "$LOG"; }
-run() { local name=$1; shift; log "$name: $*"; local t0=$(date +%s); "$@" >> "$LOG" 2>&1; local rc=$?
-        log "$name: rc=$rc ($(( $(date +%s) - t0 )) s)"; [ $rc -ne 0 ] && status=1; return $rc; }
 tree() { [ "$1" = before ] && echo "$PWD/ab-before" || echo "$PWD"; }
 # The after tree builds into $BUILD (default build-gpu, shared with check.sh/engine.sh: a warm build is reused).
 bdir() { [ "$1" = before ] && echo "$PWD/ab-before/build-ab" || echo "$PWD/${BUILD:-build-gpu}"; }

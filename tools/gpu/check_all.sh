@@ -8,15 +8,13 @@
 set -u
 cd "$(dirname "$0")/../.."
 . tools/gpu/carried_deps.sh; fk_use_deps
+. tools/gpu/steps.sh   # log / run: each step timed and logged to $LOG, failures in $status
 OUT=${OUT:-$PWD/build-gpu-out}; mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}
 ARCHS=${ARCHS:-90a-real}
 LOG="$OUT/check-all.log"
 STAGES=("$@"); [ ${#STAGES[@]} -eq 0 ] && STAGES=(build test sanitize)
 status=0
-log() { echo "== $*" | tee -a "$LOG"; }
-run() { local name=$1; shift; log "$name: $*"; local t0=$(date +%s); "$@" >> "$LOG" 2>&1; local rc=$?
-        log "$name: rc=$rc ($(( $(date +%s) - t0 )) s)"; [ $rc -ne 0 ] && status=1; return $rc; }
 bin() { find "$BUILD/tests" -name "$1" -type f -perm -u+x | head -1; }
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1; } >> "$LOG" 2>&1
 for st in "${STAGES[@]}"; do

@@ -31,6 +31,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 . tools/gpu/carried_deps.sh
+. tools/gpu/steps.sh   # log / run: each step timed and logged to $LOG, failures in $status
 if [ "${1:-}" = pack-deps ]; then fk_pack_deps; exit 0; fi
 fk_use_deps
 OUT=${OUT:-$PWD/build-gpu-out}
@@ -43,17 +44,6 @@ STAGES=("$@")
 [ ${#STAGES[@]} -eq 0 ] && STAGES=(build test sanitize models bench fidelity hf)
 status=0
 export PYTHONUNBUFFERED=1
-log() { echo "== $*" | tee -a "$LOG"; }
-run() {  # run NAME CMD...: output appended to the log, result recorded
-  local name=$1; shift
-  log "$name: $*"
-  local t0=$(date +%s)
-  "$@" >> "$LOG" 2>&1
-  local rc=$?
-  log "$name: rc=$rc ($(( $(date +%s) - t0 )) s)"
-  [ $rc -ne 0 ] && status=1
-  return $rc
-}
 T=$BUILD/tests/engine/flashkit_engine_tests
 EB=$BUILD/bench/engine/flashkit_engine_bench   # FLASHKIT_BENCH_* in, [bench] lines out (bench/engine/engine_bench.cpp)
 KB=$BUILD/bench/engine/flashkit_kernel_bench   # FLASHKIT_KBENCH_OUT in, [kbench] lines out

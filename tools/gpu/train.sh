@@ -19,6 +19,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 . tools/gpu/carried_deps.sh; fk_use_deps
+. tools/gpu/steps.sh   # log / run: each step timed and logged to $LOG, failures in $status
 OUT=${OUT:-$PWD/build-gpu-out}; mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}
 ARCHS=${ARCHS:-90a-real}
@@ -26,9 +27,6 @@ LOG="$OUT/train.log"
 STAGES=("$@"); [ ${#STAGES[@]} -eq 0 ] && STAGES=(build test parity models sample gpt2 pack)
 status=0
 export PYTHONUNBUFFERED=1
-log() { echo "== $*" | tee -a "$LOG"; }
-run() { local name=$1; shift; log "$name: $*"; local t0=$(date +%s); "$@" >> "$LOG" 2>&1; local rc=$?
-        log "$name: rc=$rc ($(( $(date +%s) - t0 )) s)"; [ $rc -ne 0 ] && status=1; return $rc; }
 FK=$BUILD/bin/flashkit
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv >> "$LOG" 2>&1
 for st in "${STAGES[@]}"; do

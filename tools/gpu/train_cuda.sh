@@ -14,6 +14,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 . tools/gpu/carried_deps.sh
+. tools/gpu/steps.sh   # log / run: each step timed and logged to $LOG, failures in $status
 fk_use_deps
 OUT=${OUT:-$PWD/build-gpu-out}
 mkdir -p "$OUT"
@@ -23,17 +24,6 @@ LOG="$OUT/train-cuda.log"
 STAGES=("$@")
 [ ${#STAGES[@]} -eq 0 ] && STAGES=(build test sanitize bench)
 status=0
-log() { echo "== $*" | tee -a "$LOG"; }
-run() {  # run NAME CMD...: output appended to the log, result recorded
-  local name=$1; shift
-  log "$name: $*"
-  local t0=$(date +%s)
-  "$@" >> "$LOG" 2>&1
-  local rc=$?
-  log "$name: rc=$rc ($(( $(date +%s) - t0 )) s)"
-  [ $rc -ne 0 ] && status=1
-  return $rc
-}
 T=$BUILD/tests/train/cuda/flashkit_train_cuda_tests
 B=$BUILD/bench/train/flashkit_train_cuda_bench
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv

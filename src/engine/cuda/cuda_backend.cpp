@@ -24,6 +24,7 @@
 // CUDA graphs: graph_begin only marks the start; graph_end captures the queued ops (all are graph-safe at T == 1:
 // per-step values are read from the step buffer), instantiates, launches and keeps the executable under the key.
 // A step that is not graph-safe (attention with T > 1) runs eagerly and the key is remembered as not capturable.
+#include "core/cuda_device.hpp"
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -81,18 +82,7 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const BackendOptions& o)
       : dev_(o.device_index), bf16_acts_(o.weight_dtype == DType::bf16), tuning_(o.tuning) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-      cudaGetLastError();
-      fail(Status::unsupported, "device cuda: no CUDA device is visible");
-    }
-    if (dev_ < 0 || dev_ >= n)
-      fail(Status::invalid_argument, "device cuda:" + std::to_string(dev_) + ": only " + std::to_string(n) +
-                                         " CUDA device(s) visible");
-    ck(cudaSetDevice(dev_), "cudaSetDevice");
-    cudaDeviceProp prop{};
-    ck(cudaGetDeviceProperties(&prop, dev_), "cudaGetDeviceProperties");
-    name_ = "cuda:" + std::to_string(dev_) + " " + prop.name;
+    name_ = cuda_use_device(dev_);
     ck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     ck(cudaEventCreateWithFlags(&step_evt_, cudaEventDisableTiming), "cudaEventCreate");
     ckb(cublasCreate(&blas_), "cublasCreate");

@@ -4,6 +4,7 @@
 // parameter arena (same offsets) that adamw_step writes as it updates the masters; params_updated() refreshes it
 // after a load. Everything runs on one stream; only the reductions the trainer reads (norm, finiteness, losses)
 // synchronize. Compiled in CUDA builds when src/train/cuda exists (src/train/CMakeLists.txt).
+#include "core/cuda_device.hpp"
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -31,18 +32,7 @@ using k::bf16;
 class CudaTrainBackend final : public Backend {
  public:
   explicit CudaTrainBackend(int device) : dev_(device) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-      cudaGetLastError();
-      fail(Status::unsupported, "device cuda: no CUDA device is visible");
-    }
-    if (dev_ < 0 || dev_ >= n)
-      fail(Status::invalid_argument, "device cuda:" + std::to_string(dev_) + ": only " + std::to_string(n) +
-                                         " CUDA device(s) visible");
-    check_cuda(cudaSetDevice(dev_), "cudaSetDevice");
-    cudaDeviceProp prop{};
-    check_cuda(cudaGetDeviceProperties(&prop, dev_), "cudaGetDeviceProperties");
-    name_ = "cuda:" + std::to_string(dev_) + " " + prop.name;
+    name_ = cuda_use_device(dev_);
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) fail(Status::device_error, "cublasCreate failed");
     check_cuda(cudaMallocHost(&host_f32_, 16), "cudaMallocHost");
