@@ -4,7 +4,7 @@
     /usr/bin/python3 tools/plot_training.py runs/target/log.jsonl [runs/draft/log.jsonl ...] -o loss.png
 
 Training loss per logged step (solid) and validation loss at each evaluation (markers), one colour per run,
-labelled by the run directory's name; a log-scale y axis with --log-y.
+labelled by the run directory's name (or the file's, for NAME-log.jsonl); a log-scale y axis with --log-y.
 """
 import argparse
 import json
@@ -49,7 +49,10 @@ def main(argv=None):
         if not steps:
             print(f"plot_training.py: {path}: no records", file=sys.stderr)
             return 2
-        name = os.path.basename(os.path.dirname(os.path.abspath(path))) or path
+        # runs/<name>/log.jsonl -> <name>; a copied <name>-log.jsonl (bench/results/training/) -> <name>
+        stem = os.path.basename(path).rsplit(".", 1)[0]
+        name = stem[: -len("-log")] if stem.endswith("-log") else (
+            os.path.basename(os.path.dirname(os.path.abspath(path))) or path)
         color = f"C{i % 10}"
         ax.plot(steps, loss, color=color, linewidth=1.2, label=f"{name} train")
         if vsteps:
