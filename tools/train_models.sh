@@ -26,6 +26,7 @@ prepare() {
     "$FK" train-tokenizer --vocab-size 8192 -o models/tokenizer data/corpus/*.txt
   fi
   "$FK" prepare-data --tokenizer models/tokenizer -o data/tokens --val-fraction 0.01 data/corpus/*.txt
+  tail -c 40000 data/corpus/kjv.txt > data/tokens/kjv_tail.txt   # held out (the last 1% of kjv.txt is validation)
 }
 
 train_all() {
@@ -40,7 +41,10 @@ train_all() {
   echo "== both models in $((SECONDS - t0)) s"
   du -ch models/draft/model.safetensors models/target/model.safetensors | tail -1
   # Held-out text: the tail of the Bible is in the validation split (prepare-data keeps the last 1% of a file).
-  tail -c 40000 data/corpus/kjv.txt > runs/kjv_tail.txt
+  # (on the GPU machine data/corpus is absent: carry data/tokens/kjv_tail.txt, made by the prepare stage)
+  if [ -f data/corpus/kjv.txt ]; then tail -c 40000 data/corpus/kjv.txt > runs/kjv_tail.txt
+  elif [ -f data/tokens/kjv_tail.txt ]; then cp data/tokens/kjv_tail.txt runs/kjv_tail.txt
+  else echo "train_models.sh: no held-out KJV text for the perplexity (run the prepare stage)" >&2; return 0; fi
   for name in draft target; do
     "$FK" perplexity -m "models/$name" -f runs/kjv_tail.txt --ctx 512 --stride 256 --device "$device" --json \
       > "runs/$name/perplexity_kjv_tail.json" || true
