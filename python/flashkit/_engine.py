@@ -212,10 +212,11 @@ class Model(NativeHandle):
         o.max_draft_tokens = as_int(max_draft_tokens, "max_draft_tokens", 1, 64, "in [1, 64]")
         o.lookup = as_int(lookup, "lookup", 0, 64, "in [0, 64]")
         o.tree_width = as_int(tree_width, "tree_width", 1, 64, "in [1, 64]")
-        out = (ctypes.c_int32 * mnt)()
+        cap = max(1, min(mnt, self._max_context - n + 1))  # the context bounds what comes back
+        out = (ctypes.c_int32 * cap)()
         n_out = ctypes.c_size_t(0)
         st = _SpecStats()
-        _capi.check(_capi.lib.fk_generate_speculative(h, arr, n, mnt, temp, tk, tp, sd, ctypes.byref(o), out, mnt,
+        _capi.check(_capi.lib.fk_generate_speculative(h, arr, n, mnt, temp, tk, tp, sd, ctypes.byref(o), out, cap,
                                                       ctypes.byref(n_out), ctypes.byref(st)))
         self.last_spec_stats = {f: getattr(st, f) for f, _ in _SpecStats._fields_}
         return list(out[: n_out.value])

@@ -245,38 +245,48 @@ fk_status fk_model_max_context(const fk_model* model, int64_t* out) {
   });
 }
 
+// The arguments fk_generate and fk_generate_speculative share, checked in one place; returns the options. Every
+// generated token but the last takes a context position, so at most min(max_new_tokens, max_context - n_prompt + 1)
+// ids come back: out_ids is sized by that, never by max_new_tokens alone (*n_out says the size when cap is short).
+static flashkit::GenerateOptions generate_args(const fk_model* model, const int32_t* prompt, size_t n_prompt,
+                                               int max_new_tokens, float temperature, int top_k, float top_p, uint64_t seed,
+                                               const int32_t* out_ids, size_t cap, size_t* n_out) {
+  need(model, "model");
+  need(n_out, "n_out");
+  *n_out = 0;
+  if (n_prompt == 0) bad("n_prompt: the prompt is empty (give at least one token)");
+  check_ids(prompt, n_prompt, model->model->info().vocab_size, "prompt");
+  if (max_new_tokens < 1) bad("max_new_tokens: must be at least 1, got " + std::to_string(max_new_tokens));
+  if (!std::isfinite(temperature) || temperature < 0)
+    bad("temperature: must be finite and >= 0 (0: greedy), got " + std::to_string(temperature));
+  if (top_k < 0) bad("top_k: must be >= 0 (0: off), got " + std::to_string(top_k));
+  if (!(top_p > 0 && top_p <= 1)) bad("top_p: must be in (0, 1], got " + std::to_string(top_p));
+  need(out_ids, "out_ids");
+  const int64_t ctx = model->model->info().max_context;
+  if (int64_t(n_prompt) > ctx)
+    bad("n_prompt: the prompt of " + std::to_string(n_prompt) + " tokens does not fit the context of " +
+        std::to_string(ctx) + " tokens");
+  const size_t most = size_t(std::min<int64_t>(max_new_tokens, ctx - int64_t(n_prompt) + 1));
+  if (cap < most) {
+    *n_out = most;
+    bad("cap: out_ids holds " + std::to_string(cap) + " ids but up to " + std::to_string(most) +
+        " can be generated (min(max_new_tokens " + std::to_string(max_new_tokens) + ", max_context " +
+        std::to_string(ctx) + " - n_prompt + 1)); pass cap >= " + std::to_string(most));
+  }
+  flashkit::GenerateOptions g;
+  g.max_new_tokens = max_new_tokens;
+  g.temperature = temperature;
+  g.top_k = top_k;
+  g.top_p = top_p;
+  g.seed = seed;
+  return g;
+}
+
 fk_status fk_generate(fk_model* model, const int32_t* prompt, size_t n_prompt, int max_new_tokens, float temperature,
                       int top_k, float top_p, uint64_t seed, int32_t* out_ids, size_t cap, size_t* n_out) {
   return guarded([&] {
-    need(model, "model");
-    need(n_out, "n_out");
-    *n_out = 0;
-    if (n_prompt == 0) bad("n_prompt: the prompt is empty (give at least one token)");
-    check_ids(prompt, n_prompt, model->model->info().vocab_size, "prompt");
-    if (max_new_tokens < 1) bad("max_new_tokens: must be at least 1, got " + std::to_string(max_new_tokens));
-    if (!std::isfinite(temperature) || temperature < 0)
-      bad("temperature: must be finite and >= 0 (0: greedy), got " + std::to_string(temperature));
-    if (top_k < 0) bad("top_k: must be >= 0 (0: off), got " + std::to_string(top_k));
-    if (!(top_p > 0 && top_p <= 1)) bad("top_p: must be in (0, 1], got " + std::to_string(top_p));
-    need(out_ids, "out_ids");
-    // At most max_context - n_prompt + 1 tokens come back (every generated token but the last takes a position).
-    const int64_t ctx = model->model->info().max_context;
-    if (int64_t(n_prompt) > ctx)
-      bad("n_prompt: the prompt of " + std::to_string(n_prompt) + " tokens does not fit the context of " +
-          std::to_string(ctx) + " tokens");
-    const size_t most = size_t(std::min<int64_t>(max_new_tokens, ctx - int64_t(n_prompt) + 1));
-    if (cap < most) {
-      *n_out = most;
-      bad("cap: out_ids holds " + std::to_string(cap) + " ids but up to " + std::to_string(most) +
-          " can be generated (min(max_new_tokens " + std::to_string(max_new_tokens) + ", max_context " +
-          std::to_string(ctx) + " - n_prompt + 1)); pass cap >= " + std::to_string(most));
-    }
-    flashkit::GenerateOptions g;
-    g.max_new_tokens = max_new_tokens;
-    g.temperature = temperature;
-    g.top_k = top_k;
-    g.top_p = top_p;
-    g.seed = seed;
+    flashkit::GenerateOptions g = generate_args(model, prompt, n_prompt, max_new_tokens, temperature, top_k, top_p,
+                                                seed, out_ids, cap, n_out);
     std::lock_guard<std::mutex> lock(*model->mu);
     auto session = model->model->new_session();
     const flashkit::GenerationResult r =
@@ -304,28 +314,8 @@ fk_status fk_generate_speculative(fk_model* model, const int32_t* prompt, size_t
   if (!spec || (!spec->draft && spec->lookup == 0))
     return fk_generate(model, prompt, n_prompt, max_new_tokens, temperature, top_k, top_p, seed, out_ids, cap, n_out);
   return guarded([&] {
-    need(model, "model");
-    need(n_out, "n_out");
-    *n_out = 0;
-    if (n_prompt == 0) bad("n_prompt: the prompt is empty (give at least one token)");
-    check_ids(prompt, n_prompt, model->model->info().vocab_size, "prompt");
-    if (max_new_tokens < 1) bad("max_new_tokens: must be at least 1, got " + std::to_string(max_new_tokens));
-    if (!std::isfinite(temperature) || temperature < 0)
-      bad("temperature: must be finite and >= 0 (0: greedy), got " + std::to_string(temperature));
-    if (top_k < 0) bad("top_k: must be >= 0 (0: off), got " + std::to_string(top_k));
-    if (!(top_p > 0 && top_p <= 1)) bad("top_p: must be in (0, 1], got " + std::to_string(top_p));
-    need(out_ids, "out_ids");
-    if (cap < size_t(max_new_tokens)) {
-      *n_out = size_t(max_new_tokens);
-      bad("cap: out_ids holds " + std::to_string(cap) + " ids but max_new_tokens is " + std::to_string(max_new_tokens) +
-          "; pass cap >= max_new_tokens");
-    }
-    flashkit::GenerateOptions g;
-    g.max_new_tokens = max_new_tokens;
-    g.temperature = temperature;
-    g.top_k = top_k;
-    g.top_p = top_p;
-    g.seed = seed;
+    flashkit::GenerateOptions g = generate_args(model, prompt, n_prompt, max_new_tokens, temperature, top_k, top_p,
+                                                seed, out_ids, cap, n_out);
     g.speculative.draft_tokens = spec->draft_tokens;
     g.speculative.max_draft_tokens = spec->max_draft_tokens;
     g.speculative.lookup = spec->lookup;
