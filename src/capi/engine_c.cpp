@@ -217,7 +217,9 @@ fk_status fk_model_load(const char* dir, const char* device, const char* dtype, 
     } catch (const flashkit::Error& e) {
       // Name the argument: the engine's messages say what is wrong but not which C argument carried it.
       const std::string m = e.what();
-      const char* arg = m.rfind("unknown dtype", 0) == 0 ? "dtype" : m.rfind("unknown device", 0) == 0 ? "device" : nullptr;
+      const char* arg = m.rfind("unknown dtype", 0) == 0    ? "dtype"
+                        : m.rfind("unknown device", 0) == 0 ? "device"
+                                                            : nullptr;
       if (!arg && (m.rfind("device", 0) == 0 || e.status() != Status::invalid_argument))
         throw;  // already names the device, or not about an argument (a device error, out of memory)
       if (!arg) arg = "dir";  // a missing or malformed file in the directory
@@ -249,8 +251,8 @@ fk_status fk_model_max_context(const fk_model* model, int64_t* out) {
 // generated token but the last takes a context position, so at most min(max_new_tokens, max_context - n_prompt + 1)
 // ids come back: out_ids is sized by that, never by max_new_tokens alone (*n_out says the size when cap is short).
 static flashkit::GenerateOptions generate_args(const fk_model* model, const int32_t* prompt, size_t n_prompt,
-                                               int max_new_tokens, float temperature, int top_k, float top_p, uint64_t seed,
-                                               const int32_t* out_ids, size_t cap, size_t* n_out) {
+                                               int max_new_tokens, float temperature, int top_k, float top_p,
+                                               uint64_t seed, const int32_t* out_ids, size_t cap, size_t* n_out) {
   need(model, "model");
   need(n_out, "n_out");
   *n_out = 0;
