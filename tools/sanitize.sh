@@ -32,7 +32,8 @@ cmake -S . -B "$BUILD" -G Ninja -DFLASHKIT_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDe
   -DCMAKE_C_FLAGS="$FLAGS" -DCMAKE_CXX_FLAGS="$FLAGS" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
   >"$BUILD/configure.log" 2>&1 || { cat "$BUILD/configure.log"; exit 1; }
-targets=(flashkit_tests flashkit_common_tests flashkit_capi_test flashkit_capi_engine_test flashkit_engine_tests
+targets=(flashkit_tests flashkit_common_tests flashkit_capi_test flashkit_capi_engine_test flashkit_capi_spec_test
+         flashkit_engine_tests
          flashkit_model_tests flashkit_tokenizer_tests)
 cmake --build "$BUILD" -j "$(nproc)" --target "${targets[@]}"
 built=$(date +%s)

@@ -82,7 +82,10 @@ Value binary_arith(const std::string& op, const Value& a, const Value& b, Contex
     const Value* seq = a.is_string() || a.is_list() ? &a : b.is_string() || b.is_list() ? &b : nullptr;
     const Value* n = seq == &a ? &b : &a;
     if (seq && is_intlike(*n)) {
-      const uint64_t k = static_cast<uint64_t>(std::max<int64_t>(0, num_i(*n)));
+      uint64_t k = static_cast<uint64_t>(std::max<int64_t>(0, num_i(*n)));
+      // An empty sequence repeated is empty however large k is: the size checks below pass for it (0 bytes), so
+      // the loop must not run k times ('' * 10**12 took minutes; found by the fuzzer).
+      if (seq->is_string() ? seq->str().empty() : seq->list().empty()) k = 0;
       if (seq->is_string()) {
         budget.check_string(saturating_mul(seq->str().size(), k), p);  // before allocating anything
         std::string s;

@@ -248,3 +248,13 @@ TEST(ChatLimits, BytesThatAreNotUtf8CountAsOneCharacterEach) {
   EXPECT_EQ(render("{{ 'a\xff'|reverse }}"), "\xc3\xbf" "a");
   EXPECT_EQ(render("{{ '\xff' }}"), "\xff");  // printed as is
 }
+
+// An empty string or list repeated any number of times is empty, at once: the size checks pass for 0 bytes, and the
+// loop used to run k times ('' * 10**12 took minutes; the fuzzer's timeout, tests/data/fuzz/chat).
+TEST(ChatLimits, EmptySequenceRepeatIsImmediate) {
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(render("[{{ '' * 1000000000000 }}]"), "[]");
+  EXPECT_EQ(render("{{ ([] * 1000000000000)|length }}"), "0");
+  EXPECT_EQ(render("{{ (1000000000000 * [])|length }}"), "0");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+}

@@ -97,10 +97,12 @@ TEST(HardenSafetensors, TwoHundredThousandEntriesParseInLinearTime) {
   const double secs = cpu_now() - t0;
   EXPECT_EQ(s->names().size(), 200000u);
   EXPECT_EQ(s->get("t199999").nbytes, 4u);
-#ifdef NDEBUG
+  // The quadratic parse took ~4 minutes for 200k entries; unoptimized and AddressSanitizer builds (tools/sanitize.sh,
+  // several times slower) get 20 s, which still tells linear from quadratic.
+#if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__)
   EXPECT_LT(secs, 2.0) << "200k-entry header";
 #else
-  EXPECT_LT(secs, 20.0) << "200k-entry header (unoptimized build)";
+  EXPECT_LT(secs, 20.0) << "200k-entry header (unoptimized or sanitizer build)";
 #endif
 }
 
