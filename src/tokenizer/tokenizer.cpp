@@ -29,6 +29,15 @@ using namespace flashkit::tok;
 namespace {
 
 [[noreturn]] void bad(const std::string& m) { fail(Status::invalid_argument, "tokenizer.json: " + m); }
+
+// A token id written in the file: an integer in [0, INT32_MAX]. nlohmann's get<int32_t>() casts any number, and a
+// float beyond int's range is undefined behaviour (the tokenizer fuzzer found 1.1e128 in post_processor ids).
+int32_t json_token_id(const json& v, const char* what) {
+  if (!v.is_number_integer() || (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(INT32_MAX)
+                                                        : v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX))
+    bad(std::string(what) + ": expected a token id (an integer in [0, 2^31)), got " + v.dump().substr(0, 64));
+  return int32_t(v.get<int64_t>());
+}
 [[noreturn]] void unsupported(const std::string& m) { fail(Status::unsupported, "tokenizer.json: " + m); }
 
 std::string get_str(const json& j, const char* k, std::string def = {}) {
@@ -769,7 +778,7 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
           } else if (item.contains("SpecialToken")) {
             std::string name = get_str(item["SpecialToken"], "id");
             if (specials.contains(name) && specials[name].contains("ids")) {
-              for (const auto& v : specials[name]["ids"]) ti.ids.push_back(v.get<int32_t>());
+              for (const auto& v : specials[name]["ids"]) ti.ids.push_back(json_token_id(v, "post_processor ids"));
             } else {
               ti.ids.push_back(lookup(name));
             }
@@ -781,9 +790,9 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
       } else if (type == "BertProcessing" || type == "RobertaProcessing") {
         impl->tmpl.clear();
         auto cls = pp.at("cls"), sep = pp.at("sep");
-        impl->tmpl.push_back({false, {cls[1].get<int32_t>()}});
+        impl->tmpl.push_back({false, {json_token_id(cls.at(1), "post_processor cls")}});
         impl->tmpl.push_back({true, {}});
-        impl->tmpl.push_back({false, {sep[1].get<int32_t>()}});
+        impl->tmpl.push_back({false, {json_token_id(sep.at(1), "post_processor sep")}});
       } else {
         unsupported("post_processor type \"" + type + "\" is not supported");
       }
