@@ -23,7 +23,7 @@ if [ -n "${FLASHKIT_FUZZ_SECONDS:-}" ]; then
     fuzz_status=2
   elif command -v clang++ >/dev/null 2>&1; then
     fuzz_start=$(date +%s)
-    sh tests/fuzz/run.sh --seconds "$FLASHKIT_FUZZ_SECONDS" || fuzz_status=$?
+    sh tests/fuzz/run.sh --seconds "$FLASHKIT_FUZZ_SECONDS" --seed 1 || fuzz_status=$?
     echo "fuzz: $(( $(date +%s) - fuzz_start )) s, exit status $fuzz_status (crash inputs: build-fuzz/crash-*)"
   else
     echo "fuzz: clang++ not found, fuzzing skipped (tools/install-deps.sh installs clang)"

@@ -10,11 +10,13 @@
 set -eu
 cd "$(dirname "$0")/../.."
 secs=180
+seed=0   # libFuzzer's -seed: 0 picks a random one; CI passes a fixed seed so its short run is reproducible
 targets=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) secs=$2; shift 2 ;;
     --seconds=*) secs=${1#--seconds=}; shift ;;
+    --seed) seed=$2; shift 2 ;;
     [0-9]*) secs=$1; shift ;;
     safetensors|gguf|tokenizer|config|chat_template) targets="$targets $1"; shift ;;
     *) echo "run.sh: unknown argument '$1' (expected --seconds N or a target: safetensors gguf tokenizer config chat_template)" >&2
@@ -36,7 +38,7 @@ for t in $targets; do
   maxlen=65536
   [ "$t" = tokenizer ] && maxlen=262144
   [ "$t" = chat_template ] && maxlen=16384
-  build-fuzz/fuzz_$t $dict -max_total_time="$secs" -max_len=$maxlen -timeout=10 -rss_limit_mb=2048 \
+  build-fuzz/fuzz_$t $dict -max_total_time="$secs" -seed="$seed" -max_len=$maxlen -timeout=10 -rss_limit_mb=2048 \
     -artifact_prefix="build-fuzz/crash-$d-" -print_final_stats=1 \
     "build-fuzz/corpus-$d" "tests/data/fuzz/$d" "build-fuzz/seeds/$d" || found=1
 done
