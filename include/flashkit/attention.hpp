@@ -19,9 +19,12 @@
 // A query row with no visible key gets o = 0 and lse = -inf (its gradients are 0).
 //
 // Non-finite input. With check_finite (the default) NaN/+-inf in q, k, v -- and, for the backward, in o, dout and
-// in the lse of a row that sees at least one key -- is rejected with invalid_argument naming the tensor and index.
-// With check_finite off, every implementation (reference, CPU standard, CPU flash at every ISA, CUDA: checked by
-// the NonFinite tests of tests/attention/test_attention_cuda.cpp) answers:
+// in the lse of a row that sees at least one key -- is rejected with invalid_argument naming the tensor and index
+// (CPU tensors: on CUDA that scan would cost a device-to-host synchronization per call, so CUDA calls always
+// answer as with check_finite off).
+// With check_finite off, every implementation (reference, CPU standard, CPU flash at every ISA, the CUDA backward:
+// checked by the NonFinite tests) answers as below. Not yet the CUDA forward: a row whose scores are all NaN comes
+// out as if masked (o = 0, lse = -inf) and finite scores that overflow f32 give NaN (docs/worklog/attention-cuda.md).
 //   forward, per query row i that sees at least one key:
 //     - q_i, or k_j or v_j of a key j that row i sees, holds NaN or +-inf  ->  o_i = NaN (every element), lse_i = NaN;
 //     - otherwise o_i is the softmax result, finite, also when a score scale * q.k (or a partial sum of it)
@@ -60,7 +63,7 @@ struct AttentionOptions {
   const int32_t* cu_seqlens_k = nullptr;
   int64_t num_seqs = 0;         // varlen: number of sequences (cu arrays have num_seqs+1 entries)
   AttentionImpl impl = AttentionImpl::automatic;
-  bool check_finite = true;     // reject NaN/Inf in q/k/v (backward: also dout, o and lse); an O(N*d) pass
+  bool check_finite = true;     // CPU: reject NaN/Inf in q/k/v (backward: also dout, o and lse); an O(N*d) pass
   int threads = 0;              // CPU: threads for this call only (0: num_threads()); 1..max_threads()
   // Kernel paths and limits for this call (CPU ISA cap, workspace limit, CUDA kernel choice); unset: the process
   // default (default_tuning()). Tests set it per call to cover every path in one run.

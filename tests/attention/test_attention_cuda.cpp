@@ -170,6 +170,7 @@ void run_case(const Case& c, uint32_t seed, const std::optional<Tuning>& tuning 
     opts.cu_seqlens_k = dcu + cu_q.size();
   }
   opts.impl = c.impl;
+  opts.tuning = tuning;
   OpCost cost;
   attention_forward(dq_.view, dk_.view, dv_.view, dO.view, dl.view, opts, &cost);
   CK(cudaGetLastError());
@@ -508,7 +509,7 @@ struct NonFiniteCase {
   int what;
 };
 
-void run_nonfinite_case(const NonFiniteCase& c) {
+void run_nonfinite_case(const NonFiniteCase& c, const std::optional<Tuning>& tuning = std::nullopt) {
   const int64_t B = 1;
   SCOPED_TRACE(std::string(impl_name(c.impl)) + " Sq=" + std::to_string(c.Sq) + " what=" + std::to_string(c.what) +
                (c.causal ? " causal" : ""));
@@ -549,6 +550,7 @@ void run_nonfinite_case(const NonFiniteCase& c) {
   dO.poison();
   dl.poison();
   opts.impl = c.impl;
+  opts.tuning = tuning;
   OpCost cost;
   attention_forward(dq_.view, dk_.view, dv_.view, dO.view, dl.view, opts, &cost);
   CK(cudaDeviceSynchronize());
@@ -559,15 +561,21 @@ void run_nonfinite_case(const NonFiniteCase& c) {
   expect_same_nonfinite(lse, lse_ref, 1e-2, "lse, kernel " + cost.kernel);
 }
 
-// The CUDA kernels do not follow the non-finite rule of attention.hpp yet (the CPU kernels and the reference do):
-// these tests fail on the H200 (run s7-4) and are disabled until the kernel changes listed in
-// docs/worklog/attention-cuda.md ("Non-finite input on CUDA") land; run them with --gtest_also_run_disabled_tests.
+// The non-finite rule of attention.hpp. The backward follows it on every path (bwd_row_lse2). The CUDA forward
+// kernels do not yet (a row whose scores are all NaN looks masked: o = 0, lse = -inf; overflowing finite scores give
+// NaN): the two forward tests are disabled until the design of docs/worklog/attention-cuda.md (v12) lands; run them
+// with --gtest_also_run_disabled_tests. Every kernel path is covered when they run.
 TEST(CudaAttention, DISABLED_NonFiniteForward) {
   if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
-  for (AttentionImpl impl : {AttentionImpl::flash, AttentionImpl::standard})
-    for (int64_t sq : {int64_t(1), int64_t(4), int64_t(200)})  // decode kernels, small and tiled forward
-      for (bool causal : {false, true})
-        for (int what = 0; what < 5; ++what) run_nonfinite_case({sq, 300, 4, 2, 64, causal, impl, what});
+  std::vector<Path> all = paths();
+  all.insert(all.begin(), Path{"default", Tuning{}});
+  for (const Path& path : all) {
+    SCOPED_TRACE(path.name);
+    for (AttentionImpl impl : {AttentionImpl::flash, AttentionImpl::standard})
+      for (int64_t sq : {int64_t(1), int64_t(4), int64_t(200)})  // decode kernels, small and tiled forward
+        for (bool causal : {false, true})
+          for (int what = 0; what < 5; ++what) run_nonfinite_case({sq, 300, 4, 2, 64, causal, impl, what}, path.tuning);
+  }
 }
 
 TEST(CudaAttention, DISABLED_NonFiniteScoresOverflowStillGiveTheSoftmax) {
@@ -611,7 +619,7 @@ TEST(CudaAttention, DISABLED_NonFiniteScoresOverflowStillGiveTheSoftmax) {
   }
 }
 
-TEST(CudaAttention, DISABLED_NonFiniteLseInBackward) {
+TEST(CudaAttention, NonFiniteLseInBackward) {
   if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
   const int64_t Sq = 130, Sk = 130, H = 4, Hkv = 2, D = 64;
   const DType dt = DType::bf16;

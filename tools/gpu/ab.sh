@@ -6,8 +6,11 @@
 #   decode  bench/cuda/bench_attention.py --decode-only  (library decode, batch 1/16/64, 1k-128k keys, vs SDPA)
 #   engine  the engine's decode/prefill benchmark, random weights (gemma-3-270m, Llama-3.2-1B), graphs on/off
 #   grid    bench/cuda/bench_attention.py --quick        (prefill forward/backward, a few points)
+#   ncu     Nsight Compute kernel durations of the batch-1 library decode (ab/ncu-SIDE.csv)
 #   tools/gpu/ab.sh [STAGES...]   default: build decode engine
-# Results in $OUT/ab/{before,after}-{decode,engine,grid}-{1,2}/ and $OUT/ab.log.
+# AB_SIDES (default "before after") names the trees: "after" is this tree, any other name X the sources in ab-X/
+# (e.g. AB_SIDES="before mid after" compares two earlier commits with this one); AB_ROUNDS (default 2) rounds.
+# Results in $OUT/ab/{SIDE}-{decode,engine,grid}-{1,2,...}/ and $OUT/ab.log.
 set -u
 cd "$(dirname "$0")/../.."
 . tools/gpu/carried_deps.sh; fk_use_deps
@@ -18,9 +21,11 @@ ARCHS=${ARCHS:-90a-real}
 STAGES=("$@"); [ ${#STAGES[@]} -eq 0 ] && STAGES=(build decode engine)
 status=0
 export PYTHONUNBUFFERED=1
-tree() { [ "$1" = before ] && echo "$PWD/ab-before" || echo "$PWD"; }
+read -r -a SIDES <<< "${AB_SIDES:-before after}"
+ROUNDS=${AB_ROUNDS:-2}
+tree() { [ "$1" != after ] && echo "$PWD/ab-$1" || echo "$PWD"; }
 # The after tree builds into $BUILD (default build-gpu, shared with check.sh/engine.sh: a warm build is reused).
-bdir() { [ "$1" = before ] && echo "$PWD/ab-before/build-ab" || echo "$PWD/${BUILD:-build-gpu}"; }
+bdir() { [ "$1" != after ] && echo "$PWD/ab-$1/build-ab" || echo "$PWD/${BUILD:-build-gpu}"; }
 # BUILDDIR OUTJSON: the engine benchmark of that build: bench/engine/flashkit_engine_bench, or, for a tree from
 # before the benchmarks became executables, the disabled gtest it used to be.
 engine_bench() {
@@ -32,11 +37,11 @@ engine_bench() {
   else env "${env[@]}" "$b/tests/engine/flashkit_engine_tests" --gtest_also_run_disabled_tests --gtest_filter='CudaEngineBench.*'; fi
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv >> "$LOG" 2>&1
-[ -d ab-before ] || { log "no ab-before/ tree (see the header)"; exit 2; }
+for side in "${SIDES[@]}"; do [ -d "$(tree $side)" ] || { log "no ab-$side/ tree (see the header)"; exit 2; }; done
 for st in "${STAGES[@]}"; do
   case $st in
     build)
-      for side in before after; do
+      for side in "${SIDES[@]}"; do
         t=$(tree $side)
         b=$(bdir $side)
         run "configure_$side" cmake -S "$t" -B "$b" -G Ninja -DFLASHKIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
@@ -47,17 +52,32 @@ for st in "${STAGES[@]}"; do
       done ;;
     decode|grid)
       args=(--decode-only); [ $st = grid ] && args=(--quick --reps 5 --no-decode)
-      for i in 1 2; do for side in before after; do
+      for i in $(seq "$ROUNDS"); do for side in "${SIDES[@]}"; do
         t=$(tree $side); d="$OUT/ab/$side-$st-$i"; mkdir -p "$d"
         PYTHONPATH="$t/python" FLASHKIT_LIBRARY="$(bdir $side)/lib/libflashkit.so" \
           run "${st}_${side}_$i" python3 "$t/bench/cuda/bench_attention.py" --out "$d" "${args[@]}"
       done; done
       ;;
     engine)
-      for i in 1 2; do for side in before after; do
+      for i in $(seq "$ROUNDS"); do for side in "${SIDES[@]}"; do
         t=$(tree $side); d="$OUT/ab/$side-engine-$i"; mkdir -p "$d"
         run "engine_${side}_$i" engine_bench "$(bdir $side)" "$d/engine.json"
       done; done ;;
+    ncu)
+      # Kernel by kernel (Nsight Compute, clocks as they are): the library's batch-1 decode (32/8 heads, d128, 1k and
+      # 8k keys), 20 calls each; says whether a before/after difference is in the kernels or between them.
+      for side in "${SIDES[@]}"; do
+        t=$(tree $side)
+        PYTHONPATH="$t/python" FLASHKIT_LIBRARY="$(bdir $side)/lib/libflashkit.so" \
+          run "ncu_$side" ncu --clock-control none --metrics gpu__time_duration.sum,launch__registers_per_thread,launch__grid_size \
+            --csv --log-file "$OUT/ab/ncu-$side.csv" python3 -c "
+import torch, flashkit.torch as fkt
+for n in (1024, 8192):
+    q = torch.randn(1, 1, 32, 128, device='cuda', dtype=torch.bfloat16)
+    k = torch.randn(1, n, 8, 128, device='cuda', dtype=torch.bfloat16); v = torch.randn_like(k)
+    for _ in range(20): fkt.attention_forward(q, k, v)
+torch.cuda.synchronize()"
+      done ;;
     *) log "unknown stage $st"; status=1 ;;
   esac
 done

@@ -86,8 +86,7 @@ __global__ void __launch_bounds__(NW * 32) flash_bwd_kernel(const BwdParams p) {
       float L = INFINITY, dd = 0.f;
       if (i < nq) {
         const int64_t ridx = a.lse_index(sr, h, i);
-        L = a.lse[ridx];
-        L = L == -INFINITY ? INFINITY : L * kLog2e;  // empty rows: P = 0
+        L = bwd_row_lse2(a.mask, a.lse[ridx], i, nq, nk);
         dd = p.dsum[ridx];
       }
       sL[st * BM + r] = L;

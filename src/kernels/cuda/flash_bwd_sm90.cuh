@@ -152,8 +152,7 @@ __global__ void __launch_bounds__(NWG * 128, 1) flash_bwd_sm90_kernel(const BwdP
       float L = INFINITY, dd = 0.f;
       if (i < nq) {
         const int64_t ridx = a.lse_index(sr, h, i);
-        L = a.lse[ridx];
-        L = L == -INFINITY ? INFINITY : L * kLog2e;  // empty rows: P = 0
+        L = bwd_row_lse2(a.mask, a.lse[ridx], i, nq, nk);
         dd = p.dsum[ridx];
       }
       sts_f32(base + Cfg::oL + (st * BM + tid) * 4, L);

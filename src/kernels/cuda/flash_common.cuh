@@ -18,6 +18,16 @@ namespace flashkit::cuda {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// The backward's base-2 lse of query row i (attention.hpp): a row with no visible key has P = 0 whatever its lse
+// holds (+inf); a row that sees keys with a non-finite lse (not the forward's) gets NaN, which the exponent carries
+// into its P, so into its dq and its visible keys' dk/dv (masked keys' P is set to 0 explicitly, not by exp).
+__device__ __forceinline__ float bwd_row_lse2(const kernels::AttentionMask& mask, float lse, int64_t i, int64_t nq,
+                                              int64_t nk) {
+  if (mask.hi(i, nq, nk) <= mask.lo(i, nq, nk)) return INFINITY;
+  return isfinite(lse) ? lse * kLog2e : __int_as_float(0x7fffffff);
+}
+
+
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

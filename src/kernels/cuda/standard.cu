@@ -100,8 +100,9 @@ __global__ void softmax_bwd_p_kernel(float* S, T* P, const float* lse, int64_t l
   const int64_t row = blockIdx.x;
   const int64_t hh = row / nq, i = row % nq;
   const int64_t lo = mask.lo(i, nq, nk), hi = mask.hi(i, nq, nk);
-  float L = lse[lse_base + hh * lse_hstride + i];
-  if (L == -INFINITY) L = INFINITY;
+  // A row that sees keys with a non-finite lse gets NaN probabilities (attention.hpp); an empty row P = 0.
+  const float L0 = lse[lse_base + hh * lse_hstride + i];
+  const float L = hi <= lo ? INFINITY : isfinite(L0) ? L0 : __int_as_float(0x7fffffff);
   for (int64_t j = threadIdx.x; j < nk; j += blockDim.x) {
     float x = S[row * nk + j] * scale, f = 1.f;
     if (softcap > 0.f) {
