@@ -46,7 +46,8 @@ def _rows(cache_batch_idx, batch, batch_cache, device):
     rows = [int(x) for x in cache_batch_idx.tolist()]
     for b, r in enumerate(rows):
         if not 0 <= r < batch_cache:
-            raise ValueError("cache_batch_idx: entry %d is %d; expected 0..%d (k_cache's batch)" % (b, r, batch_cache - 1))
+            raise ValueError("cache_batch_idx: entry %d is %d; expected 0..%d (k_cache's batch)"
+                             % (b, r, batch_cache - 1))
     if len(set(rows)) != len(rows):
         raise ValueError("cache_batch_idx: entries must be distinct (two sequences would write one cache row)")
     return rows

@@ -20,16 +20,14 @@ import warnings
 
 import torch
 
-from . import _capi
-
-_REPO_BUILD = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
-                                            "build", "torch_ext"))
-
+from . import _capi  # loads libflashkit first: the extension links that same file
 
 def extension_dir(with_cuda):
-    """Where csrc/build.py puts the extension for this torch (one folder per torch version and CUDA flavour)."""
+    """Where csrc/build.py puts the extension: beside the flashkit library it links (build/lib ->
+    build/torch_ext), one folder per torch version and CUDA flavour."""
+    lib_dir = os.path.dirname(os.path.realpath(_capi.find_library_path()))
     tag = "torch-%s-%s" % (torch.__version__.replace("+", "_"), "cuda" if with_cuda else "cpu")
-    return os.path.join(_REPO_BUILD, tag)
+    return os.path.normpath(os.path.join(lib_dir, os.pardir, "torch_ext", tag))
 
 
 def _load_extension():

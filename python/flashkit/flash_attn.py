@@ -18,8 +18,6 @@ do not need them. Backends (compiled extension, torch.library custom op, ctypes)
 function here also takes a keyword-only ``impl`` ("auto", "flash", "standard", "reference").
 """
 
-import numbers
-
 import torch
 
 from . import _capi
@@ -29,17 +27,23 @@ __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_qkvpacked_fu
            "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache"]
 
 
+# The checks below use only plain isinstance tests and dict lookups, which torch.compile's tracer evaluates at trace
+# time: they cost nothing in a compiled graph.
+_INT = int
+_REAL = (int, float)
+
+
 def _impl_code(impl):
-    try:
-        return _capi.IMPL_CODES[impl]
-    except (KeyError, TypeError):
-        raise ValueError("impl: expected one of %s, got %r" % (sorted(_capi.IMPL_CODES), impl)) from None
+    code = _capi.IMPL_CODES.get(impl) if isinstance(impl, str) else None
+    if code is None:
+        raise ValueError("impl: expected one of %s, got %r" % (sorted(_capi.IMPL_CODES), impl))
+    return code
 
 
 def _scale(softmax_scale):
     if softmax_scale is None:
         return 0.0  # flashkit's 0 means 1/sqrt(headdim)
-    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
+    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, _REAL):
         raise TypeError("softmax_scale: expected a float or None, got %r" % (softmax_scale,))
     if not softmax_scale > 0:
         raise ValueError("softmax_scale: expected a positive number or None (1/sqrt(headdim)), got %r"
@@ -48,22 +52,21 @@ def _scale(softmax_scale):
 
 
 def _window(window_size):
-    try:
-        left, right = window_size
-    except (TypeError, ValueError):
-        raise ValueError("window_size: expected (left, right), -1 for unbounded, got %r" % (window_size,)) from None
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise ValueError("window_size: expected (left, right), -1 for unbounded, got %r" % (window_size,))
+    left, right = window_size
     for name, x in (("left", left), ("right", right)):
-        if isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < -1:
+        if isinstance(x, bool) or not isinstance(x, _INT) or x < -1:
             raise ValueError("window_size: %s must be an int >= -1, got %r" % (name, x))
     return int(left), int(right)
 
 
 def _check_options(dropout_p, causal, softcap, alibi_slopes, deterministic, tensors):
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real) or dropout_p != 0:
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, _REAL) or dropout_p != 0:
         raise ValueError("dropout_p: flashkit has no attention dropout; expected 0.0, got %r" % (dropout_p,))
     if not isinstance(causal, bool):
         raise TypeError("causal: expected a bool, got %r" % (causal,))
-    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real) or softcap < 0:
+    if isinstance(softcap, bool) or not isinstance(softcap, _REAL) or softcap < 0:
         raise ValueError("softcap: expected a float >= 0 (0 disables it), got %r" % (softcap,))
     if alibi_slopes is not None:
         raise ValueError("alibi_slopes: flashkit has no ALiBi bias; expected None")
@@ -76,8 +79,8 @@ def _check_options(dropout_p, causal, softcap, alibi_slopes, deterministic, tens
 def _check_max_seqlen(name, x):
     if x is None:
         return
-    # torch.compile may pass a SymInt (not a numbers.Integral)
-    if isinstance(x, bool) or not (isinstance(x, numbers.Integral) or type(x).__name__ == "SymInt"):
+    # torch.compile may pass a SymInt (not an int)
+    if isinstance(x, bool) or not (isinstance(x, _INT) or type(x).__name__ == "SymInt"):
         raise TypeError("%s: expected an int (the longest sequence), got %r" % (name, x))
 
 

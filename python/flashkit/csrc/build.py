@@ -3,8 +3,9 @@ that flashkit._capi loads.
 
     python3 python/flashkit/csrc/build.py            # -> build/torch_ext/<tag>/flashkit_torch.so
     python3 python/flashkit/csrc/build.py --print    # just print where it goes
+    python3 python/flashkit/csrc/build.py --if-headers   # exit 0 with a note when torch's C++ headers are absent
 
-The tag names the torch version and whether CUDA kernels are registered, so a build for one torch is never loaded
+It goes beside the library flashkit._capi loads (build/lib -> build/torch_ext). The tag names the torch version and whether CUDA kernels are registered, so a build for one torch is never loaded
 into another; flashkit._torch_ops finds it there (or at $FLASHKIT_TORCH_EXT). CUDA kernels are compiled in when
 this torch has CUDA and its CUDA headers are present (the extension itself has no device code: it only needs
 ATen's current-stream call). Needs ninja and a C++17 compiler; about a minute on two cores.
@@ -25,6 +26,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--print", action="store_true", help="print the output path and exit")
     ap.add_argument("--cpu-only", action="store_true", help="register the CPU kernels only")
+    ap.add_argument("--if-headers", action="store_true",
+                    help="without torch's C++ headers, print a note and exit 0 (the ctypes path stays in use)")
     args = ap.parse_args()
 
     import torch
@@ -36,6 +39,9 @@ def main():
     if args.print:
         print(os.path.join(out_dir, "flashkit_torch.so"))
         return 0
+    if not any(os.path.isfile(os.path.join(d, "ATen", "ATen.h")) for d in ext.include_paths()):
+        print("flashkit_torch: not built: torch's C++ headers (ATen/ATen.h) are missing (Debian: libtorch-dev)")
+        return 0 if args.if_headers else 1
     os.makedirs(out_dir, exist_ok=True)
     lib_dir = os.path.dirname(os.path.realpath(_capi.find_library_path()))
     flags = ["-O2", "-std=c++17"] + (["-DFLASHKIT_TORCH_CUDA"] if with_cuda else [])

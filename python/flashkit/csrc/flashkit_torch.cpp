@@ -74,8 +74,8 @@ flashkit::AttentionOptions options(const at::Tensor& q, const c10::optional<at::
                                    int64_t window_left, int64_t window_right, double softcap, int64_t impl,
                                    at::Tensor* keep_q, at::Tensor* keep_k) {
   TORCH_CHECK(cu_q.has_value() == cu_k.has_value(), "flashkit: cu_seqlens_q and cu_seqlens_k: pass both or neither");
-  TORCH_CHECK(impl >= 0 && impl <= 3, "flashkit: impl: expected 0 (auto), 1 (reference), 2 (standard) or 3 (flash), got ",
-              impl);
+  TORCH_CHECK_VALUE(impl >= 0 && impl <= 3,
+                    "flashkit: impl: expected 0 (auto), 1 (reference), 2 (standard) or 3 (flash), got ", impl);
   flashkit::AttentionOptions o;
   o.scale = static_cast<float>(scale);
   o.causal = causal;
