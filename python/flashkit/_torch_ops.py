@@ -119,7 +119,6 @@ elif _HAS_CUSTOM_OP:
         ctx.save_for_backward(q, k, v, output[0], output[1])
         ctx.cu = (cu_q, cu_k)
         ctx.args = inputs[5:]
-        ctx.mark_non_differentiable(output[1])
 
     def _backward(ctx, dout, _dlse):
         q, k, v, o, lse = ctx.saved_tensors

@@ -44,7 +44,9 @@ def main():
         return 0 if args.if_headers else 1
     os.makedirs(out_dir, exist_ok=True)
     lib_dir = os.path.dirname(os.path.realpath(_capi.find_library_path()))
-    flags = ["-O2", "-std=c++17"] + (["-DFLASHKIT_TORCH_CUDA"] if with_cuda else [])
+    flags = ["-O2"] + (["-DFLASHKIT_TORCH_CUDA"] if with_cuda else [])
+    if int(torch.__version__.split(".")[0]) < 2:
+        flags.append("-std=c++17")  # torch 1.x extensions default to C++14; flashkit's headers need C++17
     ext.load(name="flashkit_torch", sources=[os.path.join(_HERE, "flashkit_torch.cpp")],
              extra_cflags=flags, extra_include_paths=[os.path.join(_REPO, "include")],
              extra_ldflags=["-L" + lib_dir, "-lflashkit", "-Wl,-rpath," + lib_dir],

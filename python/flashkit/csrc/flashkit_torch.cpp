@@ -14,12 +14,14 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #ifdef FLASHKIT_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #endif
 
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -29,6 +31,14 @@
 
 namespace {
 
+// Optional tensor arguments: c10::optional up to torch 2.3, std::optional since (c10::optional became an alias of it
+// in 2.4 and is deprecated after).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+using OptionalTensor = std::optional<at::Tensor>;
+#else
+using OptionalTensor = c10::optional<at::Tensor>;
+#endif
+
 flashkit::DType to_flashkit(at::ScalarType t, const char* name) {
   switch (t) {
     case at::kFloat: return flashkit::DType::f32;
@@ -37,6 +47,7 @@ flashkit::DType to_flashkit(at::ScalarType t, const char* name) {
     default: break;
   }
   TORCH_CHECK_TYPE(false, "flashkit: ", name, ": dtype must be float32, bfloat16 or float16, got ", t);
+  return flashkit::DType::f32;  // not reached
 }
 
 // A view of t's memory; flashkit validates shapes and strides itself (and names the tensor when they are wrong).
@@ -58,7 +69,7 @@ flashkit::TensorView view_of(const at::Tensor& t, const char* name) {
 // A non-contiguous last dimension is copied (the kernels read rows of head_dim elements).
 at::Tensor last_contiguous(const at::Tensor& t) { return t.stride(-1) == 1 ? t : t.contiguous(); }
 
-const int32_t* cu_seqlens(const c10::optional<at::Tensor>& cu, const at::Tensor& q, const char* name,
+const int32_t* cu_seqlens(const OptionalTensor& cu, const at::Tensor& q, const char* name,
                           at::Tensor* keep) {
   if (!cu.has_value()) return nullptr;
   TORCH_CHECK(cu->dim() == 1, "flashkit: ", name, ": expected a 1-d tensor of num_seqs+1 offsets, got ",
@@ -69,8 +80,8 @@ const int32_t* cu_seqlens(const c10::optional<at::Tensor>& cu, const at::Tensor&
   return keep->data_ptr<int32_t>();
 }
 
-flashkit::AttentionOptions options(const at::Tensor& q, const c10::optional<at::Tensor>& cu_q,
-                                   const c10::optional<at::Tensor>& cu_k, double scale, bool causal,
+flashkit::AttentionOptions options(const at::Tensor& q, const OptionalTensor& cu_q,
+                                   const OptionalTensor& cu_k, double scale, bool causal,
                                    int64_t window_left, int64_t window_right, double softcap, int64_t impl,
                                    at::Tensor* keep_q, at::Tensor* keep_k) {
   TORCH_CHECK(cu_q.has_value() == cu_k.has_value(), "flashkit: cu_seqlens_q and cu_seqlens_k: pass both or neither");
@@ -132,8 +143,8 @@ void call_flashkit(const at::Tensor& q, F&& f) {
 }
 
 std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
-                                       const c10::optional<at::Tensor>& cu_seqlens_q,
-                                       const c10::optional<at::Tensor>& cu_seqlens_k, double softmax_scale,
+                                       const OptionalTensor& cu_seqlens_q,
+                                       const OptionalTensor& cu_seqlens_k, double softmax_scale,
                                        bool causal, int64_t window_left, int64_t window_right, double softcap,
                                        int64_t impl) {
   TORCH_CHECK(q_in.dim() == 4, "flashkit: q: expected [batch, seqlen_q, heads, head_dim], got ", q_in.dim(),
@@ -153,8 +164,8 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(
     const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
-    const at::Tensor& out_in, const at::Tensor& lse_in, const c10::optional<at::Tensor>& cu_seqlens_q,
-    const c10::optional<at::Tensor>& cu_seqlens_k, double softmax_scale, bool causal, int64_t window_left,
+    const at::Tensor& out_in, const at::Tensor& lse_in, const OptionalTensor& cu_seqlens_q,
+    const OptionalTensor& cu_seqlens_k, double softmax_scale, bool causal, int64_t window_left,
     int64_t window_right, double softcap, int64_t impl) {
   const at::Tensor dout = last_contiguous(dout_in), q = last_contiguous(q_in), k = last_contiguous(k_in),
                    v = last_contiguous(v_in), out = last_contiguous(out_in), lse = lse_in.contiguous();
@@ -178,8 +189,8 @@ class FwdWithGrad : public torch::autograd::Function<FwdWithGrad> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
                                                 const at::Tensor& k, const at::Tensor& v,
-                                                const c10::optional<at::Tensor>& cu_seqlens_q,
-                                                const c10::optional<at::Tensor>& cu_seqlens_k, double softmax_scale,
+                                                const OptionalTensor& cu_seqlens_q,
+                                                const OptionalTensor& cu_seqlens_k, double softmax_scale,
                                                 bool causal, int64_t window_left, int64_t window_right,
                                                 double softcap, int64_t impl) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
@@ -216,8 +227,8 @@ class FwdWithGrad : public torch::autograd::Function<FwdWithGrad> {
 };
 
 std::tuple<at::Tensor, at::Tensor> fwd_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                const c10::optional<at::Tensor>& cu_seqlens_q,
-                                                const c10::optional<at::Tensor>& cu_seqlens_k, double softmax_scale,
+                                                const OptionalTensor& cu_seqlens_q,
+                                                const OptionalTensor& cu_seqlens_k, double softmax_scale,
                                                 bool causal, int64_t window_left, int64_t window_right,
                                                 double softcap, int64_t impl) {
   auto r = FwdWithGrad::apply(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right,
