@@ -100,8 +100,20 @@ def _dims(name, t, n, layout):
         raise ValueError("%s: expected %s, got shape %s" % (name, layout, tuple(t.shape)))
 
 
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _check_dtypes(q, k, v):
+    if q.dtype not in _DTYPES:
+        raise TypeError("q: dtype must be float32, bfloat16 or float16, got %s" % q.dtype)
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise TypeError("%s: expected q's dtype %s, got %s" % (name, q.dtype, t.dtype))
+
+
 def _run(q, k, v, cu_q, cu_k, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
          impl):
+    _check_dtypes(q, k, v)
     softcap = _check_options(dropout_p, causal, softcap, alibi_slopes, deterministic, (q, k, v))
     left, right = _window(window_size)
     return _torch_ops.attention(q, k, v, cu_q, cu_k, _scale(softmax_scale), causal, left, right, softcap,

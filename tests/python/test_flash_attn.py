@@ -172,6 +172,8 @@ def _qkv_small():
     (lambda q, k, v: fa.flash_attn_func(q[0], k, v), ValueError, "q"),
     (lambda q, k, v: fa.flash_attn_func(q, k[..., :4], v), ValueError, "head"),
     (lambda q, k, v: fa.flash_attn_func(q, k, v, impl="fastest"), ValueError, "impl"),
+    (lambda q, k, v: fa.flash_attn_func(q.double(), k.double(), v.double()), TypeError, "q: dtype"),
+    (lambda q, k, v: fa.flash_attn_func(q, k, v.half()), TypeError, "v: expected q's dtype"),
     (lambda q, k, v: fa.flash_attn_varlen_func(q[0], k[0], v[0], torch.tensor([0, 4], dtype=torch.int32),
                                                torch.tensor([0, 4], dtype=torch.int32), True), TypeError,
      "max_seqlen_q"),

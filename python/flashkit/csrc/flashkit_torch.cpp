@@ -150,14 +150,15 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
   TORCH_CHECK(q_in.dim() == 4, "flashkit: q: expected [batch, seqlen_q, heads, head_dim], got ", q_in.dim(),
               " dimensions");
   const at::Tensor q = last_contiguous(q_in), k = last_contiguous(k_in), v = last_contiguous(v_in);
+  // Views in argument order (one declaration sequences them), so a bad dtype is reported for the first tensor.
+  const flashkit::TensorView qv = view_of(q, "q"), kv = view_of(k, "k"), vv = view_of(v, "v");
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
   at::Tensor keep_q, keep_k;
   const auto opts = options(q, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap,
                             impl, &keep_q, &keep_k);
   call_flashkit(q, [&] {
-    flashkit::attention_forward(view_of(q, "q"), view_of(k, "k"), view_of(v, "v"), view_of(out, "out"),
-                                view_of(lse, "softmax_lse"), opts);
+    flashkit::attention_forward(qv, kv, vv, view_of(out, "out"), view_of(lse, "softmax_lse"), opts);
   });
   return {out, lse};
 }
@@ -169,6 +170,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(
     int64_t window_right, double softcap, int64_t impl) {
   const at::Tensor dout = last_contiguous(dout_in), q = last_contiguous(q_in), k = last_contiguous(k_in),
                    v = last_contiguous(v_in), out = last_contiguous(out_in), lse = lse_in.contiguous();
+  const flashkit::TensorView dov = view_of(dout, "dout"), qv = view_of(q, "q"), kv = view_of(k, "k"),
+                             vv = view_of(v, "v"), ov = view_of(out, "out"), lv = view_of(lse, "softmax_lse");
   at::Tensor dq = at::empty(q.sizes(), q.options());
   at::Tensor dk = at::empty(k.sizes(), k.options());
   at::Tensor dv = at::empty(v.sizes(), v.options());
@@ -176,9 +179,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(
   const auto opts = options(q, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap,
                             impl, &keep_q, &keep_k);
   call_flashkit(q, [&] {
-    flashkit::attention_backward(view_of(dout, "dout"), view_of(q, "q"), view_of(k, "k"), view_of(v, "v"),
-                                 view_of(out, "out"), view_of(lse, "softmax_lse"), view_of(dq, "dq"),
-                                 view_of(dk, "dk"), view_of(dv, "dv"), opts);
+    flashkit::attention_backward(dov, qv, kv, vv, ov, lv, view_of(dq, "dq"), view_of(dk, "dk"), view_of(dv, "dv"),
+                                 opts);
   });
   return {dq, dk, dv};
 }
