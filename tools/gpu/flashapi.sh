@@ -4,11 +4,15 @@
 # this torch, runs the Python tests (CPU tensors, extension and custom-op fallback), the CUDA checks against SDPA
 # including torch.compile(fullgraph=True) (tools/gpu/flashapi_check.py), then the host-overhead benchmark for both
 # backends (bench/python/flash_attn_overhead.py), and prints a short table.
-#   tools/gpu/flashapi.sh            results in $OUT: flashapi.log, flashapi-check.json, flashapi-bench.json,
-#                                    flashapi-bench-ctypes.json, flashapi-logs.tar.gz
-# Exit status: non-zero if a step failed.
+#   tools/gpu/flashapi.sh lib        only the library (a fresh machine: its CUDA build may not fit in one call
+#                                    with the rest; the build folder stays on the warm machine for the next call)
+#   tools/gpu/flashapi.sh            results in $OUT: flashapi.log, flashapi-check.json, flashapi-check-custom-op.json,
+#                                    flashapi-bench.json, flashapi-bench-ctypes.json, flashapi-logs.tar.gz
+# Run with carry=[".fkdeps.tar.xz"] (the tokenizer's PCRE2/ICU, tools/gpu/carried_deps.sh). Exit status: non-zero if
+# a step failed.
 set -u
 cd "$(dirname "$0")/../.."
+. tools/gpu/carried_deps.sh; fk_use_deps
 . tools/gpu/steps.sh   # log / run: each step timed and logged to $LOG, failures in $status
 OUT=${OUT:-$PWD/build-gpu-out}; mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}
@@ -24,6 +28,7 @@ if [ ! -f "$BUILD/lib/libflashkit.so" ]; then
     -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 || exit 1
   run build_lib cmake --build "$BUILD" -j"$(nproc)" --target flashkit || exit 1
 fi
+[ "${1:-}" = lib ] && exit $status
 export FLASHKIT_LIBRARY=$PWD/$BUILD/lib/libflashkit.so
 export MAX_JOBS=$(nproc)
 run build_ext python3 python/flashkit/csrc/build.py || exit 1

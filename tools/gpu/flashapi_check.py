@@ -17,6 +17,7 @@ import os
 import sys
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 F = torch.nn.functional
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "python"))
@@ -47,7 +48,7 @@ def sdpa(q, k, v, causal, scale=None):
         sq, sk = q.shape[1], k.shape[1]
         i = torch.arange(sq, device=q.device)[:, None]
         mask = torch.arange(sk, device=q.device)[None, :] <= i + (sk - sq)
-    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+    with sdpa_kernel(SDPBackend.MATH):
         return F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=scale).transpose(1, 2)
 
 
