@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(
   build-essential cmake ninja-build ccache pkg-config
   libopenblas-dev libomp-dev libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
-  python3 python3-numpy python3-pytest python3-torch python3-matplotlib python3-jinja2 pybind11-dev
+  python3 python3-numpy python3-pytest python3-torch libtorch-dev python3-matplotlib python3-jinja2 pybind11-dev
   libpcre2-dev libicu-dev libcpp-httplib-dev
   clang libclang-rt-14-dev  # tests/fuzz (-fsanitize=fuzzer); libFuzzer's runtime is only a Recommends of clang
 )

@@ -1,8 +1,12 @@
-"""flashkit for PyTorch: an autograd function over the flashkit C API.
+"""flashkit for PyTorch: the ctypes calls of the flashkit C API, and flash-attn's API as aliases.
 
-    from flashkit.torch import flash_attn_func
+    from flashkit.torch import flash_attn_func       # = flashkit.flash_attn.flash_attn_func (flash-attn 2's API)
     o = flash_attn_func(q, k, v, causal=True)        # q [batch, seqlen_q, heads, head_dim]
     o.sum().backward()                                 # dq, dk, dv through flashkit's backward
+
+The flash_attn_* functions run through torch.ops.flashkit (flashkit._torch_ops: the compiled extension when it is
+built, else these ctypes calls); attention_forward / attention_backward below call the C API through ctypes
+directly (no autograd) and are what the ops fall back to.
 
 Tensors may live on the CPU or on a CUDA device (bf16/f16 there); the last dimension must be contiguous
 (other strides are passed through as they are; a non-contiguous last dim is copied). CUDA calls run on
@@ -19,7 +23,9 @@ import torch
 
 from . import _capi
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func", "attention_forward", "attention_backward", "FlashAttnFunc"]
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
+           "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache",
+           "attention_forward", "attention_backward", "FlashAttnFunc"]
 
 _DTYPES = {torch.float32: _capi.FK_F32, torch.bfloat16: _capi.FK_BF16, torch.float16: _capi.FK_F16}
 
@@ -176,20 +182,8 @@ class FlashAttnFunc(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None, None, None
 
 
-def flash_attn_func(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0, impl="auto",
-                    return_lse=False):
-    """Attention with autograd. q [B, Sq, H, D], k/v [B, Sk, Hkv, D] (Hkv divides H). Returns o (and lse)."""
-    o, lse = FlashAttnFunc.apply(q, k, v, causal, softmax_scale, tuple(window_size), softcap, None, None, impl)
-    return (o, lse) if return_lse else o
-
-
-def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, softmax_scale=None,
-                           window_size=(-1, -1), softcap=0.0, impl="auto", return_lse=False):
-    """Packed variable-length batch: q [total_q, H, D], k/v [total_k, Hkv, D], cu_seqlens int32 [num_seqs+1] on
-    the tensors' device. Returns o [total_q, H, D] (and lse [H, total_q])."""
-    cu_q = cu_seqlens_q.to(torch.int32).contiguous()
-    cu_k = cu_seqlens_k.to(torch.int32).contiguous()
-    o, lse = FlashAttnFunc.apply(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), causal, softmax_scale,
-                                 tuple(window_size), softcap, cu_q, cu_k, impl)
-    o = o.squeeze(0)
-    return (o, lse.squeeze(0)) if return_lse else o
+# flash-attn's API (argument names, positions and defaults) lives in flashkit.flash_attn; these names are aliases,
+# so flash_attn_func(q, k, v, 0.0, None, True) means dropout_p=0.0, softmax_scale=None, causal=True here too.
+from .flash_attn import (flash_attn_func, flash_attn_varlen_func, flash_attn_qkvpacked_func,  # noqa: E402,F401
+                         flash_attn_kvpacked_func, flash_attn_varlen_qkvpacked_func, flash_attn_varlen_kvpacked_func,
+                         flash_attn_with_kvcache)
