@@ -23,8 +23,9 @@
 // (CPU tensors: on CUDA that scan would cost a device-to-host synchronization per call, so CUDA calls always
 // answer as with check_finite off).
 // With check_finite off, every implementation (reference, CPU standard, CPU flash at every ISA, the CUDA backward:
-// checked by the NonFinite tests) answers as below. Not yet the CUDA forward: a row whose scores are all NaN comes
-// out as if masked (o = 0, lse = -inf) and finite scores that overflow f32 give NaN (docs/worklog/attention-cuda.md).
+// checked by the NonFinite tests) answers as below. The CUDA forward only in part (docs/worklog/attention-cuda.md):
+// NaN in q gives the NaN row; NaN/+-inf in a visible k or v gives a row that is not finite but not all NaN (a k
+// element's -inf score weighs 0), and finite scores that overflow f32 give NaN instead of the softmax.
 //   forward, per query row i that sees at least one key:
 //     - q_i, or k_j or v_j of a key j that row i sees, holds NaN or +-inf  ->  o_i = NaN (every element), lse_i = NaN;
 //     - otherwise o_i is the softmax result, finite, also when a score scale * q.k (or a partial sum of it)

@@ -17,6 +17,13 @@ namespace flashkit::cuda {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kNaN = __builtin_nanf("");
+
+// A row's lse (natural log) from its max m2 (log2 units) and softmax sum l: -inf for a row with no visible key
+// (l = 0); NaN when a NaN (or +inf) score made l NaN -- such a row is NaN (attention.hpp), not empty.
+__device__ __forceinline__ float row_lse(float m2, float l) {
+  return l > 0.f ? (m2 + __log2f(l)) * kLn2 : l == 0.f ? -INFINITY : kNaN;
+}
 
 // The backward's base-2 lse of query row i (attention.hpp): a row with no visible key has P = 0 whatever its lse
 // holds (+inf); a row that sees keys with a non-finite lse (not the forward's) gets NaN, which the exponent carries

@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(NW * 32) flash_fwd_kernel(const FwdParams p) {
     for (int r = 0; r < 2; ++r) {
       const float l = quad_sum(lrow[mt][r]);
       inv[r] = l > 0.f ? 1.f / l : 0.f;
-      lse[r] = l > 0.f ? (mrow[mt][r] + __log2f(l)) * kLn2 : -INFINITY;
+      lse[r] = row_lse(mrow[mt][r], l);
     }
     if (p.num_splits == 1) {
       __syncwarp();

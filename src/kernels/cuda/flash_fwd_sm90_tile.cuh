@@ -179,7 +179,7 @@ struct Sm90FwdRows {
     for (int r = 0; r < 2; ++r) {
       const float l = quad_sum(lrow[r]);
       inv[r] = l > 0.f ? 1.f / l : 0.f;
-      lse[r] = l > 0.f ? (mrow[r] + __log2f(l)) * kLn2 : -INFINITY;
+      lse[r] = row_lse(mrow[r], l);
     }
     named_barrier(bar, 128);
 #pragma unroll

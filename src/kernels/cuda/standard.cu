@@ -90,7 +90,7 @@ __global__ void softmax_fwd_kernel(const float* S, T* P, float* lse, int64_t lse
   const float inv = sum > 0.f ? 1.f / sum : 0.f;
   for (int64_t j = threadIdx.x; j < nk; j += blockDim.x)
     p[j] = MmaOp<T>::from_f32(j >= lo && j < hi ? __expf(xval(j) - m) * inv : 0.f);
-  if (threadIdx.x == 0) lse[lse_base + hh * lse_hstride + i] = sum > 0.f ? m + __logf(sum) : -INFINITY;
+  if (threadIdx.x == 0) lse[lse_base + hh * lse_hstride + i] = sum > 0.f ? m + __logf(sum) : sum == 0.f ? -INFINITY : kNaN;
 }
 
 // Backward, first pass: S (f32) -> P (T) from the saved lse; S is overwritten with P * dx/ds_raw-factor.

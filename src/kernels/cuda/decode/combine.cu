@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const Fw
   pdl_trigger();
   const float2 m_sum = merge::split_weights<kCombineThreads>(p.lse_part + ridx, p.num_rows, S, wsh, stat);
   T* o = static_cast<T*>(a.o.data) + ri.bslot * a.o.stride_b + ri.row * a.o.stride_s + ri.h * a.o.stride_h;
-  if (m_sum.x == -INFINITY) {  // uniform across the block: every split empty
+  if (m_sum.x == -INFINITY && m_sum.y == 0.f) {  // uniform across the block: every split empty
     if (tid < kCombineCols && c0 + tid < hd) o[c0 + tid] = MmaOp<T>::from_f32(0.f);
     if (blockIdx.y == 0 && tid == 0) a.lse[ridx] = -INFINITY;
     return;
@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const Fw
     float v = 0.f;
 #pragma unroll
     for (int w = 0; w < 8; ++w) v += red[w][tid];
-    o[c0 + tid] = MmaOp<T>::from_f32(v / m_sum.y);
+    o[c0 + tid] = MmaOp<T>::from_f32(v / m_sum.y);  // a NaN sum (a NaN split) makes the row NaN
   }
   if (blockIdx.y == 0 && tid == 0) a.lse[ridx] = merge::merged_lse(m_sum);
 }

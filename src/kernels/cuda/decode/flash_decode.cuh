@@ -353,9 +353,12 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
         acc[0] += x0.x, acc[1] += x0.y, acc[2] += x0.z, acc[3] += x0.w;
         acc[4] += x1.x, acc[5] += x1.y, acc[6] += x1.z, acc[7] += x1.w;
       }
+    } else {
+#pragma unroll
+      for (int w = 0; w < NW; ++w) L += ml[(w * 16 + row) * 2 + 1];  // 0, or NaN: a warp saw only NaN scores
     }
-    const float inv = L > 0.f ? 1.f / L : 0.f;
-    const float lse = L > 0.f ? (M + __log2f(L)) * kLn2 : -INFINITY;
+    const float inv = L > 0.f ? 1.f / L : L == 0.f ? 0.f : kNaN;
+    const float lse = row_lse(M, L);
     int64_t h, i;
     row_hi(row, h, i);
     const int64_t ridx = a.lse_index(sr, h, i);

@@ -315,7 +315,7 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
     float o = 0;
 #pragma unroll 8
     for (int s2 = 0; s2 < S; ++s2) o += wsplit[s2] * __ldcg(ph + int64_t(s2) * D + d);
-    o = den > 0 ? o / den : 0.0f;
+    o = den > 0 ? o / den : den == 0 ? 0.0f : __builtin_nanf("");  // NaN: a split saw a NaN score
     if (a.out_bf16) static_cast<uint16_t*>(a.out)[hD + d] = f2bf(o);
     else static_cast<float*>(a.out)[hD + d] = o;
   }

@@ -4,7 +4,8 @@
 // A split's partial result for one query row is (lse, O): the natural-log log-sum-exp of its scores and its output
 // normalized by its own softmax sum; a split that saw no key has lse = -inf and O = 0. The merge of S partials:
 //   M = max_s lse_s,  w_s = e^(lse_s - M),  O = sum_s w_s O_s / sum_s w_s,  lse = M + log(sum_s w_s);
-// every split empty (M = -inf): O = 0, lse = -inf. Three placements use it:
+// every split empty (M = -inf): O = 0, lse = -inf; a split whose lse is NaN (it saw a NaN score, attention.hpp)
+// makes the row NaN, never empty. Three placements use it:
 //   - in registers (cluster merges: the S partials were loaded from the cluster's distributed shared memory),
 //   - over f32 partials in global memory (split_weights for the weights, then the caller's weighted sum over its
 //     own layout of rows and columns): the library's combine launch and the engine's last-CTA (counter) merge,
@@ -31,9 +32,10 @@ __device__ __forceinline__ void scale(float4& v, float s) { v.x *= s, v.y *= s, 
 template <int MAXS, typename V>
 __device__ __forceinline__ float merge_in_registers(const float (&lse)[MAXS], const V (&o)[MAXS], int S, V& out) {
   float mx = -INFINITY;
+  bool nan = false;
 #pragma unroll
   for (int s = 0; s < MAXS; ++s)
-    if (s < S) mx = fmaxf(mx, lse[s]);
+    if (s < S) mx = fmaxf(mx, lse[s]), nan = nan || isnan(lse[s]);
   float sum = 0.f;
   zero(out);
   if (mx != -INFINITY) {
@@ -45,8 +47,9 @@ __device__ __forceinline__ float merge_in_registers(const float (&lse)[MAXS], co
         axpy(w, o[s], out);
       }
   }
-  scale(out, sum > 0.f ? 1.f / sum : 0.f);
-  return sum > 0.f ? mx + __logf(sum) : -INFINITY;
+  if (nan) sum = __builtin_nanf("");
+  scale(out, sum > 0.f ? 1.f / sum : sum == 0.f ? 0.f : __builtin_nanf(""));
+  return sum > 0.f ? mx + __logf(sum) : sum == 0.f ? -INFINITY : __builtin_nanf("");
 }
 
 // The weights of one row's S partials in global memory (lse of split s at lse[s * stride]), computed by all NT
@@ -72,8 +75,8 @@ __device__ __forceinline__ float2 split_weights(const float* lse, int64_t stride
   for (int i = 1; i < NWARP; ++i) m = fmaxf(m, red[i]);
   __syncthreads();  // red is reused for the sum
   float sum = 0.f;
-  for (int s = tid; s < S; s += NT) {  // the same thread wrote w[s] above
-    const float e = m == -INFINITY ? 0.f : __expf(w[s] - m);
+  for (int s = tid; s < S; s += NT) {  // the same thread wrote w[s] above; a NaN lse stays NaN (merged_lse)
+    const float e = m == -INFINITY ? (isnan(w[s]) ? w[s] : 0.f) : __expf(w[s] - m);
     w[s] = e;
     sum += e;
   }
@@ -88,9 +91,9 @@ __device__ __forceinline__ float2 split_weights(const float* lse, int64_t stride
   return make_float2(m, total);
 }
 
-// The merged lse of split_weights' result.
+// The merged lse of split_weights' result: NaN when a split's lse was NaN (the weights' sum is then NaN).
 __device__ __forceinline__ float merged_lse(float2 m_sum) {
-  return m_sum.y > 0.f ? m_sum.x + __logf(m_sum.y) : -INFINITY;
+  return m_sum.y > 0.f ? m_sum.x + __logf(m_sum.y) : m_sum.y == 0.f ? -INFINITY : __builtin_nanf("");
 }
 
 // Called by every thread of a CTA once its partial is written: counts its arrival on the tile's counter and
