@@ -1,0 +1,65 @@
+// The five kernels of the Stanford CS149 GPU assignment (issue 19) as flashkit ops. Each takes the course
+// problem's inputs and writes what its reference returns; the fifth problem (attention) is flashkit's attention
+// (include/flashkit/attention.hpp) on BHSD strides and has no op here.
+//
+// All tensors are contiguous row-major buffers on one device (Device::cpu runs the CPU kernels, Device::cuda the
+// CUDA kernels on flashkit::cuda_stream()); shapes are given explicitly. Bad arguments throw flashkit::Error
+// (Status::invalid_argument) naming the argument; a CUDA request in a build without CUDA is Status::unsupported.
+#pragma once
+#include <cstdint>
+
+#include "flashkit/tensor.hpp"
+
+namespace flashkit::cs149 {
+
+// histogram: data uint8 [length, channels]; out int32 [channels, num_bins] with out[c][b] = number of rows whose
+// value in channel c is b. Values >= num_bins are not counted (the course's bincount(...)[:num_bins]).
+struct HistogramArgs {
+  const uint8_t* data = nullptr;
+  int64_t length = 0;
+  int64_t channels = 0;
+  int64_t num_bins = 0;
+  int32_t* out = nullptr;
+  Device device = Device::cpu;
+};
+void histogram(const HistogramArgs& a);
+
+// SwiGLU, f32: out[m, n] = swish_beta(x W + b)[m, n] * (x V + c)[m, n], swish_beta(g) = g * sigmoid(beta g).
+// x [m, k], W and V [k, n], b and c [n], out [m, n]. f32-accurate on every device (no plain TF32).
+struct SwigluArgs {
+  const float* x = nullptr;
+  const float* w = nullptr;
+  const float* v = nullptr;
+  const float* b = nullptr;
+  const float* c = nullptr;
+  float beta = 1.0f;
+  int64_t m = 0, k = 0, n = 0;
+  float* out = nullptr;
+  Device device = Device::cpu;
+};
+void swiglu(const SwigluArgs& a);
+
+// RK4 heat equation u_t = alpha * Laplacian(u), 8th-order (radius-4) second differences in x, y, z, f32 field
+// [nz, ny, nx]; the 4-point boundary layer keeps its initial values; dt = 0.05 / (alpha (1/hx^2 + 1/hy^2 +
+// 1/hz^2)), computed in f32 as the course reference does. out [nz, ny, nx] receives u after n_steps steps (it may
+// not alias u0). CUDA calls allocate three field-sized work buffers on the stream.
+struct Rk4Args {
+  const float* u0 = nullptr;
+  int64_t nz = 0, ny = 0, nx = 0;
+  float alpha = 0, hx = 0, hy = 0, hz = 0;
+  int64_t n_steps = 0;
+  float* out = nullptr;
+  Device device = Device::cpu;
+};
+void rk4(const Rk4Args& a);
+
+// The scalars of one RK4 step in f32, in the course reference's order of operations (shared by the CPU and CUDA
+// kernels so both round the same way).
+struct Rk4Coefficients {
+  float inv_hx2, inv_hy2, inv_hz2;
+  float alpha;
+  float half_dt, dt, dt_sixth;
+};
+Rk4Coefficients rk4_coefficients(float alpha, float hx, float hy, float hz);
+
+}  // namespace flashkit::cs149

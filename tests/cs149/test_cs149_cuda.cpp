@@ -1,0 +1,83 @@
+// The CS149 CUDA kernels against the f64 references (cs149_cases.hpp): odd shapes, the vector and scalar load
+// paths, and the course shapes (histogram in full, SwiGLU on sampled rows). Skipped without a CUDA device.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include "cs149_cases.hpp"
+
+namespace {
+
+using cs149_test::Memory;
+using flashkit::Device;
+
+struct CudaMemory : Memory {
+  std::vector<void*> blocks;
+  ~CudaMemory() override {
+    for (void* p : blocks) cudaFree(p);
+  }
+  Device device() const override { return Device::cuda; }
+  void* alloc(size_t bytes) override {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
+    blocks.push_back(p);
+    return p;
+  }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    EXPECT_EQ(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+};
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+#define REQUIRE_GPU() \
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
+
+TEST(Cs149CudaHistogram, OddShapes) {
+  REQUIRE_GPU();
+  CudaMemory mem;
+  cs149_test::check_histogram(mem, 1000, 512, 256, 256, 1);  // 16-byte loads
+  cs149_test::check_histogram(mem, 333, 37, 256, 256, 2);    // byte loads, partial channel group
+  cs149_test::check_histogram(mem, 4097, 80, 100, 256, 3);   // 16-byte loads, partial group, values >= num_bins
+  cs149_test::check_histogram(mem, 5, 3, 300, 256, 4);
+  cs149_test::check_histogram(mem, 0, 5, 7, 7, 5);
+}
+
+TEST(Cs149CudaHistogram, CourseShape) {
+  REQUIRE_GPU();
+  CudaMemory mem;
+  cs149_test::check_histogram(mem, 1048576, 512, 256, 256, 1001);
+}
+
+TEST(Cs149CudaSwiglu, OddShapes) {
+  REQUIRE_GPU();
+  CudaMemory mem;
+  cs149_test::check_swiglu(mem, 37, 53, 29, 1.0f, 11, 2e-6);     // scalar loads, partial tiles
+  cs149_test::check_swiglu(mem, 200, 260, 132, 0.7f, 12, 2e-6);  // vector loads, partial tiles
+  cs149_test::check_swiglu(mem, 1, 1, 1, 1.0f, 13, 2e-6);
+  cs149_test::check_swiglu(mem, 129, 0, 65, 1.0f, 14, 2e-6);     // k = 0: the biases alone
+}
+
+TEST(Cs149CudaSwiglu, CourseShapeSampledRows) {
+  REQUIRE_GPU();
+  CudaMemory mem;
+  cs149_test::check_swiglu(mem, 16384, 2048, 4096, 1.0f, 8846, 2e-6, 48);
+}
+
+TEST(Cs149CudaRk4, OddShapes) {
+  REQUIRE_GPU();
+  CudaMemory mem;
+  cs149_test::check_rk4(mem, 45, 38, 71, 3, 21, 1e-5);  // partial x, y and z blocks
+  cs149_test::check_rk4(mem, 9, 9, 9, 2, 22, 1e-5);
+  cs149_test::check_rk4(mem, 20, 10, 8, 2, 23, 1e-5);
+  cs149_test::check_rk4(mem, 12, 12, 12, 0, 24, 1e-5);
+  cs149_test::check_rk4(mem, 80, 70, 90, 4, 25, 1e-5);
+}
+
+}  // namespace
