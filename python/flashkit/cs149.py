@@ -1,0 +1,181 @@
+"""flashkit.cs149: the five Stanford CS149 GPU-assignment problems on flashkit kernels (issue 19).
+
+Each function takes exactly the tuple the course problem's ``generate_input`` returns and returns what its
+``ref_kernel`` returns, so it can stand in as a course submission's ``custom_kernel``:
+
+    import flashkit.cs149 as cs149
+    out = cs149.histogram((array, num_bins))            # uint8 [length, channels] -> int32 [channels, num_bins]
+    out = cs149.swiglu((x, W, V, b, c, beta))           # f32, fused 3xTF32 dual GEMM on CUDA
+    u = cs149.rk4((u0, alpha, hx, hy, hz, n_steps))     # f32 8th-order heat equation, RK4
+    o = cs149.flashattention((q, k, v))                 # [B, H, S, D] f16/bf16/f32 -> flashkit attention
+    y = cs149.occupancy_decoder((queries, latents, weights))
+
+CUDA tensors run the CUDA kernels on the current torch stream; CPU tensors run the CPU kernels. Bad input raises
+ValueError/TypeError (flashkit.errors.InvalidArgumentError from the library) naming the argument.
+"""
+
+import ctypes
+
+import torch
+import torch.nn.functional as F
+
+from . import _capi
+from .torch import _OnStream
+
+__all__ = ["histogram", "swiglu", "rk4", "flashattention", "occupancy_decoder"]
+
+_lib = _capi.lib
+_P, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float
+_lib.fk_cs149_histogram.restype = _I32
+_lib.fk_cs149_histogram.argtypes = [_P, _I64, _I64, _I64, _P, _I32]
+_lib.fk_cs149_swiglu.restype = _I32
+_lib.fk_cs149_swiglu.argtypes = [_P, _P, _P, _P, _P, _F32, _I64, _I64, _I64, _P, _I32]
+_lib.fk_cs149_rk4.restype = _I32
+_lib.fk_cs149_rk4.argtypes = [_P, _I64, _I64, _I64, _F32, _F32, _F32, _F32, _I64, _P, _I32]
+
+_ATTN_DTYPES = {torch.float32: _capi.FK_F32, torch.bfloat16: _capi.FK_BF16, torch.float16: _capi.FK_F16}
+
+
+def _tensor(name, t, dtype=None, dim=None, device=None):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError("%s must be a torch.Tensor, got %s" % (name, type(t).__name__))
+    if dtype is not None and t.dtype != dtype:
+        raise TypeError("%s must be %s, got %s" % (name, dtype, t.dtype))
+    if dim is not None and t.dim() != dim:
+        raise ValueError("%s must have %d dimensions, got shape %s" % (name, dim, tuple(t.shape)))
+    if device is not None and t.device != device:
+        raise ValueError("%s must be on %s like the first input, got %s" % (name, device, t.device))
+    return t.contiguous()
+
+
+def _code(t):
+    return _capi.FK_CUDA if t.is_cuda else _capi.FK_CPU
+
+
+def _scalar(name, v):
+    if isinstance(v, torch.Tensor):
+        if v.numel() != 1:
+            raise ValueError("%s must hold one value, got shape %s" % (name, tuple(v.shape)))
+        return float(v.item())
+    return float(v)
+
+
+def histogram(data):
+    """(array uint8 [length, channels], num_bins) -> int32 [channels, num_bins] per-channel counts."""
+    array, num_bins = data
+    array = _tensor("array", array, torch.uint8, 2)
+    num_bins = int(num_bins)
+    length, channels = array.shape
+    out = torch.empty((channels, num_bins), dtype=torch.int32, device=array.device)
+    with _OnStream(array.device):
+        _capi.check(_lib.fk_cs149_histogram(array.data_ptr(), length, channels, num_bins, out.data_ptr(),
+                                            _code(array)))
+    return out
+
+
+def swiglu(data):
+    """(x [..., K], W [K, N], V [K, N], b [N], c [N], beta) f32 -> swish_beta(x W + b) * (x V + c), [..., N]."""
+    x, w, v, b, c, beta = data
+    x = _tensor("x", x, torch.float32)
+    dev = x.device
+    w = _tensor("W", w, torch.float32, 2, dev)
+    v = _tensor("V", v, torch.float32, 2, dev)
+    b = _tensor("b", b, torch.float32, 1, dev)
+    c = _tensor("c", c, torch.float32, 1, dev)
+    k, n = w.shape
+    if x.dim() < 1 or x.shape[-1] != k:
+        raise ValueError("x's last dimension must be W's first (%d), got x of shape %s" % (k, tuple(x.shape)))
+    if tuple(v.shape) != (k, n) or tuple(b.shape) != (n,) or tuple(c.shape) != (n,):
+        raise ValueError("V must be [%d, %d] and b, c [%d], got %s, %s, %s"
+                         % (k, n, n, tuple(v.shape), tuple(b.shape), tuple(c.shape)))
+    m = x.numel() // k if k else 0
+    out = torch.empty(tuple(x.shape[:-1]) + (n,), dtype=torch.float32, device=dev)
+    with _OnStream(dev):
+        _capi.check(_lib.fk_cs149_swiglu(x.data_ptr(), w.data_ptr(), v.data_ptr(), b.data_ptr(), c.data_ptr(),
+                                         _scalar("beta", beta), m, k, n, out.data_ptr(), _code(x)))
+    return out
+
+
+def rk4(data):
+    """(u0 f32 [Nz, Ny, Nx], alpha, hx, hy, hz, n_steps) -> the field after n_steps RK4 steps."""
+    u0, alpha, hx, hy, hz, n_steps = data
+    u0 = _tensor("u0", u0, torch.float32, 3)
+    scalars = [alpha, hx, hy, hz]
+    if all(isinstance(s, torch.Tensor) for s in scalars):  # one device-to-host copy for the four scalars
+        for name, s in zip(("alpha", "hx", "hy", "hz"), scalars):
+            if s.numel() != 1:
+                raise ValueError("%s must hold one value, got shape %s" % (name, tuple(s.shape)))
+        scalars = torch.cat([s.reshape(1).float() for s in scalars]).tolist()
+    else:
+        scalars = [_scalar(n, s) for n, s in zip(("alpha", "hx", "hy", "hz"), scalars)]
+    out = torch.empty_like(u0)
+    nz, ny, nx = u0.shape
+    with _OnStream(u0.device):
+        _capi.check(_lib.fk_cs149_rk4(u0.data_ptr(), nz, ny, nx, *scalars, int(n_steps), out.data_ptr(),
+                                      _code(u0)))
+    return out
+
+
+def _view(t):
+    """fk_tensor over a [B, S, H, D] strided view (last dimension contiguous)."""
+    dt = _ATTN_DTYPES.get(t.dtype)
+    if dt is None:
+        raise TypeError("attention tensors must be float16, bfloat16 or float32, got %s" % t.dtype)
+    return _capi.make_tensor(t.data_ptr(), dt, tuple(t.shape), tuple(t.stride()), _code(t),
+                             (t.device.index or 0) if t.is_cuda else 0)
+
+
+def _attention_bshd(q, k, v, out):
+    """flashkit attention (non-causal, scale 1/sqrt(D)) of [B, S, H, D] views, written into `out` (a view too)."""
+    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    opts = _capi.make_options(check_finite=not q.is_cuda)
+    views = [_view(t) for t in (q, k, v, out)] + [_capi.make_tensor(lse.data_ptr(), _capi.FK_F32, tuple(lse.shape),
+                                                                       tuple(lse.stride()), _code(lse),
+                                                                       (lse.device.index or 0) if lse.is_cuda else 0)]
+    with _OnStream(q.device):
+        _capi.check(_lib.fk_attention_forward(*[ctypes.byref(t) for t in views], ctypes.byref(opts), None))
+    return out
+
+
+def flashattention(data):
+    """(q, k, v) [B, H, S, D] -> softmax(q k^T / sqrt(D)) v, [B, H, S, D], on flashkit's attention (BHSD strides
+    passed as they are: the transposed views are [B, S, H, D] with the last dimension contiguous)."""
+    q, k, v = data
+    q = _tensor("q", q, None, 4)
+    k = _tensor("k", k, q.dtype, 4, q.device)
+    v = _tensor("v", v, q.dtype, 4, q.device)
+    out = torch.empty_like(q)
+    _attention_bshd(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2))
+    return out
+
+
+def occupancy_decoder(data, num_heads=12):
+    """(queries [B, Q, q_in], latents [B, L, width], weights) -> [B, Q, 1], the course's OneDOccupancyDecoder.
+
+    The query MLP's output layer and the attention's query projection are folded into one matrix (computed in
+    f32, no nonlinearity between them); the cross-attention runs on flashkit's attention with the projections in
+    their natural [B, S, H, D] layout (no transposes); LayerNorm in f32 as the reference does."""
+    queries, latents, wts = data
+    queries = _tensor("queries", queries, None, 3)
+    latents = _tensor("latents", latents, queries.dtype, 3, queries.device)
+    dt = queries.dtype
+    b, nq, _ = queries.shape
+    _, nl, width = latents.shape
+    if width % num_heads:
+        raise ValueError("width (%d) must be a multiple of num_heads (%d)" % (width, num_heads))
+    w = {name: _tensor(name, t, dt, None, queries.device) for name, t in wts.items()}
+    w_o, b_o = w["query_in_out_layer_weight"].float(), w["query_in_out_layer_bias"].float()
+    w_q, b_q = w["attn_c_q_weight"].float(), w["attn_c_q_bias"].float()
+    w_qo = (w_q @ w_o).to(dt)            # c_q(out_layer(h)) = h (Wq Wo)^T + (Wq bo + bq)
+    b_qo = (w_q @ b_o + b_q).to(dt)
+    h = F.silu(F.linear(queries, w["query_in_in_layer_weight"], w["query_in_in_layer_bias"]))
+    q = F.linear(h, w_qo, b_qo)
+    k = F.linear(latents, w["attn_c_k_weight"], w["attn_c_k_bias"])
+    v = F.linear(latents, w["attn_c_v_weight"], w["attn_c_v_bias"])
+    hd = width // num_heads
+    y = torch.empty_like(q)
+    _attention_bshd(q.view(b, nq, num_heads, hd), k.view(b, nl, num_heads, hd), v.view(b, nl, num_heads, hd),
+                    y.view(b, nq, num_heads, hd))
+    x = F.linear(y, w["attn_c_proj_weight"], w["attn_c_proj_bias"])
+    x = F.layer_norm(x.float(), (width,), eps=1e-6).to(dt)
+    return F.linear(x, w["out_proj_weight"], w["out_proj_bias"])
