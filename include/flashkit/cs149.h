@@ -20,6 +20,10 @@ FK_API fk_status fk_cs149_swiglu(const float* x, const float* w, const float* v,
 /* RK4 heat equation on u0 f32 [nz, ny, nx] for n_steps; out (same shape, not aliasing u0) receives the field. */
 FK_API fk_status fk_cs149_rk4(const float* u0, int64_t nz, int64_t ny, int64_t nx, float alpha, float hx, float hy,
                               float hz, int64_t n_steps, float* out, int32_t device);
+/* The occupancy decoder's head: out[r] = LayerNorm(x[r]) . w + bias[0] (no affine; eps); x [rows, width],
+ * w [width], bias [1], out [rows], all of dtype FK_F32 or FK_F16. */
+FK_API fk_status fk_cs149_layernorm_head(const void* x, const void* w, const void* bias, float eps, int64_t rows,
+                                         int64_t width, int32_t dtype, void* out, int32_t device);
 
 #ifdef __cplusplus
 }

@@ -53,6 +53,22 @@ struct Rk4Args {
 };
 void rk4(const Rk4Args& a);
 
+// The occupancy decoder's head (LayerNorm without affine, then a Linear to one output), fused so the normalised
+// rows never reach memory: out[r] = round(sum_j round((x[r, j] - mean_r) * rstd_r) * w[j] + bias), where
+// rstd_r = 1 / sqrt(var_r + eps) (biased variance), statistics in f32 and round() to the dtype, as the course's
+// `out_proj(ln(x.float()).type_as(x))` rounds. x [rows, width], w [width], bias [1], out [rows]; f32 or f16.
+struct LayerNormHeadArgs {
+  const void* x = nullptr;
+  const void* w = nullptr;
+  const void* bias = nullptr;
+  float eps = 1e-6f;
+  int64_t rows = 0, width = 0;
+  DType dtype = DType::f16;
+  void* out = nullptr;
+  Device device = Device::cpu;
+};
+void layernorm_head(const LayerNormHeadArgs& a);
+
 // The scalars of one RK4 step in f32, in the course reference's order of operations (shared by the CPU and CUDA
 // kernels so both round the same way).
 struct Rk4Coefficients {

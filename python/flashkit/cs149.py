@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from . import _capi
 from .torch import _OnStream
 
-__all__ = ["histogram", "swiglu", "rk4", "flashattention", "occupancy_decoder"]
+__all__ = ["histogram", "swiglu", "rk4", "flashattention", "occupancy_decoder", "layernorm_head"]
 
 _lib = _capi.lib
 _P, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float
@@ -32,6 +32,10 @@ _lib.fk_cs149_swiglu.restype = _I32
 _lib.fk_cs149_swiglu.argtypes = [_P, _P, _P, _P, _P, _F32, _I64, _I64, _I64, _P, _I32]
 _lib.fk_cs149_rk4.restype = _I32
 _lib.fk_cs149_rk4.argtypes = [_P, _I64, _I64, _I64, _F32, _F32, _F32, _F32, _I64, _P, _I32]
+
+_lib.fk_cs149_layernorm_head.restype = _I32
+_lib.fk_cs149_layernorm_head.argtypes = [_P, _P, _P, _F32, _I64, _I64, _I32, _P, _I32]
+_HEAD_DTYPES = {torch.float32: _capi.FK_F32, torch.float16: _capi.FK_F16}
 
 _ATTN_DTYPES = {torch.float32: _capi.FK_F32, torch.bfloat16: _capi.FK_BF16, torch.float16: _capi.FK_F16}
 
@@ -154,7 +158,8 @@ def occupancy_decoder(data, num_heads=12):
 
     The query MLP's output layer and the attention's query projection are folded into one matrix (computed in
     f32, no nonlinearity between them); the cross-attention runs on flashkit's attention with the projections in
-    their natural [B, S, H, D] layout (no transposes); LayerNorm in f32 as the reference does."""
+    their natural [B, S, H, D] layout (no transposes); LayerNorm and the output Linear are one flashkit kernel
+    (`layernorm_head`), statistics in f32 as the reference computes them."""
     queries, latents, wts = data
     queries = _tensor("queries", queries, None, 3)
     latents = _tensor("latents", latents, queries.dtype, 3, queries.device)
@@ -177,5 +182,28 @@ def occupancy_decoder(data, num_heads=12):
     _attention_bshd(q.view(b, nq, num_heads, hd), k.view(b, nl, num_heads, hd), v.view(b, nl, num_heads, hd),
                     y.view(b, nq, num_heads, hd))
     x = F.linear(y, w["attn_c_proj_weight"], w["attn_c_proj_bias"])
-    x = F.layer_norm(x.float(), (width,), eps=1e-6).to(dt)
-    return F.linear(x, w["out_proj_weight"], w["out_proj_bias"])
+    w_out, b_out = w["out_proj_weight"], w["out_proj_bias"]
+    if dt not in _HEAD_DTYPES or w_out.shape[0] != 1:
+        x = F.layer_norm(x.float(), (width,), eps=1e-6).to(dt)
+        return F.linear(x, w_out, b_out)
+    return layernorm_head(x, w_out.reshape(width), b_out.reshape(1), 1e-6).view(b, nq, 1)
+
+
+def layernorm_head(x, w, bias, eps=1e-6):
+    """LayerNorm without affine over the last dimension of x, then the dot product with w plus bias[0], fused
+    (flashkit's kernel: the normalised rows never reach memory); f32 statistics, values rounded to x's dtype as
+    ``F.linear(F.layer_norm(x.float(), ...).type_as(x), w, bias)`` rounds. x [..., width] f16/f32 -> [...]."""
+    x = _tensor("x", x)
+    if x.dtype not in _HEAD_DTYPES:
+        raise TypeError("x must be float16 or float32, got %s" % x.dtype)
+    width = x.shape[-1]
+    w = _tensor("w", w, x.dtype, 1, x.device)
+    bias = _tensor("bias", bias, x.dtype, 1, x.device)
+    if w.shape[0] != width or bias.shape[0] != 1:
+        raise ValueError("w must be [%d] and bias [1], got %s and %s" % (width, tuple(w.shape), tuple(bias.shape)))
+    out = torch.empty(tuple(x.shape[:-1]), dtype=x.dtype, device=x.device)
+    with _OnStream(x.device):
+        _capi.check(_lib.fk_cs149_layernorm_head(x.data_ptr(), w.data_ptr(), bias.data_ptr(), float(eps),
+                                                 x.numel() // width, width, _HEAD_DTYPES[x.dtype], out.data_ptr(),
+                                                 _code(x)))
+    return out

@@ -79,4 +79,18 @@ fk_status fk_cs149_rk4(const float* u0, int64_t nz, int64_t ny, int64_t nx, floa
   });
 }
 
+fk_status fk_cs149_layernorm_head(const void* x, const void* w, const void* bias, float eps, int64_t rows,
+                                  int64_t width, int32_t dtype, void* out, int32_t device) {
+  return guarded([&] {
+    if (dtype != FK_F32 && dtype != FK_F16)
+      flashkit::fail(flashkit::Status::invalid_argument,
+                     "cs149::layernorm_head: dtype must be FK_F32 (0) or FK_F16 (2), got " + std::to_string(dtype));
+    flashkit::cs149::LayerNormHeadArgs a;
+    a.x = x; a.w = w; a.bias = bias; a.eps = eps; a.rows = rows; a.width = width; a.out = out;
+    a.dtype = static_cast<flashkit::DType>(dtype);
+    a.device = to_device(device, "layernorm_head");
+    flashkit::cs149::layernorm_head(a);
+  });
+}
+
 }  // extern "C"

@@ -65,6 +65,22 @@ void swiglu(const SwigluArgs& a) {
   cuda::swiglu(a);
 }
 
+void layernorm_head(const LayerNormHeadArgs& a) {
+  const char* op = "layernorm_head";
+  check_device(op, a.device);
+  if (a.dtype != DType::f32 && a.dtype != DType::f16)
+    bad(op, "dtype must be f32 or f16, got " + std::string(dtype_name(a.dtype)));
+  check_size(op, "rows", a.rows, 0, kMaxI32);
+  check_size(op, "width", a.width, 1, int64_t(1) << 20);
+  if (!(a.eps >= 0.0f) || a.eps == 1.0f / 0.0f) bad(op, "eps must be finite and >= 0, got " + std::to_string(a.eps));
+  if (a.rows > 0) { check_ptr(op, "x", a.x); check_ptr(op, "out", a.out); }
+  check_ptr(op, "w", a.w);
+  check_ptr(op, "bias", a.bias);
+  if (a.rows == 0) return;
+  if (a.device == Device::cpu) return cpu::layernorm_head(a);
+  cuda::layernorm_head(a);
+}
+
 Rk4Coefficients rk4_coefficients(float alpha, float hx, float hy, float hz) {
   // As the reference evaluates them on f32 tensors: 1/(h*h), S = sum, dt = 0.05/(alpha*S), 0.5*dt, dt/6.
   Rk4Coefficients k{};

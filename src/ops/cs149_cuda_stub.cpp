@@ -6,6 +6,9 @@ namespace flashkit::cs149::cuda {
 
 void histogram(const HistogramArgs&) { fail(Status::unsupported, "cs149::histogram: this build has no CUDA support"); }
 void swiglu(const SwigluArgs&) { fail(Status::unsupported, "cs149::swiglu: this build has no CUDA support"); }
+void layernorm_head(const LayerNormHeadArgs&) {
+  fail(Status::unsupported, "cs149::layernorm_head: this build has no CUDA support");
+}
 void rk4(const Rk4Args&) { fail(Status::unsupported, "cs149::rk4: this build has no CUDA support"); }
 
 }  // namespace flashkit::cs149::cuda

@@ -13,6 +13,7 @@
 
 #include "cs149_reference.hpp"
 #include "flashkit/cs149.hpp"
+#include "flashkit/dtype.hpp"
 
 namespace cs149_test {
 
@@ -141,6 +142,47 @@ inline void check_rk4(Memory& mem, int64_t nz, int64_t ny, int64_t nx, int64_t s
       }
   EXPECT_EQ(boundary_wrong, 0);
   EXPECT_LE(worst, tol) << nz << "x" << ny << "x" << nx << " steps " << steps;
+}
+
+// f16 rounds the normalised values and the result (as the course reference does): a few 1e-3 relative.
+inline void check_layernorm_head(Memory& mem, int64_t rows, int64_t width, flashkit::DType dtype, uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto xs = randn(size_t(rows * width), rng, 2.0f), ws = randn(size_t(width), rng, 0.05f), bs = randn(1, rng);
+  for (auto& v : xs) v += 0.5f;  // a non-zero mean, so the centring is tested
+  const bool half = dtype == flashkit::DType::f16;
+  auto pack = [&](std::vector<float>& v) {  // the values as the device sees them, and their bytes
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      h[i] = flashkit::f32_to_f16(v[i]);
+      if (half) v[i] = flashkit::f16_to_f32(h[i]);
+    }
+    return h;
+  };
+  const auto xh = pack(xs), wh = pack(ws), bh = pack(bs);
+  flashkit::cs149::LayerNormHeadArgs a;
+  a.rows = rows; a.width = width; a.dtype = dtype; a.eps = 1e-6f; a.device = mem.device();
+  if (half) {
+    a.x = mem.put(xh); a.w = mem.put(wh); a.bias = mem.put(bh);
+    a.out = mem.put(std::vector<uint16_t>(size_t(rows), 0x7e00));  // NaN
+  } else {
+    a.x = mem.put(xs); a.w = mem.put(ws); a.bias = mem.put(bs);
+    a.out = mem.put(std::vector<float>(size_t(rows), std::numeric_limits<float>::quiet_NaN()));
+  }
+  flashkit::cs149::layernorm_head(a);
+  std::vector<double> got(static_cast<size_t>(rows));
+  if (half) {
+    const auto h = mem.get(static_cast<const uint16_t*>(a.out), size_t(rows));
+    for (size_t i = 0; i < h.size(); ++i) got[i] = flashkit::f16_to_f32(h[i]);
+  } else {
+    const auto f = mem.get(static_cast<const float*>(a.out), size_t(rows));
+    for (size_t i = 0; i < f.size(); ++i) got[i] = f[i];
+  }
+  const auto want = reference::layernorm_head(std::vector<double>(xs.begin(), xs.end()),
+                                              std::vector<double>(ws.begin(), ws.end()), bs[0], 1e-6, rows, width);
+  const double tol = half ? 5e-3 : 1e-5;
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) bad += !(std::abs(got[i] - want[i]) <= tol * (1.0 + std::abs(want[i])));
+  EXPECT_EQ(bad, 0) << "rows " << rows << " width " << width << (half ? " f16" : " f32");
 }
 
 }  // namespace cs149_test

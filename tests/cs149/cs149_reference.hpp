@@ -74,4 +74,19 @@ inline std::vector<double> rk4(const std::vector<float>& u0, int64_t nz, int64_t
   return u;
 }
 
+inline std::vector<double> layernorm_head(const std::vector<double>& x, const std::vector<double>& w, double bias,
+                                          double eps, int64_t rows, int64_t width) {
+  std::vector<double> out(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0, dot = 0;
+    for (int64_t j = 0; j < width; ++j) mean += x[size_t(r * width + j)];
+    mean /= double(width);
+    for (int64_t j = 0; j < width; ++j) var += (x[size_t(r * width + j)] - mean) * (x[size_t(r * width + j)] - mean);
+    const double rstd = 1.0 / std::sqrt(var / double(width) + eps);
+    for (int64_t j = 0; j < width; ++j) dot += (x[size_t(r * width + j)] - mean) * rstd * w[size_t(j)];
+    out[size_t(r)] = dot + bias;
+  }
+  return out;
+}
+
 }  // namespace cs149_test::reference

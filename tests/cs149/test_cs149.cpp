@@ -50,6 +50,14 @@ TEST(Cs149Rk4, MatchesReference) {
   cs149_test::check_rk4(mem, 12, 12, 12, 0, 24, 1e-5);  // zero steps: a copy
 }
 
+TEST(Cs149LayerNormHead, MatchesReference) {
+  HostMemory mem;
+  cs149_test::check_layernorm_head(mem, 37, 768, flashkit::DType::f32, 31);
+  cs149_test::check_layernorm_head(mem, 37, 768, flashkit::DType::f16, 32);
+  cs149_test::check_layernorm_head(mem, 5, 13, flashkit::DType::f16, 33);
+  cs149_test::check_layernorm_head(mem, 3, 1100, flashkit::DType::f32, 34);
+}
+
 template <typename F>
 void expect_error(F&& f, flashkit::Status status, const std::string& needle) {
   try {
@@ -91,6 +99,13 @@ TEST(Cs149Errors, NameTheArgument) {
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "alias");
   r.out = out.data(); r.n_steps = -1;
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "n_steps");
+  flashkit::cs149::LayerNormHeadArgs l;
+  l.x = f; l.w = f; l.bias = f; l.out = o; l.rows = 2; l.width = 8; l.dtype = flashkit::DType::bf16;
+  expect_error([&] { flashkit::cs149::layernorm_head(l); }, flashkit::Status::invalid_argument, "dtype");
+  l.dtype = flashkit::DType::f32; l.bias = nullptr;
+  expect_error([&] { flashkit::cs149::layernorm_head(l); }, flashkit::Status::invalid_argument, "bias is NULL");
+  l.bias = f; l.width = 0;
+  expect_error([&] { flashkit::cs149::layernorm_head(l); }, flashkit::Status::invalid_argument, "width");
 #ifndef FLASHKIT_WITH_CUDA
   r.n_steps = 1; r.device = Device::cuda;
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::unsupported, "CUDA");

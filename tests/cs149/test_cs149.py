@@ -141,6 +141,19 @@ def test_occupancy_decoder():
     assert torch.allclose(out.double(), ref_decoder(queries, latents, w, heads), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float16, 5e-3)])
+def test_layernorm_head(dtype, tol):
+    gen = torch.Generator().manual_seed(8)
+    x = (torch.randn(4, 9, 768, generator=gen) * 2 + 0.5).to(dtype)
+    w, b = (torch.randn(768, generator=gen) * 0.05).to(dtype), torch.randn(1, generator=gen).to(dtype)
+    out = cs149.layernorm_head(x, w, b)
+    xd = x.double()
+    ln = (xd - xd.mean(-1, keepdim=True)) / torch.sqrt(xd.var(-1, unbiased=False, keepdim=True) + 1e-6)
+    want = ln @ w.double() + b.double()
+    assert out.shape == (4, 9) and out.dtype == dtype
+    assert torch.allclose(out.double(), want, rtol=tol, atol=tol)
+
+
 def test_bad_input_names_the_argument():
     with pytest.raises(TypeError, match="array"):
         cs149.histogram((torch.zeros(4, 4, dtype=torch.int32), 4))

@@ -80,4 +80,14 @@ TEST(Cs149CudaRk4, OddShapes) {
   cs149_test::check_rk4(mem, 80, 70, 90, 4, 25, 1e-5);
 }
 
+TEST(Cs149CudaLayerNormHead, Shapes) {
+  REQUIRE_GPU();
+  CudaMemory mem;
+  cs149_test::check_layernorm_head(mem, 1001, 768, flashkit::DType::f16, 31);   // the course width, partial block
+  cs149_test::check_layernorm_head(mem, 37, 768, flashkit::DType::f32, 32);
+  cs149_test::check_layernorm_head(mem, 19, 13, flashkit::DType::f16, 33);      // narrow rows
+  cs149_test::check_layernorm_head(mem, 7, 1100, flashkit::DType::f32, 34);     // wider than the register path
+  cs149_test::check_layernorm_head(mem, 250000, 768, flashkit::DType::f16, 35);  // the course shape
+}
+
 }  // namespace

@@ -37,11 +37,11 @@ for st in "${STAGES[@]}"; do
     ncu)
       mkdir -p "$OUT/ncu"
       for spec in "histogram:histogram_kernel:1" "swiglu:swiglu_3xtf32:1" "rk4:rk4_stage_kernel:4" \
-                  "flashattention:flash:1" "occupancy_decoder:flash:1"; do
-        IFS=: read -r p k n <<< "$spec"
+                  "flashattention:flash:1" "occupancy_decoder:flash:1" "occupancy_decoder:layernorm_head:1"; do
+        IFS=: read -r p k n <<< "$spec"; f=$p; [ "$k" = layernorm_head ] && f=${p}_head
         run "ncu_$p" timeout 120 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
-          -k "regex:$k" -c "$n" --print-summary none python3 tools/gpu/cs149_ncu.py "$p" > "$OUT/ncu/$p.txt" 2>&1
-        { echo "=== $p"; grep -E "^  [a-z_0-9]+.*\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|L2 Hit Rate|L1/TEX Hit Rate" "$OUT/ncu/$p.txt"; } >> "$OUT/cs149-ncu.txt"
+          -k "regex:$k" -c "$n" --log-file "$OUT/ncu/$f.txt" python3 tools/gpu/cs149_ncu.py "$p"
+        { echo "=== $f"; grep -E "^  [a-z_0-9]+.*\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|L2 Hit Rate|L1/TEX Hit Rate" "$OUT/ncu/$f.txt"; } >> "$OUT/cs149-ncu.txt"
       done
       tar czf "$OUT/cs149-ncu.tar.gz" -C "$OUT" ncu && rm -rf "$OUT/ncu"
       cat "$OUT/cs149-ncu.txt" ;;

@@ -16,6 +16,15 @@ namespace {
 constexpr int kGroup = 64;     // channels per block
 constexpr int kThreads = 512;
 
+// The 16 bytes of one row word w (channels 16 w .. 16 w + 15 of the group) into the block's bins.
+__device__ __forceinline__ void count_word(uint32_t* bins, int w, const uint4& q) {
+  const uint32_t parts[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int b = 0; b < 4; ++b) atomicAdd(&bins[(w * 16 + i * 4 + b) * 256 + ((parts[i] >> (8 * b)) & 0xffu)], 1u);
+}
+
 // kVec: channels % 16 == 0 and data 16-byte aligned, so each row of the group is read as uint4 words.
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads) histogram_kernel(const uint8_t* __restrict__ data, int64_t length,
@@ -27,29 +36,31 @@ __global__ void __launch_bounds__(kThreads) histogram_kernel(const uint8_t* __re
   for (int i = threadIdx.x; i < group * 256; i += blockDim.x) bins[i] = 0;
   __syncthreads();
   const int64_t r0 = int64_t(blockIdx.x) * rows_per_block;
-  const int64_t r1 = min(length, r0 + rows_per_block);
+  const int rows = int(length - r0 < rows_per_block ? length - r0 : rows_per_block);  // <= 2^24 (host side)
+  // A thread keeps one word (or channel) of the row and strides over rows: no division in the loop.
   if (kVec) {
-    const int words = group / 16;  // uint4 words per row of the group
-    const int64_t items = (r1 - r0) * words;
-    for (int64_t it = threadIdx.x; it < items; it += blockDim.x) {
-      const int64_t r = r0 + it / words;
-      const int w = int(it % words);
-      const uint4 q = __ldcs(reinterpret_cast<const uint4*>(data + r * channels + c0) + w);
-      const uint32_t parts[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-      for (int p = 0; p < 4; ++p)
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-          const uint32_t val = (parts[p] >> (8 * b)) & 0xffu;
-          atomicAdd(&bins[(w * 16 + p * 4 + b) * 256 + val], 1u);
-        }
+    const int words = group / 16;  // uint4 words per row of the group, 1..4
+    const int row_step = blockDim.x / words;
+    const int w = threadIdx.x % words;
+    if (int(threadIdx.x) < row_step * words) {
+      const uint4* p = reinterpret_cast<const uint4*>(data + (r0 + threadIdx.x / words) * channels + c0) + w;
+      const int64_t step = int64_t(row_step) * channels / 16;  // in uint4 words
+      // Two rows per iteration: two 16-byte loads in flight per thread before the 32 shared atomics.
+      int r = threadIdx.x / words;
+      for (; r + row_step < rows; r += 2 * row_step, p += 2 * step) {
+        const uint4 q0 = __ldcs(p), q1 = __ldcs(p + step);
+        count_word(bins, w, q0);
+        count_word(bins, w, q1);
+      }
+      if (r < rows) count_word(bins, w, __ldcs(p));
     }
   } else {
-    const int64_t items = (r1 - r0) * group;
-    for (int64_t it = threadIdx.x; it < items; it += blockDim.x) {
-      const int64_t r = r0 + it / group;
-      const int c = int(it % group);
-      atomicAdd(&bins[c * 256 + data[r * channels + c0 + c]], 1u);
+    const int row_step = blockDim.x / group;
+    const int c = threadIdx.x % group;
+    if (int(threadIdx.x) < row_step * group) {
+      const uint8_t* p = data + (r0 + threadIdx.x / group) * channels + c0 + c;
+      const int64_t step = int64_t(row_step) * channels;
+      for (int r = threadIdx.x / group; r < rows; r += row_step, p += step) atomicAdd(&bins[c * 256 + *p], 1u);
     }
   }
   __syncthreads();
@@ -73,7 +84,8 @@ void histogram(const HistogramArgs& a) {
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cs149::histogram: SM count");
   const int groups = int((a.channels + kGroup - 1) / kGroup);
   // About three resident blocks per SM over all channel groups; each slice at least 64 rows.
-  const int64_t slices = std::max<int64_t>(1, std::min<int64_t>((3 * sms + groups - 1) / groups, (a.length + 63) / 64));
+  int64_t slices = std::max<int64_t>(1, std::min<int64_t>((3 * sms + groups - 1) / groups, (a.length + 63) / 64));
+  slices = std::max<int64_t>(slices, (a.length + (int64_t(1) << 24) - 1) >> 24);  // rows per block <= 2^24
   const int64_t rows_per_block = (a.length + slices - 1) / slices;
   const dim3 grid(unsigned((a.length + rows_per_block - 1) / rows_per_block), unsigned(groups));
   const size_t smem = sizeof(uint32_t) * kGroup * 256;

@@ -9,5 +9,6 @@ namespace flashkit::cs149::cuda {
 void histogram(const HistogramArgs& a);
 void swiglu(const SwigluArgs& a);
 void rk4(const Rk4Args& a);
+void layernorm_head(const LayerNormHeadArgs& a);
 
 }  // namespace flashkit::cs149::cuda

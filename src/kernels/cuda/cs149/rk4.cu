@@ -81,8 +81,11 @@ void rk4(const Rk4Args& a) {
   const size_t bytes = sizeof(float) * size_t(a.nz * a.ny * a.nx);
   check_cuda(cudaMemcpyAsync(a.out, a.u0, bytes, cudaMemcpyDeviceToDevice, stream), "cs149::rk4: copy u0");
   if (a.n_steps == 0 || a.nz < 9 || a.ny < 9 || a.nx < 9) return;
+  const int nz = int(a.nz), ny = int(a.ny), nx = int(a.nx);
   // Work buffers: u_new (ping-pong with out), the stage input, the k sum. Boundaries never change, so the first
   // two start as u0 and only interior points are ever written.
+  if ((ny - 8 + kTY - 1) / kTY > 65535 || (nz - 8 + kZChunk - 1) / kZChunk > 65535)
+    fail(Status::invalid_argument, "cs149::rk4: ny must be at most 524288 and nz at most 2097152 on CUDA");
   float* work = nullptr;
   check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&work), 3 * bytes, stream), "cs149::rk4: work buffers");
   const size_t n = bytes / sizeof(float);
@@ -92,7 +95,6 @@ void rk4(const Rk4Args& a) {
   check_cuda(cudaMemcpyAsync(other, a.u0, bytes, cudaMemcpyDeviceToDevice, stream), "cs149::rk4: copy u0");
   check_cuda(cudaMemcpyAsync(staged, a.u0, bytes, cudaMemcpyDeviceToDevice, stream), "cs149::rk4: copy u0");
   const Rk4Coefficients k = rk4_coefficients(a.alpha, a.hx, a.hy, a.hz);
-  const int nz = int(a.nz), ny = int(a.ny), nx = int(a.nx);
   const dim3 block(kTX, kTY);
   const dim3 grid(unsigned((nx - 8 + kTX - 1) / kTX), unsigned((ny - 8 + kTY - 1) / kTY),
                   unsigned((nz - 8 + kZChunk - 1) / kZChunk));
