@@ -6,7 +6,8 @@
 // SiLU * gate in registers: the two products never reach HBM.
 // Layout: 8 warps as 4 (M) x 2 (N), each warp 32 x 32 of each product = 2 x 4 mma.m16n8k8 tiles per matrix.
 // Tiles move global -> registers -> shared memory double buffer (the next k tile's loads are in flight while the
-// current one is multiplied). Shared rows are padded so the fragment reads are free of bank conflicts.
+// current one is multiplied). Shared rows are padded so the fragment reads are free of bank conflicts. Blocks are
+// rastered in groups of 8 M tiles for L2 reuse.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -19,6 +20,7 @@ namespace flashkit::cs149::cuda {
 namespace {
 
 constexpr int kBM = 128, kBN = 64, kBK = 16, kThreads = 256;
+constexpr int kGroupM = 8;
 constexpr int kAStride = kBK + 4;  // floats per shared A row: (8 rows x 4 k) fragment reads hit 32 banks
 constexpr int kBStride = kBN + 8;  // floats per shared B row: (4 k x 8 cols) fragment reads hit 32 banks
 
@@ -143,7 +145,15 @@ __global__ void __launch_bounds__(kThreads) swiglu_3xtf32_kernel(const float* __
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, tig = lane % 4;
   const int warp_m = warp / 2, warp_n = warp % 2;
-  const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
+  // Grouped raster: consecutive blocks walk kGroupM M tiles before moving along N, so one wave (~132 blocks)
+  // touches 8 x 128 rows of x and ~16 x 64 columns of W and V (24 MB, L2-resident) instead of all of W and V.
+  const int tiles_m = (M + kBM - 1) / kBM, tiles_n = (N + kBN - 1) / kBN;
+  const int pid = blockIdx.x;
+  const int first_m = (pid / (kGroupM * tiles_n)) * kGroupM;
+  const int group_m = min(tiles_m - first_m, kGroupM);
+  const int tile_m = first_m + (pid % (kGroupM * tiles_n)) % group_m;
+  const int tile_n = (pid % (kGroupM * tiles_n)) / group_m;
+  const int m0 = tile_m * kBM, n0 = tile_n * kBN;
 
   float acc_w[2][4][4], acc_v[2][4][4];
 #pragma unroll
@@ -225,8 +235,9 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 void swiglu(const SwigluArgs& a) {
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream());
   const int M = int(a.m), K = int(a.k), N = int(a.n);
-  const dim3 grid(unsigned((N + kBN - 1) / kBN), unsigned((M + kBM - 1) / kBM));
-  if (grid.y > 65535u) fail(Status::invalid_argument, "cs149::swiglu: m must be at most 65535 * 128");
+  const int64_t tiles = int64_t((M + kBM - 1) / kBM) * ((N + kBN - 1) / kBN);
+  if (tiles > int64_t(1) << 30) fail(Status::invalid_argument, "cs149::swiglu: m x n must be at most 2^43");
+  const dim3 grid{unsigned(tiles)};
   const bool vec_a = K % 4 == 0 && aligned16(a.x);
   const bool vec_b = N % 4 == 0 && aligned16(a.w) && aligned16(a.v);
   auto kernel = vec_a ? (vec_b ? swiglu_3xtf32_kernel<true, true> : swiglu_3xtf32_kernel<true, false>)
