@@ -84,6 +84,8 @@ def candidates(problem, data, use_compile):
         out["compile"] = torch.compile(fn)
     if problem == "flashattention":
         out["sdpa"] = ref.attention_sdpa
+    if problem == "rk4":  # the other stage kernel, for the A/B record (docs/worklog/cs149-rk4.md)
+        out["flashkit_l1"] = lambda d: cs149.rk4(d, kernel="l1")
     return out
 
 

@@ -17,9 +17,10 @@ FK_API fk_status fk_cs149_histogram(const uint8_t* data, int64_t length, int64_t
 /* out [m, n] = swish_beta(x w + b) * (x v + c); x [m, k], w and v [k, n], b and c [n], all f32. */
 FK_API fk_status fk_cs149_swiglu(const float* x, const float* w, const float* v, const float* b, const float* c,
                                  float beta, int64_t m, int64_t k, int64_t n, float* out, int32_t device);
-/* RK4 heat equation on u0 f32 [nz, ny, nx] for n_steps; out (same shape, not aliasing u0) receives the field. */
+/* RK4 heat equation on u0 f32 [nz, ny, nx] for n_steps; out (same shape, not aliasing u0) receives the field.
+ * kernel: 0 automatic, 1 / 2 the CUDA stage kernel v1 (L1) / v2 (shared-memory plane), for A/B runs. */
 FK_API fk_status fk_cs149_rk4(const float* u0, int64_t nz, int64_t ny, int64_t nx, float alpha, float hx, float hy,
-                              float hz, int64_t n_steps, float* out, int32_t device);
+                              float hz, int64_t n_steps, float* out, int32_t device, int32_t kernel);
 /* The occupancy decoder's head: out[r] = LayerNorm(x[r]) . w + bias[0] (no affine; eps); x [rows, width],
  * w [width], bias [1], out [rows], all of dtype FK_F32 or FK_F16. */
 FK_API fk_status fk_cs149_layernorm_head(const void* x, const void* w, const void* bias, float eps, int64_t rows,

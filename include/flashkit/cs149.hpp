@@ -43,6 +43,10 @@ void swiglu(const SwigluArgs& a);
 // [nz, ny, nx]; the 4-point boundary layer keeps its initial values; dt = 0.05 / (alpha (1/hx^2 + 1/hy^2 +
 // 1/hz^2)), computed in f32 as the course reference does. out [nz, ny, nx] receives u after n_steps steps (it may
 // not alias u0). CUDA calls allocate three field-sized work buffers on the stream.
+// Which CUDA stage kernel runs (an A/B switch for benchmarks; both compute the same values): automatic picks by
+// choose_rk4_kernel; stage_l1 reads the x/y neighbours through L1 (v1), stage_shared from a shared-memory plane (v2).
+enum class Rk4Kernel : int32_t { automatic = 0, stage_l1 = 1, stage_shared = 2 };
+
 struct Rk4Args {
   const float* u0 = nullptr;
   int64_t nz = 0, ny = 0, nx = 0;
@@ -50,8 +54,11 @@ struct Rk4Args {
   int64_t n_steps = 0;
   float* out = nullptr;
   Device device = Device::cpu;
+  Rk4Kernel kernel = Rk4Kernel::automatic;
 };
 void rk4(const Rk4Args& a);
+// The CUDA stage kernel rk4 runs for these arguments (never automatic): a pure function, unit-tested.
+Rk4Kernel choose_rk4_kernel(const Rk4Args& a);
 
 // The occupancy decoder's head (LayerNorm without affine, then a Linear to one output), fused so the normalised
 // rows never reach memory: out[r] = round(sum_j round((x[r, j] - mean_r) * rstd_r) * w[j] + bias), where

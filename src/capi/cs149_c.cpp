@@ -69,11 +69,11 @@ fk_status fk_cs149_swiglu(const float* x, const float* w, const float* v, const 
 }
 
 fk_status fk_cs149_rk4(const float* u0, int64_t nz, int64_t ny, int64_t nx, float alpha, float hx, float hy, float hz,
-                       int64_t n_steps, float* out, int32_t device) {
+                       int64_t n_steps, float* out, int32_t device, int32_t kernel) {
   return guarded([&] {
     flashkit::cs149::Rk4Args a;
     a.u0 = u0; a.nz = nz; a.ny = ny; a.nx = nx; a.alpha = alpha; a.hx = hx; a.hy = hy; a.hz = hz;
-    a.n_steps = n_steps; a.out = out;
+    a.n_steps = n_steps; a.out = out; a.kernel = static_cast<flashkit::cs149::Rk4Kernel>(kernel);
     a.device = to_device(device, "rk4");
     flashkit::cs149::rk4(a);
   });

@@ -120,14 +120,15 @@ inline void check_swiglu(Memory& mem, int64_t m, int64_t k, int64_t n, float bet
 }
 
 // The boundary layer must equal u0 exactly; interior points within tol of the f64 scheme.
-inline void check_rk4(Memory& mem, int64_t nz, int64_t ny, int64_t nx, int64_t steps, uint32_t seed, double tol) {
+inline void check_rk4(Memory& mem, int64_t nz, int64_t ny, int64_t nx, int64_t steps, uint32_t seed, double tol,
+                      flashkit::cs149::Rk4Kernel kernel = flashkit::cs149::Rk4Kernel::automatic) {
   std::mt19937 rng(seed);
   const auto u0 = randn(size_t(nz * ny * nx), rng);
   std::uniform_real_distribution<float> ua(0.1f, 5.0f), uh(0.5f, 2.0f);
   flashkit::cs149::Rk4Args a;
   a.alpha = ua(rng); a.hx = uh(rng); a.hy = uh(rng); a.hz = uh(rng);
   a.u0 = mem.put(u0);
-  a.nz = nz; a.ny = ny; a.nx = nx; a.n_steps = steps;
+  a.nz = nz; a.ny = ny; a.nx = nx; a.n_steps = steps; a.kernel = kernel;
   std::vector<float> poison(u0.size(), std::numeric_limits<float>::quiet_NaN());
   a.out = mem.put(poison);
   a.device = mem.device();

@@ -58,6 +58,16 @@ TEST(Cs149LayerNormHead, MatchesReference) {
   cs149_test::check_layernorm_head(mem, 3, 1100, flashkit::DType::f32, 34);
 }
 
+TEST(Cs149Rk4, KernelChoice) {
+  using flashkit::cs149::Rk4Kernel;
+  flashkit::cs149::Rk4Args a;
+  EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_shared);
+  a.kernel = Rk4Kernel::stage_l1;
+  EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1);
+  a.kernel = Rk4Kernel::stage_shared;
+  EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_shared);
+}
+
 template <typename F>
 void expect_error(F&& f, flashkit::Status status, const std::string& needle) {
   try {
@@ -97,7 +107,9 @@ TEST(Cs149Errors, NameTheArgument) {
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "hy must be positive");
   r.hy = 1.0f; r.out = u.data();
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "alias");
-  r.out = out.data(); r.n_steps = -1;
+  r.out = out.data(); r.kernel = static_cast<flashkit::cs149::Rk4Kernel>(5);
+  expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "kernel must be");
+  r.kernel = flashkit::cs149::Rk4Kernel::automatic; r.n_steps = -1;
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "n_steps");
   flashkit::cs149::LayerNormHeadArgs l;
   l.x = f; l.w = f; l.bias = f; l.out = o; l.rows = 2; l.width = 8; l.dtype = flashkit::DType::bf16;
@@ -125,7 +137,7 @@ TEST(Cs149CApi, StatusAndMessage) {
   EXPECT_NE(std::string(fk_last_error()).find("out is NULL"), std::string::npos);
   ASSERT_EQ(fk_cs149_swiglu(x, x, x, x, x, 1.0f, 1, 1, 1, out, FK_CPU), FK_OK);
   EXPECT_NEAR(out[0], 2.0 / (1.0 + std::exp(-2.0)) * 2.0, 1e-5);
-  EXPECT_EQ(fk_cs149_rk4(x, 1, 1, 1, -1.0f, 1, 1, 1, 1, out, FK_CPU), FK_INVALID_ARGUMENT);
+  EXPECT_EQ(fk_cs149_rk4(x, 1, 1, 1, -1.0f, 1, 1, 1, 1, out, FK_CPU, 0), FK_INVALID_ARGUMENT);
   EXPECT_NE(std::string(fk_last_error()).find("alpha"), std::string::npos);
 }
 

@@ -161,6 +161,8 @@ def test_bad_input_names_the_argument():
         cs149.histogram((torch.zeros(4, 4, dtype=torch.uint8), 0))
     with pytest.raises(ValueError, match="last dimension"):
         cs149.swiglu((torch.ones(2, 3), torch.ones(4, 5), torch.ones(4, 5), torch.ones(5), torch.ones(5), 1.0))
+    with pytest.raises(ValueError, match="kernel must be"):
+        cs149.rk4((torch.ones(9, 9, 9), 1.0, 1.0, 1.0, 1.0, 1), kernel="fast")
     with pytest.raises(InvalidArgumentError, match="alpha"):
         cs149.rk4((torch.ones(9, 9, 9), -1.0, 1.0, 1.0, 1.0, 1))
     with pytest.raises(TypeError, match="k must be"):

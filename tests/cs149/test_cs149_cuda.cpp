@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "cs149_cases.hpp"
 
 namespace {
@@ -70,15 +72,25 @@ TEST(Cs149CudaSwiglu, CourseShapeSampledRows) {
   cs149_test::check_swiglu(mem, 16384, 2048, 4096, 1.0f, 8846, 1e-5, 48);
 }
 
-TEST(Cs149CudaRk4, OddShapes) {
+class Cs149CudaRk4 : public ::testing::TestWithParam<flashkit::cs149::Rk4Kernel> {};
+
+TEST_P(Cs149CudaRk4, OddShapes) {
   REQUIRE_GPU();
   CudaMemory mem;
-  cs149_test::check_rk4(mem, 45, 38, 71, 3, 21, 1e-5);  // partial x, y and z blocks
-  cs149_test::check_rk4(mem, 9, 9, 9, 2, 22, 1e-5);
-  cs149_test::check_rk4(mem, 20, 10, 8, 2, 23, 1e-5);
-  cs149_test::check_rk4(mem, 12, 12, 12, 0, 24, 1e-5);
-  cs149_test::check_rk4(mem, 80, 70, 90, 4, 25, 1e-5);
+  const auto kernel = GetParam();
+  cs149_test::check_rk4(mem, 45, 38, 71, 3, 21, 1e-5, kernel);  // partial x, y and z blocks
+  cs149_test::check_rk4(mem, 9, 9, 9, 2, 22, 1e-5, kernel);
+  cs149_test::check_rk4(mem, 20, 10, 8, 2, 23, 1e-5, kernel);
+  cs149_test::check_rk4(mem, 12, 12, 12, 0, 24, 1e-5, kernel);
+  cs149_test::check_rk4(mem, 80, 70, 90, 4, 25, 1e-5, kernel);    // several z chunks
+  cs149_test::check_rk4(mem, 9, 100, 33, 1, 26, 1e-5, kernel);    // one interior z plane
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, Cs149CudaRk4,
+                         ::testing::Values(flashkit::cs149::Rk4Kernel::stage_l1,
+                                           flashkit::cs149::Rk4Kernel::stage_shared),
+                         [](const auto& info) { return info.param == flashkit::cs149::Rk4Kernel::stage_l1
+                                                           ? std::string("l1") : std::string("shared"); });
 
 TEST(Cs149CudaLayerNormHead, Shapes) {
   REQUIRE_GPU();
