@@ -173,10 +173,14 @@ def occupancy_decoder(data, num_heads=12):
     if width % num_heads:
         raise ValueError("width (%d) must be a multiple of num_heads (%d)" % (width, num_heads))
     w = {name: _tensor(name, t, dt, None, queries.device) for name, t in wts.items()}
-    w_o, b_o = w["query_in_out_layer_weight"].float(), w["query_in_out_layer_bias"].float()
-    w_q, b_q = w["attn_c_q_weight"].float(), w["attn_c_q_bias"].float()
-    w_qo = (w_q @ w_o).to(dt)            # c_q(out_layer(h)) = h (Wq Wo)^T + (Wq bo + bq)
-    b_qo = (w_q @ b_o + b_q).to(dt)
+    # c_q(out_layer(h)) = h (Wq Wo)^T + (Wq bo + bq). On CUDA the 768^3 product runs on tensor cores in the
+    # weights' dtype with f32 accumulation (a few us; the f32 SIMT product would cost ~0.1 ms per call); the
+    # CPU computes it in f32 (no half matmul there).
+    acc_dt = dt if queries.is_cuda else torch.float32
+    w_o, b_o = w["query_in_out_layer_weight"].to(acc_dt), w["query_in_out_layer_bias"].float()
+    w_q, b_q = w["attn_c_q_weight"].to(acc_dt), w["attn_c_q_bias"].float()
+    w_qo = (w_q @ w_o).to(dt)
+    b_qo = (w_q.float() @ b_o + b_q).to(dt)
     h = F.silu(F.linear(queries, w["query_in_in_layer_weight"], w["query_in_in_layer_bias"]))
     q = F.linear(h, w_qo, b_qo)
     k = F.linear(latents, w["attn_c_k_weight"], w["attn_c_k_bias"])
