@@ -4,7 +4,7 @@
 #   tools/gpu/cs149.sh [STAGES...]    default: build test bench ncu  (about 5 minutes from a warm build dir;
 #                                     a cold library build takes longer: run `build` alone first then)
 # Results under $OUT: cs149.log (every step), cs149-bench.json and cs149-bench.md (the table), failed.txt,
-# cs149-ncu.txt (SOL and memory lines of each kernel) and cs149-ncu.tar.gz (the full ncu reports).
+# cs149-ncu.txt (SOL and memory lines of each kernel) and cs149-ncu.tar.gz (the full ncu output).
 # The tokenizer's PCRE2/ICU come from .fkdeps (carry=[".fkdeps.tar.xz"], see tools/gpu/carried_deps.sh).
 set -u
 cd "$(dirname "$0")/../.."
@@ -34,16 +34,13 @@ for st in "${STAGES[@]}"; do
       run bench timeout 300 python3 bench/cs149/bench.py --runs 10 --budget-s 3 --json "$OUT/cs149-bench.json"
       sed -n '/^| problem/,/^$/p' "$LOG" | tail -7 > "$OUT/cs149-bench.md"
       cat "$OUT/cs149-bench.md" ;;
-    ncu)
-      mkdir -p "$OUT/ncu"
-      for spec in "histogram:histogram_kernel:1" "swiglu:swiglu_3xtf32:1" "rk4:rk4_stage_kernel:4" \
-                  "flashattention:flash:1" "occupancy_decoder:flash:1" "occupancy_decoder:layernorm_head:1"; do
-        IFS=: read -r p k n <<< "$spec"; f=$p; [ "$k" = layernorm_head ] && f=${p}_head
-        run "ncu_$p" timeout 120 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
-          -k "regex:$k" -c "$n" --log-file "$OUT/ncu/$f.txt" python3 tools/gpu/cs149_ncu.py "$p"
-        { echo "=== $f"; grep -E "^  [a-z_0-9]+.*\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|L2 Hit Rate|L1/TEX Hit Rate" "$OUT/ncu/$f.txt"; } >> "$OUT/cs149-ncu.txt"
-      done
-      tar czf "$OUT/cs149-ncu.tar.gz" -C "$OUT" ncu && rm -rf "$OUT/ncu"
+    ncu)  # one process, every flashkit kernel of the five problems once (RK4: one step, the four stage kernels)
+      K='regex:histogram_kernel|swiglu_3xtf32|rk4_stage|flash_fwd|layernorm_head'
+      run ncu timeout 240 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        -k "$K" -c 12 --log-file "$OUT/cs149-ncu-full.txt" python3 tools/gpu/cs149_ncu.py
+      grep -E "^  [A-Za-z_0-9:<>, ]+\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|L2 Hit Rate|L1/TEX Hit Rate" \
+        "$OUT/cs149-ncu-full.txt" > "$OUT/cs149-ncu.txt"
+      tar czf "$OUT/cs149-ncu.tar.gz" -C "$OUT" cs149-ncu-full.txt && rm -f "$OUT/cs149-ncu-full.txt"
       cat "$OUT/cs149-ncu.txt" ;;
     *) log "unknown stage $st"; status=1 ;;
   esac

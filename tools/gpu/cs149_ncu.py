@@ -1,5 +1,5 @@
-"""Runs one flashkit.cs149 problem once at the course shape, for Nsight Compute (tools/gpu/cs149.sh ncu):
-    ncu ... python3 tools/gpu/cs149_ncu.py PROBLEM"""
+"""Runs flashkit.cs149 problems once each at the course shapes, for Nsight Compute (tools/gpu/cs149.sh ncu):
+    ncu ... python3 tools/gpu/cs149_ncu.py [PROBLEM...]      (default: all five; RK4 runs one step)"""
 import os
 import sys
 
@@ -10,9 +10,13 @@ import course_reference as ref  # noqa: E402
 
 import flashkit.cs149 as cs149  # noqa: E402
 
-problem = sys.argv[1]
-data = ref.make_input(problem)
-if problem == "rk4":
-    data = data[:5] + (1,)  # one step: the four stage kernels once each
-getattr(cs149, problem)(data)
-torch.cuda.synchronize()
+for problem in sys.argv[1:] or list(ref.SHAPES):
+    data = ref.make_input(problem)
+    if problem == "rk4":
+        data = data[:5] + (1,)  # one step: the four stage kernels once each
+    torch.cuda.nvtx.range_push(problem)
+    getattr(cs149, problem)(data)
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_pop()
+    del data
+    torch.cuda.empty_cache()
