@@ -25,6 +25,10 @@ FK_API fk_status fk_cs149_rk4(const float* u0, int64_t nz, int64_t ny, int64_t n
  * w [width], bias [1], out [rows], all of dtype FK_F32 or FK_F16. */
 FK_API fk_status fk_cs149_layernorm_head(const void* x, const void* w, const void* bias, float eps, int64_t rows,
                                          int64_t width, int32_t dtype, void* out, int32_t device);
+/* The occupancy decoder's query input layer + SiLU: h = silu(q w^T + b); q [rows, in_dim <= 16], w [width,
+ * in_dim], b [width], h [rows, width], all of dtype FK_F32 or FK_F16. */
+FK_API fk_status fk_cs149_query_embed(const void* q, const void* w, const void* b, int64_t rows, int64_t in_dim,
+                                      int64_t width, int32_t dtype, void* h, int32_t device);
 
 #ifdef __cplusplus
 }

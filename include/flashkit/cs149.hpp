@@ -76,6 +76,21 @@ struct LayerNormHeadArgs {
 };
 void layernorm_head(const LayerNormHeadArgs& a);
 
+// The occupancy decoder's query input layer with its SiLU, fused: h[r, j] = round(silu(round(b[j] +
+// sum_i q[r, i] w[j, i]))) for a narrow input (in_dim <= 16; the course has 3 coordinates): the Linear's output
+// never reaches memory before the SiLU. q [rows, in_dim], w [width, in_dim] (nn.Linear layout), b [width],
+// h [rows, width]; f32 or f16, accumulation in f32, round() to the dtype as the two torch ops round.
+struct QueryEmbedArgs {
+  const void* q = nullptr;
+  const void* w = nullptr;
+  const void* b = nullptr;
+  int64_t rows = 0, in_dim = 0, width = 0;
+  DType dtype = DType::f16;
+  void* h = nullptr;
+  Device device = Device::cpu;
+};
+void query_embed(const QueryEmbedArgs& a);
+
 // The scalars of one RK4 step in f32, in the course reference's order of operations (shared by the CPU and CUDA
 // kernels so both round the same way).
 struct Rk4Coefficients {

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from . import _capi
 from .torch import _OnStream
 
-__all__ = ["histogram", "swiglu", "rk4", "flashattention", "occupancy_decoder", "layernorm_head"]
+__all__ = ["histogram", "swiglu", "rk4", "flashattention", "occupancy_decoder", "layernorm_head", "query_embed"]
 
 _lib = _capi.lib
 _P, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float
@@ -36,6 +36,8 @@ _RK4_KERNELS = {"auto": 0, "l1": 1, "shared": 2}
 
 _lib.fk_cs149_layernorm_head.restype = _I32
 _lib.fk_cs149_layernorm_head.argtypes = [_P, _P, _P, _F32, _I64, _I64, _I32, _P, _I32]
+_lib.fk_cs149_query_embed.restype = _I32
+_lib.fk_cs149_query_embed.argtypes = [_P, _P, _P, _I64, _I64, _I64, _I32, _P, _I32]
 _HEAD_DTYPES = {torch.float32: _capi.FK_F32, torch.float16: _capi.FK_F16}
 
 _ATTN_DTYPES = {torch.float32: _capi.FK_F32, torch.bfloat16: _capi.FK_BF16, torch.float16: _capi.FK_F16}
@@ -160,8 +162,8 @@ def flashattention(data):
 def occupancy_decoder(data, num_heads=12):
     """(queries [B, Q, q_in], latents [B, L, width], weights) -> [B, Q, 1], the course's OneDOccupancyDecoder.
 
-    The query MLP's output layer and the attention's query projection are folded into one matrix (computed in
-    f32, no nonlinearity between them); the cross-attention runs on flashkit's attention with the projections in
+    The query MLP's input layer and SiLU are one flashkit kernel (`query_embed`); its output layer and the
+    attention's query projection are folded into one matrix (no nonlinearity between them); the cross-attention runs on flashkit's attention with the projections in
     their natural [B, S, H, D] layout (no transposes); LayerNorm and the output Linear are one flashkit kernel
     (`layernorm_head`), statistics in f32 as the reference computes them."""
     queries, latents, wts = data
@@ -181,7 +183,7 @@ def occupancy_decoder(data, num_heads=12):
     w_q, b_q = w["attn_c_q_weight"].to(acc_dt), w["attn_c_q_bias"].float()
     w_qo = (w_q @ w_o).to(dt)
     b_qo = (w_q.float() @ b_o + b_q).to(dt)
-    h = F.silu(F.linear(queries, w["query_in_in_layer_weight"], w["query_in_in_layer_bias"]))
+    h = query_embed(queries, w["query_in_in_layer_weight"], w["query_in_in_layer_bias"])
     q = F.linear(h, w_qo, b_qo)
     k = F.linear(latents, w["attn_c_k_weight"], w["attn_c_k_bias"])
     v = F.linear(latents, w["attn_c_v_weight"], w["attn_c_v_bias"])
@@ -195,6 +197,26 @@ def occupancy_decoder(data, num_heads=12):
         x = F.layer_norm(x.float(), (width,), eps=1e-6).to(dt)
         return F.linear(x, w_out, b_out)
     return layernorm_head(x, w_out.reshape(width), b_out.reshape(1), 1e-6).view(b, nq, 1)
+
+
+def query_embed(q, w, b):
+    """silu(F.linear(q, w, b)) for a narrow input (q [..., in_dim <= 16], w [width, in_dim], b [width]) as one
+    flashkit kernel: the Linear's output is written once, already activated. f16/f32; other dtypes or wider
+    inputs take the two torch ops."""
+    q = _tensor("q", q)
+    w = _tensor("w", w, q.dtype, 2, q.device)
+    b = _tensor("b", b, q.dtype, 1, q.device)
+    width, in_dim = w.shape
+    if q.shape[-1] != in_dim or b.shape[0] != width:
+        raise ValueError("q's last dimension must be w's second (%d) and b must be [%d], got q %s, b %s"
+                         % (in_dim, width, tuple(q.shape), tuple(b.shape)))
+    if q.dtype not in _HEAD_DTYPES or in_dim > 16:
+        return F.silu(F.linear(q, w, b))
+    h = torch.empty(tuple(q.shape[:-1]) + (width,), dtype=q.dtype, device=q.device)
+    with _OnStream(q.device):
+        _capi.check(_lib.fk_cs149_query_embed(q.data_ptr(), w.data_ptr(), b.data_ptr(), q.numel() // in_dim, in_dim,
+                                              width, _HEAD_DTYPES[q.dtype], h.data_ptr(), _code(q)))
+    return h
 
 
 def layernorm_head(x, w, bias, eps=1e-6):

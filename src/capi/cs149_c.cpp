@@ -93,4 +93,18 @@ fk_status fk_cs149_layernorm_head(const void* x, const void* w, const void* bias
   });
 }
 
+fk_status fk_cs149_query_embed(const void* q, const void* w, const void* b, int64_t rows, int64_t in_dim,
+                               int64_t width, int32_t dtype, void* h, int32_t device) {
+  return guarded([&] {
+    if (dtype != FK_F32 && dtype != FK_F16)
+      flashkit::fail(flashkit::Status::invalid_argument,
+                     "cs149::query_embed: dtype must be FK_F32 (0) or FK_F16 (2), got " + std::to_string(dtype));
+    flashkit::cs149::QueryEmbedArgs a;
+    a.q = q; a.w = w; a.b = b; a.rows = rows; a.in_dim = in_dim; a.width = width; a.h = h;
+    a.dtype = static_cast<flashkit::DType>(dtype);
+    a.device = to_device(device, "query_embed");
+    flashkit::cs149::query_embed(a);
+  });
+}
+
 }  // extern "C"

@@ -95,6 +95,23 @@ Rk4Coefficients rk4_coefficients(float alpha, float hx, float hy, float hz) {
   return k;
 }
 
+void query_embed(const QueryEmbedArgs& a) {
+  const char* op = "query_embed";
+  check_device(op, a.device);
+  if (a.dtype != DType::f32 && a.dtype != DType::f16)
+    bad(op, "dtype must be f32 or f16, got " + std::string(dtype_name(a.dtype)));
+  check_size(op, "rows", a.rows, 0, kMaxI32);
+  check_size(op, "in_dim", a.in_dim, 1, 16);
+  check_size(op, "width", a.width, 1, int64_t(1) << 20);
+  if (a.rows * a.width > (int64_t(1) << 40)) bad(op, "rows * width must be at most 2^40");
+  check_ptr(op, "w", a.w);
+  check_ptr(op, "b", a.b);
+  if (a.rows > 0) { check_ptr(op, "q", a.q); check_ptr(op, "h", a.h); }
+  if (a.rows == 0) return;
+  if (a.device == Device::cpu) return cpu::query_embed(a);
+  cuda::query_embed(a);
+}
+
 Rk4Kernel choose_rk4_kernel(const Rk4Args& a) {
   // The shared-memory plane kernel unless a caller asks for v1 (kept for A/B runs; docs/worklog/cs149-rk4.md).
   return a.kernel == Rk4Kernel::automatic ? Rk4Kernel::stage_shared : a.kernel;

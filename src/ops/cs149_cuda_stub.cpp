@@ -9,6 +9,9 @@ void swiglu(const SwigluArgs&) { fail(Status::unsupported, "cs149::swiglu: this 
 void layernorm_head(const LayerNormHeadArgs&) {
   fail(Status::unsupported, "cs149::layernorm_head: this build has no CUDA support");
 }
+void query_embed(const QueryEmbedArgs&) {
+  fail(Status::unsupported, "cs149::query_embed: this build has no CUDA support");
+}
 void rk4(const Rk4Args&) { fail(Status::unsupported, "cs149::rk4: this build has no CUDA support"); }
 
 }  // namespace flashkit::cs149::cuda

@@ -194,4 +194,47 @@ inline void check_layernorm_head(Memory& mem, int64_t rows, int64_t width, flash
   EXPECT_EQ(bad, 0) << "rows " << rows << " width " << width << (half ? " f16" : " f32");
 }
 
+inline void check_query_embed(Memory& mem, int64_t rows, int64_t in_dim, int64_t width, flashkit::DType dtype,
+                              uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto qs = randn(size_t(rows * in_dim), rng), ws = randn(size_t(width * in_dim), rng, 0.5f);
+  auto bs = randn(size_t(width), rng, 0.1f);
+  const bool half = dtype == flashkit::DType::f16;
+  auto pack = [&](std::vector<float>& v) {
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      h[i] = flashkit::f32_to_f16(v[i]);
+      if (half) v[i] = flashkit::f16_to_f32(h[i]);
+    }
+    return h;
+  };
+  const auto qh = pack(qs), wh = pack(ws), bh = pack(bs);
+  flashkit::cs149::QueryEmbedArgs a;
+  a.rows = rows; a.in_dim = in_dim; a.width = width; a.dtype = dtype; a.device = mem.device();
+  const size_t n = size_t(rows * width);
+  if (half) {
+    a.q = mem.put(qh); a.w = mem.put(wh); a.b = mem.put(bh);
+    a.h = mem.put(std::vector<uint16_t>(n, 0x7e00));
+  } else {
+    a.q = mem.put(qs); a.w = mem.put(ws); a.b = mem.put(bs);
+    a.h = mem.put(std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()));
+  }
+  flashkit::cs149::query_embed(a);
+  std::vector<double> got(n);
+  if (half) {
+    const auto h = mem.get(static_cast<const uint16_t*>(a.h), n);
+    for (size_t i = 0; i < n; ++i) got[i] = flashkit::f16_to_f32(h[i]);
+  } else {
+    const auto f = mem.get(static_cast<const float*>(a.h), n);
+    for (size_t i = 0; i < n; ++i) got[i] = f[i];
+  }
+  const auto want = reference::query_embed(std::vector<double>(qs.begin(), qs.end()),
+                                           std::vector<double>(ws.begin(), ws.end()),
+                                           std::vector<double>(bs.begin(), bs.end()), rows, in_dim, width);
+  const double tol = half ? 3e-3 : 1e-5;
+  int64_t bad = 0;
+  for (size_t i = 0; i < n; ++i) bad += !(std::abs(got[i] - want[i]) <= tol * (1.0 + std::abs(want[i])));
+  EXPECT_EQ(bad, 0) << "rows " << rows << " in_dim " << in_dim << " width " << width << (half ? " f16" : " f32");
+}
+
 }  // namespace cs149_test

@@ -89,4 +89,16 @@ inline std::vector<double> layernorm_head(const std::vector<double>& x, const st
   return out;
 }
 
+inline std::vector<double> query_embed(const std::vector<double>& q, const std::vector<double>& w,
+                                       const std::vector<double>& b, int64_t rows, int64_t in_dim, int64_t width) {
+  std::vector<double> h(static_cast<size_t>(rows * width));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < width; ++j) {
+      double x = b[size_t(j)];
+      for (int64_t i = 0; i < in_dim; ++i) x += q[size_t(r * in_dim + i)] * w[size_t(j * in_dim + i)];
+      h[size_t(r * width + j)] = x / (1.0 + std::exp(-x));
+    }
+  return h;
+}
+
 }  // namespace cs149_test::reference

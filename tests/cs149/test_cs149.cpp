@@ -58,6 +58,13 @@ TEST(Cs149LayerNormHead, MatchesReference) {
   cs149_test::check_layernorm_head(mem, 3, 1100, flashkit::DType::f32, 34);
 }
 
+TEST(Cs149QueryEmbed, MatchesReference) {
+  HostMemory mem;
+  cs149_test::check_query_embed(mem, 41, 3, 96, flashkit::DType::f32, 41);
+  cs149_test::check_query_embed(mem, 41, 3, 96, flashkit::DType::f16, 42);
+  cs149_test::check_query_embed(mem, 7, 16, 37, flashkit::DType::f16, 43);
+}
+
 TEST(Cs149Rk4, KernelChoice) {
   using flashkit::cs149::Rk4Kernel;
   flashkit::cs149::Rk4Args a;
@@ -118,6 +125,9 @@ TEST(Cs149Errors, NameTheArgument) {
   expect_error([&] { flashkit::cs149::layernorm_head(l); }, flashkit::Status::invalid_argument, "bias is NULL");
   l.bias = f; l.width = 0;
   expect_error([&] { flashkit::cs149::layernorm_head(l); }, flashkit::Status::invalid_argument, "width");
+  flashkit::cs149::QueryEmbedArgs qe;
+  qe.q = f; qe.w = f; qe.b = f; qe.h = o; qe.rows = 1; qe.in_dim = 17; qe.width = 2; qe.dtype = flashkit::DType::f32;
+  expect_error([&] { flashkit::cs149::query_embed(qe); }, flashkit::Status::invalid_argument, "in_dim");
 #ifndef FLASHKIT_WITH_CUDA
   r.n_steps = 1; r.device = Device::cuda;
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::unsupported, "CUDA");

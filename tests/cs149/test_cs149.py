@@ -154,6 +154,17 @@ def test_layernorm_head(dtype, tol):
     assert torch.allclose(out.double(), want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float16, 3e-3)])
+def test_query_embed(dtype, tol):
+    gen = torch.Generator().manual_seed(12)
+    q = torch.randn(2, 33, 3, generator=gen).to(dtype)
+    w, b = (torch.randn(96, 3, generator=gen) * 0.5).to(dtype), (torch.randn(96, generator=gen) * 0.1).to(dtype)
+    h = cs149.query_embed(q, w, b)
+    x = q.double() @ w.double().T + b.double()
+    assert h.shape == (2, 33, 96) and h.dtype == dtype
+    assert torch.allclose(h.double(), x * torch.sigmoid(x), rtol=tol, atol=tol)
+
+
 def test_bad_input_names_the_argument():
     with pytest.raises(TypeError, match="array"):
         cs149.histogram((torch.zeros(4, 4, dtype=torch.int32), 4))

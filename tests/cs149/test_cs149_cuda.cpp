@@ -92,6 +92,14 @@ INSTANTIATE_TEST_SUITE_P(Kernels, Cs149CudaRk4,
                          [](const auto& info) { return info.param == flashkit::cs149::Rk4Kernel::stage_l1
                                                            ? std::string("l1") : std::string("shared"); });
 
+TEST(Cs149CudaQueryEmbed, Shapes) {
+  REQUIRE_GPU();
+  CudaMemory mem;
+  cs149_test::check_query_embed(mem, 5000, 3, 768, flashkit::DType::f16, 41);  // the course's dims, many row chunks
+  cs149_test::check_query_embed(mem, 77, 3, 300, flashkit::DType::f32, 42);    // partial column block
+  cs149_test::check_query_embed(mem, 9, 16, 37, flashkit::DType::f16, 43);
+}
+
 TEST(Cs149CudaLayerNormHead, Shapes) {
   REQUIRE_GPU();
   CudaMemory mem;

@@ -35,9 +35,9 @@ for st in "${STAGES[@]}"; do
       sed -n '/^| problem/,/^$/p' "$LOG" | tail -7 > "$OUT/cs149-bench.md"
       cat "$OUT/cs149-bench.md" ;;
     ncu)  # one process, every flashkit kernel of the five problems once (RK4: one step, the four stage kernels)
-      K='regex:histogram_kernel|swiglu_3xtf32|rk4_stage|flash_fwd|layernorm_head'
+      K='regex:histogram_kernel|swiglu_3xtf32|rk4_stage|flash_fwd|layernorm_head|query_embed'
       run ncu timeout 240 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
-        -k "$K" -c 12 --log-file "$OUT/cs149-ncu-full.txt" python3 tools/gpu/cs149_ncu.py
+        -k "$K" -c 14 --log-file "$OUT/cs149-ncu-full.txt" python3 tools/gpu/cs149_ncu.py
       grep -E "^  [A-Za-z_0-9:<>, ]+\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|L2 Hit Rate|L1/TEX Hit Rate" \
         "$OUT/cs149-ncu-full.txt" > "$OUT/cs149-ncu.txt"
       tar czf "$OUT/cs149-ncu.tar.gz" -C "$OUT" cs149-ncu-full.txt && rm -f "$OUT/cs149-ncu-full.txt"

@@ -8,5 +8,6 @@ void histogram(const HistogramArgs& a);
 void swiglu(const SwigluArgs& a);
 void rk4(const Rk4Args& a);
 void layernorm_head(const LayerNormHeadArgs& a);
+void query_embed(const QueryEmbedArgs& a);
 
 }  // namespace flashkit::cs149::cpu

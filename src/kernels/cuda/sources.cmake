@@ -29,5 +29,6 @@ list(APPEND FLASHKIT_CUDA_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/cs149/swiglu.cu
   ${CMAKE_CURRENT_LIST_DIR}/cs149/rk4.cu
   ${CMAKE_CURRENT_LIST_DIR}/cs149/layernorm_head.cu
+  ${CMAKE_CURRENT_LIST_DIR}/cs149/query_embed.cu
 )
 set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/cs149/rk4.cu PROPERTIES COMPILE_OPTIONS "-fmad=false")
