@@ -163,9 +163,10 @@ def occupancy_decoder(data, num_heads=12):
     """(queries [B, Q, q_in], latents [B, L, width], weights) -> [B, Q, 1], the course's OneDOccupancyDecoder.
 
     The query MLP's input layer and SiLU are one flashkit kernel (`query_embed`); its output layer and the
-    attention's query projection are folded into one matrix (no nonlinearity between them); the cross-attention runs on flashkit's attention with the projections in
-    their natural [B, S, H, D] layout (no transposes); LayerNorm and the output Linear are one flashkit kernel
-    (`layernorm_head`), statistics in f32 as the reference computes them."""
+    attention's query projection are folded into one matrix (no nonlinearity between them); the cross-attention
+    runs on flashkit's attention with the projections in their natural [B, S, H, D] layout (no transposes);
+    LayerNorm and the output Linear are one flashkit kernel (`layernorm_head`), statistics in f32 as the
+    reference computes them."""
     queries, latents, wts = data
     queries = _tensor("queries", queries, None, 3)
     latents = _tensor("latents", latents, queries.dtype, 3, queries.device)

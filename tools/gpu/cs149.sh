@@ -38,7 +38,7 @@ for st in "${STAGES[@]}"; do
       K='regex:histogram_kernel|swiglu_3xtf32|rk4_stage|flash_fwd|layernorm_head|query_embed'
       run ncu timeout 240 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
         -k "$K" -c 14 --log-file "$OUT/cs149-ncu-full.txt" python3 tools/gpu/cs149_ncu.py
-      grep -E "^  [A-Za-z_0-9:<>, ]+\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|L2 Hit Rate|L1/TEX Hit Rate" \
+      grep -E "^  [A-Za-z_0-9:<>, ]+\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput" \
         "$OUT/cs149-ncu-full.txt" > "$OUT/cs149-ncu.txt"
       tar czf "$OUT/cs149-ncu.tar.gz" -C "$OUT" cs149-ncu-full.txt && rm -f "$OUT/cs149-ncu-full.txt"
       cat "$OUT/cs149-ncu.txt" ;;

@@ -50,7 +50,8 @@ template <typename T>
 void launch(const QueryEmbedArgs& a, cudaStream_t stream) {
   const int64_t chunks = (a.rows + 63) / 64 < 65535 ? (a.rows + 63) / 64 : 65535;
   const int64_t rows_per_block = (a.rows + chunks - 1) / chunks;
-  const dim3 grid(unsigned((a.width + kThreads - 1) / kThreads), unsigned((a.rows + rows_per_block - 1) / rows_per_block));
+  const dim3 grid(unsigned((a.width + kThreads - 1) / kThreads),
+                  unsigned((a.rows + rows_per_block - 1) / rows_per_block));
   query_embed_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(a.q), static_cast<const T*>(a.w),
                                                         static_cast<const T*>(a.b), a.rows, int(a.in_dim),
                                                         int(a.width), rows_per_block, static_cast<T*>(a.h));

@@ -2,8 +2,9 @@
 // One kernel per RK4 stage fuses the stencil with the stage's updates: it computes k = alpha * Laplacian(stage
 // input) and writes the next stage input (u + a dt k) and the running sum k1 + 2 k2 + 2 k3 (stage 4 writes
 // u_new = u + dt/6 (sum + k4) directly), so no k field and no separate axpy pass exists.
-// A thread owns one (x, y) column and walks a chunk of z planes with the 9 z-neighbours in registers (each
-// plane is read once per column); x and y neighbours come through L1 from the neighbouring threads' loads.
+// A thread owns one (x, y) column and walks a chunk of z planes with the 9 z-neighbours in registers (each plane
+// is read once per column). The x and y neighbours: v1 (rk4_stage_kernel, Rk4Kernel::stage_l1) reads them
+// through L1; v2 (rk4_stage_smem_kernel, the default) from a shared-memory copy of the plane with its halo.
 // Compiled with -fmad=false (src/kernels/cuda/sources.cmake): every multiply and add rounds separately, as the
 // course reference's elementwise PyTorch ops do, so results track it to a few ulp.
 #include <cuda_runtime.h>
@@ -74,8 +75,9 @@ __global__ void __launch_bounds__(kTX * kTY) rk4_stage_kernel(StageArgs s) {
     const float center = win[4];
     const float uxx = c0 * center + c1 * (__ldg(p + 1) + __ldg(p - 1)) + c2 * (__ldg(p + 2) + __ldg(p - 2)) +
                       c3 * (__ldg(p + 3) + __ldg(p - 3)) + c4 * (__ldg(p + 4) + __ldg(p - 4));
-    const float uyy = c0 * center + c1 * (__ldg(p + sy) + __ldg(p - sy)) + c2 * (__ldg(p + 2 * sy) + __ldg(p - 2 * sy)) +
-                      c3 * (__ldg(p + 3 * sy) + __ldg(p - 3 * sy)) + c4 * (__ldg(p + 4 * sy) + __ldg(p - 4 * sy));
+    const float uyy = c0 * center + c1 * (__ldg(p + sy) + __ldg(p - sy)) +
+                      c2 * (__ldg(p + 2 * sy) + __ldg(p - 2 * sy)) + c3 * (__ldg(p + 3 * sy) + __ldg(p - 3 * sy)) +
+                      c4 * (__ldg(p + 4 * sy) + __ldg(p - 4 * sy));
     const float uzz = c0 * center + c1 * (win[5] + win[3]) + c2 * (win[6] + win[2]) + c3 * (win[7] + win[1]) +
                       c4 * (win[8] + win[0]);
     const float lap = uxx * s.k.inv_hx2 + uyy * s.k.inv_hy2 + uzz * s.k.inv_hz2;
@@ -86,7 +88,8 @@ __global__ void __launch_bounds__(kTX * kTY) rk4_stage_kernel(StageArgs s) {
 }
 
 // v2: the x and y neighbours from a shared-memory copy of the plane (tile plus a 4-point halo, loaded with
-// coalesced rows starting at a multiple of 32 floats from the row start), the z neighbours from the per-thread register window as in v1.
+// coalesced rows starting at a multiple of 32 floats from the row start), the z neighbours from the per-thread
+// register window as in v1.
 // v1 reads the 16 x/y neighbours through L1 with misaligned rows (two wavefronts per warp load); here they are
 // conflict-free shared loads.
 template <int kStage>
