@@ -32,7 +32,7 @@ for st in "${STAGES[@]}"; do
       grep -E "^\[  FAILED  \]|^FAILED" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt" ;;
     bench)
       run bench timeout 300 python3 bench/cs149/bench.py --runs 10 --budget-s 3 --json "$OUT/cs149-bench.json"
-      sed -n '/^| problem/,/^$/p' "$LOG" | tail -7 > "$OUT/cs149-bench.md"
+      sed -n '/^| problem/,/^== bench: rc/p' "$LOG" | grep -v '^== ' > "$OUT/cs149-bench.md"
       cat "$OUT/cs149-bench.md" ;;
     ncu)  # one process, every flashkit kernel of the five problems once (RK4: one step, the four stage kernels)
       K='regex:histogram_kernel|swiglu_3xtf32|rk4_stage|flash_fwd|layernorm_head|query_embed'
