@@ -106,9 +106,9 @@ __device__ __forceinline__ void store_tile(const Staged& s, Tiles& sm, int buf) 
   if (kVecA) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int f = t + i * kThreads, row = f / 4, col = (f % 4) * 4;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) sm.a[buf][row * kAStride + col + j] = s.a[i * 4 + j];
+      const int f = t + i * kThreads, row = f / 4, col = (f % 4) * 4;  // 16-byte aligned: 80-byte rows
+      *reinterpret_cast<float4*>(&sm.a[buf][row * kAStride + col]) =
+          make_float4(s.a[i * 4 + 0], s.a[i * 4 + 1], s.a[i * 4 + 2], s.a[i * 4 + 3]);
     }
   } else {
 #pragma unroll
@@ -118,12 +118,9 @@ __device__ __forceinline__ void store_tile(const Staged& s, Tiles& sm, int buf) 
     }
   }
   if (kVecB) {
-    const int row = t / 16, col = (t % 16) * 4;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      sm.w[buf][row * kBStride + col + j] = s.w[j];
-      sm.v[buf][row * kBStride + col + j] = s.v[j];
-    }
+    const int row = t / 16, col = (t % 16) * 4;  // 16-byte aligned: 288-byte rows
+    *reinterpret_cast<float4*>(&sm.w[buf][row * kBStride + col]) = make_float4(s.w[0], s.w[1], s.w[2], s.w[3]);
+    *reinterpret_cast<float4*>(&sm.v[buf][row * kBStride + col]) = make_float4(s.v[0], s.v[1], s.v[2], s.v[3]);
   } else {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
