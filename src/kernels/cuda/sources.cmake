@@ -23,3 +23,12 @@ foreach(dt bf16 f16)
     list(APPEND FLASHKIT_CUDA_SOURCES ${CMAKE_CURRENT_LIST_DIR}/flash_bwd_sm90_${dt}_d${d}.cu)
   endforeach()
 endforeach()
+# The CS149 kernels (include/flashkit/cs149.hpp), one file per kernel; RK4 rounds like its PyTorch reference.
+list(APPEND FLASHKIT_CUDA_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/cs149/histogram.cu
+  ${CMAKE_CURRENT_LIST_DIR}/cs149/swiglu.cu
+  ${CMAKE_CURRENT_LIST_DIR}/cs149/rk4.cu
+  ${CMAKE_CURRENT_LIST_DIR}/cs149/layernorm_head.cu
+  ${CMAKE_CURRENT_LIST_DIR}/cs149/query_embed.cu
+)
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/cs149/rk4.cu PROPERTIES COMPILE_OPTIONS "-fmad=false")

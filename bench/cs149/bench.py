@@ -1,0 +1,148 @@
+"""CS149 problems at the course shapes on the GPU: flashkit.cs149 against the PyTorch reference (eager and
+torch.compile; SDPA too for attention) in one process. Each run is timed with CUDA events after the L2 cache is
+flushed (a 256 MiB buffer written), as the course harness does; the median of the runs is reported. flashkit's
+output is checked against the eager reference with the course's tolerances first.
+
+    PYTHONPATH=python python3 bench/cs149/bench.py [--problems histogram,swiglu] [--runs 10] [--no-compile]
+        [--json OUT.json]
+Prints one line per measurement and a table at the end; exit status 1 if a flashkit result fails its check."""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import course_reference as ref  # noqa: E402
+
+import flashkit.cs149 as cs149  # noqa: E402
+
+GOALS_MS = {"histogram": 0.5, "swiglu": 6.0, "rk4": 40.0, "flashattention": 12.0, "occupancy_decoder": 1.9}
+# Course tolerances (rtol, atol); None: exact.
+TOLERANCES = {"histogram": None, "swiglu": (1e-2, 1e-2), "rk4": (1e-6, 1e-6), "flashattention": (1e-2, 1e-2),
+              "occupancy_decoder": (1e-2, 1e-2)}
+_FLUSH = None
+
+
+def flush_l2():
+    global _FLUSH
+    if _FLUSH is None:
+        _FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    _FLUSH.zero_()
+
+
+def time_ms(fn, data, runs, budget_s):
+    """Median of CUDA-event times, one flushed-L2 run each; fewer runs when one run is slow (budget_s in all)."""
+    fn(data)  # warm-up (and compilation)
+    torch.cuda.synchronize()
+    times = []
+    t_start = time.time()
+    for i in range(runs):
+        flush_l2()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(data)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+        if i >= 2 and time.time() - t_start > budget_s:
+            break
+    return statistics.median(times), len(times)
+
+
+def check(problem, got, want):
+    tol = TOLERANCES[problem]
+    if tol is None:
+        ok = torch.equal(got, want)
+        return ok, "exact" if ok else "%d counts differ" % int((got != want).sum())
+    rtol, atol = tol
+    got_f, want_f = got.float(), want.float()
+    bad = ((got_f - want_f).abs() > atol + rtol * want_f.abs()) | (got_f.isnan() != want_f.isnan())
+    err = (got_f - want_f).abs().max().item()
+    return (not bool(bad.any())), "allclose(rtol=%g, atol=%g): %d outside, max |diff| %.3g" % (
+        rtol, atol, int(bad.sum()), err)
+
+
+def candidates(problem, data, use_compile):
+    if problem == "occupancy_decoder":
+        queries, latents, w = data
+        width, heads = latents.shape[-1], ref.SHAPES[problem]["heads"]
+        module = ref.OccupancyDecoder(w, width, heads)
+        eager = lambda d: module(d[0], d[1])  # noqa: E731
+        out = {"flashkit": cs149.occupancy_decoder, "eager": eager}
+        if use_compile:
+            compiled = torch.compile(module)
+            out["compile"] = lambda d: compiled(d[0], d[1])
+        return out
+    fn = {"histogram": ref.histogram, "swiglu": ref.swiglu, "rk4": ref.rk4, "flashattention": ref.attention}[problem]
+    out = {"flashkit": getattr(cs149, problem), "eager": fn}
+    if use_compile:
+        out["compile"] = torch.compile(fn)
+    if problem == "flashattention":
+        out["sdpa"] = ref.attention_sdpa
+    if problem == "rk4":  # the other stage kernel, for the A/B record (docs/worklog/cs149-rk4.md)
+        out["flashkit_l1"] = lambda d: cs149.rk4(d, kernel="l1")
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--problems", default=",".join(GOALS_MS))
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--budget-s", type=float, default=8.0, help="time budget per measurement")
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    torch.backends.cuda.matmul.allow_tf32 = False  # the references in f32, as the course runs them
+    results, failed = [], False
+    for problem in args.problems.split(","):
+        data = ref.make_input(problem)
+        fns = candidates(problem, data, not args.no_compile)
+        want = fns["eager"](data)
+        ok, detail = check(problem, fns["flashkit"](data), want)
+        failed |= not ok
+        print("%s: flashkit %s (%s)" % (problem, "OK" if ok else "FAILED", detail), flush=True)
+        row = {"problem": problem, "shape": ref.SHAPES[problem], "check_ok": ok, "check": detail,
+               "goal_ms": GOALS_MS[problem]}
+        for name, fn in fns.items():
+            try:
+                ms, n = time_ms(fn, data, args.runs, args.budget_s)
+            except Exception as e:  # a baseline that fails (e.g. torch.compile) is reported, not fatal
+                print("%s %s: failed: %s" % (problem, name, str(e).splitlines()[0][:200]), flush=True)
+                continue
+            row[name + "_ms"] = ms
+            print("%s %s: %.3f ms (median of %d)" % (problem, name, ms, n), flush=True)
+        base = [row[k] for k in ("eager_ms", "compile_ms", "sdpa_ms") if k in row]
+        if "flashkit_ms" in row and base:
+            row["speedup_vs_best_torch"] = min(base) / row["flashkit_ms"]
+        results.append(row)
+        del data, fns, want
+        torch.cuda.empty_cache()
+        if args.json:  # after every problem, so a run cut short keeps what it measured
+            write_json(args.json, results)
+    print("\n| problem | flashkit ms | eager ms | compile ms | sdpa ms | speedup vs best torch | goal ms | check |")
+    print("|---|---|---|---|---|---|---|---|")
+    f = lambda r, k: ("%.3f" % r[k]) if k in r else "-"  # noqa: E731
+    for r in results:
+        print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["problem"], f(r, "flashkit_ms"), f(r, "eager_ms"), f(r, "compile_ms"), f(r, "sdpa_ms"),
+            ("%.2fx" % r["speedup_vs_best_torch"]) if "speedup_vs_best_torch" in r else "-", r["goal_ms"],
+            "OK" if r["check_ok"] else "FAILED"))
+    for r in results:
+        if "flashkit_l1_ms" in r:
+            print("%s with the v1 stage kernel (stage_l1): %.3f ms" % (r["problem"], r["flashkit_l1_ms"]))
+    return 1 if failed else 0
+
+
+def write_json(path, results):
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}
+    with open(path, "w") as fh:
+        json.dump(meta, fh, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

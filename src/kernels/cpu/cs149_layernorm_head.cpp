@@ -1,0 +1,52 @@
+// The occupancy decoder's LayerNorm + Linear(width -> 1) head on the CPU, one row at a time (f32 statistics,
+// normalised values and the result rounded to the dtype as the course's reference rounds them).
+#include <cmath>
+
+#include "flashkit/dtype.hpp"
+#include "flashkit/runtime.hpp"
+#include "kernels/cpu/cs149.hpp"
+
+namespace flashkit::cs149::cpu {
+namespace {
+
+template <typename Load, typename Round>
+void run(const LayerNormHeadArgs& a, Load load, Round round_store) {
+  const int64_t W = a.width;
+  const float bias = load(a.bias, 0);
+#pragma omp parallel for num_threads(num_threads()) schedule(static)
+  for (int64_t r = 0; r < a.rows; ++r) {
+    float sum = 0;
+    for (int64_t j = 0; j < W; ++j) sum += load(a.x, r * W + j);
+    const float mean = sum / float(W);
+    float sq = 0;
+    for (int64_t j = 0; j < W; ++j) {
+      const float d = load(a.x, r * W + j) - mean;
+      sq += d * d;
+    }
+    const float rstd = 1.0f / std::sqrt(sq / float(W) + a.eps);
+    float dot = 0;
+    for (int64_t j = 0; j < W; ++j) dot += round_store(nullptr, 0, (load(a.x, r * W + j) - mean) * rstd) * load(a.w, j);
+    round_store(a.out, r, dot + bias);
+  }
+}
+
+}  // namespace
+
+void layernorm_head(const LayerNormHeadArgs& a) {
+  if (a.dtype == DType::f32) {
+    run(a, [](const void* p, int64_t i) { return static_cast<const float*>(p)[i]; },
+        [](void* p, int64_t i, float v) {
+          if (p) static_cast<float*>(p)[i] = v;
+          return v;
+        });
+  } else {
+    run(a, [](const void* p, int64_t i) { return f16_to_f32(static_cast<const uint16_t*>(p)[i]); },
+        [](void* p, int64_t i, float v) {
+          const uint16_t h = f32_to_f16(v);
+          if (p) static_cast<uint16_t*>(p)[i] = h;
+          return f16_to_f32(h);
+        });
+  }
+}
+
+}  // namespace flashkit::cs149::cpu

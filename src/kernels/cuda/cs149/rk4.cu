@@ -1,0 +1,183 @@
+// RK4 heat equation, 8th-order (radius-4) Laplacian, f32 field [nz, ny, nx], interior updated, boundary kept.
+// One kernel per RK4 stage fuses the stencil with the stage's updates: it computes k = alpha * Laplacian(stage
+// input) and writes the next stage input (u + a dt k) and the running sum k1 + 2 k2 + 2 k3 (stage 4 writes
+// u_new = u + dt/6 (sum + k4) directly), so no k field and no separate axpy pass exists.
+// A thread owns one (x, y) column and walks a chunk of z planes with the 9 z-neighbours in registers (each plane
+// is read once per column). The x and y neighbours: v1 (rk4_stage_kernel, Rk4Kernel::stage_l1) reads them
+// through L1; v2 (rk4_stage_smem_kernel, the default) from a shared-memory copy of the plane with its halo.
+// Compiled with -fmad=false (src/kernels/cuda/sources.cmake): every multiply and add rounds separately, as the
+// course reference's elementwise PyTorch ops do, so results track it to a few ulp.
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "core/cuda_check.hpp"
+#include "flashkit/runtime.hpp"
+#include "kernels/cuda/cs149/launch.hpp"
+
+namespace flashkit::cs149::cuda {
+namespace {
+
+constexpr int kTX = 32, kTY = 8, kZChunk = 32;
+
+struct StageArgs {
+  const float* in;   // stage input (u for stage 0)
+  const float* u;    // u_n
+  float* acc;        // k1 + 2 k2 + 2 k3
+  float* next;       // next stage input, or u_{n+1} after stage 3
+  int nz, ny, nx;
+  Rk4Coefficients k;
+};
+
+// The stage's writes at point i given k = alpha * Laplacian there, in the reference's order of operations.
+template <int kStage>
+__device__ __forceinline__ void stage_update(const StageArgs& s, int64_t i, float kk) {
+  const float u = __ldcs(s.u + i);
+  if (kStage == 0) {
+    s.acc[i] = kk;
+    s.next[i] = u + s.k.half_dt * kk;
+  } else if (kStage == 1) {
+    s.acc[i] = s.acc[i] + 2.0f * kk;
+    s.next[i] = u + s.k.half_dt * kk;
+  } else if (kStage == 2) {
+    s.acc[i] = s.acc[i] + 2.0f * kk;
+    s.next[i] = u + s.k.dt * kk;
+  } else {
+    s.next[i] = u + s.k.dt_sixth * (s.acc[i] + kk);
+  }
+}
+
+__device__ __forceinline__ float second_difference(float center, float p1, float m1, float p2, float m2, float p3,
+                                                   float m3, float p4, float m4) {
+  constexpr float c0 = float(-205.0 / 72.0), c1 = float(8.0 / 5.0), c2 = float(-1.0 / 5.0),
+                  c3 = float(8.0 / 315.0), c4 = float(-1.0 / 560.0);
+  return c0 * center + c1 * (p1 + m1) + c2 * (p2 + m2) + c3 * (p3 + m3) + c4 * (p4 + m4);
+}
+
+template <int kStage>
+__global__ void __launch_bounds__(kTX * kTY) rk4_stage_kernel(StageArgs s) {
+  constexpr float c0 = float(-205.0 / 72.0), c1 = float(8.0 / 5.0), c2 = float(-1.0 / 5.0),
+                  c3 = float(8.0 / 315.0), c4 = float(-1.0 / 560.0);
+  const int x = 4 + blockIdx.x * kTX + threadIdx.x;
+  const int y = 4 + blockIdx.y * kTY + threadIdx.y;
+  if (x >= s.nx - 4 || y >= s.ny - 4) return;
+  const int z_begin = 4 + blockIdx.z * kZChunk;
+  const int z_end = min(s.nz - 4, z_begin + kZChunk);
+  const int64_t sy = s.nx, sz = int64_t(s.nx) * s.ny;
+  const int64_t col = int64_t(y) * sy + x;
+  const float* in = s.in + col;
+  float win[9];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) win[j] = __ldg(in + (z_begin - 4 + j) * sz);
+  for (int z = z_begin; z < z_end; ++z) {
+    win[8] = __ldg(in + (z + 4) * sz);
+    const float* p = in + z * sz;
+    const float center = win[4];
+    const float uxx = c0 * center + c1 * (__ldg(p + 1) + __ldg(p - 1)) + c2 * (__ldg(p + 2) + __ldg(p - 2)) +
+                      c3 * (__ldg(p + 3) + __ldg(p - 3)) + c4 * (__ldg(p + 4) + __ldg(p - 4));
+    const float uyy = c0 * center + c1 * (__ldg(p + sy) + __ldg(p - sy)) +
+                      c2 * (__ldg(p + 2 * sy) + __ldg(p - 2 * sy)) + c3 * (__ldg(p + 3 * sy) + __ldg(p - 3 * sy)) +
+                      c4 * (__ldg(p + 4 * sy) + __ldg(p - 4 * sy));
+    const float uzz = c0 * center + c1 * (win[5] + win[3]) + c2 * (win[6] + win[2]) + c3 * (win[7] + win[1]) +
+                      c4 * (win[8] + win[0]);
+    const float lap = uxx * s.k.inv_hx2 + uyy * s.k.inv_hy2 + uzz * s.k.inv_hz2;
+    stage_update<kStage>(s, col + z * sz, s.k.alpha * lap);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) win[j] = win[j + 1];
+  }
+}
+
+// v2: the x and y neighbours from a shared-memory copy of the plane (tile plus a 4-point halo, loaded with
+// coalesced rows starting at a multiple of 32 floats from the row start), the z neighbours from the per-thread
+// register window as in v1.
+// v1 reads the 16 x/y neighbours through L1 with misaligned rows (two wavefronts per warp load); here they are
+// conflict-free shared loads.
+template <int kStage>
+__global__ void __launch_bounds__(kTX * kTY) rk4_stage_smem_kernel(StageArgs s) {
+  constexpr int kW = kTX + 8, kH = kTY + 8;
+  __shared__ float plane[kH][kW];
+  const int x = 4 + blockIdx.x * kTX + threadIdx.x;
+  const int y = 4 + blockIdx.y * kTY + threadIdx.y;
+  const bool active = x < s.nx - 4 && y < s.ny - 4;
+  const int z_begin = 4 + blockIdx.z * kZChunk;
+  const int z_end = min(s.nz - 4, z_begin + kZChunk);
+  const int64_t sy = s.nx, sz = int64_t(s.nx) * s.ny;
+  const int64_t col = int64_t(y) * sy + x;
+  const float* in = s.in + col;
+  const int x0 = blockIdx.x * kTX, y0 = blockIdx.y * kTY;  // the tile's halo corner (x - 4, y - 4 of thread 0)
+  const int tid = threadIdx.y * kTX + threadIdx.x;
+  float win[9];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) win[j] = active ? __ldg(in + (z_begin - 4 + j) * sz) : 0.f;
+  for (int z = z_begin; z < z_end; ++z) {
+    __syncthreads();  // the previous plane's readers are done
+    const float* src = s.in + z * sz;
+    for (int e = tid; e < kH * kW; e += kTX * kTY) {
+      const int hx = e % kW, hy = e / kW;
+      const int gx = x0 + hx, gy = y0 + hy;
+      plane[hy][hx] = (gx < s.nx && gy < s.ny) ? __ldg(src + int64_t(gy) * sy + gx) : 0.f;
+    }
+    __syncthreads();
+    win[8] = active ? __ldg(in + (z + 4) * sz) : 0.f;
+    if (active) {
+      const int px = threadIdx.x + 4, py = threadIdx.y + 4;
+      const float center = plane[py][px];
+      const float uxx = second_difference(center, plane[py][px + 1], plane[py][px - 1], plane[py][px + 2],
+                                          plane[py][px - 2], plane[py][px + 3], plane[py][px - 3],
+                                          plane[py][px + 4], plane[py][px - 4]);
+      const float uyy = second_difference(center, plane[py + 1][px], plane[py - 1][px], plane[py + 2][px],
+                                          plane[py - 2][px], plane[py + 3][px], plane[py - 3][px],
+                                          plane[py + 4][px], plane[py - 4][px]);
+      const float uzz = second_difference(center, win[5], win[3], win[6], win[2], win[7], win[1], win[8], win[0]);
+      const float lap = uxx * s.k.inv_hx2 + uyy * s.k.inv_hy2 + uzz * s.k.inv_hz2;
+      stage_update<kStage>(s, col + z * sz, s.k.alpha * lap);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) win[j] = win[j + 1];
+  }
+}
+
+}  // namespace
+
+void rk4(const Rk4Args& a) {
+  cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream());
+  const size_t bytes = sizeof(float) * size_t(a.nz * a.ny * a.nx);
+  check_cuda(cudaMemcpyAsync(a.out, a.u0, bytes, cudaMemcpyDeviceToDevice, stream), "cs149::rk4: copy u0");
+  if (a.n_steps == 0 || a.nz < 9 || a.ny < 9 || a.nx < 9) return;
+  const int nz = int(a.nz), ny = int(a.ny), nx = int(a.nx);
+  // Work buffers: u_new (ping-pong with out), the stage input, the k sum. Boundaries never change, so the first
+  // two start as u0 and only interior points are ever written.
+  if ((ny - 8 + kTY - 1) / kTY > 65535 || (nz - 8 + kZChunk - 1) / kZChunk > 65535)
+    fail(Status::invalid_argument, "cs149::rk4: ny must be at most 524288 and nz at most 2097152 on CUDA");
+  float* work = nullptr;
+  check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&work), 3 * bytes, stream), "cs149::rk4: work buffers");
+  const size_t n = bytes / sizeof(float);
+  float* other = work;
+  float* staged = work + n;
+  float* acc = work + 2 * n;
+  check_cuda(cudaMemcpyAsync(other, a.u0, bytes, cudaMemcpyDeviceToDevice, stream), "cs149::rk4: copy u0");
+  check_cuda(cudaMemcpyAsync(staged, a.u0, bytes, cudaMemcpyDeviceToDevice, stream), "cs149::rk4: copy u0");
+  const Rk4Coefficients k = rk4_coefficients(a.alpha, a.hx, a.hy, a.hz);
+  const dim3 block(kTX, kTY);
+  const dim3 grid(unsigned((nx - 8 + kTX - 1) / kTX), unsigned((ny - 8 + kTY - 1) / kTY),
+                  unsigned((nz - 8 + kZChunk - 1) / kZChunk));
+  float* u = a.out;
+  float* u_new = other;
+  const bool shared = choose_rk4_kernel(a) == Rk4Kernel::stage_shared;
+  auto stage = [&](auto kernel_l1, auto kernel_shared, const StageArgs& args) {
+    if (shared) kernel_shared<<<grid, block, 0, stream>>>(args);
+    else kernel_l1<<<grid, block, 0, stream>>>(args);
+  };
+  for (int64_t step = 0; step < a.n_steps; ++step) {
+    stage(rk4_stage_kernel<0>, rk4_stage_smem_kernel<0>, StageArgs{u, u, acc, staged, nz, ny, nx, k});
+    stage(rk4_stage_kernel<1>, rk4_stage_smem_kernel<1>, StageArgs{staged, u, acc, u_new, nz, ny, nx, k});
+    stage(rk4_stage_kernel<2>, rk4_stage_smem_kernel<2>, StageArgs{u_new, u, acc, staged, nz, ny, nx, k});
+    stage(rk4_stage_kernel<3>, rk4_stage_smem_kernel<3>, StageArgs{staged, u, acc, u_new, nz, ny, nx, k});
+    check_cuda(cudaGetLastError(), "cs149::rk4: launch");
+    std::swap(u, u_new);
+  }
+  if (u != a.out) check_cuda(cudaMemcpyAsync(a.out, u, bytes, cudaMemcpyDeviceToDevice, stream), "cs149::rk4: copy");
+  check_cuda(cudaFreeAsync(work, stream), "cs149::rk4: free");
+}
+
+}  // namespace flashkit::cs149::cuda

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The CS149 kernels (issue 19) on the GPU machine (an H200): build, CUDA tests at full and odd shapes, the
+# benchmark against PyTorch eager / torch.compile at the course shapes, Nsight Compute once per kernel.
+#   tools/gpu/cs149.sh [STAGES...]    default: build test bench ncu  (about 5 minutes from a warm build dir;
+#                                     a cold library build takes longer: run `build` alone first then)
+# Results under $OUT: cs149.log (every step), cs149-bench.json and cs149-bench.md (the table), failed.txt,
+# cs149-ncu.txt (SOL and memory lines of each kernel) and cs149-ncu.tar.gz (the full ncu output).
+# The tokenizer's PCRE2/ICU come from .fkdeps (carry=[".fkdeps.tar.xz"], see tools/gpu/carried_deps.sh).
+set -u
+cd "$(dirname "$0")/../.."
+. tools/gpu/carried_deps.sh; fk_use_deps
+. tools/gpu/steps.sh
+OUT=${OUT:-$PWD/build-gpu-out}; mkdir -p "$OUT"
+BUILD=${BUILD:-build-gpu}
+ARCHS=${ARCHS:-90a-real}
+LOG="$OUT/cs149.log"
+STAGES=("$@"); [ ${#STAGES[@]} -eq 0 ] && STAGES=(build test bench ncu)
+status=0
+export PYTHONPATH=$PWD/python FLASHKIT_LIBRARY=$PWD/$BUILD/lib/libflashkit.so
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1; } >> "$LOG" 2>&1
+for st in "${STAGES[@]}"; do
+  case $st in
+    build)
+      run configure cmake -S . -B "$BUILD" -G Ninja -DFLASHKIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
+        -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 || exit 1
+      run build cmake --build "$BUILD" -j"$(nproc)" --target flashkit flashkit_cs149_cuda_tests flashkit_cs149_tests \
+        || exit 1 ;;
+    test)
+      run cuda_tests timeout 240 "$BUILD/tests/cs149/flashkit_cs149_cuda_tests" --gtest_brief=1
+      run cpu_tests timeout 120 "$BUILD/tests/cs149/flashkit_cs149_tests" --gtest_brief=1
+      run python_tests timeout 120 python3 -m pytest -q -p no:cacheprovider tests/cs149/test_cs149.py
+      grep -E "^\[  FAILED  \]|^FAILED" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt" ;;
+    bench)
+      run bench timeout 300 python3 bench/cs149/bench.py --runs 10 --budget-s 3 --json "$OUT/cs149-bench.json"
+      sed -n '/^| problem/,/^== bench: rc/p' "$LOG" | grep -v '^== ' > "$OUT/cs149-bench.md"
+      cat "$OUT/cs149-bench.md" ;;
+    ncu)  # one process, every flashkit kernel of the five problems once (RK4: one step, the four stage kernels)
+      K='regex:histogram_kernel|swiglu_3xtf32|rk4_stage|flash_fwd|layernorm_head|query_embed'
+      run ncu timeout 240 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        -k "$K" -c 14 --log-file "$OUT/cs149-ncu-full.txt" python3 tools/gpu/cs149_ncu.py
+      grep -E "^  [A-Za-z_0-9:<>, ]+\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput" \
+        "$OUT/cs149-ncu-full.txt" > "$OUT/cs149-ncu.txt"
+      tar czf "$OUT/cs149-ncu.tar.gz" -C "$OUT" cs149-ncu-full.txt && rm -f "$OUT/cs149-ncu-full.txt"
+      cat "$OUT/cs149-ncu.txt" ;;
+    *) log "unknown stage $st"; status=1 ;;
+  esac
+done
+grep -E "^== .*rc=[1-9]" "$LOG" >> "$OUT/failed.txt" 2>/dev/null
+exit $status
