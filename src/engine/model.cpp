@@ -934,6 +934,13 @@ GenerationResult generate(Session& session, std::span<const int32_t> prompt, con
 namespace flashkit::engine {
 namespace {
 
+// Serving runs over paged KV blocks; a Mamba sequence has a recurrent state instead (no per-token cache to page).
+void refuse_paged_mamba(const ModelConfig& c) {
+  if (c.arch == Arch::mamba)
+    fail(Status::unsupported, "paged serving: model_type mamba keeps one recurrent state per sequence, not a paged KV "
+                              "cache: batched serving does not run mamba models yet (generate and chat do)");
+}
+
 class PagedRunnerImpl final : public PagedRunner {
  public:
   PagedRunnerImpl(ModelImpl& m, const PagedRunnerOptions& o) : m_(m), o_(o) {
@@ -943,9 +950,7 @@ class PagedRunnerImpl final : public PagedRunner {
       bad("paged runner: max_rows and max_seqs must be >= 1, got " + std::to_string(o.max_rows) + " and " + std::to_string(o.max_seqs));
     if (o.num_blocks > (int64_t(1) << 30) / o.block_size) bad("paged runner: num_blocks * block_size exceeds 2^30 positions");
     Backend& be = *m.be_;
-    if (m.cfg_.arch == Arch::mamba)
-      fail(Status::unsupported, "paged runner: model_type mamba keeps one recurrent state per sequence, not a paged "
-                                "KV cache: batched serving does not run mamba models yet (generate and chat do)");
+    refuse_paged_mamba(m.cfg_);
     if (!be.supports_paged())
       fail(Status::unsupported, "paged runner: the " + be.name() +
                                     " backend has no paged KV cache yet (batched serving runs on the CPU backend: --device cpu)");
@@ -1064,6 +1069,7 @@ ModelImpl& impl_of(const Model& model) {
 
 int64_t paged_kv_bytes_per_token(const Model& model) {
   const ModelImpl& m = impl_of(model);
+  refuse_paged_mamba(m.cfg_);  // no KV cache: 0 bytes per token would divide by zero in the serving engine
   return m.cfg_.num_layers * 2 * m.kv_dim_ * dtype_size(m.be_->kv_dtype());
 }
 
