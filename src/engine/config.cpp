@@ -329,6 +329,8 @@ ModelConfig parse_mamba_config(const json& j, const std::string& where) {
   get_bool(j, "residual_in_fp32", where, true);  // validated; the residual stream is f32 in flashkit anyway
   c.rms_norm_eps = num_in(j, "layer_norm_epsilon", where, L::kMinRmsNormEps, L::kMaxRmsNormEps, 1e-5);
   c.tie_embeddings = get_bool(j, "tie_word_embeddings", where, true);
+  const std::string act = get_string(j, "hidden_act", where, "silu");
+  if (act != "silu" && act != "swish") bad(where, "mamba: unsupported \"hidden_act\" \"" + act + "\" (supported: silu)");
   c.activation = "silu";
   c.max_position = L::kMaxPositions;  // no position embeddings: the context is bounded by max_context only
   c.layer_sliding.assign(size_t(c.num_layers), false);
