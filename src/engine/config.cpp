@@ -294,8 +294,9 @@ ModelConfig parse_config(const json& root, const std::string& where) {
 }
 
 // Mamba (transformers' MambaConfig): no attention, no RoPE; every layer is norm -> mixer -> residual add.
-ModelConfig parse_mamba_config(const json& j, const std::string& where) {
+ModelConfig parse_mamba_config(const json& j, const std::string& file) {
   namespace L = limits;
+  const std::string where = file + " (model_type mamba)";  // every message says which schema was applied
   ModelConfig c;
   c.arch = Arch::mamba;
   c.model_type = "mamba";

@@ -351,6 +351,10 @@ class SessionImpl final : public Session {
     tree_.active = false;
   }
   int64_t max_verify_rows() const override {
+    // Asked by speculative decoding before it starts: refuse there rather than at the first rejected draft token.
+    if (m_.cfg_.arch == Arch::mamba)
+      fail(Status::unsupported, "speculative decoding: a mamba session keeps one recurrent state and cannot roll back "
+                                "rejected tokens (generate without --draft / --lookup)");
     return std::min<int64_t>(verify_rows_, ring_capacity_ > 0 ? ring_capacity_ - ring_window_ + 1 : verify_rows_);
   }
   void forward_all_logits(std::span<const int32_t> tokens) override {

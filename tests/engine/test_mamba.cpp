@@ -115,6 +115,14 @@ TEST(Mamba, RollbackTreesAndPagedServingAreRefused) {
   s->prefill(kIds);
   EXPECT_EQ(std::vector<float>(s->logits().begin(), s->logits().end()), first);
   EXPECT_FALSE(s->supports_tree());
+  GenerateOptions go;
+  go.max_new_tokens = 4;
+  go.speculative.lookup = 2;  // refused before any token is generated
+  int emitted = 0;
+  EXPECT_NE(error_of([&] { s->reset(); generate(*s, kIds, go, [&](int32_t) { return ++emitted > 0; }); },
+                     Status::unsupported).find("speculative decoding: a mamba session"),
+            std::string::npos);
+  EXPECT_EQ(emitted, 0);
   engine::PagedRunnerOptions po;
   po.num_blocks = 4;
   EXPECT_NE(error_of([&] { engine::make_paged_runner(*m, po); }, Status::unsupported).find("model_type mamba"),
