@@ -679,6 +679,9 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   if (mamba && !be_->supports_ssm())
     fail(Status::unsupported, "model_type mamba: the " + be_->name() +
                                   " backend has no selective state-space ops yet (run mamba models with --device cpu)");
+  if (mamba && cuda && c.ssm.state_size > 64)  // kernels::kCudaMaxState: the CUDA scan's register carry
+    fail(Status::unsupported, "model_type mamba: state_size " + std::to_string(c.ssm.state_size) +
+                                  " exceeds the CUDA scan's limit of 64 (run it with --device cpu)");
 
   // The KV cache is sized by max_context: bound it by what the model supports (and by a sane row count, so the
   // buffer size products cannot overflow), and check that a session fits, before any weight is converted.

@@ -14,6 +14,7 @@
 #include "engine/paged.hpp"
 #include "flashkit/engine.hpp"
 #include "flashkit/error.hpp"
+#include "flashkit/runtime.hpp"
 #include "train/safetensors_writer.hpp"
 
 namespace fs = std::filesystem;
@@ -162,6 +163,39 @@ TEST(Mamba, BadCheckpointsNameWhatIsWrong) {
     EXPECT_NO_THROW(Model::load(dir, {}));
     fs::remove_all(dir);
   }
+}
+
+// The CUDA backend's Mamba ops (the fused scan, its decode step, conv1d; f32 weights) against the CPU backend:
+// a prefill with every row's logits, then decode steps (CUDA-graph replays) continuing the state. Skipped without a
+// CUDA device.
+TEST(MambaCuda, MatchesCpuPrefillAndDecode) {
+  if (cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
+  const fs::path dir = make_mamba("cuda");
+  LoadOptions cpu, gpu;
+  cpu.dtype = gpu.dtype = "f32";
+  gpu.device = "cuda";
+  auto mc = Model::load(dir, cpu);
+  auto mg = Model::load(dir, gpu);
+  auto sc = mc->new_session();
+  auto sg = mg->new_session();
+  sc->prefill(std::span<const int32_t>(kIds).first(8), true);
+  sg->prefill(std::span<const int32_t>(kIds).first(8), true);
+  auto rel = [](std::span<const float> a, std::span<const float> b) {
+    double e = 0, r = 1e-30;
+    for (size_t i = 0; i < a.size(); ++i) {
+      e = std::max(e, double(std::fabs(a[i] - b[i])));
+      r = std::max(r, double(std::fabs(b[i])));
+    }
+    return e / r;
+  };
+  // The CUDA backend keeps weights in bf16 (converted at load) and rounds GEMM inputs to bf16: a bf16-level bound.
+  EXPECT_LE(rel(sg->all_logits(), sc->all_logits()), 3e-2);
+  for (size_t i = 8; i < kIds.size(); ++i) {
+    sc->decode(kIds[i]);
+    sg->decode(kIds[i]);
+    EXPECT_LE(rel(sg->logits(), sc->logits()), 3e-2) << "decode step " << i;
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace

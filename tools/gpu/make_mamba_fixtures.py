@@ -2,8 +2,8 @@
 """Mamba fidelity on the GPU machine (transformers 5.x there): makes a tiny random MambaForCausalLM with
 transformers, saves it (config.json + model.safetensors), computes transformers' logits (CPU, float64 and float32),
 then compares against them
-  * flashkit's engine (python package over the C API) on the CPU, f32: rel <= 1e-3 (issue 18), and on CUDA
-    (expected: "unsupported" until the CUDA backend has SSM ops -- reported, not a failure);
+  * flashkit's engine (python package over the C API) on the CPU, f32: rel <= 1e-3 (issue 18), and on CUDA, whose
+    backend keeps weights in bf16 whatever the checkpoint: rel <= 3e-2 and the same argmax on >= 90% of the rows;
   * the independent numpy forward of tests/engine/mamba_numpy.py (validates the oracle the CPU CI test uses);
 (decode ms/token against the context length: bench/ssm/ssm_bench.cpp on the model this script writes).
   make_mamba_fixtures.py OUTDIR           writes OUTDIR/tiny/ and OUTDIR/mamba_check.json; exit 1 on a failed check
@@ -67,7 +67,8 @@ def main():
     try:
         gc = flashkit.Model(d, device="cuda", dtype="f32").session().prefill(PROMPT, all_logits=True)
         res["flashkit_cuda_vs_transformers"] = rel(gc, l64)
-        ok &= res["flashkit_cuda_vs_transformers"] <= 1e-3
+        res["flashkit_cuda_argmax_agreement"] = float(np.mean(np.argmax(gc, 1) == np.argmax(l64, 1)))
+        ok &= res["flashkit_cuda_vs_transformers"] <= 3e-2 and res["flashkit_cuda_argmax_agreement"] >= 0.9
     except flashkit.UnsupportedError as e:
         res["flashkit_cuda_vs_transformers"] = "unsupported: " + str(e)
     res["ok"] = bool(ok)

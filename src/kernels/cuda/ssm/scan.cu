@@ -98,12 +98,14 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(ScanArgs a) {
     }
 }
 
+cudaStream_t pick(void* stream) { return static_cast<cudaStream_t>(stream ? stream : cuda_stream()); }
+
 template <int NPT, int SPLIT, int TC>
-void launch(const ScanArgs& a) {
+void launch(const ScanArgs& a, void* stream) {
   constexpr int kChannels = kThreads / SPLIT;
   const dim3 grid(unsigned((a.d_inner + kChannels - 1) / kChannels), unsigned(a.batch));
   const size_t smem = size_t(2) * TC * size_t(a.d_state) * sizeof(float);
-  scan_kernel<NPT, SPLIT, TC><<<grid, kThreads, smem, static_cast<cudaStream_t>(cuda_stream())>>>(a);
+  scan_kernel<NPT, SPLIT, TC><<<grid, kThreads, smem, pick(stream)>>>(a);
   check_cuda(cudaGetLastError(), "selective scan kernel launch");
 }
 
@@ -140,32 +142,32 @@ __global__ void conv_kernel(ConvArgs a) {
 
 }  // namespace
 
-std::string selective_scan_cuda(const ScanArgs& a) {
+std::string selective_scan_cuda(const ScanArgs& a, void* stream) {
   if (a.batch == 0 || a.d_inner == 0 || a.seqlen == 0) return "cuda.scan.empty";
   if (a.d_state <= 16) {
-    launch<4, 4, 16>(a);
+    launch<4, 4, 16>(a, stream);
     return "cuda.scan.n16.split4";
   }
-  launch<16, 4, 16>(a);
+  launch<16, 4, 16>(a, stream);
   return "cuda.scan.n64.split4";
 }
 
-std::string selective_scan_step_cuda(const ScanArgs& a) {
+std::string selective_scan_step_cuda(const ScanArgs& a, void* stream) {
   if (a.batch == 0 || a.d_inner == 0) return "cuda.scan_step.empty";
   if (a.d_state <= 16) {
-    launch<1, 16, 1>(a);
+    launch<1, 16, 1>(a, stream);
     return "cuda.scan_step.n16.split16";
   }
-  launch<4, 16, 1>(a);
+  launch<4, 16, 1>(a, stream);
   return "cuda.scan_step.n64.split16";
 }
 
-void causal_conv1d_cuda(const ConvArgs& a) {
+void causal_conv1d_cuda(const ConvArgs& a, void* stream) {
   if (a.batch == 0 || a.channels == 0) return;
   const dim3 grid(unsigned((a.channels + 127) / 128), unsigned(a.batch));
-  const cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream());
-  if (a.width == 4) conv_kernel<4><<<grid, 128, 0, stream>>>(a);
-  else conv_kernel<0><<<grid, 128, 0, stream>>>(a);
+  const cudaStream_t s = pick(stream);
+  if (a.width == 4) conv_kernel<4><<<grid, 128, 0, s>>>(a);
+  else conv_kernel<0><<<grid, 128, 0, s>>>(a);
   check_cuda(cudaGetLastError(), "causal conv1d kernel launch");
 }
 
