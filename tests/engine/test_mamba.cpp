@@ -99,6 +99,11 @@ TEST(Mamba, ChunksAndDecodeStepsGiveTheOnePassLogits) {
   }
   EXPECT_LE(err / ref, 1e-5);
   EXPECT_GT(ref, 0.1);
+  // forward_all_logits (perplexity, verification steps): the same rows as a prefill with every row's logits
+  auto s2 = m->new_session();
+  s2->forward_all_logits(kIds);
+  ASSERT_EQ(s2->all_logits().size(), all.size());
+  for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(s2->all_logits()[i], all[i], 1e-4f * (1 + std::fabs(all[i])));
   fs::remove_all(dir);
 }
 
