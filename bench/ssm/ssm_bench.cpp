@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
   const int64_t Bt = 8, Di = 1536, N = 16, heads = 12, hd = 128;
   for (int64_t L = 1024; L <= max_L; L *= 2) {
     const size_t rows = size_t(Bt * L);
-    float *u = dev_random(rows * Di, -1, 1, 1), *dl = dev_random(rows * Di, -1, 1, 2), *z = dev_random(rows * Di, -1, 1, 3);
+    float *u = dev_random(rows * Di, -1, 1, 1), *dl = dev_random(rows * Di, -1, 1, 2);
+    float *z = dev_random(rows * Di, -1, 1, 3);
     float *B = dev_random(rows * N, -1, 1, 4), *C = dev_random(rows * N, -1, 1, 5), *y = nullptr;
     float *A = dev_random(size_t(Di * N), -2, -0.1f, 6), *D = dev_random(size_t(Di), 0, 1, 7);
     ck(cudaMalloc(&y, rows * Di * 4), "y");
