@@ -37,7 +37,7 @@ def make(out):
         for name, p in model.named_parameters():
             p.add_(torch.randn_like(p) * 0.05)
     d = os.path.join(out, "tiny")
-    model.save_pretrained(d, safe_serialization=True)
+    model.save_pretrained(d)  # safetensors (the default in transformers 4.x and 5.x)
     ids = torch.tensor([PROMPT])
     with torch.no_grad():
         l32 = model(ids).logits[0].double().numpy()
