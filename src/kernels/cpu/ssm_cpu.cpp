@@ -24,7 +24,7 @@ inline float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); 
 inline float exp_lane(float x) {
   const float k = x * 1.44269504088896341f;
   const float r = k + 12582912.0f;
-  int32_t n = std::bit_cast<int32_t>(r) - 0x4B400000;
+  int32_t n = int32_t(std::bit_cast<uint32_t>(r) - 0x4B400000u);  // unsigned: no overflow when r is far off
   n = n < -126 ? -126 : n;
   n = n > 127 ? 127 : n;
   const float f = k - (r - 12582912.0f);
