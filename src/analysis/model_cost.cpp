@@ -23,6 +23,9 @@ namespace {
 
 // The engine's validated config, in the cost model's terms.
 ModelConfig from_engine(const engine::ModelConfig& e, const std::string& name) {
+  // The cost model is built from attention + MLP layers; a Mamba config has neither (its costs: docs/ssm.md).
+  if (e.arch == engine::Arch::mamba)
+    fail(Status::unsupported, name + ": model_type mamba: the cost model covers attention decoders only");
   ModelConfig c;
   c.name = name;
   c.model_type = engine::arch_name(e.arch);  // "gemma3_text" also for a multimodal "gemma3" config

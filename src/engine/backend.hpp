@@ -270,6 +270,19 @@ class Backend {
   // x = cap * tanh(x / cap)
   virtual void softcap(const Tensor& x, int64_t T, float cap) = 0;
 
+  // ---- selective state-space (Mamba) layers, include/flashkit/ssm.hpp semantics. Default: Status::unsupported ----
+  // Per sequence (one session): conv_state f32 [d_inner, width] (the last `width` inputs, newest last) and state f32
+  // [d_inner, d_state] are updated in place; zeros at position 0. All tensors here are f32.
+  virtual bool supports_ssm() const { return false; }
+  // out[T, d_inner] = silu(bias + causal depthwise conv of x[T, d_inner] with w f32 [d_inner, width]); bias may be
+  // empty. x and out are rows of one sequence in time order (they may be column slices).
+  virtual void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& conv_state,
+                             const Tensor& out, int64_t T);
+  // y = selective scan over T rows, delta_softplus on, no delta bias (dt_proj's bias is in delta already):
+  // u, delta, z, y [T, d_inner]; B, C [T, d_state]; A f32 [d_inner, d_state] (= -exp(A_log)); D f32 [1, d_inner].
+  virtual void selective_scan(const Tensor& u, const Tensor& delta, const Tensor& B, const Tensor& C, const Tensor& z,
+                              const Tensor& A, const Tensor& D, const Tensor& state, const Tensor& y, int64_t T);
+
   // ---- batched paged steps (serving; see "Paged KV cache" above). Default: Status::unsupported ----
   virtual bool supports_paged() const { return false; }  // true: the three ops below are implemented
   // Rows of the step <= reserve_step's max_rows; replaces the set_step inputs until the next set_step.
@@ -290,6 +303,13 @@ class Backend {
 
 inline void Backend::set_step_shape(const StepShape& shape) {
   if (!shape.parent.empty()) fail(Status::unsupported, name() + ": tree verification steps are not supported");
+}
+inline void Backend::causal_conv1d(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t) {
+  fail(Status::unsupported, name() + ": no selective state-space (Mamba) ops on this backend yet (use --device cpu)");
+}
+inline void Backend::selective_scan(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                    const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t) {
+  fail(Status::unsupported, name() + ": no selective state-space (Mamba) ops on this backend yet (use --device cpu)");
 }
 inline void Backend::kv_commit_tree(const KVLayer&, int64_t, std::span<const int32_t>) {
   fail(Status::unsupported, name() + ": tree verification steps are not supported");

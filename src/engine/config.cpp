@@ -24,6 +24,7 @@ const char* arch_name(Arch a) {
     case Arch::llama: return "llama";
     case Arch::qwen2: return "qwen2";
     case Arch::qwen3: return "qwen3";
+    case Arch::mamba: return "mamba";
   }
   return "?";
 }
@@ -160,11 +161,12 @@ ModelConfig parse_config(const json& root, const std::string& where) {
   const json& typed = (has(j, "model_type") && j["model_type"].is_string()) ? j : root;
   if (!has(typed, "model_type") || !typed["model_type"].is_string()) bad(where, "missing \"model_type\"");
   c.model_type = typed["model_type"].get<std::string>();
+  if (c.model_type == "mamba") return parse_mamba_config(j, where);
   if (c.model_type == "gemma3_text" || c.model_type == "gemma3") c.arch = Arch::gemma3;
   else if (c.model_type == "llama") c.arch = Arch::llama;
   else if (c.model_type == "qwen2") c.arch = Arch::qwen2;
   else if (c.model_type == "qwen3") c.arch = Arch::qwen3;
-  else bad(where, "unsupported model_type \"" + c.model_type + "\" (supported: gemma3_text, llama, qwen2, qwen3)");
+  else bad(where, "unsupported model_type \"" + c.model_type + "\" (supported: gemma3_text, llama, qwen2, qwen3, mamba)");
 
   // Dimensions: bounded (core/limits.hpp) so that every size product below and in the engine fits in 64 bits.
   c.vocab_size = int_in(j, "vocab_size", where, 1, L::kMaxVocab);
@@ -291,11 +293,73 @@ ModelConfig parse_config(const json& root, const std::string& where) {
   return c;
 }
 
+// Mamba (transformers' MambaConfig): no attention, no RoPE; every layer is norm -> mixer -> residual add.
+ModelConfig parse_mamba_config(const json& j, const std::string& file) {
+  namespace L = limits;
+  const std::string where = file + " (model_type mamba)";  // every message says which schema was applied
+  ModelConfig c;
+  c.arch = Arch::mamba;
+  c.model_type = "mamba";
+  c.vocab_size = int_in(j, "vocab_size", where, 1, L::kMaxVocab);
+  c.hidden_size = int_in(j, "hidden_size", where, 1, L::kMaxHiddenSize);
+  c.num_layers = int_in(j, "num_hidden_layers", where, 1, L::kMaxLayers);
+  SsmConfig& s = c.ssm;
+  s.state_size = int_in(j, "state_size", where, 1, 256, false, 16);
+  const int64_t expand = int_in(j, "expand", where, 1, 64, false, 2);
+  s.d_inner = expand * c.hidden_size;
+  if (has(j, "intermediate_size")) {
+    const int64_t inter = int_in(j, "intermediate_size", where, 1, L::kMaxIntermediateSize);
+    if (inter != s.d_inner)
+      bad(where, "\"intermediate_size\" " + std::to_string(inter) + " is not expand (" + std::to_string(expand) +
+                     ") x hidden_size (" + std::to_string(c.hidden_size) + ") = " + std::to_string(s.d_inner));
+  }
+  if (s.d_inner > L::kMaxIntermediateSize)
+    bad(where, "expand x hidden_size = " + std::to_string(s.d_inner) + " exceeds the limit of " +
+                   std::to_string(L::kMaxIntermediateSize));
+  c.intermediate_size = s.d_inner;
+  s.conv_kernel = int_in(j, "conv_kernel", where, 1, 16, false, 4);
+  if (has(j, "time_step_rank") && j["time_step_rank"].is_string()) {
+    if (j["time_step_rank"].get<std::string>() != "auto")
+      bad(where, "\"time_step_rank\" must be \"auto\" or an integer, got " + shown(j["time_step_rank"]));
+    s.dt_rank = (c.hidden_size + 15) / 16;
+  } else {
+    s.dt_rank = int_in(j, "time_step_rank", where, 1, s.d_inner, false, (c.hidden_size + 15) / 16);
+  }
+  s.conv_bias = get_bool(j, "use_conv_bias", where, true);
+  s.proj_bias = get_bool(j, "use_bias", where, false);
+  get_bool(j, "residual_in_fp32", where, true);  // validated; the residual stream is f32 in flashkit anyway
+  c.rms_norm_eps = num_in(j, "layer_norm_epsilon", where, L::kMinRmsNormEps, L::kMaxRmsNormEps, 1e-5);
+  c.tie_embeddings = get_bool(j, "tie_word_embeddings", where, true);
+  const std::string act = get_string(j, "hidden_act", where, "silu");
+  if (act != "silu" && act != "swish") bad(where, "mamba: unsupported \"hidden_act\" \"" + act + "\" (supported: silu)");
+  c.activation = "silu";
+  c.max_position = L::kMaxPositions;  // no position embeddings: the context is bounded by max_context only
+  c.layer_sliding.assign(size_t(c.num_layers), false);
+  if (has(j, "torch_dtype") && j["torch_dtype"].is_string()) c.torch_dtype = j["torch_dtype"].get<std::string>();
+  else if (has(j, "dtype") && j["dtype"].is_string()) c.torch_dtype = j["dtype"].get<std::string>();
+  if (has(j, "bos_token_id")) {
+    auto ids = id_list(j["bos_token_id"], "bos_token_id", where);
+    if (!ids.empty() && j["bos_token_id"].is_number_integer()) c.bos_id = ids[0];
+  }
+  if (has(j, "eos_token_id")) c.eos_ids = id_list(j["eos_token_id"], "eos_token_id", where);
+  weight_count(c);
+  return c;
+}
+
 int64_t weight_count(const ModelConfig& c) {
   const std::string what = "model size (weights)";
   auto mul = [&](int64_t a, int64_t b) { return checked_mul<int64_t>(a, b, what); };
   auto add = [&](int64_t a, int64_t b) { return checked_add<int64_t>(a, b, what); };
   const int64_t H = c.hidden_size, q = mul(c.num_heads, c.head_dim), kv = mul(c.num_kv_heads, c.head_dim);
+  if (c.arch == Arch::mamba) {  // in_proj, conv, x_proj, dt_proj, A_log, D, out_proj, norm
+    const SsmConfig& s = c.ssm;
+    const int64_t Di = s.d_inner;
+    int64_t ml = add(mul(2 * Di, H), mul(Di, s.conv_kernel + 1));
+    ml = add(ml, add(mul(Di, s.dt_rank + 2 * s.state_size), mul(Di, s.dt_rank + 1)));
+    ml = add(ml, add(mul(Di, s.state_size + 1), add(mul(H, Di), H)));
+    int64_t total = mul(mul(c.vocab_size, H), c.tie_embeddings ? 1 : 2);
+    return add(add(total, mul(ml, c.num_layers)), H);
+  }
   int64_t layer = add(add(mul(q, H), mul(2 * kv, H)), mul(H, q));  // q, k, v, o
   layer = add(layer, mul(3 * H, c.intermediate_size));             // gate, up, down
   layer = add(layer, (c.sandwich_norms ? 4 : 2) * H + (c.qk_norm ? 2 * c.head_dim : 0));

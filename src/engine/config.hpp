@@ -15,7 +15,7 @@
 
 namespace flashkit::engine {
 
-enum class Arch { gemma3, llama, qwen2, qwen3 };
+enum class Arch { gemma3, llama, qwen2, qwen3, mamba };
 
 struct RopeConfig {
   std::string type = "default";  // default | linear | llama3 | (dynamic, yarn: rejected)
@@ -24,6 +24,16 @@ struct RopeConfig {
   double low_freq_factor = 1.0, high_freq_factor = 4.0;
   double original_max_position = 8192;
   double attention_factor = 1.0;  // multiplies cos/sin
+};
+
+// Mamba-1 (model_type "mamba"): the selective-SSM mixer that replaces attention + MLP in every layer.
+struct SsmConfig {
+  int64_t d_inner = 0;      // expand * hidden_size (intermediate_size)
+  int64_t state_size = 0;   // d_state
+  int64_t conv_kernel = 0;  // causal conv1d width
+  int64_t dt_rank = 0;      // time_step_rank ("auto": ceil(hidden_size / 16))
+  bool conv_bias = true;    // use_conv_bias
+  bool proj_bias = false;   // use_bias (in_proj / out_proj)
 };
 
 struct ModelConfig {
@@ -50,12 +60,15 @@ struct ModelConfig {
   int32_t bos_id = -1;
   std::vector<int32_t> eos_ids;
   std::string torch_dtype;         // as written (may be empty)
+  SsmConfig ssm;                   // Arch::mamba only (num_heads etc. are 0 there)
 };
 
 // The one config validator (generate, cost, the APIs, GGUF metadata): throws invalid_argument naming the file and
 // the key for anything missing, malformed, unsupported or outside the accepted range (src/core/limits.hpp; the
 // message gives the range).
 ModelConfig parse_config(const nlohmann::json& j, const std::string& where);
+// The Mamba part of parse_config (config_mamba.cpp): `j` is the config object, model_type "mamba".
+ModelConfig parse_mamba_config(const nlohmann::json& j, const std::string& where);
 // DIR/config.json or the file itself, read through core/json_io (size and nesting bounded).
 ModelConfig load_config(const std::filesystem::path& dir_or_file);
 

@@ -38,6 +38,9 @@ using Clock = std::chrono::steady_clock;
 struct LayerWeights {
   Tensor in_norm, post_attn_norm, pre_ff_norm, post_ff_norm, q_norm, k_norm;
   Matrix qkv, o, gate_up, down;
+  // Mamba layers (Arch::mamba): in_norm, then the mixer in_proj -> conv1d -> x_proj -> dt_proj -> scan -> out_proj.
+  Matrix in_proj, x_proj, dt_proj, out_proj;
+  Tensor conv_w, conv_b, ssm_A, ssm_D;  // f32: conv [d_inner * width], A = -exp(A_log) [d_inner * d_state], D
   bool sliding = false;
   const Tensor* inv_freq = nullptr;
   float rope_scaling = 1.0f;
@@ -59,7 +62,8 @@ class ModelImpl final : public Model {
   ~ModelImpl() override {
     if (!be_) return;
     for (auto& l : layers_) {
-      for (Matrix* m : {&l.qkv, &l.o, &l.gate_up, &l.down}) be_->free_matrix(*m);
+      for (Matrix* m : {&l.qkv, &l.o, &l.gate_up, &l.down, &l.in_proj, &l.x_proj, &l.dt_proj, &l.out_proj})
+        be_->free_matrix(*m);
     }
     be_->free_matrix(embed_);
     if (!tied_) be_->free_matrix(lm_head_);
@@ -78,7 +82,14 @@ class ModelImpl final : public Model {
     const double rows = double(std::max<int64_t>(1, std::min(opts_.prefill_chunk, info_.max_context)));
     const double act = rows * (2.0 * 4 * double(c.hidden_size) +
                                act_es * double(c.hidden_size + q_dim_ + 2 * kv_dim_ + q_dim_ + 3 * c.intermediate_size));
-    return kv + act + 4.0 * double(c.vocab_size) * rows;
+    return kv + act + 4.0 * double(c.vocab_size) * rows + mamba_session_bytes(rows);
+  }
+  // Mamba: per layer the conv and SSM states (O(1) in the context), per step row the mixer's intermediates.
+  double mamba_session_bytes(double rows) const {
+    if (cfg_.arch != Arch::mamba) return 0;
+    const SsmConfig& m = cfg_.ssm;
+    const double state = double(cfg_.num_layers) * double(m.d_inner) * double(m.conv_kernel + m.state_size);
+    return 4.0 * (state + rows * double(6 * m.d_inner + m.dt_rank + 2 * m.state_size));
   }
   // Refuses, before allocating, a session that cannot fit in host memory (CPU backend; the limit of
   // max_workspace_bytes(tuning_): 80% of physical memory, or Tuning::max_workspace_bytes).
@@ -146,6 +157,13 @@ struct Acts {
   Tensor xn, qkv, attn, gu, act;
 };
 
+// A Mamba session's per-layer recurrent state (replaces the KV cache: O(1) in the context) and the mixer's step
+// intermediates (f32, C_ rows).
+struct MambaState {
+  std::vector<Tensor> conv, ssm;  // per layer: [d_inner, conv_kernel], [d_inner, state_size]
+  Tensor xz, xc, dbc, dt, y;      // [T, 2 d_inner], [T, d_inner], [T, dt_rank + 2 d_state], [T, d_inner], [T, d_inner]
+};
+
 class SessionImpl final : public Session {
  public:
   SessionImpl(ModelImpl& m, uint64_t id) : m_(m), id_(id) {
@@ -168,7 +186,9 @@ class SessionImpl final : public Session {
     const int64_t slack = m.opts_.kv_ring_slack;
     verify_rows_ = std::min<int64_t>(C_, std::max<int64_t>(64, slack + 1));
     verify_ = adt == DType::f32 ? wide_ : alloc_acts(DType::f32, verify_rows_);
+    if (c.arch == Arch::mamba) alloc_mamba();
     for (auto& l : m.layers_) {
+      if (c.arch == Arch::mamba) break;  // no KV cache: MambaState
       KVLayer kv;
       kv.ring = l.sliding && c.sliding_window + slack < m.info_.max_context;
       kv.capacity = kv.ring ? c.sliding_window + slack : m.info_.max_context;
@@ -197,6 +217,27 @@ class SessionImpl final : public Session {
       be.free(kv.k);
       be.free(kv.v);
     }
+    for (auto* v : {&mamba_.conv, &mamba_.ssm})
+      for (Tensor& t : *v) be.free(t);
+    for (Tensor* t : {&mamba_.xz, &mamba_.xc, &mamba_.dbc, &mamba_.dt, &mamba_.y}) be.free(*t);
+  }
+  void alloc_mamba() {
+    Backend& be = *m_.be_;
+    const SsmConfig& sc = m_.cfg_.ssm;
+    for (int64_t i = 0; i < m_.cfg_.num_layers; ++i) {
+      mamba_.conv.push_back(be.alloc(DType::f32, sc.d_inner, sc.conv_kernel));
+      mamba_.ssm.push_back(be.alloc(DType::f32, sc.d_inner, sc.state_size));
+    }
+    mamba_.xz = be.alloc(DType::f32, C_, 2 * sc.d_inner);
+    mamba_.xc = be.alloc(DType::f32, C_, sc.d_inner);
+    mamba_.dbc = be.alloc(DType::f32, C_, sc.dt_rank + 2 * sc.state_size);
+    mamba_.dt = be.alloc(DType::f32, C_, sc.d_inner);
+    mamba_.y = be.alloc(DType::f32, C_, sc.d_inner);
+    zero_mamba_state();
+  }
+  void zero_mamba_state() {
+    for (auto* v : {&mamba_.conv, &mamba_.ssm})
+      for (Tensor& t : *v) m_.be_->zero(t);
   }
   Acts alloc_acts(DType dt, int64_t rows) {
     Backend& be = *m_.be_;
@@ -267,6 +308,10 @@ class SessionImpl final : public Session {
   int64_t position() const override { return pos_; }
   int64_t max_context() const override { return m_.info_.max_context; }
   void reset() override {
+    if (!mamba_.conv.empty()) {
+      const std::lock_guard<std::mutex> lock(m_.mu_);
+      zero_mamba_state();
+    }
     pos_ = 0;
     ring_floor_ = 0;
     tree_.active = false;
@@ -288,6 +333,14 @@ class SessionImpl final : public Session {
     if (new_length < 0 || new_length > pos_)
       bad("truncate: new_length " + std::to_string(new_length) + " is outside [0, position() = " +
           std::to_string(pos_) + "]");
+    if (m_.cfg_.arch == Arch::mamba && new_length != pos_) {
+      if (new_length != 0)
+        fail(Status::unsupported, "truncate: a mamba session keeps one recurrent state, not a per-token cache: it "
+                                  "cannot roll back to " + std::to_string(new_length) + " of " + std::to_string(pos_) +
+                                  " tokens (only to 0, i.e. reset(); speculative decoding is not available)");
+      reset();
+      return;
+    }
     if (new_length > 0 && new_length < oldest_rollback_target())
       bad("truncate: cannot roll back to " + std::to_string(new_length) + " tokens: the sliding-window layers " +
           "keep the last " + std::to_string(ring_capacity_) + " positions (window " + std::to_string(ring_window_) +
@@ -298,6 +351,10 @@ class SessionImpl final : public Session {
     tree_.active = false;
   }
   int64_t max_verify_rows() const override {
+    // Asked by speculative decoding before it starts: refuse there rather than at the first rejected draft token.
+    if (m_.cfg_.arch == Arch::mamba)
+      fail(Status::unsupported, "speculative decoding: a mamba session keeps one recurrent state and cannot roll back "
+                                "rejected tokens (generate without --draft / --lookup)");
     return std::min<int64_t>(verify_rows_, ring_capacity_ > 0 ? ring_capacity_ - ring_window_ + 1 : verify_rows_);
   }
   void forward_all_logits(std::span<const int32_t> tokens) override {
@@ -315,7 +372,7 @@ class SessionImpl final : public Session {
     last_on_device_ = false;
     tree_.active = false;
   }
-  bool supports_tree() const override { return m_.be_->supports_tree(); }
+  bool supports_tree() const override { return m_.cfg_.arch != Arch::mamba && m_.be_->supports_tree(); }
   void forward_tree(std::span<const int32_t> tokens, std::span<const int32_t> parents) override {
     check(tokens);
     const int64_t n = int64_t(tokens.size()), V = m_.cfg_.vocab_size;
@@ -368,6 +425,7 @@ class SessionImpl final : public Session {
   Tensor h_, o_, logits_dev_;
   Acts wide_, one_;  // one_ is wide_ when the activation dtype is f32
   std::vector<KVLayer> kv_;
+  MambaState mamba_;  // Arch::mamba: the recurrent state instead of kv_
   // Speculative decoding: f32 intermediates of verification steps (verify_rows_ rows; wide_ on f32 backends), the
   // rings' geometry (0: no ring layer) and the oldest position they all still hold, the pending tree step.
   Acts verify_;
@@ -424,6 +482,20 @@ void ModelImpl::forward(SessionImpl& s, std::span<const int32_t> tokens, int64_t
     for (size_t li = 0; li < layers_.size(); ++li) {
       const LayerWeights& L = layers_[li];
       op("rms_norm", [&] { be.rms_norm(h, L.in_norm, xn, T, c.hidden_size, eps); });
+      if (c.arch == Arch::mamba) {  // the mixer, then the residual add (transformers' MambaBlock)
+        const MambaState& ms = s.mamba_;
+        const int64_t Di = c.ssm.d_inner, R = c.ssm.dt_rank, N = c.ssm.state_size;
+        const Tensor x = ms.xz.col_slice(0, Di), z = ms.xz.col_slice(Di, Di);
+        const Tensor dtl = ms.dbc.col_slice(0, R), Bm = ms.dbc.col_slice(R, N), Cm = ms.dbc.col_slice(R + N, N);
+        op("linear.in_proj", [&] { be.linear(xn, L.in_proj, ms.xz, T); });
+        op("ssm.conv1d", [&] { be.causal_conv1d(x, L.conv_w, L.conv_b, ms.conv[li], ms.xc, T); });
+        op("linear.x_proj", [&] { be.linear(ms.xc, L.x_proj, ms.dbc, T); });
+        op("linear.dt_proj", [&] { be.linear(dtl, L.dt_proj, ms.dt, T); });
+        op("ssm.scan", [&] { be.selective_scan(ms.xc, ms.dt, Bm, Cm, z, L.ssm_A, L.ssm_D, ms.ssm[li], ms.y, T); });
+        op("linear.out_proj", [&] { be.linear(ms.y, L.out_proj, o, T); });
+        op("add", [&] { be.add(o, h, T); });
+        continue;
+      }
       op("linear.qkv", [&] { be.linear(xn, L.qkv, qkv, T); });
       if (c.qk_norm) {
         op("rms_norm.qk", [&] {
@@ -528,6 +600,8 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
     cfg_ = load_config(dir);
   }
   const ModelConfig& c = cfg_;
+  if (c.arch == Arch::mamba && opts.random_weights)
+    bad("--random-weights: not available for model_type mamba (give a checkpoint directory)");
 
   // Device first: a CUDA request in a CPU build fails before any weight is touched.
   BackendOptions bo;
@@ -584,7 +658,10 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
       P = cand;
       break;
     }
-  const model::WeightView& emb = get(P + "embed_tokens.weight", {c.vocab_size, c.hidden_size});
+  const bool mamba = c.arch == Arch::mamba;  // transformers' MambaForCausalLM names: backbone.*
+  if (mamba) P = "backbone.";
+  const model::WeightView& emb = get(mamba ? "backbone.embeddings.weight" : P + "embed_tokens.weight",
+                                     {c.vocab_size, c.hidden_size});
   // A GGUF with Q8_0 matrices (the first layer's q_proj tells) keeps them quantized on the CPU (`auto` or q8_0):
   // 1.06 bytes per weight instead of 4 after dequantizing, and the GEMV reads them as they are.
   const model::WeightView* q0 = store_->find(P + "layers.0.self_attn.q_proj.weight");
@@ -599,6 +676,12 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   if (!cuda && !opts.random_weights)
     check_fits_host_memory(c, bo.keep_q8_0 ? 1 : dt == "f32" ? 4 : 2, src);
   be_ = cuda ? make_cuda_backend(bo) : make_cpu_backend(bo);
+  if (mamba && !be_->supports_ssm())
+    fail(Status::unsupported, "model_type mamba: the " + be_->name() +
+                                  " backend has no selective state-space ops yet (run mamba models with --device cpu)");
+  if (mamba && cuda && c.ssm.state_size > 64)  // kernels::kCudaMaxState: the CUDA scan's register carry
+    fail(Status::unsupported, "model_type mamba: state_size " + std::to_string(c.ssm.state_size) +
+                                  " exceeds the CUDA scan's limit of 64 (run it with --device cpu)");
 
   // The KV cache is sized by max_context: bound it by what the model supports (and by a sane row count, so the
   // buffer size products cannot overflow), and check that a session fits, before any weight is converted.
@@ -640,7 +723,7 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
     const model::WeightView* lp = count(*lm);
     lm_head_ = be_->load_matrix(std::span<const model::WeightView* const>(&lp, 1));
   }
-  final_norm_ = be_->load_vector(*count(get(P + "norm.weight", {H})), norm_off);
+  final_norm_ = be_->load_vector(*count(get(P + (mamba ? "norm_f.weight" : "norm.weight"), {H})), norm_off);
 
   inv_global_ = be_->upload_f32(rope_inv_freq(c.rope_global, hd));
   inv_local_ = be_->upload_f32(rope_inv_freq(c.rope_local, hd));
@@ -648,6 +731,36 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = P + "layers." + std::to_string(i) + ".";
     LayerWeights L;
+    if (mamba) {  // backbone.layers.N.{norm, mixer.*}: shapes from config.json, every tensor required
+      const SsmConfig& sc = c.ssm;
+      const int64_t Di = sc.d_inner, N = sc.state_size, R = sc.dt_rank, W = sc.conv_kernel;
+      const std::string mx = p + "mixer.";
+      auto one = [&](const std::string& name, std::vector<int64_t> shape, const std::string& bias_name) {
+        const model::WeightView* w = count(get(name, shape));
+        if (bias_name.empty()) return be_->load_matrix(std::span<const model::WeightView* const>(&w, 1));
+        const model::WeightView* b = count(get(bias_name, {shape[0]}));
+        return be_->load_matrix(std::span<const model::WeightView* const>(&w, 1),
+                                std::span<const model::WeightView* const>(&b, 1));
+      };
+      auto f32 = [&](const model::WeightView& w) {
+        std::vector<float> v(size_t(w.numel()));
+        model::to_f32(w, v.data());
+        return v;
+      };
+      L.in_norm = be_->load_vector(*count(get(p + "norm.weight", {H})), 0.0f);
+      L.in_proj = one(mx + "in_proj.weight", {2 * Di, H}, sc.proj_bias ? mx + "in_proj.bias" : "");
+      L.conv_w = be_->upload_f32(f32(*count(get(mx + "conv1d.weight", {Di, 1, W}))));
+      if (sc.conv_bias) L.conv_b = be_->load_vector(*count(get(mx + "conv1d.bias", {Di})), 0.0f);
+      L.x_proj = one(mx + "x_proj.weight", {R + 2 * N, Di}, "");
+      L.dt_proj = one(mx + "dt_proj.weight", {Di, R}, mx + "dt_proj.bias");
+      std::vector<float> A = f32(*count(get(mx + "A_log", {Di, N})));
+      for (float& a : A) a = -std::exp(a);  // A = -exp(A_log), as transformers computes it in f32
+      L.ssm_A = be_->upload_f32(A);
+      L.ssm_D = be_->load_vector(*count(get(mx + "D", {Di})), 0.0f);
+      L.out_proj = one(mx + "out_proj.weight", {H, Di}, sc.proj_bias ? mx + "out_proj.bias" : "");
+      layers_.push_back(std::move(L));
+      continue;
+    }
     L.sliding = c.layer_sliding[size_t(i)];
     L.inv_freq = L.sliding ? &inv_local_ : &inv_global_;
     L.rope_scaling = float(L.sliding ? c.rope_local.attention_factor : c.rope_global.attention_factor);
@@ -828,6 +941,13 @@ GenerationResult generate(Session& session, std::span<const int32_t> prompt, con
 namespace flashkit::engine {
 namespace {
 
+// Serving runs over paged KV blocks; a Mamba sequence has a recurrent state instead (no per-token cache to page).
+void refuse_paged_mamba(const ModelConfig& c) {
+  if (c.arch == Arch::mamba)
+    fail(Status::unsupported, "paged serving: model_type mamba keeps one recurrent state per sequence, not a paged KV "
+                              "cache: batched serving does not run mamba models yet (generate and chat do)");
+}
+
 class PagedRunnerImpl final : public PagedRunner {
  public:
   PagedRunnerImpl(ModelImpl& m, const PagedRunnerOptions& o) : m_(m), o_(o) {
@@ -837,6 +957,7 @@ class PagedRunnerImpl final : public PagedRunner {
       bad("paged runner: max_rows and max_seqs must be >= 1, got " + std::to_string(o.max_rows) + " and " + std::to_string(o.max_seqs));
     if (o.num_blocks > (int64_t(1) << 30) / o.block_size) bad("paged runner: num_blocks * block_size exceeds 2^30 positions");
     Backend& be = *m.be_;
+    refuse_paged_mamba(m.cfg_);
     if (!be.supports_paged())
       fail(Status::unsupported, "paged runner: the " + be.name() +
                                     " backend has no paged KV cache yet (batched serving runs on the CPU backend: --device cpu)");
@@ -955,6 +1076,7 @@ ModelImpl& impl_of(const Model& model) {
 
 int64_t paged_kv_bytes_per_token(const Model& model) {
   const ModelImpl& m = impl_of(model);
+  refuse_paged_mamba(m.cfg_);  // no KV cache: 0 bytes per token would divide by zero in the serving engine
   return m.cfg_.num_layers * 2 * m.kv_dim_ * dtype_size(m.be_->kv_dtype());
 }
 

@@ -498,3 +498,19 @@ TEST(GpuDemos, NoGpuGivesAReason) {
   EXPECT_FALSE(d.available);
   EXPECT_FALSE(d.error.empty());
 }
+
+// A Mamba config is valid for the engine but has no attention/MLP layers: the cost model refuses it instead of
+// costing an attention decoder with zero heads (regression: it printed such a table).
+TEST(ModelCost, MambaConfigIsRefused) {
+  const json j = {{"model_type", "mamba"}, {"vocab_size", 96}, {"hidden_size", 64}, {"num_hidden_layers", 2},
+                  {"state_size", 8}};
+  try {
+    flashkit::analysis::parse_model_config(j, "tiny-mamba");
+    ADD_FAILURE() << "no error";
+  } catch (const flashkit::Error& e) {
+    EXPECT_EQ(e.status(), flashkit::Status::unsupported);
+    EXPECT_NE(std::string(e.what()).find("model_type mamba: the cost model covers attention decoders only"),
+              std::string::npos)
+        << e.what();
+  }
+}

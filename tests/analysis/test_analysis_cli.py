@@ -94,7 +94,7 @@ def test_bad_config_json(tmp_path):
 
 
 @pytest.mark.parametrize("change,msg", [
-    ({"model_type": "mamba"}, 'unsupported model_type "mamba"'),
+    ({"model_type": "rwkv"}, 'unsupported model_type "rwkv"'),
     ({"head_dim": 7}, '"head_dim" must be even'),
     ({"vocab_size": 2**40}, '"vocab_size" must be an integer in [1, 16777216]'),
     ({"rms_norm_eps": 1e308}, '"rms_norm_eps" must be in [1e-12, 0.1]'),

@@ -186,7 +186,7 @@ TEST(EngineConfig, Rejections) {
     mutate(j);
     expect_error([&] { flashkit::engine::parse_config(j, "cfg.json"); }, needles);
   };
-  bad([](json& j) { j["model_type"] = "mamba"; }, {"cfg.json", "unsupported model_type", "mamba"});
+  bad([](json& j) { j["model_type"] = "rwkv"; }, {"cfg.json", "unsupported model_type", "rwkv", "mamba"});
   bad([](json& j) { j.erase("model_type"); }, {"model_type"});
   bad([](json& j) { j.erase("hidden_size"); }, {"hidden_size"});
   bad([](json& j) { j["num_key_value_heads"] = 3; }, {"num_key_value_heads"});

@@ -19,6 +19,7 @@
 #include "engine/backend.hpp"
 #include "engine/cpu/gemv.hpp"
 #include "engine/cpu/paged_attention.hpp"
+#include "engine/cpu/ssm_ops.hpp"
 #include "engine/sampler.hpp"
 #include "flashkit/attention.hpp"
 #include "flashkit/error.hpp"
@@ -412,6 +413,17 @@ class CpuBackend final : public Backend {
 #pragma omp parallel for schedule(static) num_threads(threads_) if (x.cols > 65536)
       for (int64_t i = 0; i < x.cols; ++i) a[i] = std::tanh(a[i] * inv) * cap;
     }
+  }
+
+  // Mamba layers: the library's CPU SSM kernels on this sequence's rows (engine/cpu/ssm_ops.cpp).
+  bool supports_ssm() const override { return true; }
+  void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& conv_state, const Tensor& out,
+                     int64_t T) override {
+    cpu::causal_conv1d(x, w, bias, conv_state, out, T, threads_);
+  }
+  void selective_scan(const Tensor& u, const Tensor& delta, const Tensor& B, const Tensor& C, const Tensor& z,
+                      const Tensor& A, const Tensor& D, const Tensor& state, const Tensor& y, int64_t T) override {
+    cpu::selective_scan(u, delta, B, C, z, A, D, state, y, T, threads_);
   }
 
   // Nothing to save on the host but the row copy; same rules as the sampler's greedy scan.

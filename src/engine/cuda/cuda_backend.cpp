@@ -41,6 +41,7 @@
 #include "engine/backend.hpp"
 #include "core/cuda_check.hpp"
 #include "engine/cuda/kernels.hpp"
+#include "kernels/cuda/ssm/ssm_cuda.hpp"
 #include "flashkit/attention.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/runtime.hpp"
@@ -62,12 +63,14 @@ void ckb(cublasStatus_t s, const char* what) {
 bool bf(const Tensor& t) { return t.dtype == DType::bf16; }
 bool same(const Tensor& a, const Tensor& b) { return a.data == b.data && a.ld == b.ld && a.dtype == b.dtype; }
 
-enum class OpKind { embed, rms_norm, add_rms_norm, linear, rope, attention, gated_act, add, softcap, argmax };
+enum class OpKind { embed, rms_norm, add_rms_norm, linear, rope, attention, gated_act, add, softcap, argmax, ssm_conv,
+                    ssm_scan };
 
 // One queued op. Operand slots: see the enqueue functions.
 struct Op {
   OpKind kind = OpKind::add;
   Tensor a, b, c, d;
+  Tensor ssm[5];  // Mamba ops' further operands (B, C, A, D, state / conv state); never the residual stream
   Matrix M;
   KVLayer kv;
   AttentionParams ap;
@@ -405,6 +408,23 @@ class CudaBackend final : public Backend {
     Op o;
     o.kind = OpKind::softcap;
     o.a = x, o.T = T, o.f = cap;
+    push(std::move(o));
+  }
+  // Mamba layers: the library's fused SSM kernels (src/kernels/cuda/ssm) on this backend's stream; f32 operands.
+  bool supports_ssm() const override { return true; }
+  void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& conv_state, const Tensor& out,
+                     int64_t T) override {
+    Op o;
+    o.kind = OpKind::ssm_conv;
+    o.a = x, o.b = w, o.c = out, o.d = bias, o.ssm[0] = conv_state, o.T = T;
+    push(std::move(o));
+  }
+  void selective_scan(const Tensor& u, const Tensor& delta, const Tensor& B, const Tensor& C, const Tensor& z,
+                      const Tensor& A, const Tensor& D, const Tensor& state, const Tensor& y, int64_t T) override {
+    Op o;
+    o.kind = OpKind::ssm_scan;
+    o.a = u, o.b = delta, o.c = y, o.d = z, o.ssm[0] = B, o.ssm[1] = C, o.ssm[2] = A, o.ssm[3] = D, o.ssm[4] = state;
+    o.T = T;
     push(std::move(o));
   }
   void argmax(const Tensor& logits) override {
@@ -881,11 +901,41 @@ class CudaBackend final : public Backend {
         kc::add(o.a.data, o.a.ld, o.c.data, o.c.ld, bf(o.a), o.T, o.a.cols, stream_);
         break;
       case OpKind::softcap: kc::softcap(o.a.data, o.a.ld, bf(o.a), o.T, o.a.cols, o.f, stream_); break;
+      case OpKind::ssm_conv: ssm_conv(o); break;
+      case OpKind::ssm_scan: ssm_scan(o); break;
       case OpKind::argmax:
         kc::argmax_f32(static_cast<const float*>(o.a.data), o.a.cols, argpart_.p, reinterpret_cast<unsigned*>(argmax_dev_),
                        argmax_dev_ + 1, stream_);
         break;
     }
+  }
+  // Mamba ops: one sequence of T rows (batch 1), engine tensors as the kernels' strided views.
+  void ssm_conv(const Op& o) {
+    for (const Tensor* t : {&o.a, &o.b, &o.c, &o.ssm[0]})
+      if (t->dtype != DType::f32) fail(Status::internal, "cuda ssm conv1d: operands must be f32");
+    kernels::ConvArgs k;
+    k.batch = 1, k.seqlen = o.T, k.channels = o.a.cols, k.width = o.ssm[0].cols;
+    k.x = static_cast<const float*>(o.a.data), k.weight = static_cast<const float*>(o.b.data);
+    k.bias = static_cast<const float*>(o.d.data), k.state = static_cast<float*>(o.ssm[0].data);
+    k.out = static_cast<float*>(o.c.data);
+    k.x_b = o.T * o.a.ld, k.x_t = o.a.ld, k.o_b = o.T * o.c.ld, k.o_t = o.c.ld;
+    k.silu = true;
+    kernels::causal_conv1d_cuda(k, stream_);
+  }
+  void ssm_scan(const Op& o) {
+    for (const Tensor* t : {&o.a, &o.b, &o.c, &o.d, &o.ssm[0], &o.ssm[1], &o.ssm[2], &o.ssm[3], &o.ssm[4]})
+      if (t->dtype != DType::f32) fail(Status::internal, "cuda selective scan: operands must be f32");
+    kernels::ScanArgs k;
+    k.batch = 1, k.seqlen = o.T, k.d_inner = o.a.cols, k.d_state = o.ssm[0].cols;
+    auto f = [](const Tensor& t) { return static_cast<float*>(t.data); };
+    k.u = f(o.a), k.delta = f(o.b), k.y = f(o.c), k.z = f(o.d);
+    k.B = f(o.ssm[0]), k.C = f(o.ssm[1]), k.A = f(o.ssm[2]), k.D = f(o.ssm[3]), k.state = f(o.ssm[4]);
+    k.u_b = o.T * o.a.ld, k.u_t = o.a.ld, k.dl_b = o.T * o.b.ld, k.dl_t = o.b.ld, k.y_b = o.T * o.c.ld, k.y_t = o.c.ld;
+    k.z_b = o.T * o.d.ld, k.z_t = o.d.ld;
+    k.B_b = o.T * o.ssm[0].ld, k.B_t = o.ssm[0].ld, k.C_b = o.T * o.ssm[1].ld, k.C_t = o.ssm[1].ld;
+    k.softplus = true;
+    if (o.T == 1) kernels::selective_scan_step_cuda(k, stream_);
+    else kernels::selective_scan_cuda(k, stream_);
   }
   // The element-wise kernels take one dtype flag for both operands (the model never mixes them there).
   static void same_dtype(const Tensor& a, const Tensor& b, const char* op) {

@@ -1,0 +1,165 @@
+// The CUDA selective scan against its floors: forward bytes/s (the op's compulsory bytes, OpCost) as a fraction of
+// the H200's measured copy ceiling, flashkit's flash attention forward (causal, bf16) at matched width
+// (heads * head_dim = d_inner), and the decode step at batch 1 and 8. One JSON object per line on stdout.
+//   flashkit_ssm_bench [max_seqlen [MAMBA_DIR]]   (default 16384; batch 8, d_inner 1536, d_state 16 as issue 18 asks)
+// With MAMBA_DIR (a Mamba checkpoint), also the engine's decode ms/token after contexts of 1k..32k tokens.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include <chrono>
+
+#include "flashkit/attention.hpp"
+#include "flashkit/engine.hpp"
+#include "flashkit/ssm.hpp"
+
+using namespace flashkit;
+
+namespace {
+
+constexpr double kCopyCeiling = 4.24e12;  // bytes/s, the H200 copy ceiling of docs/worklog/attention-cuda.md
+
+void ck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+float* dev_random(size_t n, float lo, float hi, unsigned seed) {
+  std::vector<float> h(n);
+  srand(seed);
+  for (auto& x : h) x = lo + (hi - lo) * float(rand()) / float(RAND_MAX);
+  float* p = nullptr;
+  ck(cudaMalloc(&p, n * 4), "cudaMalloc");
+  ck(cudaMemcpy(p, h.data(), n * 4, cudaMemcpyHostToDevice), "upload");
+  return p;
+}
+
+// Median-free simple timing: warm up once, then the mean of `reps` runs between two events.
+template <class F>
+double time_ms(F&& f, int reps) {
+  f();
+  ck(cudaDeviceSynchronize(), "warmup");
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  cudaEventRecord(a);
+  for (int i = 0; i < reps; ++i) f();
+  cudaEventRecord(b);
+  ck(cudaEventSynchronize(b), "timing");
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  return double(ms) / reps;
+}
+
+TensorView cv(void* p, DType dt, std::initializer_list<int64_t> shape) {
+  return TensorView::contiguous(p, dt, shape, Device::cuda);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t max_L = argc > 1 ? std::atoll(argv[1]) : 16384;
+  const int64_t Bt = 8, Di = 1536, N = 16, heads = 12, hd = 128;
+  for (int64_t L = 1024; L <= max_L; L *= 2) {
+    const size_t rows = size_t(Bt * L);
+    float *u = dev_random(rows * Di, -1, 1, 1), *dl = dev_random(rows * Di, -1, 1, 2);
+    float *z = dev_random(rows * Di, -1, 1, 3);
+    float *B = dev_random(rows * N, -1, 1, 4), *C = dev_random(rows * N, -1, 1, 5), *y = nullptr;
+    float *A = dev_random(size_t(Di * N), -2, -0.1f, 6), *D = dev_random(size_t(Di), 0, 1, 7);
+    ck(cudaMalloc(&y, rows * Di * 4), "y");
+    SelectiveScanArgs a;
+    a.u = cv(u, DType::f32, {Bt, L, Di});
+    a.delta = cv(dl, DType::f32, {Bt, L, Di});
+    a.z = cv(z, DType::f32, {Bt, L, Di});
+    a.y = cv(y, DType::f32, {Bt, L, Di});
+    a.B = cv(B, DType::f32, {Bt, L, N});
+    a.C = cv(C, DType::f32, {Bt, L, N});
+    a.A = cv(A, DType::f32, {Di, N});
+    a.D = cv(D, DType::f32, {Di});
+    OpCost cost;
+    selective_scan_forward(a, &cost);
+    const double ms = time_ms([&] { selective_scan_forward(a); }, 10);
+    const double bytes = cost.bytes_read + cost.bytes_written, bw = bytes / (ms * 1e-3);
+    for (float* p : {u, dl, z, B, C, y, A, D}) cudaFree(p);
+    // flash attention forward at matched width: q, k, v bf16 [Bt, L, 12, 128], causal
+    void *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *lse = nullptr;
+    const size_t qkv = rows * size_t(heads * hd) * 2;
+    for (void** p : {&q, &k, &v, &o}) {
+      ck(cudaMalloc(p, qkv), "qkv");
+      ck(cudaMemset(*p, 0x3c, qkv), "fill");  // bf16 0x3c3c ~ 0.0115: finite, nonzero
+    }
+    ck(cudaMalloc(&lse, size_t(Bt * heads * L) * 4), "lse");
+    AttentionOptions ao;
+    ao.causal = true;
+    ao.check_finite = false;
+    auto at = [&] {
+      attention_forward(cv(q, DType::bf16, {Bt, L, heads, hd}), cv(k, DType::bf16, {Bt, L, heads, hd}),
+                        cv(v, DType::bf16, {Bt, L, heads, hd}), cv(o, DType::bf16, {Bt, L, heads, hd}),
+                        cv(lse, DType::f32, {Bt, heads, L}), ao);
+    };
+    const double ams = time_ms(at, 5);
+    for (void* p : {q, k, v, o, lse}) cudaFree(p);
+    std::printf("{\"op\": \"scan_fwd\", \"batch\": %lld, \"seqlen\": %lld, \"d_inner\": %lld, \"d_state\": %lld, "
+                "\"kernel\": \"%s\", \"ms\": %.4f, \"bytes\": %.0f, \"bytes_per_s\": %.4g, \"of_copy_ceiling\": %.3f, "
+                "\"attention_fwd_ms\": %.4f, \"scan_speedup_vs_attention\": %.2f}\n",
+                (long long)Bt, (long long)L, (long long)Di, (long long)N, cost.kernel.c_str(), ms, bytes, bw,
+                bw / kCopyCeiling, ams, ams / ms);
+    std::fflush(stdout);
+  }
+  // decode step: the whole state read and written once per token
+  for (int64_t b : {1, 8}) {
+    float *u = dev_random(size_t(b * Di), -1, 1, 1), *dl = dev_random(size_t(b * Di), -1, 1, 2);
+    float *z = dev_random(size_t(b * Di), -1, 1, 3), *B = dev_random(size_t(b * N), -1, 1, 4);
+    float *C = dev_random(size_t(b * N), -1, 1, 5), *A = dev_random(size_t(Di * N), -2, -0.1f, 6);
+    float *D = dev_random(size_t(Di), 0, 1, 7), *st = dev_random(size_t(b * Di * N), -1, 1, 8), *y = nullptr;
+    ck(cudaMalloc(&y, size_t(b * Di) * 4), "y");
+    SelectiveScanArgs a;
+    a.u = cv(u, DType::f32, {b, Di}); a.delta = cv(dl, DType::f32, {b, Di}); a.z = cv(z, DType::f32, {b, Di});
+    a.y = cv(y, DType::f32, {b, Di}); a.B = cv(B, DType::f32, {b, N}); a.C = cv(C, DType::f32, {b, N});
+    a.A = cv(A, DType::f32, {Di, N}); a.D = cv(D, DType::f32, {Di}); a.state = cv(st, DType::f32, {b, Di, N});
+    OpCost cost;
+    selective_scan_step(a, &cost);
+    const double ms = time_ms([&] { selective_scan_step(a); }, 200);
+    std::printf("{\"op\": \"scan_step\", \"batch\": %lld, \"d_inner\": %lld, \"d_state\": %lld, \"kernel\": \"%s\", "
+                "\"us\": %.3f, \"bytes\": %.0f}\n",
+                (long long)b, (long long)Di, (long long)N, cost.kernel.c_str(), ms * 1e3,
+                cost.bytes_read + cost.bytes_written);
+    for (float* p : {u, dl, z, B, C, A, D, st, y}) cudaFree(p);
+  }
+  if (argc > 2) {  // engine decode after growing contexts, one session: the state does not grow with the context
+    LoadOptions lo;
+    lo.max_context = 32768 + 256;
+    for (const char* dev : {"cpu", "cuda"}) {
+      lo.device = dev;
+      std::shared_ptr<Model> m;
+      try {
+        m = Model::load(argv[2], lo);
+      } catch (const std::exception& e) {
+        std::printf("{\"op\": \"mamba_decode\", \"device\": \"%s\", \"skipped\": \"%s\"}\n", dev, e.what());
+        continue;
+      }
+      auto s = m->new_session();
+      const int32_t V = int32_t(m->info().vocab_size);
+      int64_t have = 0;
+      for (int64_t ctx = 1024; ctx <= 32768; ctx *= 2) {
+        std::vector<int32_t> ids(size_t(ctx - have));
+        for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919 + size_t(have)) % size_t(V));
+        s->prefill(ids);
+        have = ctx;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 32; ++i) s->decode(int32_t(i % V));
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 32;
+        // continue from the decoded tokens: the next context starts where this one ended (+32)
+        have += 32;
+        std::printf("{\"op\": \"mamba_decode\", \"device\": \"%s\", \"context\": %lld, \"ms_per_token\": %.4f}\n",
+                    dev, (long long)ctx, ms);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,17 @@
+// CUDA SSM kernels (src/kernels/cuda/ssm/scan.cu): launched by src/ops/ssm.cpp on validated arguments, and by the
+// engine's CUDA backend (its Mamba ops) on its own stream. `stream` null: the calling thread's stream
+// (flashkit::cuda_stream()). The scans return the name of the kernel configuration they ran.
+#pragma once
+#include <string>
+
+#include "kernels/ssm_args.hpp"
+
+namespace flashkit::kernels {
+
+constexpr int64_t kCudaMaxState = 64;  // register carry: d_state beyond this is refused in src/ops/ssm.cpp
+
+std::string selective_scan_cuda(const ScanArgs& a, void* stream = nullptr);
+std::string selective_scan_step_cuda(const ScanArgs& a, void* stream = nullptr);
+void causal_conv1d_cuda(const ConvArgs& a, void* stream = nullptr);
+
+}  // namespace flashkit::kernels

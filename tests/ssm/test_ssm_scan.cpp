@@ -1,0 +1,195 @@
+// The CPU selective scan and conv1d against the f64 reference (random inputs, poisoned outputs, odd sizes), the
+// chunked scan and the decode step against one whole scan, and the reference backward against f64 finite
+// differences of the reference forward.
+#include <gtest/gtest.h>
+
+#include "ssm_fixture.hpp"
+
+using namespace flashkit;
+using namespace ssm_test;
+
+namespace {
+
+struct Shape {
+  int64_t batch, seqlen, d_inner, d_state;
+  bool D, z, bias, softplus;
+};
+
+class ScanGrid : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(ScanGrid, CpuMatchesReference) {
+  const Shape s = GetParam();
+  ScanProblem p(s.batch, s.seqlen, s.d_inner, s.d_state, s.D, s.z, s.bias, 7);
+  if (!s.softplus) p.positive_delta();
+  std::vector<float> ref(p.y.size());
+  auto a = p.args();
+  a.delta_softplus = s.softplus;
+  a.impl = SsmImpl::reference;
+  selective_scan_forward(a);
+  ref = p.y;
+  poison(p.y);
+  a.impl = SsmImpl::cpu;
+  OpCost cost;
+  selective_scan_forward(a, &cost);
+  EXPECT_EQ(cost.kernel, "cpu.scan.f32");
+  EXPECT_LE(rel_err(p.y, ref), 2e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ScanGrid,
+                         ::testing::Values(Shape{1, 1, 1, 1, true, true, true, true},
+                                           Shape{2, 37, 19, 16, true, true, true, true},
+                                           Shape{3, 65, 9, 8, false, false, false, true},
+                                           Shape{1, 130, 24, 5, true, false, true, false},
+                                           Shape{2, 17, 33, 64, false, true, false, true}));
+
+// exp(dt * A) far below the f32 range (the CPU kernel's vectorized exp clamps its exponent there): the state forgets
+// its past as the reference's does.
+TEST(Scan, StrongDecayMatchesReference) {
+  ScanProblem p(2, 19, 11, 16, true, true, true, 21);
+  for (size_t i = 0; i < p.A.size(); ++i) p.A[i] = i % 3 ? -5000.f : -90.f;
+  for (auto& d : p.delta) d += 3.f;  // dt ~ 3: dt * A down to -15000
+  auto a = p.args();
+  a.impl = SsmImpl::reference;
+  selective_scan_forward(a);
+  const std::vector<float> ref = p.y;
+  poison(p.y);
+  a.impl = SsmImpl::cpu;
+  selective_scan_forward(a);
+  EXPECT_LE(rel_err(p.y, ref), 2e-5);
+}
+
+// Two chunks carrying the state give the one-pass result; so do seqlen steps of selective_scan_step.
+TEST(Scan, ChunksAndStepsMatchOnePass) {
+  const int64_t b = 2, L = 23, Di = 13, N = 16, L1 = 10;
+  ScanProblem p(b, L, Di, N, true, true, true, 3);
+  auto a = p.args();
+  a.impl = SsmImpl::reference;
+  selective_scan_forward(a);
+  const std::vector<float> whole = p.y;
+  for (SsmImpl impl : {SsmImpl::reference, SsmImpl::cpu}) {
+    // chunks: views over time [0, L1) and [L1, L)
+    poison(p.y);
+    std::vector<float> state(b * Di * N, 0.f);
+    for (auto [t0, n] : {std::pair<int64_t, int64_t>{0, L1}, {L1, L - L1}}) {
+      auto c = p.args();
+      c.impl = impl;
+      for (TensorView* t : {&c.u, &c.delta, &c.B, &c.C, &c.z, &c.y}) {
+        t->data = static_cast<float*>(t->data) + t0 * t->strides[1];
+        t->shape[1] = n;
+      }
+      c.state = view(state, {b, Di, N});
+      selective_scan_forward(c);
+    }
+    EXPECT_LE(rel_err(p.y, whole), 2e-5) << "chunks, impl " << int(impl);
+    // steps: [batch, d_inner] rows with the time stride skipped
+    poison(p.y);
+    std::fill(state.begin(), state.end(), 0.f);
+    for (int64_t t = 0; t < L; ++t) {
+      auto c = p.args();
+      c.impl = impl;
+      for (TensorView* v : {&c.u, &c.delta, &c.B, &c.C, &c.z, &c.y}) {
+        v->data = static_cast<float*>(v->data) + t * v->strides[1];
+        v->ndim = 2;
+        v->shape[1] = v->shape[2];
+        v->strides[1] = 1;
+      }
+      c.state = view(state, {b, Di, N});
+      selective_scan_step(c);
+    }
+    EXPECT_LE(rel_err(p.y, whole), 2e-5) << "steps, impl " << int(impl);
+  }
+}
+
+TEST(Conv1d, CpuMatchesReferenceChunkedAndStepped) {
+  const int64_t b = 2, L = 29, Ch = 21, W = 4;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  std::vector<float> x(b * L * Ch), w(Ch * W), bias(Ch), ref(b * L * Ch), out(b * L * Ch);
+  for (auto* v : {&x, &w, &bias})
+    for (auto& e : *v) e = d(rng);
+  CausalConv1dArgs a;
+  a.x = view(x, {b, L, Ch});
+  a.weight = view(w, {Ch, W});
+  a.bias = view(bias, {Ch});
+  a.out = view(ref, {b, L, Ch});
+  a.impl = SsmImpl::reference;
+  poison(ref);
+  causal_conv1d_forward(a);
+  // check one element by hand: out[1, 5, 3]
+  double s = bias[3];
+  for (int64_t k = 0; k < W; ++k) s += double(w[3 * W + k]) * x[(1 * L + 5 - (W - 1) + k) * Ch + 3];
+  EXPECT_NEAR(ref[(1 * L + 5) * Ch + 3], s / (1 + std::exp(-s)), 1e-5);
+  for (SsmImpl impl : {SsmImpl::reference, SsmImpl::cpu}) {
+    poison(out);
+    a.impl = impl;
+    a.out = view(out, {b, L, Ch});
+    causal_conv1d_forward(a);
+    EXPECT_LE(rel_err(out, ref), 1e-5);
+    // a chunk of 11 then steps, through the conv state
+    poison(out);
+    std::vector<float> st(b * Ch * W, 0.f);
+    CausalConv1dArgs c = a;
+    c.conv_state = view(st, {b, Ch, W});
+    c.x.shape[1] = c.out.shape[1] = 11;
+    causal_conv1d_forward(c);
+    for (int64_t t = 11; t < L; ++t) {
+      CausalConv1dArgs one = a;
+      one.conv_state = view(st, {b, Ch, W});
+      for (TensorView* v : {&one.x, &one.out}) {
+        v->data = static_cast<float*>(v->data) + t * Ch;
+        v->ndim = 2;
+        v->shape = {b, Ch, 0, 0};
+        v->strides = {L * Ch, 1, 0, 0};
+      }
+      causal_conv1d_step(one);
+    }
+    EXPECT_LE(rel_err(out, ref), 1e-5) << "impl " << int(impl);
+  }
+}
+
+// The reference's analytic gradients against central differences of the reference forward (f64 inside; f32
+// inputs, so a step of 1e-3 and a loss of sum(y * w) with random w).
+TEST(ScanBackward, MatchesFiniteDifferences) {
+  for (bool softplus : {true, false}) {
+    const int64_t b = 2, L = 6, Di = 3, N = 4;
+    ScanProblem p(b, L, Di, N, true, true, true, 11);
+    if (!softplus) p.positive_delta();
+    std::vector<float> w(p.y.size());
+    std::mt19937 rng(2);
+    std::uniform_real_distribution<float> d(-1.f, 1.f);
+    for (auto& e : w) e = d(rng);
+    auto loss = [&]() {
+      auto a = p.args();
+      a.impl = SsmImpl::reference;
+      a.delta_softplus = softplus;
+      selective_scan_forward(a);
+      double s = 0;
+      for (size_t i = 0; i < w.size(); ++i) s += double(w[i]) * p.y[i];
+      return s;
+    };
+    std::vector<float> du(p.u.size()), ddelta(p.u.size()), dA(p.A.size()), dB(p.B.size()), dC(p.C.size()),
+        dD(p.D.size()), dz(p.z.size()), dbias(p.bias.size());
+    for (auto* v : {&du, &ddelta, &dA, &dB, &dC, &dD, &dz, &dbias}) poison(*v);
+    auto a = p.args();
+    a.delta_softplus = softplus;
+    SelectiveScanGrads g{view(du, {b, L, Di}), view(ddelta, {b, L, Di}), view(dA, {Di, N}), view(dB, {b, L, N}),
+                         view(dC, {b, L, N}), view(dD, {Di}), view(dz, {b, L, Di}), view(dbias, {Di})};
+    selective_scan_backward(a, view(w, {b, L, Di}), g);
+    std::vector<std::pair<std::vector<float>*, std::vector<float>*>> pairs = {
+        {&p.u, &du}, {&p.delta, &ddelta}, {&p.A, &dA}, {&p.B, &dB}, {&p.C, &dC}, {&p.D, &dD}, {&p.z, &dz},
+        {&p.bias, &dbias}};
+    for (auto [x, gx] : pairs)
+      for (size_t i = 0; i < x->size(); ++i) {
+        const float x0 = (*x)[i], h = 1e-3f;
+        (*x)[i] = x0 + h;
+        const double lp = loss();
+        (*x)[i] = x0 - h;
+        const double lm = loss();
+        (*x)[i] = x0;
+        const double fd = (lp - lm) / (double((x0 + h)) - double(x0 - h));
+        EXPECT_NEAR((*gx)[i], fd, 2e-3 * std::max(1.0, std::fabs(fd))) << "softplus " << softplus << " index " << i;
+      }
+  }
+}
+
+}  // namespace
