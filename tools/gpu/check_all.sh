@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU test suite of a submission on the device machine (an H200), in one call: a full CUDA build, then
-# every GPU test binary (attention on every kernel path, engine, speculative decoding, training kernels and backend)
+# every GPU test binary (attention on every kernel path, engine, speculative decoding, training kernels and backend,
+# the CS149 ops, the SSM scan)
 # and compute-sanitizer memcheck/racecheck on the decode family and the engine's fused kernels.
 #   tools/gpu/check_all.sh [STAGES...]    default: build test sanitize
 # Results in $OUT/check-all.log and $OUT/failed.txt. Exit status: non-zero if any stage failed.
@@ -25,7 +26,8 @@ for st in "${STAGES[@]}"; do
       run build cmake --build "$BUILD" -j"$(nproc)" || exit 1 ;;
     test)
       for b in flashkit_cuda_tests flashkit_engine_tests flashkit_spec_tests flashkit_train_tests flashkit_train_cuda_tests \
-               flashkit_tests flashkit_serve_tests flashkit_chat_tests; do
+               flashkit_tests flashkit_serve_tests flashkit_chat_tests flashkit_cs149_cuda_tests flashkit_cs149_tests \
+               flashkit_ssm_cuda_tests flashkit_ssm_tests; do
         p=$(bin $b); [ -n "$p" ] || { log "$b: not built"; status=1; continue; }
         run "$b" timeout 1200 "$p" --gtest_brief=1
         grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt"
