@@ -378,6 +378,8 @@ def test_generate_bad_input(llama):
     with pytest.raises(flashkit.InvalidArgumentError, match=r"^seed: "):
         llama.generate([1, 2], max_new_tokens=2, seed=-1)
     with pytest.raises(TypeError, match=r"^prompt_ids: expected a sequence of int token ids"):
+        llama.generate(b"hello", max_new_tokens=2)
+    with pytest.raises(FileNotFoundError, match="tokenizer.json"):  # text needs the model's tokenizer
         llama.generate("hello", max_new_tokens=2)
     with pytest.raises(TypeError, match=r"^prompt_ids\[1\]: expected an int token id, got float"):
         llama.generate([1, 2.0], max_new_tokens=2)

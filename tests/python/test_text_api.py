@@ -138,3 +138,19 @@ def test_missing_tokenizer_for_text_is_file_not_found(tmp_path):
         assert isinstance(m.generate(PROMPT, max_new_tokens=2), str)
         with pytest.raises(TypeError, match="tokenizer"):
             m.tokenizer = "tok"
+
+
+def test_text_equals_the_clis_output(model):
+    """`flashkit generate -m DIR -p TEXT -n N` and Model.generate(TEXT, max_new_tokens=N) sample alike (same defaults,
+    same seed, BOS added): the same text. The CLI is the one built beside the library under test."""
+    lib = os.environ.get("FLASHKIT_LIBRARY") or os.path.join(ROOT, "build", "lib", "libflashkit.so")
+    cli = os.environ.get("FLASHKIT_CLI") or os.path.join(os.path.dirname(lib), os.pardir, "bin", "flashkit")
+    if not os.path.isfile(cli):
+        pytest.skip("no flashkit CLI at %s" % cli)
+    import subprocess
+
+    r = subprocess.run([cli, "generate", "-m", TARGET, "-p", PROMPT, "-n", "20"], capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    printed = r.stdout.decode("utf-8")
+    assert printed.endswith("\n")  # the CLI ends its output with a newline
+    assert printed[:-1] == model.generate(PROMPT, max_new_tokens=20)
