@@ -274,7 +274,7 @@ class Model(NativeHandle):
                  seed: Optional[int] = None, draft: Optional["Model"] = None, draft_tokens: Union[int, str] = 4,
                  lookup: int = 0, tree_width: int = 1, max_draft_tokens: int = 8, *,
                  stop: Union[str, Sequence[str], None] = None, stream: bool = False,
-                 add_special_tokens: bool = True) -> Any:
+                 add_special_tokens: bool = True) -> Union[str, List[int], Iterator[str], Iterator[int]]:
         """Generates after `prompt`: text (str) when the prompt is a str, ids (list[int]) when it is a sequence of
         token ids; with stream=True an iterator of text pieces / ids instead (:meth:`stream`).
 
@@ -316,7 +316,7 @@ class Model(NativeHandle):
     def stream(self, prompt: Union[str, Sequence[int]], max_new_tokens: Optional[int] = None,
                temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
                seed: Optional[int] = None, *, stop: Union[str, Sequence[str], None] = None,
-               add_special_tokens: bool = True) -> Iterator[Any]:
+               add_special_tokens: bool = True) -> Union[Iterator[str], Iterator[int]]:
         """As :meth:`generate`, but an iterator: text pieces (str) as they are settled for a text prompt, ids for
         an id prompt. Leaving the loop early stops generation after the token in progress. Joined, the pieces are
         what generate() returns for the same arguments."""
@@ -462,7 +462,7 @@ class Model(NativeHandle):
         self.last_spec_stats = {f: getattr(st, f) for f, _ in _SpecStats._fields_}
         return list(out[: n_out.value])
 
-    def logits(self, prompt_ids):
+    def logits(self, prompt_ids: Sequence[int]) -> Any:
         """Logits (float32, [vocab_size]) at the last position of `prompt_ids`, prefilled in a fresh session:
         a numpy array when numpy is importable, else a list of floats."""
         self._handle()
@@ -474,7 +474,7 @@ class Model(NativeHandle):
             _capi.check(_capi.lib.fk_model_logits(h, arr, n, ptr, cap))
         return _as_result(out, None, self._vocab)
 
-    def session(self):
+    def session(self) -> "Session":
         """A new :class:`Session` of this model: an empty KV cache for one sequence, token by token."""
         return Session(self)
 
@@ -529,7 +529,7 @@ class Session(NativeHandle):
 
     _free_name = "fk_session_free"
 
-    def __init__(self, model):
+    def __init__(self, model: Model) -> None:
         require(_SESSION_PROTOS)
         if not isinstance(model, Model):
             raise TypeError("model: expected a flashkit.Model, got %s" % type_name(model))
@@ -550,25 +550,25 @@ class Session(NativeHandle):
         return self._h
 
     @property
-    def vocab_size(self):
+    def vocab_size(self) -> int:
         """Columns of every logits row."""
         return self._vocab
 
     @property
-    def max_context(self):
+    def max_context(self) -> int:
         """Positions the cache holds: position + the tokens of a call may not exceed it."""
         self._handle()
         return self._max_context
 
     @property
-    def position(self):
+    def position(self) -> int:
         """Tokens in the cache (prefilled and decoded since the session began or was reset)."""
         p = ctypes.c_int64()
         with self._using() as h:
             _capi.check(_capi.lib.fk_session_position(h, ctypes.byref(p)))
         return int(p.value)
 
-    def prefill(self, ids, all_logits=False):
+    def prefill(self, ids: Sequence[int], all_logits: bool = False) -> Any:
         """Appends `ids` (a non-empty sequence of token ids in [0, vocab_size)) to the cache. Returns the logits of
         the last position (float32 [vocab_size]), or with all_logits every position's (float32 [len(ids),
         vocab_size])."""
@@ -589,7 +589,7 @@ class Session(NativeHandle):
             _capi.check(_capi.lib.fk_session_prefill(h, arr, n, 1 if all_logits else 0, ptr, cap))
         return _as_result(out, rows, self._vocab)
 
-    def decode(self, token):
+    def decode(self, token: int) -> Any:
         """Appends one token id (in [0, vocab_size)) and returns the logits after it (float32 [vocab_size])."""
         self._handle()
         if isinstance(token, bool) or not isinstance(token, numbers.Integral):
@@ -602,7 +602,7 @@ class Session(NativeHandle):
             _capi.check(_capi.lib.fk_session_decode(h, t, ptr, cap))
         return _as_result(out, None, self._vocab)
 
-    def reset(self):
+    def reset(self) -> None:
         """Empties the cache (position 0); the session can be used again."""
         with self._using() as h:
             _capi.check(_capi.lib.fk_session_reset(h))

@@ -82,12 +82,12 @@ def file_not_found(what: str, path: Union[str, bytes]) -> FileNotFoundError:
     return FileNotFoundError(errno.ENOENT, "%s: no such file or directory" % what, p)
 
 
-def type_name(x):
+def type_name(x: Any) -> str:
     t = type(x)
     return t.__name__ if t.__module__ == "builtins" else "%s.%s" % (t.__module__, t.__name__)
 
 
-def as_path(p, name):
+def as_path(p: Any, name: str) -> bytes:
     """os.fsencode of a str / bytes / os.PathLike path, else TypeError naming the argument."""
     if isinstance(p, (str, bytes, os.PathLike)):
         b = os.fsencode(p)
@@ -97,7 +97,7 @@ def as_path(p, name):
     raise TypeError("%s: expected a path (str or os.PathLike), got %s" % (name, type_name(p)))
 
 
-def as_int(x, name, lo, hi, what):
+def as_int(x: Any, name: str, lo: int, hi: int, what: str) -> int:
     """An int in [lo, hi] (bools rejected): TypeError for another type, InvalidArgumentError out of range."""
     if isinstance(x, bool) or not isinstance(x, numbers.Integral):
         raise TypeError("%s: expected an int (%s), got %s %r" % (name, what, type_name(x), x))
@@ -175,7 +175,7 @@ class NativeHandle:
             if free:
                 getattr(_capi.lib, self._free_name)(h)
 
-    def close(self):
+    def close(self) -> None:
         """Frees the native object (once the calls running on other threads return); later calls raise
         InvalidArgumentError. Safe to call twice."""
         with self._lock():
