@@ -150,6 +150,26 @@ FK_API fk_status fk_model_max_context(const fk_model* model, int64_t* out);
 FK_API fk_status fk_generate(fk_model* model, const int32_t* prompt, size_t n_prompt, int max_new_tokens,
                              float temperature, int top_k, float top_p, uint64_t seed, int32_t* out_ids, size_t cap,
                              size_t* n_out);
+/* Streaming: as fk_generate, but each id goes to on_token(user, id) as soon as it is chosen (no output buffer, so
+ * max_new_tokens is bounded by the context only); on_token returning 0 stops generation after that id. *n_out:
+ * the ids handed to on_token. The callback runs on the calling thread with the model's lock held: it must not call
+ * back into this model. */
+typedef int (*fk_token_callback)(void* user, int32_t id);
+FK_API fk_status fk_generate_stream(fk_model* model, const int32_t* prompt, size_t n_prompt, int max_new_tokens,
+                                    float temperature, int top_k, float top_p, uint64_t seed,
+                                    fk_token_callback on_token, void* user, size_t* n_out);
+/* The sampling defaults of `flashkit generate` (include/flashkit/sampling_defaults.hpp), for front ends that
+ * sample like the CLI: max_new_tokens 128, temperature 0.8, top_k 40, top_p 0.95, min_p 0, seed 0. */
+typedef struct {
+  int32_t max_new_tokens;
+  float temperature;
+  int32_t top_k;
+  float top_p;
+  float min_p;
+  float repetition_penalty;
+  uint64_t seed;
+} fk_sampling_defaults;
+FK_API void fk_sampling_defaults_init(fk_sampling_defaults* out);
 /* Speculative decoding (docs/speculative.md): a proposer guesses tokens, the model verifies them in one forward
  * pass. Greedy output equals fk_generate's; with temperature > 0 the output follows the same distribution. */
 typedef struct {

@@ -1,6 +1,16 @@
-"""flashkit: IO-aware attention kernels, from Python.
+"""flashkit: IO-aware attention kernels and an LLM inference engine, from Python.
 
-numpy arrays in, numpy arrays out, through the library's C API (ctypes; no compiled extension)::
+Text generation (``pip install .`` from the repository, then from any directory)::
+
+    import flashkit
+    m = flashkit.Model("models/target")                       # config.json + *.safetensors + tokenizer.json
+    print(m.generate("Once upon a time", max_new_tokens=32, temperature=0.7, seed=1, stop=["\n\n"]))
+    for piece in m.stream("Once upon a time"):                # text pieces as they are generated
+        print(piece, end="", flush=True)
+    tok = flashkit.Tokenizer.from_file("models/target/tokenizer.json")
+    ids = tok.encode("Hello"); text = tok.decode(ids, skip_special_tokens=True)
+
+Attention: numpy arrays in, numpy arrays out, through the library's C API (ctypes; no compiled extension)::
 
     import numpy as np, flashkit
     q = np.random.randn(2, 128, 8, 64).astype(np.float32)   # [batch, seqlen, heads, head_dim]
@@ -10,14 +20,15 @@ numpy arrays in, numpy arrays out, through the library's C API (ctypes; no compi
 bfloat16: numpy has no such dtype, so ``flashkit.bf16(x)`` makes a :class:`BF16Array` (uint16 storage,
 rounded to nearest even); attention on BF16Array operands returns BF16Array outputs (lse stays float32).
 
-The native library is found through FLASHKIT_LIBRARY, else <repo>/build/lib (``bash tools/build.sh``),
-else the system library path.
+The native libraries are found through FLASHKIT_LIBRARY, else next to this package (an installed package), else
+<repo>/build/lib (``bash tools/build.sh``), else the system library path. Attention needs only
+libflashkit_core.so; the engine's libflashkit.so (tokenizer: PCRE2, ICU) is loaded by the first Model or Tokenizer.
 """
 
 from . import _capi
 from ._attention import Cost, attention, attention_backward
 from ._bf16 import BF16Array, bf16
-from ._engine import Model, Session
+from ._engine import Model, Session, sampling_defaults
 from ._tokenizer import Tokenizer
 from .errors import (
     DeviceError,
@@ -37,6 +48,7 @@ __all__ = [
     "Model",
     "Session",
     "Tokenizer",
+    "sampling_defaults",
     "version",
     "cpu_isa",
     "max_threads",
@@ -44,6 +56,7 @@ __all__ = [
     "set_num_threads",
     "cuda_device_count",
     "library_path",
+    "engine_library_path",
     "FlashkitError",
     "InvalidArgumentError",
     "UnsupportedError",
@@ -53,28 +66,28 @@ __all__ = [
 ]
 
 
-def version():
+def version() -> str:
     """The native library's version string, e.g. "0.1.0"."""
     return _capi._decode(_capi.lib.fk_version())
 
 
-def cpu_isa():
+def cpu_isa() -> str:
     """The CPU instruction set the kernels dispatch to: "avx512", "avx2" or "scalar"
     (FLASHKIT_CPU_ISA can force a lower one)."""
     return _capi._decode(_capi.lib.fk_cpu_isa())
 
 
-def num_threads():
+def num_threads() -> int:
     """Threads the CPU kernels use (FLASHKIT_NUM_THREADS, else the OpenMP default; 1 without OpenMP)."""
     return int(_capi.lib.fk_num_threads())
 
 
-def max_threads():
+def max_threads() -> int:
     """The most threads any flashkit call accepts: 4 x this machine's hardware threads, at most 1024."""
     return int(_capi.lib.fk_max_threads())
 
 
-def set_num_threads(n):
+def set_num_threads(n: int) -> None:
     """Sets the CPU kernels' thread count for the whole process; n must be an int in [1, max_threads()]."""
     import numbers
 
@@ -86,14 +99,20 @@ def set_num_threads(n):
     _capi.check(_capi.lib.fk_set_num_threads(n))
 
 
-def cuda_device_count():
+def cuda_device_count() -> int:
     """CUDA devices visible to the library; 0 for a build without CUDA."""
     return int(_capi.lib.fk_cuda_device_count())
 
 
-def library_path():
-    """Path of the loaded native library."""
+def library_path() -> str:
+    """Path of the native library loaded at import (libflashkit_core.so: attention); the engine's libflashkit.so,
+    loaded by the first Model or Tokenizer, is :func:`engine_library_path`."""
     return _capi.LIBRARY_PATH
+
+
+def engine_library_path() -> str:
+    """Path of the engine library (libflashkit.so: models, tokenizers), loaded or to be loaded on first use."""
+    return _capi.ENGINE_LIBRARY_PATH
 
 
 __version__ = version()

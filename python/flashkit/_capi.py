@@ -1,20 +1,28 @@
 """ctypes binding of the flashkit C API (include/flashkit/flashkit.h).
 
 This module mirrors the C structs field for field, declares every function's argument and return
-types, and finds and loads the shared library. It knows nothing about numpy; the public wrappers live
+types, and finds and loads the shared libraries. It knows nothing about numpy; the public wrappers live
 in flashkit._attention. flashkit.torch (and other front ends) may use :func:`make_tensor`,
 :func:`make_options` and :func:`check` to call the library on their own buffers.
 
-Library discovery, first match wins:
+Two libraries: ``libflashkit_core.so`` (attention, errors, threads; needs OpenBLAS and OpenMP only) is loaded at
+import as :data:`lib`; ``libflashkit.so`` (models, tokenizers, generation; also needs PCRE2 and ICU) is loaded on
+first use by :func:`engine_lib` (``flashkit.Model`` / ``flashkit.Tokenizer``), so attention works where the
+tokenizer's libraries are missing. Both are opened with RTLD_LOCAL: their symbols never interpose on those of other
+libraries in the process (numpy's and torch's own OpenBLAS / OpenMP copies), nor theirs on flashkit's.
+
+Library discovery (of libflashkit.so; libflashkit_core.so is taken from the same folder), first match wins:
   1. the path in the environment variable FLASHKIT_LIBRARY (an ImportError if that file is missing);
-  2. <repo>/build/lib/libflashkit.so next to this package (what ``bash tools/build.sh`` produces);
-  3. ``ctypes.util.find_library("flashkit")`` (an installed library).
+  2. next to this file (an installed package: ``pip install .`` puts the libraries there);
+  3. <repo>/build/lib next to this package (what ``bash tools/build.sh`` produces, for development);
+  4. ``ctypes.util.find_library("flashkit")`` (an installed library).
 """
 
 import ctypes
 import ctypes.util
 import os
 import sys
+import threading
 
 from .errors import error_for_status
 
@@ -117,7 +125,7 @@ def _library_names():
 
 
 def find_library_path(environ=None, package_dir=None, find_library=None):
-    """Returns the path of the flashkit shared library to load, or raises ImportError.
+    """Returns the path of the flashkit shared library (libflashkit.so) to load, or raises ImportError.
 
     Arguments default to the real environment, this package's directory and
     ctypes.util.find_library; tests pass their own.
@@ -137,19 +145,48 @@ def find_library_path(environ=None, package_dir=None, find_library=None):
         return explicit
 
     build_lib = os.path.normpath(os.path.join(package_dir, os.pardir, os.pardir, "build", "lib"))
-    for name in _library_names():
-        candidate = os.path.join(build_lib, name)
-        if os.path.isfile(candidate):
-            return candidate
+    for folder in (package_dir, build_lib):
+        for name in _library_names():
+            candidate = os.path.join(folder, name)
+            if os.path.isfile(candidate):
+                return candidate
 
     found = find_library("flashkit")
     if found:
         return found
 
     raise ImportError(
-        "flashkit: the native library libflashkit was not found (looked for FLASHKIT_LIBRARY, %s, and the "
-        "system library path); %s" % (os.path.join(build_lib, _library_names()[0]), _BUILD_HINT)
+        "flashkit: the native library libflashkit was not found (looked for FLASHKIT_LIBRARY, %s, %s, and the "
+        "system library path); %s"
+        % (os.path.join(package_dir, _library_names()[0]), os.path.join(build_lib, _library_names()[0]), _BUILD_HINT)
     )
+
+
+def core_library_path(library_path, find_library=None):
+    """The attention library for the engine library at `library_path`: libflashkit_core.so in the same folder, else
+    the system's, else `library_path` itself (a library built before the split holds everything)."""
+    find_library = ctypes.util.find_library if find_library is None else find_library
+    folder = os.path.dirname(library_path)
+    if folder:
+        candidate = os.path.join(folder, "libflashkit_core" + os.path.splitext(library_path)[1])
+        if os.path.isfile(candidate):
+            return candidate
+    return find_library("flashkit_core") or library_path
+
+
+# RTLD_LOCAL: flashkit's symbols (and those of the OpenBLAS / OpenMP it links) stay out of the global scope, so a
+# later numpy or torch does not bind to them. RTLD_NOW: a missing symbol is an ImportError here, not a crash later.
+_DLOPEN_MODE = getattr(os, "RTLD_NOW", 2) | getattr(os, "RTLD_LOCAL", 0)
+
+
+def _dlopen_mode(environ=None):
+    """RTLD_NOW | RTLD_LOCAL, plus RTLD_DEEPBIND with FLASHKIT_DLOPEN=deepbind (a diagnostic switch: the library
+    then binds to its own dependencies before any copy already loaded in the process)."""
+    environ = os.environ if environ is None else environ
+    mode = _DLOPEN_MODE
+    if environ.get("FLASHKIT_DLOPEN", "") == "deepbind":
+        mode |= getattr(os, "RTLD_DEEPBIND", 0)
+    return mode
 
 
 def _declare(lib):
@@ -181,28 +218,74 @@ def _declare(lib):
         except AttributeError:
             raise ImportError(
                 "flashkit: the library %r does not export %s; it is not a flashkit build, or an old one (%s)"
-                % (LIBRARY_PATH, name, _BUILD_HINT)
+                % (getattr(lib, '_name', '?'), name, _BUILD_HINT)
             ) from None
         fn.restype = restype
         fn.argtypes = argtypes
 
 
+def _open(path, what):
+    try:
+        return ctypes.CDLL(path, mode=_dlopen_mode())
+    except OSError as e:
+        raise ImportError("flashkit: could not load the native %s %r: %s; %s" % (what, path, e, _BUILD_HINT)) from None
+
+
 def _load():
     path = find_library_path()
-    try:
-        lib = ctypes.CDLL(path)
-    except OSError as e:
-        raise ImportError("flashkit: could not load the native library %r: %s; %s" % (path, e, _BUILD_HINT)) from None
-    return path, lib
+    core_path = core_library_path(path)
+    return path, core_path, _open(core_path, "library")
 
 
 for _cls, _size in _EXPECTED_SIZES.items():
     if ctypes.sizeof(ctypes.c_void_p) == 8 and ctypes.sizeof(_cls) != _size:  # pragma: no cover
         raise ImportError("flashkit: ctypes layout of %s is %d bytes, expected %d" % (_cls.__name__, ctypes.sizeof(_cls), _size))
 
-LIBRARY_PATH, lib = _load()
-_declare(lib)
-lib.fk_tuning_from_env()  # the FLASHKIT_* variables are read here, once, into the library's default tuning
+# ENGINE_LIBRARY_PATH: libflashkit.so (models, tokenizers), loaded by engine_lib() on first use; LIBRARY_PATH: the
+# library loaded now (libflashkit_core.so, or libflashkit.so itself for a library built before the split).
+ENGINE_LIBRARY_PATH, LIBRARY_PATH, core_lib = _load()
+_declare(core_lib)
+core_lib.fk_tuning_from_env()  # the FLASHKIT_* variables are read here, once, into the library's default tuning
+
+_engine_lock = threading.Lock()
+_engine = None
+
+
+def engine_lib():
+    """libflashkit.so (models, tokenizers, generation), loaded on the first call; ImportError naming the missing
+    library (PCRE2, ICU, ...) if it cannot be loaded. Its libflashkit_core.so is the one already loaded."""
+    global _engine
+    with _engine_lock:
+        if _engine is None:
+            if ENGINE_LIBRARY_PATH == LIBRARY_PATH:
+                _engine = core_lib
+            else:
+                try:
+                    _engine = ctypes.CDLL(ENGINE_LIBRARY_PATH, mode=_dlopen_mode())
+                except OSError as e:
+                    raise ImportError(
+                        "flashkit: could not load the model/tokenizer library %r: %s (attention does not need it: "
+                        "flashkit.attention and flashkit.torch work without it); install the missing library "
+                        "(tools/install-deps.sh) or rebuild (%s)" % (ENGINE_LIBRARY_PATH, e, _BUILD_HINT)) from None
+        return _engine
+
+
+class _Library:
+    """The C API as one object: attention functions from libflashkit_core.so; any other fk_* name loads
+    libflashkit.so (engine_lib()) on first use. Kept for code that calls ``_capi.lib.fk_...`` directly."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            fn = getattr(core_lib, name)
+        except AttributeError:
+            fn = getattr(engine_lib(), name)
+        setattr(self, name, fn)
+        return fn
+
+
+lib = _Library()
 
 
 def _decode(b):

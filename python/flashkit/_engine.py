@@ -1,8 +1,11 @@
 """flashkit.Model and flashkit.Session: load a model directory and run it, through the C API (fk_model_*,
-fk_generate, fk_session_*).
+fk_generate, fk_generate_stream, fk_session_*).
 
-    with flashkit.Model("tests/data/models/tiny-llama", dtype="f32") as m:
-        ids = m.generate([1, 450, 319], max_new_tokens=16)          # greedy (temperature 0)
+    with flashkit.Model("models/target") as m:
+        text = m.generate("Once upon a time", max_new_tokens=32)      # text in, text out (the CLI's sampling)
+        for piece in m.stream("Once upon a time", stop=["\n\n"]):   # the text as it is generated
+            print(piece, end="", flush=True)
+        ids = m.generate([1, 450, 319], max_new_tokens=16)          # ids in, ids out: greedy (temperature 0)
         last = m.logits([1, 450, 319])                               # float32 [vocab_size]
         with m.session() as s:                                       # one sequence, its own KV cache
             rows = s.prefill([1, 450, 319], all_logits=True)         # float32 [3, vocab_size]
@@ -22,11 +25,16 @@ ndarrays when numpy is importable, else lists of floats.
 """
 
 import ctypes
+import glob
 import math
 import numbers
+import os
+import queue
+import threading
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 from . import _capi
-from ._tokenizer import NativeHandle, as_ids, as_int, as_path, declare, require, type_name
+from ._tokenizer import NativeHandle, Tokenizer, as_ids, as_int, as_path, declare, file_not_found, require, type_name
 from .errors import InvalidArgumentError
 
 __all__ = ["Model", "Session"]
@@ -51,6 +59,26 @@ _PROTOS = {
         ctypes.c_int32,
         [ctypes.c_void_p, _c_i32_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_float), ctypes.c_size_t],
     ),
+}
+
+# int (*fk_token_callback)(void* user, int32_t id)
+_TOKEN_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int32)
+
+
+class _SamplingDefaults(ctypes.Structure):  # fk_sampling_defaults
+    _fields_ = [("max_new_tokens", ctypes.c_int32), ("temperature", ctypes.c_float), ("top_k", ctypes.c_int32),
+                ("top_p", ctypes.c_float), ("min_p", ctypes.c_float), ("repetition_penalty", ctypes.c_float),
+                ("seed", ctypes.c_uint64)]
+
+
+# Declared apart: an older library without streaming still serves generate() on ids.
+_STREAM_PROTOS = {
+    "fk_generate_stream": (
+        ctypes.c_int32,
+        [ctypes.c_void_p, _c_i32_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_float,
+         ctypes.c_uint64, _TOKEN_CALLBACK, ctypes.c_void_p, _c_size_p],
+    ),
+    "fk_sampling_defaults_init": (None, [ctypes.POINTER(_SamplingDefaults)]),
 }
 
 _c_float_p = ctypes.POINTER(ctypes.c_float)
@@ -91,8 +119,6 @@ _SESSION_PROTOS = {
     "fk_session_reset": (ctypes.c_int32, [ctypes.c_void_p]),
 }
 
-_MISSING = declare(_capi.lib, _PROTOS)
-_MISSING_SESSION = declare(_capi.lib, _SESSION_PROTOS)
 
 _INT_MAX = 2**31 - 1
 
@@ -111,8 +137,74 @@ def _real(x, name, what):
     return float(x)
 
 
+def sampling_defaults() -> Dict[str, Any]:
+    """The sampling defaults of ``flashkit generate`` (the library's fk_sampling_defaults_init, one source for the CLI
+    and Python): max_new_tokens, temperature, top_k, top_p, min_p, repetition_penalty, seed."""
+    require(_STREAM_PROTOS)
+    d = _SamplingDefaults()
+    _capi.lib.fk_sampling_defaults_init(ctypes.byref(d))
+    return {f: getattr(d, f) for f, _ in _SamplingDefaults._fields_}
+
+
+_DONE = object()
+
+
+def _stop_strings(stop: Any) -> List[str]:
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, (list, tuple)):
+        raise TypeError("stop: expected a str or a list of str, got %s" % type_name(stop))
+    for i, x in enumerate(stop):
+        if not isinstance(x, str):
+            raise TypeError("stop[%d]: expected a str, got %s" % (i, type_name(x)))
+        if not x:
+            raise InvalidArgumentError("stop[%d]: an empty stop string (it would match at once)" % i, 1)
+    return list(stop)
+
+
+class _TextStream:
+    """Generated ids -> text pieces: decodes the generated ids so far and hands out what is settled, holding back a
+    trailing incomplete UTF-8 character and any tail that may still become a stop string; done once a stop string
+    appears (the text ends before it)."""
+
+    def __init__(self, tokenizer: Tokenizer, stop: List[str]) -> None:
+        self.tok, self.stop, self.ids, self.sent, self.done = tokenizer, stop, [], 0, False
+
+    def push(self, token: int) -> str:
+        self.ids.append(token)
+        text = self.tok.decode(self.ids, skip_special_tokens=True)
+        cut = self._stop_at(text)
+        if cut is not None:
+            self.done = True
+            return self._take(text[:cut])
+        hold = len(text) - len(text.rstrip("\ufffd"))  # half a character: its bytes are still coming
+        for s in self.stop:
+            for k in range(min(len(s) - 1, len(text)), 0, -1):
+                if text.endswith(s[:k]):
+                    hold = max(hold, k)
+                    break
+        return self._take(text[: len(text) - hold])
+
+    def finish(self) -> str:
+        if self.done or not self.ids:
+            return ""
+        return self._take(self.tok.decode(self.ids, skip_special_tokens=True))
+
+    def _stop_at(self, text: str) -> Optional[int]:
+        found = [i for i in (text.find(s, max(0, self.sent - len(s))) for s in self.stop) if i >= 0]
+        return min(found) if found else None
+
+    def _take(self, settled: str) -> str:
+        piece = settled[self.sent:] if len(settled) > self.sent else ""
+        self.sent = max(self.sent, len(settled))
+        return piece
+
+
 class Model(NativeHandle):
-    """A model loaded from a directory (config.json + safetensors) or a .gguf file.
+    """A model loaded from a directory (config.json + safetensors) or a .gguf file; a missing path or config.json
+    raises FileNotFoundError.
 
     device: "cpu", "cuda" or "cuda:N"; dtype (weight storage): "auto", "f32", "bf16" or "f16"; threads: CPU
     threads, 0 (flashkit.num_threads()) or 1..flashkit.max_threads(). ``close()`` (or a ``with`` block) frees it
@@ -121,13 +213,22 @@ class Model(NativeHandle):
 
     _free_name = "fk_model_free"
 
-    def __init__(self, dir, device="cpu", dtype="f32", threads=0):
-        require(_MISSING)
+    def __init__(self, dir: Union[str, "os.PathLike[str]"], device: str = "cpu", dtype: str = "f32",
+                 threads: int = 0) -> None:
+        require(_PROTOS)
         path = as_path(dir, "dir")
         dev = _str_arg(device, "device", "cpu, cuda or cuda:N")
         dt = _str_arg(dtype, "dtype", "auto, f32, bf16, f16 or q8_0")
         th = as_int(threads, "threads", 0, _INT_MAX, "0 for the library's default, or a thread count")
         self._h = None
+        self._tokenizer: Optional[Tokenizer] = None
+        if not os.path.exists(path):
+            raise file_not_found("dir: expected a model directory (config.json + *.safetensors) or a .gguf file",
+                                 path)
+        if os.path.isdir(path) and not os.path.isfile(os.path.join(path, b"config.json")) \
+                and not glob.glob(os.path.join(glob.escape(path), b"*.gguf")):
+            raise file_not_found("dir: no config.json (nor a .gguf file) in the model directory",
+                                 os.path.join(path, b"config.json"))
         h = ctypes.c_void_p()
         _capi.check(_capi.lib.fk_model_load(path, dev, dt, th, ctypes.byref(h)))
         self._h = h
@@ -144,41 +245,104 @@ class Model(NativeHandle):
         return self._h
 
     @property
-    def vocab_size(self):
+    def vocab_size(self) -> int:
         """Rows of the model's output (its embedding's vocabulary)."""
         return self._vocab
 
     @property
-    def max_context(self):
+    def max_context(self) -> int:
         """Positions a session's KV cache holds (the prompt plus the generated tokens fit in it)."""
         return self._max_context
 
-    def generate(self, prompt_ids, max_new_tokens=128, temperature=0.0, top_k=0, top_p=1.0, seed=0, draft=None,
-                 draft_tokens=4, lookup=0, tree_width=1, max_draft_tokens=8):
-        """Generated ids (list[int]) after `prompt_ids`: at most max_new_tokens, fewer when an eos id (included)
-        ends generation or the context is full. temperature 0 is greedy; top_k 0 is off; top_p in (0, 1].
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The model's tokenizer (tokenizer.json in the model directory, or beside the .gguf file), loaded on first
+        use; FileNotFoundError if there is none. Assign a :class:`Tokenizer` to use another one."""
+        if self._tokenizer is None:
+            folder = self.path if os.path.isdir(self.path) else os.path.dirname(os.path.abspath(self.path))
+            self._tokenizer = Tokenizer(folder)
+        return self._tokenizer
 
-        Speculative decoding (docs/speculative.md) with `draft` (a flashkit.Model sharing the tokenizer) and/or
-        `lookup` (n-gram prompt lookup, the longest n-gram matched): same greedy output, same distribution when
-        sampling. draft_tokens: K per step (1..64) or "auto"; tree_width > 1 verifies several n-gram continuations
-        as a token tree. Afterwards `last_spec_stats` holds the step counts and times (a dict)."""
+    @tokenizer.setter
+    def tokenizer(self, tok: Tokenizer) -> None:
+        if not isinstance(tok, Tokenizer):
+            raise TypeError("tokenizer: expected a flashkit.Tokenizer, got %s" % type_name(tok))
+        self._tokenizer = tok
+
+    def generate(self, prompt: Union[str, Sequence[int]], max_new_tokens: Optional[int] = None,
+                 temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
+                 seed: Optional[int] = None, draft: Optional["Model"] = None, draft_tokens: Union[int, str] = 4,
+                 lookup: int = 0, tree_width: int = 1, max_draft_tokens: int = 8, *,
+                 stop: Union[str, Sequence[str], None] = None, stream: bool = False,
+                 add_special_tokens: bool = True) -> Union[str, List[int], Iterator[str], Iterator[int]]:
+        """Generates after `prompt`: text (str) when the prompt is a str, ids (list[int]) when it is a sequence of
+        token ids; with stream=True an iterator of text pieces / ids instead (:meth:`stream`).
+
+        Text prompts are encoded with the model's tokenizer (add_special_tokens: BOS etc., as the CLI does) and
+        sample with the CLI's defaults (:func:`sampling_defaults`: max_new_tokens 128, temperature 0.8, top_k 40,
+        top_p 0.95, seed 0); id prompts default to greedy decoding (temperature 0, top_k 0, top_p 1). temperature 0
+        is greedy; top_k 0 is off; top_p in (0, 1]. Generation ends after max_new_tokens, an eos id (included in
+        ids; dropped from text), a full context, or a stop string (`stop`: text ends before it; ids end with the
+        token that completed it).
+
+        Speculative decoding (docs/speculative.md, ids only, no stop/stream) with `draft` (a flashkit.Model sharing
+        the tokenizer) and/or `lookup` (n-gram prompt lookup): same greedy output, same distribution when sampling.
+        draft_tokens: K per step (1..64) or "auto"; tree_width > 1 verifies several n-gram continuations as a token
+        tree. Afterwards `last_spec_stats` holds the step counts and times (a dict)."""
         self._handle()
-        if draft is not None or lookup != 0:
-            with self._using() as h:
-                return self._generate_speculative(h, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, draft,
-                                                  draft_tokens, lookup, tree_width, max_draft_tokens)
+        if not isinstance(stream, (bool, int)):
+            raise TypeError("stream: expected a bool, got %s" % type_name(stream))
+        text_mode = isinstance(prompt, str)
+        stops = _stop_strings(stop)
+        speculative = draft is not None or lookup != 0
+        if not text_mode and not stream and not stops:
+            temperature = 0.0 if temperature is None else temperature
+            top_k = 0 if top_k is None else top_k
+            top_p = 1.0 if top_p is None else top_p
+            seed = 0 if seed is None else seed
+            max_new_tokens = 128 if max_new_tokens is None else max_new_tokens
+            if speculative:
+                with self._using() as h:
+                    return self._generate_speculative(h, prompt, max_new_tokens, temperature, top_k, top_p, seed,
+                                                      draft, draft_tokens, lookup, tree_width, max_draft_tokens)
+            return self._generate_ids(prompt, max_new_tokens, temperature, top_k, top_p, seed)
+        if speculative:
+            raise InvalidArgumentError("draft/lookup: speculative decoding takes ids without stop or stream", 1)
+        pieces = self._stream(prompt, max_new_tokens, temperature, top_k, top_p, seed, stops, add_special_tokens)
+        if stream:
+            return pieces
+        return "".join(pieces) if text_mode else list(pieces)
+
+    def stream(self, prompt: Union[str, Sequence[int]], max_new_tokens: Optional[int] = None,
+               temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
+               seed: Optional[int] = None, *, stop: Union[str, Sequence[str], None] = None,
+               add_special_tokens: bool = True) -> Union[Iterator[str], Iterator[int]]:
+        """As :meth:`generate`, but an iterator: text pieces (str) as they are settled for a text prompt, ids for
+        an id prompt. Leaving the loop early stops generation after the token in progress. Joined, the pieces are
+        what generate() returns for the same arguments."""
+        return self.generate(prompt, max_new_tokens, temperature, top_k, top_p, seed, stop=stop, stream=True,
+                             add_special_tokens=add_special_tokens)
+
+    def _sampling(self, text_mode, max_new_tokens, temperature, top_k, top_p, seed):
+        d = sampling_defaults() if text_mode else dict(max_new_tokens=128, temperature=0.0, top_k=0, top_p=1.0,
+                                                       seed=0)
+        pick = lambda v, k: d[k] if v is None else v  # noqa: E731
+        mnt = as_int(pick(max_new_tokens, "max_new_tokens"), "max_new_tokens", 1, _INT_MAX, "at least 1")
+        temp = _real(pick(temperature, "temperature"), "temperature", "finite and >= 0, 0 for greedy")
+        if not (math.isfinite(temp) and temp >= 0):
+            raise InvalidArgumentError("temperature: expected finite and >= 0 (0: greedy), got %r" % temp, 1)
+        tk = as_int(pick(top_k, "top_k"), "top_k", 0, _INT_MAX, "top_k >= 0, 0 for off")
+        tp = _real(pick(top_p, "top_p"), "top_p", "in (0, 1]")
+        if not 0 < tp <= 1:
+            raise InvalidArgumentError("top_p: expected a value in (0, 1], got %r" % tp, 1)
+        sd = as_int(pick(seed, "seed"), "seed", 0, 2**64 - 1, "a seed in [0, 2**64)")
+        return mnt, temp, tk, tp, sd
+
+    def _generate_ids(self, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed) -> List[int]:
         arr, n = as_ids(prompt_ids, "prompt_ids", self._vocab)
         if n == 0:
             raise InvalidArgumentError("prompt_ids: the prompt is empty (give at least one token)", 1)
-        mnt = as_int(max_new_tokens, "max_new_tokens", 1, _INT_MAX, "at least 1")
-        temp = _real(temperature, "temperature", "finite and >= 0, 0 for greedy")
-        if not (math.isfinite(temp) and temp >= 0):
-            raise InvalidArgumentError("temperature: expected finite and >= 0 (0: greedy), got %r" % temp, 1)
-        tk = as_int(top_k, "top_k", 0, _INT_MAX, "top_k >= 0, 0 for off")
-        tp = _real(top_p, "top_p", "in (0, 1]")
-        if not 0 < tp <= 1:
-            raise InvalidArgumentError("top_p: expected a value in (0, 1], got %r" % tp, 1)
-        sd = as_int(seed, "seed", 0, 2**64 - 1, "a seed in [0, 2**64)")
+        mnt, temp, tk, tp, sd = self._sampling(False, max_new_tokens, temperature, top_k, top_p, seed)
         # The context bounds what can come back (the prompt, then one position per token but the last): the buffer
         # is sized by that, never by max_new_tokens alone.
         cap = max(1, min(mnt, self._max_context - n + 1))
@@ -187,6 +351,83 @@ class Model(NativeHandle):
         with self._using() as h:
             _capi.check(_capi.lib.fk_generate(h, arr, n, mnt, temp, tk, tp, sd, out, cap, ctypes.byref(n_out)))
         return list(out[: n_out.value])
+
+    def _stream(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, stops, add_special_tokens):
+        """Checks the arguments now (errors surface at the call, not at the first next()), then returns the
+        generator of pieces."""
+        require(_STREAM_PROTOS)
+        text_mode = isinstance(prompt, str)
+        decoder = None
+        if text_mode:
+            tok = self.tokenizer
+            ids = tok.encode(prompt, add_special_tokens=add_special_tokens)
+            if not ids:
+                raise InvalidArgumentError("prompt: the text encodes to no tokens (give some text, or "
+                                           "add_special_tokens=True)", 1)
+            arr, n = as_ids(ids, "prompt", self._vocab)
+            decoder = _TextStream(tok, stops)
+        else:
+            arr, n = as_ids(prompt, "prompt_ids", self._vocab)
+            if n == 0:
+                raise InvalidArgumentError("prompt_ids: the prompt is empty (give at least one token)", 1)
+            if stops:
+                decoder = _TextStream(self.tokenizer, stops)
+        if n > self._max_context:
+            raise InvalidArgumentError("prompt: %d tokens do not fit the context of %d tokens"
+                                       % (n, self._max_context), 1)
+        args = self._sampling(text_mode, max_new_tokens, temperature, top_k, top_p, seed)
+        return self._pieces(arr, n, args, decoder, text_mode)
+
+    def _pieces(self, arr, n, args, decoder, text_mode) -> Iterator[Any]:
+        # fk_generate_stream runs on a worker thread (ctypes releases the GIL during the call) and hands each id
+        # over a queue; leaving the loop sets `quit`, and the callback's 0 stops generation at the next id.
+        ids: "queue.Queue[Any]" = queue.Queue()
+        quit = threading.Event()
+        failure: List[BaseException] = []
+
+        def on_token(_user, token):
+            ids.put(int(token))
+            return 0 if quit.is_set() else 1
+
+        callback = _TOKEN_CALLBACK(on_token)
+
+        def work():
+            try:
+                n_out = ctypes.c_size_t(0)
+                with self._using() as h:  # fk_last_error is per thread: checked here
+                    _capi.check(_capi.lib.fk_generate_stream(h, arr, n, *args, callback, None, ctypes.byref(n_out)))
+            except BaseException as e:  # handed to the consumer
+                failure.append(e)
+            finally:
+                ids.put(_DONE)
+
+        worker = threading.Thread(target=work, name="flashkit-generate", daemon=True)
+        worker.start()
+        try:
+            while True:
+                token = ids.get()
+                if token is _DONE:
+                    break
+                if decoder is None:
+                    yield token
+                    continue
+                piece = decoder.push(token)
+                if not text_mode:
+                    yield token
+                elif piece:
+                    yield piece
+                if decoder.done:
+                    quit.set()
+                    break
+            if failure:
+                raise failure[0]
+            if decoder is not None and text_mode:
+                rest = decoder.finish()
+                if rest:
+                    yield rest
+        finally:
+            quit.set()
+            worker.join()
 
     def _generate_speculative(self, h, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, draft,
                               draft_tokens, lookup, tree_width, max_draft_tokens):
@@ -221,7 +462,7 @@ class Model(NativeHandle):
         self.last_spec_stats = {f: getattr(st, f) for f, _ in _SpecStats._fields_}
         return list(out[: n_out.value])
 
-    def logits(self, prompt_ids):
+    def logits(self, prompt_ids: Sequence[int]) -> Any:
         """Logits (float32, [vocab_size]) at the last position of `prompt_ids`, prefilled in a fresh session:
         a numpy array when numpy is importable, else a list of floats."""
         self._handle()
@@ -233,7 +474,7 @@ class Model(NativeHandle):
             _capi.check(_capi.lib.fk_model_logits(h, arr, n, ptr, cap))
         return _as_result(out, None, self._vocab)
 
-    def session(self):
+    def session(self) -> "Session":
         """A new :class:`Session` of this model: an empty KV cache for one sequence, token by token."""
         return Session(self)
 
@@ -288,8 +529,8 @@ class Session(NativeHandle):
 
     _free_name = "fk_session_free"
 
-    def __init__(self, model):
-        require(_MISSING_SESSION)
+    def __init__(self, model: Model) -> None:
+        require(_SESSION_PROTOS)
         if not isinstance(model, Model):
             raise TypeError("model: expected a flashkit.Model, got %s" % type_name(model))
         self._h = None
@@ -309,25 +550,25 @@ class Session(NativeHandle):
         return self._h
 
     @property
-    def vocab_size(self):
+    def vocab_size(self) -> int:
         """Columns of every logits row."""
         return self._vocab
 
     @property
-    def max_context(self):
+    def max_context(self) -> int:
         """Positions the cache holds: position + the tokens of a call may not exceed it."""
         self._handle()
         return self._max_context
 
     @property
-    def position(self):
+    def position(self) -> int:
         """Tokens in the cache (prefilled and decoded since the session began or was reset)."""
         p = ctypes.c_int64()
         with self._using() as h:
             _capi.check(_capi.lib.fk_session_position(h, ctypes.byref(p)))
         return int(p.value)
 
-    def prefill(self, ids, all_logits=False):
+    def prefill(self, ids: Sequence[int], all_logits: bool = False) -> Any:
         """Appends `ids` (a non-empty sequence of token ids in [0, vocab_size)) to the cache. Returns the logits of
         the last position (float32 [vocab_size]), or with all_logits every position's (float32 [len(ids),
         vocab_size])."""
@@ -348,7 +589,7 @@ class Session(NativeHandle):
             _capi.check(_capi.lib.fk_session_prefill(h, arr, n, 1 if all_logits else 0, ptr, cap))
         return _as_result(out, rows, self._vocab)
 
-    def decode(self, token):
+    def decode(self, token: int) -> Any:
         """Appends one token id (in [0, vocab_size)) and returns the logits after it (float32 [vocab_size])."""
         self._handle()
         if isinstance(token, bool) or not isinstance(token, numbers.Integral):
@@ -361,7 +602,7 @@ class Session(NativeHandle):
             _capi.check(_capi.lib.fk_session_decode(h, t, ptr, cap))
         return _as_result(out, None, self._vocab)
 
-    def reset(self):
+    def reset(self) -> None:
         """Empties the cache (position 0); the session can be used again."""
         with self._using() as h:
             _capi.check(_capi.lib.fk_session_reset(h))

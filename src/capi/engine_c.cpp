@@ -15,6 +15,7 @@
 #include "flashkit/engine.hpp"
 #include "flashkit/flashkit.h"
 #include "flashkit/flashkit.hpp"
+#include "flashkit/sampling_defaults.hpp"
 #include "flashkit/tokenizer.hpp"
 
 namespace flashkit::capi_detail {
@@ -247,12 +248,10 @@ fk_status fk_model_max_context(const fk_model* model, int64_t* out) {
   });
 }
 
-// The arguments fk_generate and fk_generate_speculative share, checked in one place; returns the options. Every
-// generated token but the last takes a context position, so at most min(max_new_tokens, max_context - n_prompt + 1)
-// ids come back: out_ids is sized by that, never by max_new_tokens alone (*n_out says the size when cap is short).
-static flashkit::GenerateOptions generate_args(const fk_model* model, const int32_t* prompt, size_t n_prompt,
+// The prompt and sampling arguments every generate call shares (the output buffer is checked apart).
+static flashkit::GenerateOptions sampling_args(const fk_model* model, const int32_t* prompt, size_t n_prompt,
                                                int max_new_tokens, float temperature, int top_k, float top_p,
-                                               uint64_t seed, const int32_t* out_ids, size_t cap, size_t* n_out) {
+                                               uint64_t seed, size_t* n_out) {
   need(model, "model");
   need(n_out, "n_out");
   *n_out = 0;
@@ -263,11 +262,29 @@ static flashkit::GenerateOptions generate_args(const fk_model* model, const int3
     bad("temperature: must be finite and >= 0 (0: greedy), got " + std::to_string(temperature));
   if (top_k < 0) bad("top_k: must be >= 0 (0: off), got " + std::to_string(top_k));
   if (!(top_p > 0 && top_p <= 1)) bad("top_p: must be in (0, 1], got " + std::to_string(top_p));
-  need(out_ids, "out_ids");
   const int64_t ctx = model->model->info().max_context;
   if (int64_t(n_prompt) > ctx)
     bad("n_prompt: the prompt of " + std::to_string(n_prompt) + " tokens does not fit the context of " +
         std::to_string(ctx) + " tokens");
+  flashkit::GenerateOptions g;
+  g.max_new_tokens = max_new_tokens;
+  g.temperature = temperature;
+  g.top_k = top_k;
+  g.top_p = top_p;
+  g.seed = seed;
+  return g;
+}
+
+// The arguments fk_generate and fk_generate_speculative share, checked in one place; returns the options. Every
+// generated token but the last takes a context position, so at most min(max_new_tokens, max_context - n_prompt + 1)
+// ids come back: out_ids is sized by that, never by max_new_tokens alone (*n_out says the size when cap is short).
+static flashkit::GenerateOptions generate_args(const fk_model* model, const int32_t* prompt, size_t n_prompt,
+                                               int max_new_tokens, float temperature, int top_k, float top_p,
+                                               uint64_t seed, const int32_t* out_ids, size_t cap, size_t* n_out) {
+  flashkit::GenerateOptions g = sampling_args(model, prompt, n_prompt, max_new_tokens, temperature, top_k, top_p,
+                                              seed, n_out);
+  need(out_ids, "out_ids");
+  const int64_t ctx = model->model->info().max_context;
   const size_t most = size_t(std::min<int64_t>(max_new_tokens, ctx - int64_t(n_prompt) + 1));
   if (cap < most) {
     *n_out = most;
@@ -275,12 +292,6 @@ static flashkit::GenerateOptions generate_args(const fk_model* model, const int3
         " can be generated (min(max_new_tokens " + std::to_string(max_new_tokens) + ", max_context " +
         std::to_string(ctx) + " - n_prompt + 1)); pass cap >= " + std::to_string(most));
   }
-  flashkit::GenerateOptions g;
-  g.max_new_tokens = max_new_tokens;
-  g.temperature = temperature;
-  g.top_k = top_k;
-  g.top_p = top_p;
-  g.seed = seed;
   return g;
 }
 
@@ -297,6 +308,36 @@ fk_status fk_generate(fk_model* model, const int32_t* prompt, size_t n_prompt, i
     if (k) std::memcpy(out_ids, r.tokens.data(), k * sizeof(int32_t));
     *n_out = k;
   });
+}
+
+fk_status fk_generate_stream(fk_model* model, const int32_t* prompt, size_t n_prompt, int max_new_tokens,
+                             float temperature, int top_k, float top_p, uint64_t seed, fk_token_callback on_token,
+                             void* user, size_t* n_out) {
+  return guarded([&] {
+    flashkit::GenerateOptions g =
+        sampling_args(model, prompt, n_prompt, max_new_tokens, temperature, top_k, top_p, seed, n_out);
+    need(reinterpret_cast<const void*>(on_token), "on_token");
+    std::lock_guard<std::mutex> lock(*model->mu);
+    auto session = model->model->new_session();
+    size_t count = 0;
+    flashkit::generate(*session, std::span<const int32_t>(prompt, n_prompt), g, [&](int32_t id) {
+      ++count;
+      return on_token(user, id) != 0;
+    });
+    *n_out = count;
+  });
+}
+
+void fk_sampling_defaults_init(fk_sampling_defaults* out) {
+  if (!out) return;
+  const flashkit::SamplingDefaults& d = flashkit::kSamplingDefaults;
+  out->max_new_tokens = int32_t(d.max_new_tokens);
+  out->temperature = d.temperature;
+  out->top_k = d.top_k;
+  out->top_p = d.top_p;
+  out->min_p = d.min_p;
+  out->repetition_penalty = d.repetition_penalty;
+  out->seed = d.seed;
 }
 
 void fk_spec_options_init(fk_spec_options* o) {

@@ -124,6 +124,59 @@ static void test_model(void) {
   fk_model_free(NULL);
 }
 
+/* ---- streaming ------------------------------------------------------------------------------------------- */
+
+typedef struct {
+  int32_t ids[64];
+  int n, stop_after; /* the callback returns 0 (stop) once it has seen stop_after ids */
+} Collected;
+
+static int collect(void* user, int32_t id) {
+  Collected* c = (Collected*)user;
+  if (c->n < 64) c->ids[c->n] = id;
+  ++c->n;
+  return c->n < c->stop_after;
+}
+
+/* fk_generate_stream hands over the ids fk_generate returns, in order; a 0 from the callback stops generation after
+ * that id; bad arguments are rejected before any callback. fk_sampling_defaults_init: the CLI's defaults. */
+static void test_stream(void) {
+  char dir[4200];
+  fk_model* m = NULL;
+  Collected c;
+  size_t n = 99;
+  int i;
+  fk_sampling_defaults d;
+  path(dir, sizeof dir, "models/tiny-llama");
+  CHECK(fk_model_load(dir, "cpu", "f32", 0, &m) == FK_OK, "load %s: %s", dir, fk_last_error());
+  if (!m) return;
+  memset(&c, 0, sizeof c);
+  c.stop_after = 1000;
+  CHECK(fk_generate_stream(m, kPrompt, NP, 16, 0.0f, 0, 1.0f, 0, collect, &c, &n) == FK_OK, "stream: %s",
+        fk_last_error());
+  CHECK(n == 16 && c.n == 16, "streamed %zu ids, callback saw %d", n, c.n);
+  for (i = 0; i < 16 && i < c.n; ++i) CHECK(c.ids[i] == kGreedy[i], "streamed id %d: %d, want %d", i, c.ids[i], kGreedy[i]);
+  memset(&c, 0, sizeof c);
+  c.stop_after = 3;
+  CHECK(fk_generate_stream(m, kPrompt, NP, 16, 0.0f, 0, 1.0f, 0, collect, &c, &n) == FK_OK && n == 3 && c.n == 3,
+        "callback stop: n %zu, seen %d: %s", n, c.n, fk_last_error());
+  memset(&c, 0, sizeof c);
+  c.stop_after = 1000;
+  BAD(fk_generate_stream(m, kPrompt, NP, 4, 0, 0, 1, 0, NULL, &c, &n), "on_token");
+  BAD(fk_generate_stream(NULL, kPrompt, NP, 4, 0, 0, 1, 0, collect, &c, &n), "model");
+  BAD(fk_generate_stream(m, kPrompt, 0, 4, 0, 0, 1, 0, collect, &c, &n), "n_prompt");
+  BAD(fk_generate_stream(m, kPrompt, NP, 0, 0, 0, 1, 0, collect, &c, &n), "max_new_tokens");
+  BAD(fk_generate_stream(m, kPrompt, NP, 4, 0, 0, 1.5f, 0, collect, &c, &n), "top_p");
+  BAD(fk_generate_stream(m, kPrompt, NP, 4, 0, 0, 1, 0, collect, &c, NULL), "n_out");
+  CHECK(c.n == 0, "the callback ran %d times for rejected calls", c.n);
+  fk_model_free(m);
+  fk_sampling_defaults_init(&d);
+  CHECK(d.max_new_tokens == 128 && d.temperature == 0.8f && d.top_k == 40 && d.top_p == 0.95f && d.min_p == 0.0f &&
+            d.repetition_penalty == 1.0f && d.seed == 0,
+        "sampling defaults %d %g %d %g", d.max_new_tokens, d.temperature, d.top_k, d.top_p);
+  fk_sampling_defaults_init(NULL);
+}
+
 /* ---- sessions ---------------------------------------------------------------------------------------------- */
 
 enum { MAX_IDS = 128, FEED = 16 };
@@ -482,6 +535,7 @@ int main(int argc, char** argv) {
   snprintf(g_data, sizeof g_data, "%s", argv[1]);
 #endif
   test_model();
+  test_stream();
   test_session_fidelity("tiny-llama");
   test_session_fidelity("tiny-gemma3");
   test_session_api();

@@ -283,7 +283,7 @@ def test_sessions_on_threads(llama):
 @pytest.mark.parametrize("text", TEXTS)
 def test_tokenizer_round_trip_tiny_bytelevel(text):
     t = flashkit.Tokenizer(TINY_TOK)
-    ids = t.encode(text)
+    ids = t.encode(text, add_special_tokens=False)
     assert isinstance(ids, list) and all(isinstance(i, int) and 0 <= i < t.vocab_size for i in ids)
     assert t.decode(ids) == text
     assert t.decode(np.asarray(ids, dtype=np.int32)) == text
@@ -292,7 +292,7 @@ def test_tokenizer_round_trip_tiny_bytelevel(text):
 def test_tokenizer_long_text_grows_the_buffer():
     t = flashkit.Tokenizer(TINY_TOK)
     text = "\u4f60\u597d\U0001f600 " * 300  # many more ids than a first guess might hold
-    ids = t.encode(text)
+    ids = t.encode(text, add_special_tokens=False)
     assert t.decode(ids) == text
 
 
@@ -301,7 +301,7 @@ def test_tokenizer_long_text_grows_the_buffer():
 @pytest.mark.parametrize("text", TEXTS)
 def test_tokenizer_round_trip_llama31(text):
     t = flashkit.Tokenizer(LLAMA31_TOK)
-    ids = t.encode(text)
+    ids = t.encode(text, add_special_tokens=False)
     assert t.decode(ids) == text
     with_special = t.encode(text, add_special=True)
     assert with_special[0] == 128000 and with_special[1:] == ids  # <|begin_of_text|>
@@ -315,20 +315,23 @@ def test_tokenizer_round_trip_llama31(text):
 
 def test_model_missing_dir_names_the_path(tmp_path):
     missing = str(tmp_path / "no-such-model")
-    with pytest.raises(flashkit.InvalidArgumentError) as ei:
+    with pytest.raises(FileNotFoundError) as ei:
         flashkit.Model(missing)
-    assert missing in str(ei.value) and "dir" in str(ei.value)
-    assert isinstance(ei.value, ValueError) and ei.value.status == 1
+    assert missing in str(ei.value) and "dir" in str(ei.value) and ei.value.filename == missing
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        flashkit.Model(empty)  # a directory without config.json
 
 
 def test_tokenizer_missing_dir_names_the_path(tmp_path):
     missing = str(tmp_path / "no-such-tokenizer")
-    with pytest.raises(flashkit.InvalidArgumentError, match="dir") as ei:
+    with pytest.raises(FileNotFoundError, match="dir") as ei:
         flashkit.Tokenizer(missing)
     assert missing in str(ei.value)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(flashkit.FlashkitError) as ei:
+    with pytest.raises(FileNotFoundError) as ei:
         flashkit.Tokenizer(empty)  # a directory without tokenizer.json
     assert "tokenizer.json" in str(ei.value)
 
@@ -375,6 +378,8 @@ def test_generate_bad_input(llama):
     with pytest.raises(flashkit.InvalidArgumentError, match=r"^seed: "):
         llama.generate([1, 2], max_new_tokens=2, seed=-1)
     with pytest.raises(TypeError, match=r"^prompt_ids: expected a sequence of int token ids"):
+        llama.generate(b"hello", max_new_tokens=2)
+    with pytest.raises(FileNotFoundError, match="tokenizer.json"):  # text needs the model's tokenizer
         llama.generate("hello", max_new_tokens=2)
     with pytest.raises(TypeError, match=r"^prompt_ids\[1\]: expected an int token id, got float"):
         llama.generate([1, 2.0], max_new_tokens=2)

@@ -81,12 +81,13 @@ for st in "${STAGES[@]}"; do
       ;;
     torch) run torch_check python3 tools/gpu/torch_check.py ;;
     sass)
-      so=$BUILD/lib/libflashkit.so
+      # The attention kernels are in libflashkit_core.so, the engine's in libflashkit.so (src/CMakeLists.txt).
+      sass_all() { for so in "$BUILD"/lib/libflashkit_core.so "$BUILD"/lib/libflashkit.so; do cuobjdump -sass "$so"; done; }
       {
         echo "HMMA and HGMMA per kernel (sm_90a SASS): HMMA HGMMA name"
-        cuobjdump -sass "$so" | awk '/Function :/{f=$3} /HMMA/{c[f]++} /HGMMA/{g[f]++} END{for(k in c) u[k]=1; for(k in g) u[k]=1; for(k in u) print c[k]+0, g[k]+0, k}' | sort -k3
+        sass_all | awk '/Function :/{f=$3} /HMMA/{c[f]++} /HGMMA/{g[f]++} END{for(k in c) u[k]=1; for(k in g) u[k]=1; for(k in u) print c[k]+0, g[k]+0, k}' | sort -k3
         echo "warp-specialized forward (sm_90a SASS): HGMMA UTMALDG SYNCS USETMAXREG name"
-        cuobjdump -sass "$so" | awk '/Function :/{f=$3} f ~ /ws_kernel/ && /HGMMA/{g[f]++} f ~ /ws_kernel/ && /UTMALDG/{t[f]++} f ~ /ws_kernel/ && /SYNCS/{y[f]++} f ~ /ws_kernel/ && /USETMAXREG/{r[f]++} END{for(k in g) print g[k]+0, t[k]+0, y[k]+0, r[k]+0, k}' | sort -k5
+        sass_all | awk '/Function :/{f=$3} f ~ /ws_kernel/ && /HGMMA/{g[f]++} f ~ /ws_kernel/ && /UTMALDG/{t[f]++} f ~ /ws_kernel/ && /SYNCS/{y[f]++} f ~ /ws_kernel/ && /USETMAXREG/{r[f]++} END{for(k in g) print g[k]+0, t[k]+0, y[k]+0, r[k]+0, k}' | sort -k5
         echo "spills (ptxas -v):"
         grep -h -A2 "Compiling entry" "$OUT/check.log" | grep -E "spill" | sort | uniq -c | head -40
         echo "serialized wgmma (ptxas C7512/C7515, should be none):"

@@ -511,7 +511,7 @@ def check_tokenizer(have_hf):
         hf = AutoTokenizer.from_pretrained(TOKENIZER)
         res["hf_class"] = type(hf).__name__
     for i, t in enumerate(texts):
-        ids = fk.encode(t)
+        ids = fk.encode(t, add_special_tokens=False)
         if fk.decode(ids) != t:
             res["roundtrip_mismatch"].append({"index": i, "text": t[:200]})
         if hf is None:
