@@ -161,10 +161,16 @@ void check_finite(const WeightView& w, const std::string& source) {
   if (i < 0) return;
   float v = 0;
   if (is_quantized(w.type)) {
+    // Report the block's non-finite f16 scale (d, or Q4_K/Q5_K's dmin; Q6_K keeps d last), not scale * quant.
     const QuantBlock qb = quant_block(w.type);
-    float buf[256];
-    dequantize_blocks(w.type, static_cast<const uint8_t*>(w.data) + qb.bytes * (i / qb.values), 1, buf);
-    v = buf[i % qb.values];
+    const uint8_t* blk = static_cast<const uint8_t*>(w.data) + qb.bytes * (i / qb.values);
+    const bool two = w.type == WeightType::q4_k || w.type == WeightType::q5_k;
+    for (size_t at : {w.type == WeightType::q6_k ? size_t(208) : size_t(0), size_t(2)}) {
+      uint16_t h;
+      std::memcpy(&h, blk + at, 2);
+      v = f16_to_f32(h);
+      if (!std::isfinite(v) || !two) break;
+    }
   } else {
     WeightView one = w;
     one.shape = {1};
