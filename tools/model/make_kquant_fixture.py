@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """Writes tests/data/gguf/tiny-qwen3-kquant.gguf: a random 1-layer Qwen3 (q/k norms, GQA) whose matrices use every
-block-quantized type flashkit reads, the way llama.cpp's Q4_K_M mixes them: q_proj and gate Q4_K, k_proj and up
-Q5_K, v_proj and the embedding Q6_K, o_proj Q4_0 and down Q8_0 (their rows are 128 values, not whole 256-value
-K-quant blocks: llama.cpp falls back to a 32-block type for such rows too). Deterministic (seed 0).
+block-quantized type flashkit reads, the way llama.cpp's Q4_K_M mixes them: q_proj, gate and the embedding Q4_K,
+k_proj and up Q5_K, v_proj Q6_K, o_proj Q4_0 and down Q8_0 (their rows are 128 values, not whole 256-value
+K-quant blocks: llama.cpp falls back to a 32-block type for such rows too). Deterministic (seed 0). It carries
+the tokenizer of tests/data/tokenizers/tiny_bytelevel (gpt2 / llama-bpe) and a chat template, so the one file
+runs `flashkit generate` and `chat`.
 
 The encoders pick valid parameters (not llama.cpp's error-minimising search): the engine only needs files laid out
 as llama.cpp lays them out. Layouts: src/model/quant.hpp.
@@ -16,6 +18,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_to_gguf import F32, STRING, U32, T_F32, T_Q8_0, Writer, encode  # noqa: E402
+from hf_tokenizer_to_gguf import tokenizer_metadata  # noqa: E402
 
 T_Q4_0, T_Q4_K, T_Q5_K, T_Q6_K = 2, 12, 13, 14
 
@@ -102,7 +105,11 @@ ENCODERS = {T_Q4_0: q4_0, T_Q4_K: lambda x: q45_k(x, 4), T_Q5_K: lambda x: q45_k
 
 def make(out_path):
     rng = np.random.default_rng(0)
-    hidden, heads, kv_heads, hd, inter, vocab = 256, 2, 1, 64, 128, 64
+    here = os.path.dirname(os.path.abspath(__file__))
+    tok = tokenizer_metadata(os.path.join(here, "..", "..", "tests", "data", "tokenizers", "tiny_bytelevel"),
+                             "llama-bpe")
+    vocab = len(dict((k, v) for k, _, v in tok)["tokenizer.ggml.tokens"][1])
+    hidden, heads, kv_heads, hd, inter = 256, 2, 1, 64, 128
     a = "qwen3."
     w = Writer(32)
     w.add("general.architecture", STRING, "qwen3")
@@ -116,9 +123,11 @@ def make(out_path):
         w.add(a + key, U32, v)
     w.add(a + "rope.freq_base", F32, 1000000.0)
     w.add(a + "attention.layer_norm_rms_epsilon", F32, 1e-6)
-    w.add("tokenizer.ggml.model", STRING, "none")
-    w.add("tokenizer.ggml.bos_token_id", U32, 1)
-    w.add("tokenizer.ggml.eos_token_id", U32, 2)
+    for key, t, v in tok:  # the tokenizer travels in the file, as in llama.cpp's GGUFs
+        w.add(key, t, v)
+    w.add("tokenizer.chat_template", STRING,
+          "{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>{{ m['content'] }}<|eot_id|>"
+          "{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>{% endif %}")
 
     def mat(rows, cols, std=0.06):
         return (rng.standard_normal((rows, cols)) * std).astype(np.float32)
@@ -127,7 +136,7 @@ def make(out_path):
         return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
     tensors = [
-        ("token_embd.weight", mat(vocab, hidden, 1.0), T_Q6_K),
+        ("token_embd.weight", mat(vocab, hidden, 1.0), T_Q4_K),
         ("output_norm.weight", vec(hidden), T_F32),
         ("blk.0.attn_norm.weight", vec(hidden), T_F32),
         ("blk.0.ffn_norm.weight", vec(hidden), T_F32),
