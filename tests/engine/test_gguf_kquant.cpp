@@ -10,6 +10,7 @@
 
 #include "fixture.hpp"
 #include "flashkit/engine.hpp"
+#include "flashkit/runtime.hpp"
 
 namespace {
 
@@ -43,6 +44,25 @@ TEST(GgufKQuant, KeptBlocksEqualDequantizedWeights) {
     sd->decode(t);
     EXPECT_LT(rel_err(sq->logits().data(), sd->logits().data(), int64_t(sq->logits().size())), 1e-5) << t;
   }
+}
+
+// CUDA converts the blocks to bf16 at load: its logits follow the CPU's f32 ones within bf16 rounding of the
+// weights. Skips without a CUDA device.
+TEST(GgufKQuant, CudaFollowsCpu) {
+  if (flashkit::cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device";
+  flashkit::LoadOptions f32, gpu;
+  f32.dtype = "f32";
+  gpu.device = "cuda";
+  auto c = flashkit::Model::load(kFile, f32), g = flashkit::Model::load(kFile, gpu);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 13; ++i) prompt.push_back(int32_t((i * 37 + 5) % 64));
+  auto sc = c->new_session(), sg = g->new_session();
+  sc->prefill(prompt, true);
+  sg->prefill(prompt, true);
+  EXPECT_LT(rel_err(sg->all_logits().data(), sc->all_logits().data(), int64_t(sc->all_logits().size())), 3e-2);
+  sc->decode(7);
+  sg->decode(7);
+  EXPECT_LT(rel_err(sg->logits().data(), sc->logits().data(), int64_t(sc->logits().size())), 3e-2);
 }
 
 }  // namespace
