@@ -696,11 +696,19 @@ Tokenizer Tokenizer::from_gguf(const std::filesystem::path& file) {
   }
 }
 
+bool Tokenizer::gguf_has_tokenizer(const std::filesystem::path& file) {
+  const auto header = model::read_gguf_header(file);
+  auto it = header.metadata.find("tokenizer.ggml.model");
+  if (it == header.metadata.end()) return false;
+  return !(it->is_string() && (*it == "none" || *it == "no_vocab"));
+}
+
 Tokenizer Tokenizer::for_model(const std::filesystem::path& path) {
   std::error_code ec;
   const bool is_dir = std::filesystem::is_directory(path, ec);
   const auto dir = is_dir ? path : path.parent_path();
-  if (!is_dir && path.extension() == ".gguf" && !std::filesystem::exists(dir / "tokenizer.json", ec))
+  if (!is_dir && path.extension() == ".gguf" && !std::filesystem::exists(dir / "tokenizer.json", ec) &&
+      gguf_has_tokenizer(path))
     return from_gguf(path);
   return from_dir(dir.empty() ? std::filesystem::path(".") : dir);
 }

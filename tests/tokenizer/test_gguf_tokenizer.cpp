@@ -146,6 +146,9 @@ TEST(GgufTokenizer, FileWithoutTokenizer) {
     std::fwrite(bytes.data(), 1, bytes.size(), fp);
     std::fclose(fp);
   }
+  EXPECT_FALSE(Tokenizer::gguf_has_tokenizer(f));
+  EXPECT_TRUE(Tokenizer::gguf_has_tokenizer(kData / "gguf/vocab-tiny-sp.gguf"));
+  EXPECT_FALSE(Tokenizer::gguf_has_tokenizer(kData / "gguf/tiny-llama-f16.gguf"));  // tokenizer.ggml.model "none"
   try {
     Tokenizer::from_gguf(f);
     ADD_FAILURE() << "no error";
