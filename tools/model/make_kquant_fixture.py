@@ -10,6 +10,7 @@ The encoders pick valid parameters (not llama.cpp's error-minimising search): th
 as llama.cpp lays them out. Layouts: src/model/quant.hpp.
 
 usage: make_kquant_fixture.py [OUT.gguf]
+       make_kquant_fixture.py --bench [OUT.gguf]   (1024 hidden, 4 layers, Q4_K/Q6_K: for benchmarks)
 """
 import os
 import sys
@@ -103,20 +104,22 @@ ENCODERS = {T_Q4_0: q4_0, T_Q4_K: lambda x: q45_k(x, 4), T_Q5_K: lambda x: q45_k
             T_Q8_0: lambda x: encode(x, T_Q8_0), T_F32: lambda x: encode(x, T_F32)}
 
 
-def make(out_path):
+def make(out_path, hidden=256, heads=2, kv_heads=1, hd=64, inter=128, layers=1, types=None):
+    """types: GGUF type per tensor kind (embd, q, k, v, o, gate, up, down); the default is the test fixture's mix."""
+    t_embd, t_q, t_k, t_v, t_o, t_gate, t_up, t_down = types or (T_Q4_K, T_Q4_K, T_Q5_K, T_Q6_K, T_Q4_0, T_Q4_K,
+                                                                 T_Q5_K, T_Q8_0)
     rng = np.random.default_rng(0)
     here = os.path.dirname(os.path.abspath(__file__))
     tok = tokenizer_metadata(os.path.join(here, "..", "..", "tests", "data", "tokenizers", "tiny_bytelevel"),
                              "llama-bpe")
     vocab = len(dict((k, v) for k, _, v in tok)["tokenizer.ggml.tokens"][1])
-    hidden, heads, kv_heads, hd, inter = 256, 2, 1, 64, 128
     a = "qwen3."
     w = Writer(32)
     w.add("general.architecture", STRING, "qwen3")
     w.add("general.name", STRING, "tiny-qwen3-kquant")
     w.add("general.file_type", U32, 15)  # llama.cpp's MOSTLY_Q4_K_M
     w.add("general.quantization_version", U32, 2)
-    for key, v in (("context_length", 256), ("embedding_length", hidden), ("block_count", 1),
+    for key, v in (("context_length", 256), ("embedding_length", hidden), ("block_count", layers),
                    ("feed_forward_length", inter), ("attention.head_count", heads),
                    ("attention.head_count_kv", kv_heads), ("attention.key_length", hd),
                    ("attention.value_length", hd)):
@@ -135,21 +138,22 @@ def make(out_path):
     def vec(n):
         return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
-    tensors = [
-        ("token_embd.weight", mat(vocab, hidden, 1.0), T_Q4_K),
-        ("output_norm.weight", vec(hidden), T_F32),
-        ("blk.0.attn_norm.weight", vec(hidden), T_F32),
-        ("blk.0.ffn_norm.weight", vec(hidden), T_F32),
-        ("blk.0.attn_q_norm.weight", vec(hd), T_F32),
-        ("blk.0.attn_k_norm.weight", vec(hd), T_F32),
-        ("blk.0.attn_q.weight", mat(heads * hd, hidden), T_Q4_K),
-        ("blk.0.attn_k.weight", mat(kv_heads * hd, hidden), T_Q5_K),
-        ("blk.0.attn_v.weight", mat(kv_heads * hd, hidden), T_Q6_K),
-        ("blk.0.attn_output.weight", mat(hidden, heads * hd), T_Q4_0),
-        ("blk.0.ffn_gate.weight", mat(inter, hidden), T_Q4_K),
-        ("blk.0.ffn_up.weight", mat(inter, hidden), T_Q5_K),
-        ("blk.0.ffn_down.weight", mat(hidden, inter), T_Q8_0),
-    ]
+    tensors = [("token_embd.weight", mat(vocab, hidden, 1.0), t_embd), ("output_norm.weight", vec(hidden), T_F32)]
+    for i in range(layers):
+        b = f"blk.{i}."
+        tensors += [
+            (b + "attn_norm.weight", vec(hidden), T_F32),
+            (b + "ffn_norm.weight", vec(hidden), T_F32),
+            (b + "attn_q_norm.weight", vec(hd), T_F32),
+            (b + "attn_k_norm.weight", vec(hd), T_F32),
+            (b + "attn_q.weight", mat(heads * hd, hidden), t_q),
+            (b + "attn_k.weight", mat(kv_heads * hd, hidden), t_k),
+            (b + "attn_v.weight", mat(kv_heads * hd, hidden), t_v),
+            (b + "attn_output.weight", mat(hidden, heads * hd), t_o),
+            (b + "ffn_gate.weight", mat(inter, hidden), t_gate),
+            (b + "ffn_up.weight", mat(inter, hidden), t_up),
+            (b + "ffn_down.weight", mat(hidden, inter), t_down),
+        ]
     for name, arr, t in tensors:
         w.tensors.append((name, list(arr.shape), t, ENCODERS[t](arr)))
     w.write(out_path)
@@ -158,7 +162,12 @@ def make(out_path):
 
 if __name__ == "__main__":
     here = os.path.dirname(os.path.abspath(__file__))
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "..", "tests", "data", "gguf",
-                                                             "tiny-qwen3-kquant.gguf")
-    make(out)
+    args = [a for a in sys.argv[1:] if a != "--bench"]
+    if "--bench" in sys.argv:  # a larger all-K-quant model for benchmarks (not a fixture): Q4_K_M-like mix
+        out = args[0] if args else "bench-qwen3-q4_k_m.gguf"
+        make(out, hidden=1024, heads=8, kv_heads=2, hd=128, inter=2816, layers=4,
+             types=(T_Q4_K, T_Q4_K, T_Q4_K, T_Q6_K, T_Q4_K, T_Q4_K, T_Q4_K, T_Q6_K))
+    else:
+        out = args[0] if args else os.path.join(here, "..", "..", "tests", "data", "gguf", "tiny-qwen3-kquant.gguf")
+        make(out)
     print(f"wrote {out} ({os.path.getsize(out)} bytes)")

@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cblas.h>
+#include <cstring>
 #include <vector>
 
+#include "flashkit/dtype.hpp"
 #include "model/quant.hpp"
 
 namespace flashkit::engine::cpu {
@@ -34,6 +36,125 @@ __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* 
   h = _mm_add_ps(h, _mm_movehl_ps(h, h));
   h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
   return _mm_cvtss_f32(h);
+}
+
+inline float half_bits(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+
+__attribute__((target("avx2,fma"))) inline float hsum(__m256 s) {
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+  return _mm_cvtss_f32(h);
+}
+
+// 8 bytes at p as 8 floats of (byte >> shift) & mask.
+__attribute__((target("avx2,fma"))) inline __m256 bytes8(const uint8_t* p, int shift, int mask) {
+  const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, shift), _mm256_set1_epi32(mask)));
+}
+
+// Per row of x, the sum of each group of `group` values (the K-quants' min / offset terms need sum(x) per
+// sub-block: sum x * (d*s*q - m) = d*s * sum x*q - m * sum x).
+void group_sums(const float* x, int64_t ldx, int64_t T, int64_t K, int group, std::vector<float>& out) {
+  out.resize(size_t(T * (K / group)));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t g = 0; g < K / group; ++g) {
+      float s = 0;
+      for (int i = 0; i < group; ++i) s += x[t * ldx + g * group + i];
+      out[size_t(t * (K / group) + g)] = s;
+    }
+}
+
+// Q4_K without expanding: per 32-value sub-block, sum x*q over the 4-bit quants (converted in registers), then
+// d*scale * that - dmin*min * sum(x).
+__attribute__((target("avx2,fma"))) void rows_q4_k_avx2(const float* x, int64_t ldx, int64_t T, const uint8_t* W,
+                                                         int64_t K, int64_t n0, int64_t n1, float* out, int64_t ldo,
+                                                         const float* xs) {
+  const int64_t nb = K / 256;
+  for (int64_t n = n0; n < n1; ++n) {
+    __m256 accv[8];  // the scaled x*q sums stay in vectors (one horizontal sum per output); the min terms are scalar
+    float accs[8] = {};
+    for (int64_t t = 0; t < T; ++t) accv[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = W + (n * nb + b) * 144;
+      const float d = half_bits(blk), dmin = half_bits(blk + 2);
+      const uint8_t* s = blk + 4;
+      for (int sub = 0; sub < 8; ++sub) {
+        int sc, mn;
+        if (sub < 4) {
+          sc = s[sub] & 63, mn = s[sub + 4] & 63;
+        } else {
+          sc = (s[sub + 4] & 15) | ((s[sub - 4] >> 6) << 4);
+          mn = (s[sub + 4] >> 4) | ((s[sub] >> 6) << 4);
+        }
+        const uint8_t* q = blk + 16 + 32 * (sub / 2);
+        const int shift = (sub & 1) * 4;
+        const __m256 q0 = bytes8(q, shift, 15), q1 = bytes8(q + 8, shift, 15), q2 = bytes8(q + 16, shift, 15),
+                     q3 = bytes8(q + 24, shift, 15);
+        const float ds = d * float(sc), dm = dmin * float(mn);
+        for (int64_t t = 0; t < T; ++t) {
+          const float* xb = x + t * ldx + b * 256 + 32 * sub;
+          __m256 v = _mm256_mul_ps(q0, _mm256_loadu_ps(xb));
+          v = _mm256_fmadd_ps(q1, _mm256_loadu_ps(xb + 8), v);
+          v = _mm256_fmadd_ps(q2, _mm256_loadu_ps(xb + 16), v);
+          v = _mm256_fmadd_ps(q3, _mm256_loadu_ps(xb + 24), v);
+          accv[t] = _mm256_fmadd_ps(v, _mm256_set1_ps(ds), accv[t]);
+          accs[t] -= dm * xs[t * (K / 32) + b * 8 + sub];
+        }
+      }
+    }
+    for (int64_t t = 0; t < T; ++t) out[t * ldo + n] = hsum(accv[t]) + accs[t];
+  }
+}
+
+// Q6_K without expanding: per 16-value sub-block, sum x*q over the 6-bit quants (low 4 bits from ql, top 2 from qh,
+// assembled in registers), then d*scale * (that - 32 * sum(x)).
+__attribute__((target("avx2,fma"))) void rows_q6_k_avx2(const float* x, int64_t ldx, int64_t T, const uint8_t* W,
+                                                         int64_t K, int64_t n0, int64_t n1, float* out, int64_t ldo,
+                                                         const float* xs) {
+  const int64_t nb = K / 256;
+  for (int64_t n = n0; n < n1; ++n) {
+    __m256 accv[8];
+    float accs[8] = {};
+    for (int64_t t = 0; t < T; ++t) accv[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = W + (n * nb + b) * 210;
+      const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+      const float d = half_bits(blk + 208);
+      for (int h = 0; h < 2; ++h)
+        for (int k = 0; k < 4; ++k)
+          for (int half = 0; half < 2; ++half) {  // 16 values: lanes 16 * half .. + 15
+            const int l0 = 16 * half;
+            const uint8_t* ql = blk + 64 * h + 32 * (k & 1) + l0;
+            const uint8_t* qh = blk + 128 + 32 * h + l0;
+            const int ls = k < 2 ? 0 : 4;
+            __m256 q[2];
+            for (int c = 0; c < 2; ++c) {
+              const __m256i lo = _mm256_and_si256(
+                  _mm256_srli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(ql + 8 * c))), ls),
+                  _mm256_set1_epi32(15));
+              const __m256i hi = _mm256_and_si256(
+                  _mm256_srli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qh + 8 * c))),
+                                    2 * k),
+                  _mm256_set1_epi32(3));
+              q[c] = _mm256_cvtepi32_ps(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)));
+            }
+            const int sub = 8 * h + 2 * k + half;  // = (128 h + 32 k + l0) / 16
+            const float ds = d * float(sc[sub]);
+            for (int64_t t = 0; t < T; ++t) {
+              const float* xb = x + t * ldx + b * 256 + 128 * h + 32 * k + l0;
+              const __m256 v = _mm256_fmadd_ps(q[1], _mm256_loadu_ps(xb + 8), _mm256_mul_ps(q[0], _mm256_loadu_ps(xb)));
+              accv[t] = _mm256_fmadd_ps(v, _mm256_set1_ps(ds), accv[t]);
+              accs[t] -= 32.0f * ds * xs[t * (K / 16) + b * 16 + sub];
+            }
+          }
+    }
+    for (int64_t t = 0; t < T; ++t) out[t * ldo + n] = hsum(accv[t]) + accs[t];
+  }
 }
 
 // Rows [n0, n1) for up to 8 rows of x: each block is expanded once and used by every row of x.
@@ -65,11 +186,20 @@ void matmul_quant(Isa isa, int threads, const float* x, int64_t ldx, int64_t T, 
   const int64_t row_bytes = K / qb.values * qb.bytes;
   const bool simd = isa != Isa::scalar;
   if (T <= 8) {
-    // Output rows in chunks of 16 spread over the threads when the work (multiply-adds) is worth it.
+    // Q4_K / Q6_K (the bulk of a Q4_K_M file) are multiplied straight from their quants with AVX2; the other types
+    // expand a block at a time. Output rows in chunks of 16 spread over the threads when the work is worth it.
+    const bool direct = simd && (type == model::WeightType::q4_k || type == model::WeightType::q6_k);
+    thread_local std::vector<float> xs;
+    if (direct) group_sums(x, ldx, T, K, type == model::WeightType::q4_k ? 32 : 16, xs);
+    const float* xsp = xs.data();
     const int64_t chunks = (N + 15) / 16;
 #pragma omp parallel for schedule(static) num_threads(threads) if (N * K * T > 32768)
-    for (int64_t c = 0; c < chunks; ++c)
-      rows_quant(simd, x, ldx, T, W, type, K, 16 * c, std::min(N, 16 * c + 16), out, ldo);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t n0 = 16 * c, n1 = std::min(N, 16 * c + 16);
+      if (direct && type == model::WeightType::q4_k) rows_q4_k_avx2(x, ldx, T, W, K, n0, n1, out, ldo, xsp);
+      else if (direct) rows_q6_k_avx2(x, ldx, T, W, K, n0, n1, out, ldo, xsp);
+      else rows_quant(simd, x, ldx, T, W, type, K, n0, n1, out, ldo);
+    }
     return;
   }
   // Prefill: each thread owns a slice of output columns and expands ~1 MB panels of its rows for a
