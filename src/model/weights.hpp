@@ -49,8 +49,8 @@ void to_f32(const WeightView& w, float* out);
 void to_bf16(const WeightView& w, uint16_t* out);
 
 // Index of the first NaN or +-inf element of `w` (for quantized types, of the first non-finite dequantized value,
-// which can only come from a non-finite block scale), or -1 when every value is finite. A branch-free scan of the bits, so it
-// costs about as much as reading the tensor once.
+// which can only come from a non-finite block scale), or -1 when every value is finite. Float types: a branch-free
+// scan of the bits, so it costs about as much as reading the tensor once; quantized types expand block by block.
 int64_t first_non_finite(const WeightView& w);
 // Throws invalid_argument "<source>: tensor '<name>' holds <inf|NaN> at element i ([row, col]) ..." when
 // first_non_finite finds one: a non-finite weight makes every logit garbage without any error later.

@@ -205,7 +205,10 @@ std::pair<std::string, std::string> gguf_tokenizer_files(const json& md, const s
                        {"pattern", {{"Regex", gguf_pre_regex(pre, label)}}},
                        {"behavior", "Isolated"},
                        {"invert", false}},
-                      {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}})}};
+                      {{"type", "ByteLevel"},
+                       {"add_prefix_space", false},
+                       {"trim_offsets", true},
+                       {"use_regex", false}}})}};
     t["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
   }
   t["model"] = std::move(m);

@@ -56,8 +56,8 @@ TEST(EngineKernels, MatmulQuantEveryTypeIsaAndShape) {
               d += (o - e) * (o - e);
               r += e * e;
             }
-          EXPECT_LT(std::sqrt(d / r), 1e-5) << fk_test::qtype_name(qt) << " isa " << flashkit::engine::cpu::isa_name(isa)
-                                            << " T " << T << " N " << N;
+          EXPECT_LT(std::sqrt(d / r), 1e-5)
+              << fk_test::qtype_name(qt) << " isa " << flashkit::engine::cpu::isa_name(isa) << " T " << T << " N " << N;
         }
       }
 }

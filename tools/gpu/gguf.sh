@@ -27,7 +27,8 @@ run memcheck_gemv_quant timeout 300 compute-sanitizer --tool memcheck --error-ex
   --gtest_filter='CudaGemvQuant.*' --gtest_brief=1
 export FLASHKIT_LIBRARY=$PWD/$BUILD/lib/libflashkit.so
 PYTHONPATH=$PWD/python run gguf_check timeout 300 python3 tools/gpu/gguf_check.py "$OUT/gguf.json"
-python3 -c "import gguf" >> "$LOG" 2>&1 && log "gguf package: present" || log "gguf package: absent (transformers check skipped)"
+if python3 -c "import gguf" >> "$LOG" 2>&1; then log "gguf package: present"
+else log "gguf package: absent (transformers check skipped)"; fi
 CLI=$(find "$BUILD" -name flashkit -type f -perm -u+x | head -1)
 run generate_cuda timeout 120 "$CLI" generate -m tests/data/gguf/tiny-qwen3-kquant.gguf -p "the cat" -n 8 --device cuda
 run generate_cpu timeout 120 "$CLI" generate -m tests/data/gguf/tiny-qwen3-kquant.gguf -p "the cat" -n 8

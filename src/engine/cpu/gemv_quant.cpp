@@ -134,13 +134,12 @@ __attribute__((target("avx2,fma"))) void rows_q6_k_avx2(const float* x, int64_t 
             const int ls = k < 2 ? 0 : 4;
             __m256 q[2];
             for (int c = 0; c < 2; ++c) {
-              const __m256i lo = _mm256_and_si256(
-                  _mm256_srli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(ql + 8 * c))), ls),
-                  _mm256_set1_epi32(15));
-              const __m256i hi = _mm256_and_si256(
-                  _mm256_srli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qh + 8 * c))),
-                                    2 * k),
-                  _mm256_set1_epi32(3));
+              const __m128i lb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(ql + 8 * c));
+              const __m128i hb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qh + 8 * c));
+              const __m256i lo = _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu8_epi32(lb), ls),
+                                                  _mm256_set1_epi32(15));
+              const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu8_epi32(hb), 2 * k),
+                                                  _mm256_set1_epi32(3));
               q[c] = _mm256_cvtepi32_ps(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)));
             }
             const int sub = 8 * h + 2 * k + half;  // = (128 h + 32 k + l0) / 16
