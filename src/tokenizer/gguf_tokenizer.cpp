@@ -89,8 +89,9 @@ std::pair<std::string, std::string> gguf_tokenizer_files(const json& md, const s
   const json* tokens = find(md, "tokenizer.ggml.tokens");
   if (!tokens || !tokens->is_array() || tokens->empty())
     bad(label, "metadata 'tokenizer.ggml.tokens' must be a non-empty array of strings");
-  if (tokens->size() > uint64_t(limits::kMaxGgufArrayLength) || tokens->size() > size_t(INT32_MAX / 2))
-    bad(label, "metadata 'tokenizer.ggml.tokens' has " + std::to_string(tokens->size()) + " entries, too many");
+  if (tokens->size() > uint64_t(limits::kMaxVocab))
+    bad(label, "metadata 'tokenizer.ggml.tokens' has " + std::to_string(tokens->size()) + " entries (flashkit's limit " +
+                   "is " + std::to_string(limits::kMaxVocab) + ", core/limits.hpp kMaxVocab)");
   const size_t n = tokens->size();
   for (size_t i = 0; i < n; ++i)
     if (!(*tokens)[i].is_string())
@@ -134,7 +135,9 @@ std::pair<std::string, std::string> gguf_tokenizer_files(const json& md, const s
     merges = *m;
   } else {
     if (!scores) bad(label, "metadata 'tokenizer.ggml.scores' is missing (a SentencePiece vocabulary needs them)");
-    // Each normal piece made of two pieces merges them with its own score: higher scores first, then lower ids.
+    // Each piece made of two pieces merges them with its own score: higher scores first, then lower ids. Normal and
+    // user-defined pieces take part (as in llama.cpp's SentencePiece tokenizer: Gemma's runs of spaces are
+    // user-defined pieces); control, unknown, unused and byte tokens do not.
     struct Merge {
       double score;
       int64_t left, right;
@@ -142,12 +145,13 @@ std::pair<std::string, std::string> gguf_tokenizer_files(const json& md, const s
     };
     std::vector<Merge> all;
     for (size_t i = 0; i < n; ++i) {
-      if (type_of(i) != kNormal) continue;
+      auto mergeable = [&](size_t id) { return type_of(id) == kNormal || type_of(id) == kUserDefined; };
+      if (!mergeable(i)) continue;
       const std::string& s = (*tokens)[i].get_ref<const std::string&>();
       for (size_t p : char_splits(s)) {
         auto l = id_of.find(s.substr(0, p)), r = id_of.find(s.substr(p));
         if (l == id_of.end() || r == id_of.end()) continue;
-        if (type_of(size_t(l->second)) != kNormal || type_of(size_t(r->second)) != kNormal) continue;
+        if (!mergeable(size_t(l->second)) || !mergeable(size_t(r->second))) continue;
         all.push_back({(*scores)[i].get<double>(), l->second, r->second, l->first, r->first});
       }
     }
@@ -174,22 +178,25 @@ std::pair<std::string, std::string> gguf_tokenizer_files(const json& md, const s
   t["added_tokens"] = std::move(added);
   json m = {{"type", "BPE"}, {"vocab", std::move(vocab)}, {"merges", std::move(merges)}};
   if (spm) {
+    // tokenizer.ggml.add_space_prefix (llama.cpp; false for Gemma): whether a "▁" is prepended to the text.
+    bool prefix = true;
+    if (const json* v = find(md, "tokenizer.ggml.add_space_prefix")) {
+      if (!v->is_boolean()) bad(label, "metadata 'tokenizer.ggml.add_space_prefix' must be a bool");
+      prefix = v->get<bool>();
+    }
     m["byte_fallback"] = true;
     m["fuse_unk"] = true;
     if (unk) m["unk_token"] = text(*unk);
-    t["normalizer"] = {{"type", "Sequence"},
-                       {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "\xe2\x96\x81"}},
-                                                    {{"type", "Replace"},
-                                                     {"pattern", {{"String", " "}}},
-                                                     {"content", "\xe2\x96\x81"}}})}};
+    json norms = json::array();
+    if (prefix) norms.push_back({{"type", "Prepend"}, {"prepend", "\xe2\x96\x81"}});
+    norms.push_back({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xe2\x96\x81"}});
+    t["normalizer"] = {{"type", "Sequence"}, {"normalizers", std::move(norms)}};
     t["pre_tokenizer"] = nullptr;
-    t["decoder"] = {{"type", "Sequence"},
-                    {"decoders", json::array({{{"type", "Replace"},
-                                               {"pattern", {{"String", "\xe2\x96\x81"}}},
-                                               {"content", " "}},
-                                              {{"type", "ByteFallback"}},
-                                              {{"type", "Fuse"}},
-                                              {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
+    json decs = json::array({{{"type", "Replace"}, {"pattern", {{"String", "\xe2\x96\x81"}}}, {"content", " "}},
+                             {{"type", "ByteFallback"}},
+                             {{"type", "Fuse"}}});
+    if (prefix) decs.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+    t["decoder"] = {{"type", "Sequence"}, {"decoders", std::move(decs)}};
   } else {
     std::string pre;
     if (const json* p = find(md, "tokenizer.ggml.pre")) {

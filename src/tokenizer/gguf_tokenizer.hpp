@@ -4,7 +4,7 @@
 //                 (llama-bpe / llama3, qwen2, gpt2, default); ignore_merges for llama-bpe, as llama.cpp does.
 //   model "llama" (SentencePiece BPE): tokens + scores; the merges are derived from the scores (a pair merges with
 //                 the score of the piece it makes, higher first, as SentencePiece does), byte fallback (<0xNN>
-//                 tokens), "▁" for spaces with one prepended.
+//                 tokens), "▁" for spaces, one prepended unless tokenizer.ggml.add_space_prefix is false (Gemma).
 // Token types (1 normal, 2 unknown, 3 control, 4 user defined, 5 unused, 6 byte): control tokens become special
 // added tokens, user-defined ones plain added tokens. bos/eos/unk/pad ids, add_bos_token and the chat template go
 // to tokenizer_config.json. Every value is checked (types, lengths, ids in range): errors name the key.

