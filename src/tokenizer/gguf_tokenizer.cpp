@@ -90,8 +90,9 @@ std::pair<std::string, std::string> gguf_tokenizer_files(const json& md, const s
   if (!tokens || !tokens->is_array() || tokens->empty())
     bad(label, "metadata 'tokenizer.ggml.tokens' must be a non-empty array of strings");
   if (tokens->size() > uint64_t(limits::kMaxVocab))
-    bad(label, "metadata 'tokenizer.ggml.tokens' has " + std::to_string(tokens->size()) + " entries (flashkit's limit " +
-                   "is " + std::to_string(limits::kMaxVocab) + ", core/limits.hpp kMaxVocab)");
+    bad(label, "metadata 'tokenizer.ggml.tokens' has " + std::to_string(tokens->size()) +
+                   " entries (flashkit's limit is " + std::to_string(limits::kMaxVocab) +
+                   ", core/limits.hpp kMaxVocab)");
   const size_t n = tokens->size();
   for (size_t i = 0; i < n; ++i)
     if (!(*tokens)[i].is_string())

@@ -184,7 +184,8 @@ json metadata_from_tokenizer_json(const fs::path& dir, bool spm) {
   std::map<std::string, int64_t> rank;
   int64_t r = 0;
   for (const auto& m : t["model"]["merges"]) {
-    const std::string s = m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>();
+    const std::string s =
+        m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>();
     merges.push_back(s);
     std::string joined = s;
     joined.erase(joined.find(' '), 1);
