@@ -4,6 +4,7 @@
 // and pre "llama-bpe"; llama = SentencePiece pieces with scores, merges derived from the scores). Hostile metadata
 // gets errors naming the key.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
