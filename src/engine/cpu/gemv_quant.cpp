@@ -69,18 +69,20 @@ void group_sums(const float* x, int64_t ldx, int64_t T, int64_t K, int group, st
     }
 }
 
-// Q4_K without expanding: per 32-value sub-block, sum x*q over the 4-bit quants (converted in registers), then
-// d*scale * that - dmin*min * sum(x).
-__attribute__((target("avx2,fma"))) void rows_q4_k_avx2(const float* x, int64_t ldx, int64_t T, const uint8_t* W,
-                                                         int64_t K, int64_t n0, int64_t n1, float* out, int64_t ldo,
-                                                         const float* xs) {
+// Q4_K / Q5_K without expanding: per 32-value sub-block, sum x*q over the 4-bit (+ Q5_K's fifth bit from qh)
+// quants converted in registers, then d*scale * that - dmin*min * sum(x).
+template <bool FIVE>
+__attribute__((target("avx2,fma"))) void rows_q45_k_avx2(const float* x, int64_t ldx, int64_t T, const uint8_t* W,
+                                                          int64_t K, int64_t n0, int64_t n1, float* out, int64_t ldo,
+                                                          const float* xs) {
+  constexpr int64_t kBytes = FIVE ? 176 : 144;
   const int64_t nb = K / 256;
   for (int64_t n = n0; n < n1; ++n) {
     __m256 accv[8];  // the scaled x*q sums stay in vectors (one horizontal sum per output); the min terms are scalar
     float accs[8] = {};
     for (int64_t t = 0; t < T; ++t) accv[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk = W + (n * nb + b) * 144;
+      const uint8_t* blk = W + (n * nb + b) * kBytes;
       const float d = half_bits(blk), dmin = half_bits(blk + 2);
       const uint8_t* s = blk + 4;
       for (int sub = 0; sub < 8; ++sub) {
@@ -91,10 +93,18 @@ __attribute__((target("avx2,fma"))) void rows_q4_k_avx2(const float* x, int64_t 
           sc = (s[sub + 4] & 15) | ((s[sub - 4] >> 6) << 4);
           mn = (s[sub + 4] >> 4) | ((s[sub] >> 6) << 4);
         }
-        const uint8_t* q = blk + 16 + 32 * (sub / 2);
+        const uint8_t* q = blk + (FIVE ? 48 : 16) + 32 * (sub / 2);
         const int shift = (sub & 1) * 4;
-        const __m256 q0 = bytes8(q, shift, 15), q1 = bytes8(q + 8, shift, 15), q2 = bytes8(q + 16, shift, 15),
-                     q3 = bytes8(q + 24, shift, 15);
+        __m256 q0 = bytes8(q, shift, 15), q1 = bytes8(q + 8, shift, 15), q2 = bytes8(q + 16, shift, 15),
+               q3 = bytes8(q + 24, shift, 15);
+        if constexpr (FIVE) {  // + 16 * bit `sub` of qh[l]
+          const uint8_t* qh = blk + 16;
+          const __m256 sixteen = _mm256_set1_ps(16.0f);
+          q0 = _mm256_fmadd_ps(bytes8(qh, sub, 1), sixteen, q0);
+          q1 = _mm256_fmadd_ps(bytes8(qh + 8, sub, 1), sixteen, q1);
+          q2 = _mm256_fmadd_ps(bytes8(qh + 16, sub, 1), sixteen, q2);
+          q3 = _mm256_fmadd_ps(bytes8(qh + 24, sub, 1), sixteen, q3);
+        }
         const float ds = d * float(sc), dm = dmin * float(mn);
         for (int64_t t = 0; t < T; ++t) {
           const float* xb = x + t * ldx + b * 256 + 32 * sub;
@@ -105,6 +115,36 @@ __attribute__((target("avx2,fma"))) void rows_q4_k_avx2(const float* x, int64_t 
           accv[t] = _mm256_fmadd_ps(v, _mm256_set1_ps(ds), accv[t]);
           accs[t] -= dm * xs[t * (K / 32) + b * 8 + sub];
         }
+      }
+    }
+    for (int64_t t = 0; t < T; ++t) out[t * ldo + n] = hsum(accv[t]) + accs[t];
+  }
+}
+
+// Q4_0 without expanding: per 32-value block, d * (sum x*q - 8 * sum(x)) with q the 4-bit quants (values 0..15
+// from the low nibbles of the 16 bytes, 16..31 from the high nibbles).
+__attribute__((target("avx2,fma"))) void rows_q4_0_avx2(const float* x, int64_t ldx, int64_t T, const uint8_t* W,
+                                                         int64_t K, int64_t n0, int64_t n1, float* out, int64_t ldo,
+                                                         const float* xs) {
+  const int64_t nb = K / 32;
+  for (int64_t n = n0; n < n1; ++n) {
+    __m256 accv[8];
+    float accs[8] = {};
+    for (int64_t t = 0; t < T; ++t) accv[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = W + (n * nb + b) * 18;
+      const float d = half_bits(blk);
+      const __m256 q0 = bytes8(blk + 2, 0, 15), q1 = bytes8(blk + 10, 0, 15), q2 = bytes8(blk + 2, 4, 15),
+                   q3 = bytes8(blk + 10, 4, 15);
+      const __m256 dv = _mm256_set1_ps(d);
+      for (int64_t t = 0; t < T; ++t) {
+        const float* xb = x + t * ldx + b * 32;
+        __m256 v = _mm256_mul_ps(q0, _mm256_loadu_ps(xb));
+        v = _mm256_fmadd_ps(q1, _mm256_loadu_ps(xb + 8), v);
+        v = _mm256_fmadd_ps(q2, _mm256_loadu_ps(xb + 16), v);
+        v = _mm256_fmadd_ps(q3, _mm256_loadu_ps(xb + 24), v);
+        accv[t] = _mm256_fmadd_ps(v, dv, accv[t]);
+        accs[t] -= 8.0f * d * xs[t * nb + b];
       }
     }
     for (int64_t t = 0; t < T; ++t) out[t * ldo + n] = hsum(accv[t]) + accs[t];
@@ -185,19 +225,21 @@ void matmul_quant(Isa isa, int threads, const float* x, int64_t ldx, int64_t T, 
   const int64_t row_bytes = K / qb.values * qb.bytes;
   const bool simd = isa != Isa::scalar;
   if (T <= 8) {
-    // Q4_K / Q6_K (the bulk of a Q4_K_M file) are multiplied straight from their quants with AVX2; the other types
-    // expand a block at a time. Output rows in chunks of 16 spread over the threads when the work is worth it.
-    const bool direct = simd && (type == model::WeightType::q4_k || type == model::WeightType::q6_k);
+    // With AVX2 every type is multiplied straight from its quants (converted in registers); the scalar ISA expands
+    // a block at a time. Output rows in chunks of 16 spread over the threads when the work is worth it.
+    const bool direct = simd;
     thread_local std::vector<float> xs;
-    if (direct) group_sums(x, ldx, T, K, type == model::WeightType::q4_k ? 32 : 16, xs);
+    if (direct) group_sums(x, ldx, T, K, type == model::WeightType::q6_k ? 16 : 32, xs);
     const float* xsp = xs.data();
     const int64_t chunks = (N + 15) / 16;
 #pragma omp parallel for schedule(static) num_threads(threads) if (N * K * T > 32768)
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t n0 = 16 * c, n1 = std::min(N, 16 * c + 16);
-      if (direct && type == model::WeightType::q4_k) rows_q4_k_avx2(x, ldx, T, W, K, n0, n1, out, ldo, xsp);
-      else if (direct) rows_q6_k_avx2(x, ldx, T, W, K, n0, n1, out, ldo, xsp);
-      else rows_quant(simd, x, ldx, T, W, type, K, n0, n1, out, ldo);
+      if (!direct) rows_quant(false, x, ldx, T, W, type, K, n0, n1, out, ldo);
+      else if (type == model::WeightType::q4_k) rows_q45_k_avx2<false>(x, ldx, T, W, K, n0, n1, out, ldo, xsp);
+      else if (type == model::WeightType::q5_k) rows_q45_k_avx2<true>(x, ldx, T, W, K, n0, n1, out, ldo, xsp);
+      else if (type == model::WeightType::q6_k) rows_q6_k_avx2(x, ldx, T, W, K, n0, n1, out, ldo, xsp);
+      else rows_q4_0_avx2(x, ldx, T, W, K, n0, n1, out, ldo, xsp);
     }
     return;
   }
