@@ -1,7 +1,9 @@
 // CPU matrix kernels over GGUF block-quantized weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): y[T, N] = x[T, K] . W[N, K]^T
-// with W kept as its blocks (0.56 .. 1.06 bytes per weight). Small T (decode) expands one block at a time into an
-// L1-resident buffer and multiplies it with every row of x while it is there, so the weights stream once; larger T
-// (prefill) expands a panel of rows per thread and runs sgemm on it. Q8_0 goes to gemv.hpp's dedicated kernel.
+// with W kept as its blocks (0.56 .. 1.06 bytes per weight). Small T (decode): with AVX2 the quants of a sub-block
+// are converted to f32 in registers and multiplied with every row of x (scales and mins applied per sub-block, the
+// mins through per-sub-block sums of x), so the weights stream once; the scalar ISA expands a block at a time into
+// an L1 buffer. Larger T (prefill) expands a panel of rows per thread and runs sgemm on it. Q8_0 goes to gemv.hpp's
+// dedicated kernel. Work log: docs/worklog/gguf-quant-cpu.md.
 #pragma once
 #include <cstdint>
 
