@@ -140,6 +140,10 @@ std::optional<Tokenizer> load_tokenizer(const std::string& model) {
   fs::path d = model;
   std::error_code ec;
   if (!fs::is_directory(d, ec)) d = d.parent_path();
+  // A .gguf file carries its own tokenizer (tokenizer.ggml.*); a tokenizer.json beside it takes precedence.
+  if (!fs::exists(d / "tokenizer.json", ec) && fs::path(model).extension() == ".gguf" &&
+      fs::is_regular_file(model, ec) && Tokenizer::gguf_has_tokenizer(model))
+    return Tokenizer::from_gguf(model);
   if (!fs::exists(d / "tokenizer.json", ec)) return std::nullopt;
   return Tokenizer::from_dir(d);
 }

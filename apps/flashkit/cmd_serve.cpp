@@ -134,11 +134,16 @@ std::unique_ptr<Stack> build_stack(const ServeArgs& a, bool log) {
   auto s = std::make_unique<Stack>();
   fs::path d = a.tokenizer.empty() ? fs::path(a.model) : fs::path(a.tokenizer);
   std::error_code ec;
+  const fs::path given = d;
   if (!fs::is_directory(d, ec)) d = d.parent_path();
-  if (!fs::exists(d / "tokenizer.json", ec))
+  if (!fs::exists(d / "tokenizer.json", ec) && given.extension() == ".gguf" && fs::is_regular_file(given, ec) &&
+      Tokenizer::gguf_has_tokenizer(given))
+    s->tok = std::make_shared<const Tokenizer>(Tokenizer::from_gguf(given));  // the tokenizer the file carries
+  else if (!fs::exists(d / "tokenizer.json", ec))
     bad(d.string() + " has no tokenizer.json: flashkit serve needs the model's tokenizer (text in, text out; "
                      "--tokenizer DIR names another directory)");
-  s->tok = std::make_shared<const Tokenizer>(Tokenizer::from_dir(d));
+  else
+    s->tok = std::make_shared<const Tokenizer>(Tokenizer::from_dir(d));
   LoadOptions lo;
   lo.device = a.device;
   lo.dtype = a.dtype;

@@ -38,6 +38,15 @@ class Tokenizer {
  public:
   // Reads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json (BOS/EOS names, chat template).
   static Tokenizer from_dir(const std::filesystem::path& dir);
+  // The tokenizer stored in a GGUF file's metadata (tokenizer.ggml.*: llama.cpp's gpt2 byte-level BPE or llama
+  // SentencePiece vocabularies, special ids, add_bos_token, tokenizer.chat_template).
+  static Tokenizer from_gguf(const std::filesystem::path& file);
+  // Whether a GGUF file carries a tokenizer (tokenizer.ggml.model present and not "none" / "no_vocab"); reads only
+  // the header. Throws invalid_argument when the file is not a readable GGUF.
+  static bool gguf_has_tokenizer(const std::filesystem::path& file);
+  // A model's tokenizer: DIR/tokenizer.json when there is one (for a .gguf file: beside it), else the tokenizer
+  // embedded in a .gguf file; throws invalid_argument when neither exists (from_dir's error).
+  static Tokenizer for_model(const std::filesystem::path& dir_or_gguf);
   // The texts of the two files; tokenizer_config_json may be empty.
   static Tokenizer from_json(std::string_view tokenizer_json, std::string_view tokenizer_config_json = {});
 

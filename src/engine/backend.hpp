@@ -177,9 +177,10 @@ struct BackendOptions {
   int threads = 0;          // CPU: 0 = flashkit::num_threads()
   int device_index = 0;     // CUDA
   DType weight_dtype = DType::f32;  // requested storage for matrices (f32 / bf16 / f16)
-  // CPU: keep GGUF Q8_0 matrices as Q8_0 blocks and compute with them (other matrices use weight_dtype). Such a
-  // Matrix has w.dtype == DType::i32 as its marker and w.data pointing at the blocks; other backends ignore this.
-  bool keep_q8_0 = false;
+  // CPU: keep GGUF block-quantized matrices (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) as their blocks and compute with them
+  // (other matrices use weight_dtype). Such a Matrix has w.dtype == DType::i32 as its marker and its blocks in
+  // Matrix::impl; the blocks stay in the store's mapped file. Other backends ignore this.
+  bool keep_quantized = false;
   Tuning tuning;  // the model's resolved Tuning (LoadOptions::tuning or the process default)
 };
 

@@ -23,6 +23,7 @@
 #include "flashkit/error.hpp"
 #include "flashkit/runtime.hpp"
 #include "model/gguf.hpp"
+#include "model/quant.hpp"
 #include "model/weights.hpp"
 #include "spec/speculative.hpp"
 
@@ -662,19 +663,21 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   if (mamba) P = "backbone.";
   const model::WeightView& emb = get(mamba ? "backbone.embeddings.weight" : P + "embed_tokens.weight",
                                      {c.vocab_size, c.hidden_size});
-  // A GGUF with Q8_0 matrices (the first layer's q_proj tells) keeps them quantized on the CPU (`auto` or q8_0):
-  // 1.06 bytes per weight instead of 4 after dequantizing, and the GEMV reads them as they are.
+  // A GGUF with quantized matrices (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; the first layer's q_proj tells) keeps them
+  // quantized on the CPU (`auto`, or q8_0 for Q8_0 files): 0.56 .. 1.06 bytes per weight instead of 4 after
+  // dequantizing, and the GEMV expands one block at a time.
   const model::WeightView* q0 = store_->find(P + "layers.0.self_attn.q_proj.weight");
   const bool q8_src = q0 && q0->type == model::WeightType::q8_0;
+  const bool quant_src = q0 && model::is_quantized(q0->type);
   if (dt == "q8_0" && !q8_src) bad("dtype q8_0: " + src + " holds no Q8_0 weight matrices (layer 0's q_proj is not Q8_0)");
-  if (dt == "auto" && q8_src && !cuda) dt = "q8_0";
+  if (dt == "auto" && quant_src && !cuda) dt = q0->type == model::WeightType::q8_0 ? "q8_0" : "quantized";
   if (dt == "auto") dt = emb.type == model::WeightType::bf16 ? "bf16" : "f32";
-  bo.keep_q8_0 = dt == "q8_0";
+  bo.keep_quantized = dt == "q8_0" || dt == "quantized";
   bo.weight_dtype = dt == "bf16" ? DType::bf16 : (dt == "f16" ? DType::f16 : DType::f32);
   // The CPU backend converts the (memory-mapped) checkpoint into its own buffers: refuse a model whose converted
   // weights cannot fit before converting any (Q8_0 kept as is: ~1.06 bytes per weight, counted as 1).
   if (!cuda && !opts.random_weights)
-    check_fits_host_memory(c, bo.keep_q8_0 ? 1 : dt == "f32" ? 4 : 2, src);
+    check_fits_host_memory(c, bo.keep_quantized ? 1 : dt == "f32" ? 4 : 2, src);
   be_ = cuda ? make_cuda_backend(bo) : make_cpu_backend(bo);
   if (mamba && !be_->supports_ssm())
     fail(Status::unsupported, "model_type mamba: the " + be_->name() +
@@ -810,7 +813,7 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   info_.architecture = c.model_type;
   info_.source = dir.string();
   info_.backend = be_->name();
-  info_.weight_dtype = bo.keep_q8_0 ? "q8_0" : std::string(dtype_name(embed_.w.dtype));
+  info_.weight_dtype = bo.keep_quantized ? model::weight_type_name(q0->type) : std::string(dtype_name(embed_.w.dtype));
   info_.activation_dtype = std::string(dtype_name(be_->activation_dtype()));
   info_.kv_dtype = std::string(dtype_name(be_->kv_dtype()));
   info_.vocab_size = c.vocab_size;

@@ -15,6 +15,7 @@
 #include "core/json_io.hpp"
 #include "core/limits.hpp"
 #include "model/detail.hpp"
+#include "model/quant.hpp"
 
 namespace flashkit::model {
 namespace {
@@ -38,7 +39,8 @@ enum GgufValueType : uint32_t {
   kF64 = 12,
 };
 
-constexpr uint32_t kTypeF32 = 0, kTypeF16 = 1, kTypeQ8_0 = 8, kTypeBF16 = 30;
+constexpr uint32_t kTypeF32 = 0, kTypeF16 = 1, kTypeQ4_0 = 2, kTypeQ8_0 = 8, kTypeQ4_K = 12, kTypeQ5_K = 13,
+                   kTypeQ6_K = 14, kTypeBF16 = 30;
 constexpr int kMaxArrayDepth = limits::kMaxGgufArrayDepth;
 constexpr uint64_t kMaxArrayLen = limits::kMaxGgufArrayLength;
 constexpr uint32_t kMaxDims = 4;               // GGML_MAX_DIMS
@@ -139,33 +141,32 @@ json read_value(Cursor& c, uint32_t type, const std::string& key, int depth) {
                                      std::to_string(type) + " (GGUF value types are 0..12)");
 }
 
-// Bytes of a tensor of a type flashkit reads; nullopt for other types or sizes that overflow.
-std::optional<uint64_t> tensor_bytes(uint32_t type, const std::vector<uint64_t>& ne) {
-  WeightType wt;
-  switch (type) {
-    case kTypeF32: wt = WeightType::f32; break;
-    case kTypeF16: wt = WeightType::f16; break;
-    case kTypeBF16: wt = WeightType::bf16; break;
-    case kTypeQ8_0: wt = WeightType::q8_0; break;
-    default: return std::nullopt;
-  }
-  if (type == kTypeQ8_0 && !ne.empty() && ne[0] % 32 != 0) return std::nullopt;  // blocks run along rows
-  uint64_t n = 1;
-  for (uint64_t d : ne)
-    if (!detail::mul_ok(n, d, &n)) return std::nullopt;
-  uint64_t b;
-  if (n > uint64_t(INT64_MAX) || !detail::storage_bytes(wt, n, &b)) return std::nullopt;
-  return b;
-}
-
 std::optional<WeightType> weight_type_of(uint32_t t) {
   switch (t) {
     case kTypeF32: return WeightType::f32;
     case kTypeF16: return WeightType::f16;
     case kTypeBF16: return WeightType::bf16;
     case kTypeQ8_0: return WeightType::q8_0;
+    case kTypeQ4_0: return WeightType::q4_0;
+    case kTypeQ4_K: return WeightType::q4_k;
+    case kTypeQ5_K: return WeightType::q5_k;
+    case kTypeQ6_K: return WeightType::q6_k;
   }
   return std::nullopt;
+}
+
+// Bytes of a tensor of a type flashkit reads; nullopt for other types or sizes that overflow.
+std::optional<uint64_t> tensor_bytes(uint32_t type, const std::vector<uint64_t>& ne) {
+  const auto wt = weight_type_of(type);
+  if (!wt) return std::nullopt;
+  // Quantized blocks run along rows: a row must be whole blocks.
+  if (!ne.empty() && ne[0] % uint64_t(quant_block(*wt).values) != 0) return std::nullopt;
+  uint64_t n = 1;
+  for (uint64_t d : ne)
+    if (!detail::mul_ok(n, d, &n)) return std::nullopt;
+  uint64_t b;
+  if (n > uint64_t(INT64_MAX) || !detail::storage_bytes(*wt, n, &b)) return std::nullopt;
+  return b;
 }
 
 GgufHeader parse_header(const Bytes& file) {
@@ -231,9 +232,11 @@ GgufHeader parse_header(const Bytes& file) {
       if (!b) {
         std::string ne;
         for (uint64_t d : t.ne) ne += (ne.empty() ? "" : ", ") + std::to_string(d);
-        if (t.ggml_type == kTypeQ8_0 && (t.ne.empty() ? 1 : t.ne[0]) % 32 != 0)
-          fail(Status::invalid_argument,
-               where + " of type Q8_0 has dims [" + ne + "]: its rows (dim 0) are not whole 32-element blocks");
+        const uint64_t per_block = uint64_t(quant_block(*weight_type_of(t.ggml_type)).values);
+        if (per_block > 1 && (t.ne.empty() ? 1 : t.ne[0]) % per_block != 0)
+          fail(Status::invalid_argument, where + " of type " + ggml_type_name(t.ggml_type) + " has dims [" + ne +
+                                             "]: its rows (dim 0) are not whole " + std::to_string(per_block) +
+                                             "-element blocks");
         fail(Status::invalid_argument,
              where + " of type " + ggml_type_name(t.ggml_type) + " has dims [" + ne + "] whose byte size overflows");
       }
@@ -272,7 +275,7 @@ GgufHeader parse_header(const Bytes& file) {
 
 // --- name mapping ------------------------------------------------------------------------------------------------
 
-enum class Arch { llama, gemma3 };
+enum class Arch { llama, gemma3, qwen2, qwen3 };
 
 // llama.cpp block tensor name (after "blk.N.") -> Hugging Face name (after "model.layers.N.").
 std::optional<std::string> map_block(Arch arch, const std::string& rest) {
@@ -294,7 +297,7 @@ std::optional<std::string> map_block(Arch arch, const std::string& rest) {
   if (suffix != ".weight" && suffix != ".bias") return std::nullopt;
   for (auto& [g, hf] : common)
     if (base == g) return std::string(hf) + suffix;
-  if (arch == Arch::llama) {
+  if (arch != Arch::gemma3) {  // Qwen2 / Qwen3 blocks are named as Llama's
     for (auto& [g, hf] : llama)
       if (base == g) return std::string(hf) + suffix;
   } else {
@@ -396,7 +399,7 @@ std::unique_ptr<WeightStore> open_bytes(std::shared_ptr<const Bytes> bytes) {
   for (const auto& t : h.tensors)
     if (!weight_type_of(t.ggml_type))
       fail(Status::unsupported, f + ": tensor '" + printable(t.name) + "' has type " + ggml_type_name(t.ggml_type) +
-                                    " (flashkit reads F32, F16, BF16, Q8_0)");
+                                    " (flashkit reads F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)");
 
   Meta meta(h.metadata, f, "");
   const auto arch_name = meta.string("general.architecture");
@@ -406,9 +409,13 @@ std::unique_ptr<WeightStore> open_bytes(std::shared_ptr<const Bytes> bytes) {
     arch = Arch::llama;
   else if (*arch_name == "gemma3")
     arch = Arch::gemma3;
+  else if (*arch_name == "qwen2")
+    arch = Arch::qwen2;
+  else if (*arch_name == "qwen3")
+    arch = Arch::qwen3;
   else
     fail(Status::unsupported, f + ": general.architecture '" + printable(*arch_name) +
-                                  "' is not supported (flashkit maps llama and gemma3)");
+                                  "' is not supported (flashkit maps llama, gemma3, qwen2 and qwen3)");
   store->arch = *arch_name;
   Meta am(h.metadata, f, *arch_name);
 
@@ -543,8 +550,13 @@ json gguf_hf_config(const WeightStore& store) {
   Meta m(g.header.metadata, f, g.arch);
   const bool gemma = g.arch == "gemma3";
   json c = json::object();
-  c["architectures"] = json::array({gemma ? "Gemma3ForCausalLM" : "LlamaForCausalLM"});
-  c["model_type"] = gemma ? "gemma3_text" : "llama";
+  if (g.arch == "qwen2" || g.arch == "qwen3") {  // llama.cpp keeps Qwen's q/k rows in HF order (no permutation)
+    c["architectures"] = json::array({g.arch == "qwen2" ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM"});
+    c["model_type"] = g.arch;
+  } else {
+    c["architectures"] = json::array({gemma ? "Gemma3ForCausalLM" : "LlamaForCausalLM"});
+    c["model_type"] = gemma ? "gemma3_text" : "llama";
+  }
   const uint64_t hidden = m.need_uint("embedding_length"), heads = m.need_uint("attention.head_count");
   if (heads == 0) fail(Status::invalid_argument, f + ": metadata '" + g.arch + ".attention.head_count' is 0");
   const uint64_t layers = m.need_uint("block_count");
@@ -569,7 +581,7 @@ json gguf_hf_config(const WeightStore& store) {
     c[hk] = v ? json(*v) : json(nullptr);
   }
   // HF's dtype names the checkpoint's float type; a quantized embedding has none, so the key is left out.
-  if (const WeightView* e = g.find("model.embed_tokens.weight"); e && e->type != WeightType::q8_0)
+  if (const WeightView* e = g.find("model.embed_tokens.weight"); e && !is_quantized(e->type))
     c["dtype"] = e->type == WeightType::f32 ? "float32" : e->type == WeightType::f16 ? "float16" : "bfloat16";
   c["tie_word_embeddings"] = g.find("lm_head.weight") == nullptr;
   c["attention_bias"] = g.find("model.layers.0.self_attn.q_proj.bias") != nullptr;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/detail.hpp"
+#include "model/quant.hpp"
 
 namespace flashkit::model {
 
@@ -22,6 +23,10 @@ const char* weight_type_name(WeightType t) {
     case WeightType::f16: return "f16";
     case WeightType::bf16: return "bf16";
     case WeightType::q8_0: return "q8_0";
+    case WeightType::q4_0: return "q4_0";
+    case WeightType::q4_k: return "q4_k";
+    case WeightType::q5_k: return "q5_k";
+    case WeightType::q6_k: return "q6_k";
   }
   return "unknown";
 }
@@ -65,17 +70,15 @@ void to_f32(const WeightView& w, float* out) {
         out[i] = bf16_to_f32(h);
       }
       break;
-    case WeightType::q8_0: {
-      // Block of 32: f16 scale d, then 32 int8 q; value = d * q.
-      const int64_t blocks = n / 32;
+    case WeightType::q8_0:
+    case WeightType::q4_0:
+    case WeightType::q4_k:
+    case WeightType::q5_k:
+    case WeightType::q6_k: {
+      const QuantBlock qb = quant_block(w.type);
+      const int64_t blocks = n / qb.values;
 #pragma omp parallel for if (blocks > 2048)
-      for (int64_t b = 0; b < blocks; ++b) {
-        const uint8_t* blk = src + 34 * b;
-        uint16_t h;
-        std::memcpy(&h, blk, 2);
-        const float d = f16_to_f32(h);
-        for (int j = 0; j < 32; ++j) out[32 * b + j] = d * float(int8_t(blk[2 + j]));
-      }
+      for (int64_t b = 0; b < blocks; ++b) dequantize_blocks(w.type, src + qb.bytes * b, 1, out + qb.values * b);
       break;
     }
   }
@@ -134,12 +137,21 @@ int64_t first_non_finite(const WeightView& w) {
     case WeightType::bf16: return first_all_ones_exponent<uint16_t>(src, n, uint16_t(0x7f80));
     case WeightType::f16: return first_all_ones_exponent<uint16_t>(src, n, uint16_t(0x7c00));
     case WeightType::q8_0:
-      for (int64_t b = 0; b < n / 32; ++b) {  // block: f16 scale, then 32 int8
-        uint16_t d;
-        std::memcpy(&d, src + 34 * b, 2);
-        if ((d & 0x7c00) == 0x7c00) return 32 * b;
+    case WeightType::q4_0:
+    case WeightType::q4_k:
+    case WeightType::q5_k:
+    case WeightType::q6_k: {
+      // The quants are small integers: only a non-finite f16 scale makes a value non-finite, so expanding each
+      // block (into L1) finds exactly the first one.
+      const QuantBlock qb = quant_block(w.type);
+      float buf[256];
+      for (int64_t b = 0; b < n / qb.values; ++b) {
+        dequantize_blocks(w.type, src + qb.bytes * b, 1, buf);
+        for (int64_t j = 0; j < qb.values; ++j)
+          if (!std::isfinite(buf[j])) return qb.values * b + j;
       }
       return -1;
+    }
   }
   return -1;
 }
@@ -148,10 +160,17 @@ void check_finite(const WeightView& w, const std::string& source) {
   const int64_t i = first_non_finite(w);
   if (i < 0) return;
   float v = 0;
-  if (w.type == WeightType::q8_0) {
-    uint16_t d;
-    std::memcpy(&d, static_cast<const uint8_t*>(w.data) + 34 * (i / 32), 2);
-    v = f16_to_f32(d);
+  if (is_quantized(w.type)) {
+    // Report the block's non-finite f16 scale (d, or Q4_K/Q5_K's dmin; Q6_K keeps d last), not scale * quant.
+    const QuantBlock qb = quant_block(w.type);
+    const uint8_t* blk = static_cast<const uint8_t*>(w.data) + qb.bytes * (i / qb.values);
+    const bool two = w.type == WeightType::q4_k || w.type == WeightType::q5_k;
+    for (size_t at : {w.type == WeightType::q6_k ? size_t(208) : size_t(0), size_t(2)}) {
+      uint16_t h;
+      std::memcpy(&h, blk + at, 2);
+      v = f16_to_f32(h);
+      if (!std::isfinite(v) || !two) break;
+    }
   } else {
     WeightView one = w;
     one.shape = {1};
@@ -164,7 +183,7 @@ void check_finite(const WeightView& w, const std::string& source) {
   if (w.shape.size() == 2) at += " ([" + std::to_string(i / w.shape[1]) + ", " + std::to_string(i % w.shape[1]) + "])";
   fail(Status::invalid_argument, source + ": tensor '" + detail::printable(w.name) + "' holds " +
                                      (std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf") + " at element " + at +
-                                     (w.type == WeightType::q8_0 ? " (its Q8_0 block scale)" : "") +
+                                     (is_quantized(w.type) ? " (its block scale)" : "") +
                                      "; every weight must be finite (the file is corrupt or was saved after a "
                                      "diverged update)");
 }
@@ -244,21 +263,22 @@ size_t element_size(WeightType t) {
     case WeightType::f32: return 4;
     case WeightType::f16:
     case WeightType::bf16: return 2;
-    case WeightType::q8_0: return 1;  // byte-granular blocks; see storage_bytes
+    default: return 1;  // quantized: byte-granular blocks; see storage_bytes
   }
   return 1;
 }
 
 bool storage_bytes(WeightType t, uint64_t numel, uint64_t* out) {
-  if (t == WeightType::q8_0) {
-    if (numel % 32 != 0) return false;
-    return mul_ok(numel / 32, 34, out);
+  if (is_quantized(t)) {
+    const QuantBlock qb = quant_block(t);
+    if (numel % uint64_t(qb.values) != 0) return false;
+    return mul_ok(numel / uint64_t(qb.values), uint64_t(qb.bytes), out);
   }
   return mul_ok(numel, element_size(t), out);
 }
 
 void ensure_aligned(TensorStore& store, WeightView& v) {
-  const size_t a = v.type == WeightType::q8_0 ? 2 : element_size(v.type);
+  const size_t a = is_quantized(v.type) ? 2 : element_size(v.type);
   if (reinterpret_cast<uintptr_t>(v.data) % a == 0) return;
   void* copy = store.own(v.nbytes);
   if (v.nbytes) std::memcpy(copy, v.data, v.nbytes);

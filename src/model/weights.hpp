@@ -16,8 +16,9 @@
 
 namespace flashkit::model {
 
-// The element type as stored on disk. Q8_0 (GGUF) is blocks of 32 int8 with one f16 scale.
-enum class WeightType { f32, f16, bf16, q8_0 };
+// The element type as stored on disk. The GGUF block-quantized types (model/quant.hpp) run along rows: Q8_0 and Q4_0
+// in blocks of 32 values, the K-quants Q4_K, Q5_K, Q6_K in blocks of 256.
+enum class WeightType { f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k };
 const char* weight_type_name(WeightType t);
 
 struct WeightView {
@@ -25,7 +26,7 @@ struct WeightView {
   WeightType type = WeightType::f32;
   std::vector<int64_t> shape;  // row-major, outermost first, as PyTorch reports it ([out, in] for a Linear)
   const void* data = nullptr;  // into the mapped file (or a store-owned copy); valid while the store lives; aligned
-                               // to the element size (2 bytes for Q8_0 blocks)
+                               // to the element size (2 bytes for quantized blocks)
   size_t nbytes = 0;
   int64_t numel() const;
 };
@@ -42,14 +43,14 @@ class WeightStore {
   const WeightView& get(std::string_view name) const;
 };
 
-// Converts any stored weight to f32 (dequantizing Q8_0); `out` must hold numel() floats.
+// Converts any stored weight to f32 (dequantizing the quantized types); `out` must hold numel() floats.
 void to_f32(const WeightView& w, float* out);
 // Converts any stored weight to bf16 (round to nearest even; bf16 is copied); `out` must hold numel() values.
 void to_bf16(const WeightView& w, uint16_t* out);
 
-// Index of the first NaN or +-inf element of `w` (for Q8_0, of the first element of the first block whose scale is
-// not finite; the int8 quants always are), or -1 when every value is finite. A branch-free scan of the bits, so it
-// costs about as much as reading the tensor once.
+// Index of the first NaN or +-inf element of `w` (for quantized types, of the first non-finite dequantized value,
+// which can only come from a non-finite block scale), or -1 when every value is finite. Float types: a branch-free
+// scan of the bits, so it costs about as much as reading the tensor once; quantized types expand block by block.
 int64_t first_non_finite(const WeightView& w);
 // Throws invalid_argument "<source>: tensor '<name>' holds <inf|NaN> at element i ([row, col]) ..." when
 // first_non_finite finds one: a non-finite weight makes every logit garbage without any error later.
@@ -61,8 +62,9 @@ std::unique_ptr<WeightStore> open_safetensors(const std::filesystem::path& dir_o
 std::unique_ptr<WeightStore> open_safetensors_memory(const void* data, size_t size, const std::string& label);
 // A GGUF file; tensor names are mapped to Hugging Face names (blk.N.attn_q.weight -> model.layers.N.self_attn.
 // q_proj.weight, ...) and the llama.cpp Q/K row permutation for Llama is undone, so the engine sees one layout.
-// Gemma 3 norm weights, stored by llama.cpp as 1 + w, come back as w in f32. Types F32, F16, BF16, Q8_0; any other
-// tensor type, or an architecture other than llama / gemma3, is Status::unsupported. Tensors with no HF
+// Gemma 3 norm weights, stored by llama.cpp as 1 + w, come back as w in f32. Types F32, F16, BF16, Q8_0, Q4_0, Q4_K,
+// Q5_K, Q6_K; any other tensor type, or an architecture other than llama / gemma3 / qwen2 / qwen3, is
+// Status::unsupported. Tensors with no HF
 // counterpart keep their GGUF name (rope_freqs.weight). Metadata and an HF config.json: see model/gguf.hpp.
 std::unique_ptr<WeightStore> open_gguf(const std::filesystem::path& file);
 // A GGUF file already in memory; `data` must outlive the store. Metadata and config: see model/gguf.hpp.

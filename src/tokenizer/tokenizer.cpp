@@ -14,6 +14,8 @@
 #include "core/json_io.hpp"
 #include "core/limits.hpp"
 #include "flashkit/error.hpp"
+#include "model/gguf.hpp"
+#include "tokenizer/gguf_tokenizer.hpp"
 #include "tokenizer/bpe.hpp"
 #include "tokenizer/json_load.hpp"
 #include "tokenizer/normalize.hpp"
@@ -682,6 +684,33 @@ Tokenizer Tokenizer::from_dir(const std::filesystem::path& dir) {
   } catch (const Error& e) {
     throw Error(e.status(), std::string(e.what()) + " (in " + dir.string() + ")");
   }
+}
+
+Tokenizer Tokenizer::from_gguf(const std::filesystem::path& file) {
+  const auto header = model::read_gguf_header(file);
+  auto [tj, cfg] = tokenizer::gguf_tokenizer_files(header.metadata, file.string());
+  try {
+    return from_json(tj, cfg);
+  } catch (const Error& e) {
+    throw Error(e.status(), std::string(e.what()) + " (the tokenizer embedded in " + file.string() + ")");
+  }
+}
+
+bool Tokenizer::gguf_has_tokenizer(const std::filesystem::path& file) {
+  const auto header = model::read_gguf_header(file);
+  auto it = header.metadata.find("tokenizer.ggml.model");
+  if (it == header.metadata.end()) return false;
+  return !(it->is_string() && (*it == "none" || *it == "no_vocab"));
+}
+
+Tokenizer Tokenizer::for_model(const std::filesystem::path& path) {
+  std::error_code ec;
+  const bool is_dir = std::filesystem::is_directory(path, ec);
+  const auto dir = is_dir ? path : path.parent_path();
+  if (!is_dir && path.extension() == ".gguf" && !std::filesystem::exists(dir / "tokenizer.json", ec) &&
+      gguf_has_tokenizer(path))
+    return from_gguf(path);
+  return from_dir(dir.empty() ? std::filesystem::path(".") : dir);
 }
 
 Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view config_json) {

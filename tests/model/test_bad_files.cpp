@@ -289,9 +289,9 @@ TEST(BadGguf, BadMetadata) {
   GgufBuilder noarch;
   noarch.tensor("token_embd.weight", {2}, 0, fk_test::f32_bytes({1, 2}));
   expect_gguf_error(noarch.build(), {"bad.gguf", "general.architecture", "missing"});
-  GgufBuilder qwen;
-  qwen.str("general.architecture", "qwen2");
-  expect_gguf_error(qwen.build(), {"bad.gguf", "qwen2", "not supported"});
+  GgufBuilder other;
+  other.str("general.architecture", "mamba");
+  expect_gguf_error(other.build(), {"bad.gguf", "mamba", "not supported", "qwen2"});
 }
 
 TEST(BadGguf, TensorsLieAboutData) {
@@ -310,12 +310,15 @@ TEST(BadGguf, TensorsLieAboutData) {
   b = one_tensor();
   b.tensor("blk.0.ffn_up.weight", {16, 2}, 8, std::string(34, '\0'));  // Q8_0 rows of 16: not whole blocks
   expect_gguf_error(b.build(), {"bad.gguf", "blk.0.ffn_up.weight", "Q8_0", "32-element blocks"});
+  b = one_tensor();
+  b.tensor("blk.0.ffn_up.weight", {128, 2}, 12, std::string(144, '\0'));  // Q4_K rows of 128: not whole blocks
+  expect_gguf_error(b.build(), {"bad.gguf", "blk.0.ffn_up.weight", "Q4_K", "256-element blocks"});
 }
 
 TEST(BadGguf, UnknownOrUnsupportedTensorType) {
   GgufBuilder b = one_tensor();
-  b.tensor("blk.0.ffn_up.weight", {256}, 12, std::string(144, '\0'));
-  expect_gguf_error(b.build(), {"bad.gguf", "blk.0.ffn_up.weight", "Q4_K", "F32, F16, BF16, Q8_0"});
+  b.tensor("blk.0.ffn_up.weight", {256}, 11, std::string(110, '\0'));
+  expect_gguf_error(b.build(), {"bad.gguf", "blk.0.ffn_up.weight", "Q3_K", "F32, F16, BF16, Q8_0, Q4_0, Q4_K"});
   b = one_tensor();
   b.tensor("blk.0.ffn_up.weight", {4}, 200, std::string(4, '\0'));
   expect_gguf_error(b.build(), {"bad.gguf", "blk.0.ffn_up.weight", "type 200"});

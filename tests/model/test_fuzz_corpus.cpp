@@ -8,7 +8,9 @@
 #include <iterator>
 #include <vector>
 
+#include "flashkit/tokenizer.hpp"
 #include "model/gguf.hpp"
+#include "tokenizer/gguf_tokenizer.hpp"
 #include "model/weights.hpp"
 
 namespace fs = std::filesystem;
@@ -76,6 +78,11 @@ TEST(FuzzCorpus, Gguf) {
       touch_all(*s);
       load_or_error(p, [&] { gguf_hf_config(*s); });
       load_or_error(p, [&] { gguf_tokenizer_json(*s); });
+      // The embedded tokenizer as the engine builds it: synthesised tokenizer.json, then the real reader.
+      load_or_error(p, [&] {
+        auto [tj, cfg] = flashkit::tokenizer::gguf_tokenizer_files(gguf_metadata(*s), p.filename().string());
+        flashkit::Tokenizer::from_json(tj, cfg);
+      });
     });
     load_or_error(p, [&] { touch_all(*open_gguf(p)); });
   }

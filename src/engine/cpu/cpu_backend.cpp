@@ -18,6 +18,8 @@
 
 #include "engine/backend.hpp"
 #include "engine/cpu/gemv.hpp"
+#include "engine/cpu/gemv_quant.hpp"
+#include "model/quant.hpp"
 #include "engine/cpu/paged_attention.hpp"
 #include "engine/cpu/ssm_ops.hpp"
 #include "engine/sampler.hpp"
@@ -37,7 +39,7 @@ class CpuBackend final : public Backend {
     threads_ = o.threads > 0 ? o.threads : num_threads();  // this backend's own count; the global stays as it is
     isa_ = cpu::detect_isa(o.tuning.cpu_isa);
     wtype_ = o.weight_dtype == DType::bf16 ? DType::bf16 : DType::f32;  // f16 requests are stored as f32
-    keep_q8_ = o.keep_q8_0;
+    keep_quant_ = o.keep_quantized;
   }
   ~CpuBackend() override {
     for (void* p : owned_) std::free(p);
@@ -83,25 +85,20 @@ class CpuBackend final : public Backend {
     Matrix m;
     m.cols = parts[0]->shape.size() == 2 ? parts[0]->shape[1] : parts[0]->numel();
     for (auto* p : parts) m.rows += p->shape[0];
-    bool all_q8 = keep_q8_ && m.cols % 32 == 0;
-    for (auto* p : parts) all_q8 = all_q8 && p->type == model::WeightType::q8_0;
-    if (all_q8) {  // Q8_0 blocks as they are: mapped when one part, else the parts' rows concatenated
-      m.w = Tensor{nullptr, kQ8Marker, m.rows, m.cols, m.cols};
-      if (parts.size() == 1) {
-        m.w.data = const_cast<void*>(parts[0]->data);
-      } else {
-        auto blocks = std::make_shared<std::vector<uint8_t>>();
-        for (auto* p : parts) {
-          const auto* b = static_cast<const uint8_t*>(p->data);
-          blocks->insert(blocks->end(), b, b + p->shape[0] * (m.cols / 32) * 34);
-        }
-        m.w.data = blocks->data();
-        m.impl = blocks;
-      }
+    // GGUF block-quantized parts stay as their blocks, one segment per part (q/k/v of a Q4_K_M file mix Q4_K and
+    // Q6_K), each pointing into the mapped file; linear runs one quantized GEMM per segment.
+    bool keep = keep_quant_;
+    for (auto* p : parts)
+      keep = keep && model::is_quantized(p->type) && m.cols % model::quant_block(p->type).values == 0;
+    if (keep) {
+      auto q = std::make_shared<QuantMatrix>();
+      for (auto* p : parts) q->segments.push_back({p->type, p->shape[0], static_cast<const uint8_t*>(p->data)});
+      m.w = Tensor{const_cast<uint8_t*>(q->segments[0].blocks), kQuantMarker, m.rows, m.cols, m.cols};
+      m.impl = q;
     }
     const bool zero_copy = parts.size() == 1 && ((wtype_ == DType::f32 && parts[0]->type == model::WeightType::f32) ||
                                                  (wtype_ == DType::bf16 && parts[0]->type == model::WeightType::bf16));
-    if (all_q8) {
+    if (keep) {
     } else if (zero_copy) {
       m.w = Tensor{const_cast<void*>(parts[0]->data), wtype_, m.rows, m.cols, m.cols};
     } else {
@@ -137,7 +134,7 @@ class CpuBackend final : public Backend {
     return t;
   }
   void free_matrix(Matrix& m) override {
-    if (m.w.dtype != kQ8Marker) free(m.w);  // no-op for zero-copy views (not owned); Q8_0 blocks live in m.impl
+    if (m.w.dtype != kQuantMarker) free(m.w);  // no-op for zero-copy views (not owned); blocks are the file's
     if (!m.bias.empty()) free(m.bias);
     m = Matrix{};
   }
@@ -198,14 +195,11 @@ class CpuBackend final : public Backend {
     for (int64_t t = 0; t < T; ++t) {
       const int64_t id = tokens_[size_t(t)];
       float* o = frow(out, t);
-      if (table.w.dtype == kQ8Marker) {  // one row of Q8_0 blocks
-        const auto* row = static_cast<const uint8_t*>(table.w.data) + id * (H / 32) * 34;
-        for (int64_t b = 0; b < H / 32; ++b) {
-          uint16_t h;
-          std::memcpy(&h, row + 34 * b, 2);
-          const float d = f16_to_f32(h);
-          for (int j = 0; j < 32; ++j) o[32 * b + j] = d * float(int8_t(row[34 * b + 2 + j])) * scale;
-        }
+      if (table.w.dtype == kQuantMarker) {  // one row of quantized blocks, expanded
+        const auto& seg = static_cast<const QuantMatrix*>(table.impl.get())->segments[0];
+        const model::QuantBlock qb = model::quant_block(seg.type);
+        model::dequantize_blocks(seg.type, seg.blocks + id * (H / qb.values) * qb.bytes, H / qb.values, o);
+        for (int64_t i = 0; i < H; ++i) o[i] *= scale;
       } else if (table.w.dtype == DType::bf16) {
         auto* s = static_cast<const uint16_t*>(table.w.data) + id * H;
         for (int64_t i = 0; i < H; ++i) o[i] = bf16_to_f32(s[i]) * scale;
@@ -244,10 +238,20 @@ class CpuBackend final : public Backend {
     // Decode-exact steps stay on the GEMV (blocks of <= 8 rows): each output is then the same sequence of FMAs as in
     // a one-row step, whereas the GEMM path (T > 8) sums in another order.
     const int64_t block = exact_ ? 8 : T;
-    for (int64_t t0 = 0; t0 < T; t0 += block)
-      cpu::matmul(isa_, threads_, static_cast<const float*>(x.data) + t0 * x.ld, x.ld, std::min(block, T - t0),
-                  W.w.data, W.w.dtype, W.rows, W.cols, static_cast<float*>(out.data) + t0 * out.ld, out.ld,
-                  W.w.dtype == kQ8Marker);
+    for (int64_t t0 = 0; t0 < T; t0 += block) {
+      const float* xt = static_cast<const float*>(x.data) + t0 * x.ld;
+      float* ot = static_cast<float*>(out.data) + t0 * out.ld;
+      const int64_t tb = std::min(block, T - t0);
+      if (W.w.dtype != kQuantMarker) {
+        cpu::matmul(isa_, threads_, xt, x.ld, tb, W.w.data, W.w.dtype, W.rows, W.cols, ot, out.ld);
+        continue;
+      }
+      int64_t r0 = 0;
+      for (const auto& seg : static_cast<const QuantMatrix*>(W.impl.get())->segments) {
+        cpu::matmul_quant(isa_, threads_, xt, x.ld, tb, seg.blocks, seg.type, seg.rows, W.cols, ot + r0, out.ld);
+        r0 += seg.rows;
+      }
+    }
     if (!W.bias.empty()) {
       const float* b = static_cast<const float*>(W.bias.data);
       for (int64_t t = 0; t < T; ++t) {
@@ -576,9 +580,19 @@ class CpuBackend final : public Backend {
     int64_t kvd = 0, rows = 0;
   };
 
-  static constexpr DType kQ8Marker = DType::i32;  // Matrix::w.dtype of Q8_0 blocks (BackendOptions::keep_q8_0)
+  // A matrix kept as GGUF blocks (BackendOptions::keep_quantized): Matrix::w.dtype is the marker, Matrix::impl the
+  // segments (rows of one part each, in order).
+  static constexpr DType kQuantMarker = DType::i32;
+  struct QuantMatrix {
+    struct Segment {
+      model::WeightType type;
+      int64_t rows;
+      const uint8_t* blocks;  // into the store's mapped file (the model keeps the store alive)
+    };
+    std::vector<Segment> segments;
+  };
   int threads_ = 1;
-  bool keep_q8_ = false;
+  bool keep_quant_ = false;
   Isa isa_ = Isa::scalar;
   DType wtype_ = DType::f32;
   std::set<void*> owned_;

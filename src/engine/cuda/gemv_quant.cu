@@ -1,0 +1,147 @@
+// See gemv_quant.hpp. Value i of a block is computed from the format's definition (the same as model/quant.cpp's
+// loops, indexed by value instead), so lane l of the warp handles values l, l + 32, ... of each block: consecutive
+// lanes read neighbouring quant bytes, and x is read coalesced.
+#include "engine/cuda/common.cuh"
+#include "engine/cuda/gemv_quant.hpp"
+
+#include <cuda_fp16.h>
+
+namespace flashkit::engine::cuda {
+namespace {
+
+using model::WeightType;
+
+__device__ __forceinline__ float half_at(const uint8_t* p) {
+  return __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(p)));  // blocks are 2-byte aligned
+}
+
+// Q4_K / Q5_K: sub-block j's 6-bit scale and min from the 12 packed bytes (model/quant.cpp explains the packing).
+__device__ __forceinline__ void k_scale_min(const uint8_t* s, int j, int* sc, int* mn) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *mn = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+    *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+template <WeightType TYPE>
+struct Layout;
+template <>
+struct Layout<WeightType::q8_0> {
+  static constexpr int kValues = 32, kBytes = 34;
+};
+template <>
+struct Layout<WeightType::q4_0> {
+  static constexpr int kValues = 32, kBytes = 18;
+};
+template <>
+struct Layout<WeightType::q4_k> {
+  static constexpr int kValues = 256, kBytes = 144;
+};
+template <>
+struct Layout<WeightType::q5_k> {
+  static constexpr int kValues = 256, kBytes = 176;
+};
+template <>
+struct Layout<WeightType::q6_k> {
+  static constexpr int kValues = 256, kBytes = 210;
+};
+
+// Value i of block b.
+template <WeightType TYPE>
+__device__ __forceinline__ float value(const uint8_t* b, int i) {
+  if constexpr (TYPE == WeightType::q8_0) {
+    return half_at(b) * float(int8_t(b[2 + i]));
+  } else if constexpr (TYPE == WeightType::q4_0) {
+    const int q = i < 16 ? (b[2 + i] & 15) : (b[2 + i - 16] >> 4);
+    return half_at(b) * float(q - 8);
+  } else if constexpr (TYPE == WeightType::q4_k || TYPE == WeightType::q5_k) {
+    constexpr bool kFive = TYPE == WeightType::q5_k;
+    const uint8_t* qs = b + (kFive ? 48 : 16);
+    const int g = i / 64, r = i % 64;
+    int q = r < 32 ? (qs[32 * g + r] & 15) : (qs[32 * g + r - 32] >> 4);
+    if constexpr (kFive) q |= ((b[16 + i % 32] >> (i / 32)) & 1) << 4;
+    int sc, mn;
+    k_scale_min(b + 4, i / 32, &sc, &mn);
+    return half_at(b) * float(sc) * float(q) - half_at(b + 2) * float(mn);
+  } else {  // Q6_K
+    const int h = i / 128, k = (i % 128) / 32, l = i % 32;
+    const uint8_t lowbyte = b[64 * h + l + 32 * (k & 1)];
+    const int low = k < 2 ? (lowbyte & 15) : (lowbyte >> 4);
+    const int q = (low | (((b[128 + 32 * h + l] >> (2 * k)) & 3) << 4)) - 32;
+    return half_at(b + 208) * float(int8_t(b[192 + i / 16])) * float(q);
+  }
+}
+
+template <WeightType TYPE, int T>
+__global__ void gemv_quant_kernel(const float* __restrict__ x, int64_t ldx, const uint8_t* __restrict__ W, int64_t N,
+                                  int64_t K, float* __restrict__ out, int64_t ldo) {
+  using L = Layout<TYPE>;
+  pdl_trigger();
+  const int lane = threadIdx.x & 31;
+  const int64_t n = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  pdl_wait();
+  if (n >= N) return;
+  const int64_t nb = K / L::kValues;
+  const uint8_t* row = W + n * nb * L::kBytes;
+  float acc[T];
+#pragma unroll
+  for (int t = 0; t < T; ++t) acc[t] = 0.f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = row + b * L::kBytes;
+#pragma unroll
+    for (int j = 0; j < L::kValues / 32; ++j) {
+      const int i = 32 * j + lane;
+      const float w = value<TYPE>(blk, i);
+      const int64_t k = b * L::kValues + i;
+#pragma unroll
+      for (int t = 0; t < T; ++t) acc[t] += w * x[t * ldx + k];
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+    const float s = warp_sum(acc[t]);
+    if (lane == 0) out[t * ldo + n] = s;
+  }
+}
+
+template <WeightType TYPE, int T>
+void launch_rows(const float* x, int64_t ldx, const uint8_t* W, int64_t N, int64_t K, float* out, int64_t ldo,
+                 cudaStream_t stream) {
+  constexpr int kWarps = 4;
+  const dim3 grid(unsigned((N + kWarps - 1) / kWarps));
+  launch("gemv_quant", gemv_quant_kernel<TYPE, T>, grid, dim3(32 * kWarps), 0, stream, x, ldx, W, N, K, out, ldo);
+}
+
+template <WeightType TYPE>
+void launch_type(const float* x, int64_t ldx, int T, const uint8_t* W, int64_t N, int64_t K, float* out, int64_t ldo,
+                 cudaStream_t stream) {
+  switch (T) {
+    case 1: return launch_rows<TYPE, 1>(x, ldx, W, N, K, out, ldo, stream);
+    case 2: return launch_rows<TYPE, 2>(x, ldx, W, N, K, out, ldo, stream);
+    case 3: return launch_rows<TYPE, 3>(x, ldx, W, N, K, out, ldo, stream);
+    case 4: return launch_rows<TYPE, 4>(x, ldx, W, N, K, out, ldo, stream);
+    case 5: return launch_rows<TYPE, 5>(x, ldx, W, N, K, out, ldo, stream);
+    case 6: return launch_rows<TYPE, 6>(x, ldx, W, N, K, out, ldo, stream);
+    case 7: return launch_rows<TYPE, 7>(x, ldx, W, N, K, out, ldo, stream);
+    default: return launch_rows<TYPE, 8>(x, ldx, W, N, K, out, ldo, stream);
+  }
+}
+
+}  // namespace
+
+void gemv_quant(const float* x, int64_t ldx, int T, const uint8_t* W, model::WeightType type, int64_t N, int64_t K,
+                float* out, int64_t ldo, cudaStream_t stream) {
+  switch (type) {
+    case WeightType::q8_0: return launch_type<WeightType::q8_0>(x, ldx, T, W, N, K, out, ldo, stream);
+    case WeightType::q4_0: return launch_type<WeightType::q4_0>(x, ldx, T, W, N, K, out, ldo, stream);
+    case WeightType::q4_k: return launch_type<WeightType::q4_k>(x, ldx, T, W, N, K, out, ldo, stream);
+    case WeightType::q5_k: return launch_type<WeightType::q5_k>(x, ldx, T, W, N, K, out, ldo, stream);
+    case WeightType::q6_k: return launch_type<WeightType::q6_k>(x, ldx, T, W, N, K, out, ldo, stream);
+    default: fail(Status::invalid_argument, std::string("gemv_quant: not a quantized type: ") + weight_type_name(type));
+  }
+}
+
+}  // namespace flashkit::engine::cuda

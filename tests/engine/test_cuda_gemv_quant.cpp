@@ -1,0 +1,86 @@
+// The CUDA decode GEMV over GGUF block-quantized weights (src/engine/cuda/gemv_quant.cu) against an f64 product
+// with the values the test packed (tests/model/quant_pack.hpp): every quantized type, T = 1..8, odd row counts,
+// strided x and out, NaN-poisoned outputs. Skips without a CUDA device (and in CPU builds).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "../model/quant_pack.hpp"
+#include "flashkit/runtime.hpp"
+#include "model/weights.hpp"
+#ifdef FLASHKIT_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "engine/cuda/gemv_quant.hpp"
+#endif
+
+namespace {
+
+using fk_test::QType;
+
+#ifdef FLASHKIT_WITH_CUDA
+flashkit::model::WeightType weight_type(QType t) {
+  using W = flashkit::model::WeightType;
+  switch (t) {
+    case QType::q8_0: return W::q8_0;
+    case QType::q4_0: return W::q4_0;
+    case QType::q4_k: return W::q4_k;
+    case QType::q5_k: return W::q5_k;
+    case QType::q6_k: return W::q6_k;
+  }
+  return W::f32;
+}
+
+template <class T>
+T* to_device(const T* host, size_t n) {
+  void* d = nullptr;
+  EXPECT_EQ(cudaMalloc(&d, n * sizeof(T) + 16), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d, host, n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  return static_cast<T*>(d);
+}
+#endif
+
+TEST(CudaGemvQuant, EveryTypeAgainstF64) {
+#ifndef FLASHKIT_WITH_CUDA
+  GTEST_SKIP() << "CPU build";
+#else
+  if (flashkit::cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd;
+  for (QType qt : {QType::q8_0, QType::q4_0, QType::q4_k, QType::q5_k, QType::q6_k})
+    for (int T : {1, 2, 5, 8})
+      for (int64_t N : {1, 37, 300}) {
+        const int64_t bpr = qt == QType::q4_0 || qt == QType::q8_0 ? 7 : 3, K = bpr * fk_test::qtype_values(qt);
+        std::string blocks;
+        std::vector<double> w;
+        for (int64_t i = 0; i < N * bpr; ++i) fk_test::pack_random_block(qt, rng, blocks, w);
+        const int64_t ldx = K + 4, ldo = N + 3;
+        std::vector<float> x(size_t(T * ldx)), out(size_t(T * ldo), std::numeric_limits<float>::quiet_NaN());
+        for (auto& v : x) v = nd(rng);
+        float* dx = to_device(x.data(), x.size());
+        float* dout = to_device(out.data(), out.size());
+        auto* dw = to_device(reinterpret_cast<const uint8_t*>(blocks.data()), blocks.size());
+        flashkit::engine::cuda::gemv_quant(dx, ldx, T, dw, weight_type(qt), N, K, dout, ldo, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        cudaFree(dx);
+        cudaFree(dout);
+        cudaFree(dw);
+        double d = 0, r = 0;
+        for (int t = 0; t < T; ++t)
+          for (int64_t n = 0; n < N; ++n) {
+            double e = 0;
+            for (int64_t k = 0; k < K; ++k) e += double(x[size_t(t * ldx + k)]) * w[size_t(n * K + k)];
+            const double o = out[size_t(t * ldo + n)];
+            d += (o - e) * (o - e);
+            r += e * e;
+          }
+        EXPECT_LT(std::sqrt(d / r), 1e-5) << fk_test::qtype_name(qt) << " T " << T << " N " << N;
+      }
+#endif
+}
+
+}  // namespace
