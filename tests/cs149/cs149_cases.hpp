@@ -102,20 +102,24 @@ inline void check_swiglu(Memory& mem, int64_t m, int64_t k, int64_t n, float bet
     while (int64_t(rows.size()) < check_rows) rows.push_back(pick(rng));
   }
   // Relative error per row against the f64 reference, scaled by the row's norm: f32 accuracy is ~1e-6.
+  // Also the course's own check, element by element: allclose(rtol = 1e-2, atol = 1e-2). At K = 2048 the outputs
+  // are ~2000, so near their zeros atol asks for ~5e-6 of the scale: a biased accumulation fails it (run s8-2).
   double worst = 0;
-  int64_t nan_count = 0;
+  int64_t nan_count = 0, course_bad = 0;
   for (int64_t r : rows) {
     const auto want = reference::swiglu_row(x, w, v, b, c, beta, r, k, n);
     double num = 0, den = 0;
     for (int64_t j = 0; j < n; ++j) {
       const double g = got[size_t(r * n + j)];
       if (!std::isfinite(g)) ++nan_count;
+      course_bad += !(std::abs(g - want[size_t(j)]) <= 1e-2 + 1e-2 * std::abs(want[size_t(j)]));
       num += (g - want[size_t(j)]) * (g - want[size_t(j)]);
       den += want[size_t(j)] * want[size_t(j)];
     }
     worst = std::max(worst, std::sqrt(num / std::max(den, 1e-300)));
   }
   EXPECT_EQ(nan_count, 0);
+  EXPECT_EQ(course_bad, 0) << "outside the course's allclose; m " << m << " k " << k << " n " << n;
   EXPECT_LE(worst, tol) << "m " << m << " k " << k << " n " << n;
 }
 

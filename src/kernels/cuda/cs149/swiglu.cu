@@ -2,7 +2,8 @@
 // A block computes a 128 x 64 tile of both products in the same k loop (the x tile is loaded once for both),
 // with tensor cores in 3xTF32: every f32 operand is split into a TF32 "big" part and a TF32 remainder, and
 // a*b ~ a_big*b_big + a_big*b_small + a_small*b_big (the dropped small*small term is below f32 rounding), which
-// keeps f32 accuracy where plain TF32 fails the course's tolerance. The epilogue adds the biases and applies
+// keeps f32 accuracy where plain TF32 fails the course's tolerance. The running sums over K live outside the
+// tensor cores (they truncate), added to with ordinary round-to-nearest f32 adds once per k step of 8. The epilogue adds the biases and applies
 // SiLU * gate in registers: the two products never reach HBM.
 // Layout: 8 warps as 4 (M) x 2 (N), each warp 32 x 32 of each product = 2 x 4 mma.m16n8k8 tiles per matrix.
 // Tiles move global -> registers -> shared memory double buffer (the next k tile's loads are in flight while the
@@ -194,13 +195,22 @@ __global__ void __launch_bounds__(kThreads) swiglu_3xtf32_kernel(const float* __
         split(Vs[(kk + tig + 4) * kBStride + c], vb1, vs1);
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
-          // The small cross terms first, then the big product, so the accumulator sees them in rising size.
-          mma_tf32(acc_w[mt][nt], a_small[mt], wb0, wb1);
-          mma_tf32(acc_w[mt][nt], a_big[mt], ws0, ws1);
-          mma_tf32(acc_w[mt][nt], a_big[mt], wb0, wb1);
-          mma_tf32(acc_v[mt][nt], a_small[mt], vb0, vb1);
-          mma_tf32(acc_v[mt][nt], a_big[mt], vs0, vs1);
-          mma_tf32(acc_v[mt][nt], a_big[mt], vb0, vb1);
+          // The tensor cores round their sums toward zero: accumulating all of K in them biases the result by
+          // ~K/8 ulps (2.8e-5 relative at K = 2048, run s8-2). So each k step's three products (small cross
+          // terms first, then big * big) are summed from zero in the tensor core, and that partial sum is
+          // added to the running total with round-to-nearest f32 adds (docs/worklog/cs149-swiglu.md, v2).
+          float pw[4] = {0.f, 0.f, 0.f, 0.f}, pv[4] = {0.f, 0.f, 0.f, 0.f};
+          mma_tf32(pw, a_small[mt], wb0, wb1);
+          mma_tf32(pw, a_big[mt], ws0, ws1);
+          mma_tf32(pw, a_big[mt], wb0, wb1);
+          mma_tf32(pv, a_small[mt], vb0, vb1);
+          mma_tf32(pv, a_big[mt], vs0, vs1);
+          mma_tf32(pv, a_big[mt], vb0, vb1);
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            acc_w[mt][nt][r] += pw[r];
+            acc_v[mt][nt][r] += pv[r];
+          }
         }
       }
     }
