@@ -84,8 +84,6 @@ def candidates(problem, data, use_compile):
         out["compile"] = torch.compile(fn)
     if problem == "flashattention":
         out["sdpa"] = ref.attention_sdpa
-    if problem == "rk4":  # the other stage kernel, for the A/B record (docs/worklog/cs149-rk4.md)
-        out["flashkit_l1"] = lambda d: cs149.rk4(d, kernel="l1")
     return out
 
 
@@ -132,9 +130,6 @@ def main(argv=None):
             r["problem"], f(r, "flashkit_ms"), f(r, "eager_ms"), f(r, "compile_ms"), f(r, "sdpa_ms"),
             ("%.2fx" % r["speedup_vs_best_torch"]) if "speedup_vs_best_torch" in r else "-", r["goal_ms"],
             "OK" if r["check_ok"] else "FAILED"))
-    for r in results:
-        if "flashkit_l1_ms" in r:
-            print("%s with the v1 stage kernel (stage_l1): %.3f ms" % (r["problem"], r["flashkit_l1_ms"]))
     return 1 if failed else 0
 
 

@@ -68,11 +68,11 @@ TEST(Cs149QueryEmbed, MatchesReference) {
 TEST(Cs149Rk4, KernelChoice) {
   using flashkit::cs149::Rk4Kernel;
   flashkit::cs149::Rk4Args a;
-  EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_shared);
+  EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1);  // the H200 winner (run s8-2)
+  a.nz = a.ny = a.nx = 600;  // the course shape too
+  EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1);
   a.kernel = Rk4Kernel::stage_l1;
   EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1);
-  a.kernel = Rk4Kernel::stage_shared;
-  EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_shared);
 }
 
 template <typename F>
@@ -115,6 +115,8 @@ TEST(Cs149Errors, NameTheArgument) {
   r.hy = 1.0f; r.out = u.data();
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "alias");
   r.out = out.data(); r.kernel = static_cast<flashkit::cs149::Rk4Kernel>(5);
+  expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "kernel must be");
+  r.kernel = static_cast<flashkit::cs149::Rk4Kernel>(2);  // the retired v2
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "kernel must be");
   r.kernel = flashkit::cs149::Rk4Kernel::automatic; r.n_steps = -1;
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "n_steps");

@@ -174,6 +174,8 @@ def test_bad_input_names_the_argument():
         cs149.swiglu((torch.ones(2, 3), torch.ones(4, 5), torch.ones(4, 5), torch.ones(5), torch.ones(5), 1.0))
     with pytest.raises(ValueError, match="kernel must be"):
         cs149.rk4((torch.ones(9, 9, 9), 1.0, 1.0, 1.0, 1.0, 1), kernel="fast")
+    with pytest.raises(ValueError, match="kernel must be"):  # v2, retired after it lost on the H200
+        cs149.rk4((torch.ones(9, 9, 9), 1.0, 1.0, 1.0, 1.0, 1), kernel="shared")
     with pytest.raises(InvalidArgumentError, match="alpha"):
         cs149.rk4((torch.ones(9, 9, 9), -1.0, 1.0, 1.0, 1.0, 1))
     with pytest.raises(TypeError, match="k must be"):

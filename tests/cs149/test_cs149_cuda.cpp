@@ -87,10 +87,10 @@ TEST_P(Cs149CudaRk4, OddShapes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, Cs149CudaRk4,
-                         ::testing::Values(flashkit::cs149::Rk4Kernel::stage_l1,
-                                           flashkit::cs149::Rk4Kernel::stage_shared),
+                         ::testing::Values(flashkit::cs149::Rk4Kernel::automatic,
+                                           flashkit::cs149::Rk4Kernel::stage_l1),
                          [](const auto& info) { return info.param == flashkit::cs149::Rk4Kernel::stage_l1
-                                                           ? std::string("l1") : std::string("shared"); });
+                                                           ? std::string("l1") : std::string("automatic"); });
 
 TEST(Cs149CudaQueryEmbed, Shapes) {
   REQUIRE_GPU();
