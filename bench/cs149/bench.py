@@ -84,6 +84,8 @@ def candidates(problem, data, use_compile):
         out["compile"] = torch.compile(fn)
     if problem == "flashattention":
         out["sdpa"] = ref.attention_sdpa
+    if problem == "rk4":  # v3, an A/B option until measured (docs/worklog/cs149-rk4.md)
+        out["flashkit_l1_y4"] = lambda d: cs149.rk4(d, kernel="l1_y4")
     return out
 
 
@@ -106,6 +108,11 @@ def main(argv=None):
         print("%s: flashkit %s (%s)" % (problem, "OK" if ok else "FAILED", detail), flush=True)
         row = {"problem": problem, "shape": ref.SHAPES[problem], "check_ok": ok, "check": detail,
                "goal_ms": GOALS_MS[problem]}
+        for name in [n for n in fns if n.startswith("flashkit_")]:  # the A/B variants are checked too
+            v_ok, v_detail = check(problem, fns[name](data), want)
+            failed |= not v_ok
+            print("%s: %s %s (%s)" % (problem, name, "OK" if v_ok else "FAILED", v_detail), flush=True)
+            row[name + "_check_ok"] = v_ok
         for name, fn in fns.items():
             try:
                 ms, n = time_ms(fn, data, args.runs, args.budget_s)
@@ -130,6 +137,10 @@ def main(argv=None):
             r["problem"], f(r, "flashkit_ms"), f(r, "eager_ms"), f(r, "compile_ms"), f(r, "sdpa_ms"),
             ("%.2fx" % r["speedup_vs_best_torch"]) if "speedup_vs_best_torch" in r else "-", r["goal_ms"],
             "OK" if r["check_ok"] else "FAILED"))
+    for r in results:
+        if "flashkit_l1_y4_ms" in r:
+            print("%s with the v3 stage kernel (stage_l1_y4): %.3f ms (check %s)" % (
+                r["problem"], r["flashkit_l1_y4_ms"], "OK" if r.get("flashkit_l1_y4_check_ok") else "FAILED"))
     return 1 if failed else 0
 
 

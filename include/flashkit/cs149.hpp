@@ -43,10 +43,11 @@ void swiglu(const SwigluArgs& a);
 // [nz, ny, nx]; the 4-point boundary layer keeps its initial values; dt = 0.05 / (alpha (1/hx^2 + 1/hy^2 +
 // 1/hz^2)), computed in f32 as the course reference does. out [nz, ny, nx] receives u after n_steps steps (it may
 // not alias u0). CUDA calls allocate three field-sized work buffers on the stream.
-// Which CUDA stage kernel runs (an A/B switch for benchmarks): automatic picks by choose_rk4_kernel; stage_l1
-// reads the x/y neighbours through L1 (v1). Value 2 was v2 (a shared-memory plane), retired after it lost on the
-// H200 (docs/worklog/cs149-rk4.md); it is rejected now.
-enum class Rk4Kernel : int32_t { automatic = 0, stage_l1 = 1 };
+// Which CUDA stage kernel runs (an A/B switch for benchmarks; all compute the same values): automatic picks by
+// choose_rk4_kernel; stage_l1 reads the x/y neighbours through L1 (v1); stage_l1_y4 is v1 with 4 rows per thread
+// in registers (v3). Value 2 was v2 (a shared-memory plane), retired after it lost on the H200
+// (docs/worklog/cs149-rk4.md); it is rejected now.
+enum class Rk4Kernel : int32_t { automatic = 0, stage_l1 = 1, stage_l1_y4 = 3 };
 
 struct Rk4Args {
   const float* u0 = nullptr;

@@ -118,6 +118,8 @@ def test_rk4_course_tolerance():
     want = ref_rk4(u0, alpha.item(), hx.item(), hy.item(), hz.item(), 3)
     assert torch.allclose(out, want, rtol=1e-6, atol=1e-6), (out - want).abs().max()
     assert not torch.equal(out, u0)
+    # The kernel choice only matters on CUDA; every valid name is accepted on either device.
+    assert torch.equal(cs149.rk4((u0, alpha, hx, hy, hz, 3), kernel="l1_y4"), out)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

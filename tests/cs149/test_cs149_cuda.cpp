@@ -88,9 +88,41 @@ TEST_P(Cs149CudaRk4, OddShapes) {
 
 INSTANTIATE_TEST_SUITE_P(Kernels, Cs149CudaRk4,
                          ::testing::Values(flashkit::cs149::Rk4Kernel::automatic,
-                                           flashkit::cs149::Rk4Kernel::stage_l1),
-                         [](const auto& info) { return info.param == flashkit::cs149::Rk4Kernel::stage_l1
-                                                           ? std::string("l1") : std::string("automatic"); });
+                                           flashkit::cs149::Rk4Kernel::stage_l1,
+                                           flashkit::cs149::Rk4Kernel::stage_l1_y4),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case flashkit::cs149::Rk4Kernel::stage_l1: return std::string("l1");
+                             case flashkit::cs149::Rk4Kernel::stage_l1_y4: return std::string("l1_y4");
+                             default: return std::string("automatic");
+                           }
+                         });
+
+// v3 keeps v1's operations and only changes where the y neighbours come from: the fields must be bit-identical.
+// ny 77: 69 interior rows = two full 32-row blocks and a partial one whose last thread has rows past ny.
+TEST(Cs149CudaRk4Blocked, BitIdenticalToL1) {
+  REQUIRE_GPU();
+  CudaMemory mem;
+  std::mt19937 rng(31);
+  const int64_t nz = 23, ny = 77, nx = 45;
+  const auto u0 = cs149_test::randn(size_t(nz * ny * nx), rng);
+  flashkit::cs149::Rk4Args a;
+  a.u0 = mem.put(u0);
+  a.nz = nz; a.ny = ny; a.nx = nx; a.alpha = 0.7f; a.hx = 1.1f; a.hy = 0.8f; a.hz = 1.3f; a.n_steps = 3;
+  a.device = Device::cuda;
+  std::vector<float> out[2];
+  const flashkit::cs149::Rk4Kernel kernels[2] = {flashkit::cs149::Rk4Kernel::stage_l1,
+                                                 flashkit::cs149::Rk4Kernel::stage_l1_y4};
+  for (int i = 0; i < 2; ++i) {
+    a.kernel = kernels[i];
+    a.out = mem.put(std::vector<float>(u0.size(), std::numeric_limits<float>::quiet_NaN()));
+    flashkit::cs149::rk4(a);
+    out[i] = mem.get(a.out, u0.size());
+  }
+  int64_t differ = 0;
+  for (size_t i = 0; i < u0.size(); ++i) differ += std::memcmp(&out[0][i], &out[1][i], sizeof(float)) != 0;
+  EXPECT_EQ(differ, 0);
+}
 
 TEST(Cs149CudaQueryEmbed, Shapes) {
   REQUIRE_GPU();
