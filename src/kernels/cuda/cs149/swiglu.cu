@@ -3,8 +3,8 @@
 // with tensor cores in 3xTF32: every f32 operand is split into a TF32 "big" part and a TF32 remainder, and
 // a*b ~ a_big*b_big + a_big*b_small + a_small*b_big (the dropped small*small term is below f32 rounding), which
 // keeps f32 accuracy where plain TF32 fails the course's tolerance. The running sums over K live outside the
-// tensor cores (they truncate), added to with ordinary round-to-nearest f32 adds once per k step of 8. The epilogue adds the biases and applies
-// SiLU * gate in registers: the two products never reach HBM.
+// tensor cores (they truncate), added to with ordinary round-to-nearest f32 adds once per k step of 8. The
+// epilogue adds the biases and applies SiLU * gate in registers: the two products never reach HBM.
 // Layout: 8 warps as 4 (M) x 2 (N), each warp 32 x 32 of each product = 2 x 4 mma.m16n8k8 tiles per matrix.
 // Tiles move global -> registers -> shared memory double buffer (the next k tile's loads are in flight while the
 // current one is multiplied). Shared rows are padded so the fragment reads are free of bank conflicts. Blocks are
