@@ -3,8 +3,9 @@
 // input) and writes the next stage input (u + a dt k) and the running sum k1 + 2 k2 + 2 k3 (stage 4 writes
 // u_new = u + dt/6 (sum + k4) directly), so no k field and no separate axpy pass exists.
 // A thread owns one (x, y) column and walks a chunk of z planes with the 9 z-neighbours in registers (each plane
-// is read once per column). The x and y neighbours come through L1 (v1; v3 also keeps 4 rows per thread). v2 read them from a shared-memory copy
-// of the plane and lost on the H200 (141.4 ms vs 77.7 ms, run s8-2): retired to dev/cuda/cs149_rk4_smem.cu.
+// is read once per column). The x and y neighbours come through L1 (v1, the default; v3 keeps 4 rows per thread
+// to reuse the y neighbours). v2 read them from a shared-memory copy of the plane and lost on the H200 (141.4 ms
+// vs 77.7 ms, run s8-2): retired to dev/cuda/cs149_rk4_smem.cu.
 // Compiled with -fmad=false (src/kernels/cuda/sources.cmake): every multiply and add rounds separately, as the
 // course reference's elementwise PyTorch ops do, so results track it to a few ulp.
 #include <cuda_runtime.h>
