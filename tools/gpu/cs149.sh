@@ -29,10 +29,13 @@ for st in "${STAGES[@]}"; do
       run cuda_tests timeout 240 "$BUILD/tests/cs149/flashkit_cs149_cuda_tests" --gtest_brief=1
       run cpu_tests timeout 120 "$BUILD/tests/cs149/flashkit_cs149_tests" --gtest_brief=1
       run python_tests timeout 120 python3 -m pytest -q -p no:cacheprovider tests/cs149/test_cs149.py
-      grep -E "^\[  FAILED  \]|^FAILED" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt" ;;
+      grep -E "^\[  FAILED  \]|^FAILED" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt"
+      grep -E "^\[  PASSED  \]|^[0-9]+ passed" "$LOG" | tail -3
+      cat "$OUT/failed.txt" ;;
     bench)
       run bench timeout 300 python3 bench/cs149/bench.py --runs 10 --budget-s 3 --json "$OUT/cs149-bench.json"
-      sed -n '/^| problem/,/^== bench: rc/p' "$LOG" | grep -v '^== ' > "$OUT/cs149-bench.md"
+      { sed -n '/^| problem/,/^== bench: rc/p' "$LOG" | grep -v '^== '; echo
+        grep -E "^[a-z_0-9]+: flashkit[a-z_0-9]* (OK|FAILED)" "$LOG" | tail -8; } > "$OUT/cs149-bench.md"
       cat "$OUT/cs149-bench.md" ;;
     ncu)  # one process, every flashkit kernel of the five problems once (RK4: one step, the four stage kernels)
       K='regex:histogram_kernel|swiglu_3xtf32|rk4_stage|flash_fwd|layernorm_head|query_embed'
