@@ -14,10 +14,13 @@ import os
 import re
 import sys
 
-import matplotlib
+try:  # the plot is optional: the JSON and the table are written without matplotlib
+    import matplotlib
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError:
+    plt = None
 
 NAME = re.compile(r"^(?P<kind>.+)-w(?P<width>\d+)-s(?P<seq>\d+)$")
 
@@ -92,6 +95,9 @@ def main(argv=None):
         for r in rows:
             f.write(f"| {r['kind']} | {r['width']} | {r['seq_len']} | {r['pairs']} | {r['parameters']} | "
                     f"{fmt(r['train_loss'])} | {fmt(r['val_loss'])} | {r['accuracy']:.3f} | {r['n']} |\n")
+    if plt is None:
+        print(f"wrote {base}.json, .md ({len(rows)} runs; no matplotlib: no plot)")
+        return 0
     fig, ax = plt.subplots(figsize=(6, 4))
     for key in sorted({(r["kind"], r["seq_len"]) for r in rows}):
         pts = [(r["width"], r["accuracy"]) for r in rows if (r["kind"], r["seq_len"]) == key]
