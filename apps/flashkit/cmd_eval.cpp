@@ -95,8 +95,12 @@ void add_eval(CLI::App& app) {
     lo.dtype = a->dtype;
     lo.threads = a->threads;
     lo.max_context = *std::max_element(cfg.lengths.begin(), cfg.lengths.end());
-    Activity act("loading the model");
-    auto model = Model::load(a->model, lo);
+    std::shared_ptr<Model> model;
+    {
+      Activity act("loading the model");
+      model = Model::load(a->model, lo);
+    }
+    Activity act("evaluating");
     std::fprintf(stderr, "eval: %s (%s, context %lld), %s tasks, %zu lengths, %lld samples per cell\n",
                  a->model.c_str(), model->info().backend.c_str(), static_cast<long long>(context),
                  has_tokenizer ? "text" : "token-id", cfg.lengths.size(), static_cast<long long>(cfg.samples));

@@ -92,11 +92,15 @@ std::vector<CellResult> run_eval(Model& model, const Tokenizer* tokenizer, const
       const std::vector<double> depths = task_has_depth(t) && tokenizer ? c.depths : std::vector<double>{-1};
       for (double d : depths) cells.push_back(CellResult{t, l, d});
     }
+  auto make = [&](const SampleSpec& spec) {
+    return tokenizer ? make_text_sample(spec, encode) : make_id_mqar_sample(spec, model.info().vocab_size);
+  };
+  for (const auto& cell : cells) make({cell.task, cell.length, cell.depth, c.seed, 0});  // template fits the length
   int64_t done = 0;
   for (auto& cell : cells) {
     for (int64_t i = 0; i < c.samples; ++i) {
       const SampleSpec spec{cell.task, cell.length, cell.depth, c.seed, i};
-      const Sample s = tokenizer ? make_text_sample(spec, encode) : make_id_mqar_sample(spec, model.info().vocab_size);
+      const Sample s = make(spec);
       const auto t0 = std::chrono::steady_clock::now();
       const SampleOutcome o = run_sample(model, tokenizer, s);
       cell.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

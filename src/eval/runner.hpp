@@ -52,7 +52,8 @@ struct SampleOutcome {
 };
 SampleOutcome run_sample(Model& model, const Tokenizer* tokenizer, const Sample& sample);
 
-// Every cell in order (task, length, depth); `progress` is called after each cell.
+// Every cell in order (task, length, depth); `progress` is called after each cell. Before any model work, the
+// first sample of every (task, length) is built, so that a length too short for a task fails at once.
 using Progress = std::function<void(const CellResult& cell, int64_t done, int64_t total)>;
 std::vector<CellResult> run_eval(Model& model, const Tokenizer* tokenizer, const EvalConfig& config,
                                  const Progress& progress = {});

@@ -147,3 +147,14 @@ TEST(EvalRunner, PerfectRecallModelScoresOneAndAWrongOneZero) {
   EXPECT_EQ(j["cells"][1]["length"], 101);
   EXPECT_DOUBLE_EQ(j["cells"][1]["accuracy"].get<double>(), 1.0);
 }
+
+TEST(EvalRunner, ALengthTooShortFailsBeforeAnyCellRuns) {
+  EvalConfig c;
+  c.tasks = {"mqar"};
+  c.lengths = {30, 4};  // 4 tokens hold no pair
+  RecallModel good(64, false);
+  int64_t calls = 0;
+  const std::string m = message_of([&] { run_eval(good, nullptr, c, [&](const CellResult&, int64_t, int64_t) { ++calls; }); });
+  EXPECT_NE(m.find("--lengths: 4 tokens is too short"), std::string::npos) << m;
+  EXPECT_EQ(calls, 0);
+}
