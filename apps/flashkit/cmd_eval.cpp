@@ -48,7 +48,8 @@ void add_eval(CLI::App& app) {
     int threads = 0;
   };
   auto a = std::make_shared<Args>();
-  auto* c = app.add_subcommand("eval", "Long-context evaluation: RULER-style synthetic tasks, accuracy per length and depth");
+  auto* c = app.add_subcommand("eval",
+                               "Long-context evaluation: RULER-style synthetic tasks, accuracy per length and depth");
   c->add_option("-m,--model", a->model, "Model directory")->required();
   c->add_option("--task", a->tasks,
                 "Tasks, comma-separated: passkey, niah_single, niah_multikey, niah_multivalue, vt, cwe, mqar, or all")

@@ -10,14 +10,16 @@ namespace flashkit::eval {
 
 namespace {
 
-constexpr std::array kSubjects = {"The old farmer", "A quiet river", "The morning train", "My neighbour", "The small boat",
+constexpr std::array kSubjects = {"The old farmer", "A quiet river", "The morning train", "My neighbour",
+                                  "The small boat",
                                   "A grey cloud", "The village baker", "Our teacher", "The tall tree", "A young fox",
                                   "The night guard", "The wooden bridge", "A busy market", "The north wind",
                                   "The painter", "A lonely road"};
 constexpr std::array kVerbs = {"walks past", "looks at", "waits near", "carries", "finds", "remembers", "follows",
                                "watches", "builds", "paints", "crosses", "opens", "leaves", "passes", "greets",
                                "measures"};
-constexpr std::array kObjects = {"the stone wall", "a red door", "the empty field", "the long table", "a basket of apples",
+constexpr std::array kObjects = {"the stone wall", "a red door", "the empty field", "the long table",
+                                 "a basket of apples",
                                  "the harbour", "the green hill", "a pile of letters", "the broken clock",
                                  "the garden gate", "a warm loaf", "the narrow lane", "the school yard",
                                  "a bundle of wood", "the church tower", "the frozen pond"};

@@ -44,7 +44,8 @@ int64_t fit_units(const Builder& build, const Encoder& encode, int64_t budget, i
   auto tokens = [&](int64_t n) { return int64_t(encode(build(n).prompt).size()); };
   const int64_t empty = tokens(0);
   if (empty > budget)
-    bad("--lengths: " + std::to_string(spec.length) + " tokens is too short for task " + spec.task + " (it needs at least " +
+    bad("--lengths: " + std::to_string(spec.length) + " tokens is too short for task " + spec.task +
+        " (it needs at least " +
         std::to_string(empty + answer) + " tokens: the prompt without filler plus " + std::to_string(answer) +
         " for the answer)");
   // Estimate tokens per unit from 16 units, then bracket and bisect.

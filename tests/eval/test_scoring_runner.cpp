@@ -112,7 +112,8 @@ TEST(EvalRunner, ValidateNamesTheOption) {
     edit(d);
     return message_of([&] { validate(d, 512, true); });
   };
-  EXPECT_NE(with([](EvalConfig& d) { d.tasks = {"needle"}; }).find("--task: unknown task \"needle\""), std::string::npos);
+  EXPECT_NE(with([](EvalConfig& d) { d.tasks = {"needle"}; }).find("--task: unknown task \"needle\""),
+            std::string::npos);
   EXPECT_NE(with([](EvalConfig& d) { d.samples = 0; }).find("--samples"), std::string::npos);
   const std::string ctx = with([](EvalConfig& d) { d.lengths = {256, 1024}; });
   EXPECT_NE(ctx.find("--lengths: 1024 tokens exceeds the model's context of 512"), std::string::npos) << ctx;
@@ -154,7 +155,8 @@ TEST(EvalRunner, ALengthTooShortFailsBeforeAnyCellRuns) {
   c.lengths = {30, 4};  // 4 tokens hold no pair
   RecallModel good(64, false);
   int64_t calls = 0;
-  const std::string m = message_of([&] { run_eval(good, nullptr, c, [&](const CellResult&, int64_t, int64_t) { ++calls; }); });
+  const std::string m =
+      message_of([&] { run_eval(good, nullptr, c, [&](const CellResult&, int64_t, int64_t) { ++calls; }); });
   EXPECT_NE(m.find("--lengths: 4 tokens is too short"), std::string::npos) << m;
   EXPECT_EQ(calls, 0);
 }

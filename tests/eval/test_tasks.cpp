@@ -104,7 +104,8 @@ TEST(EvalTasks, CommonWordsAreTheMostFrequent) {
   ASSERT_EQ(s.answers.size(), 5u);
   auto count = [&](const std::string& w) {
     size_t n = 0;
-    for (size_t p = s.prompt.find(". " + w + " "); p != std::string::npos; p = s.prompt.find(". " + w + " ", p + 1)) ++n;
+    const std::string item = ". " + w + " ";
+    for (size_t p = s.prompt.find(item); p != std::string::npos; p = s.prompt.find(item, p + 1)) ++n;
     return n;
   };
   for (const auto& w : s.answers) EXPECT_GE(count(w), 4u) << w;

@@ -73,14 +73,18 @@ def main(argv=None):
         loss, val = final_loss(run)
         rows.append({"kind": m["kind"], "width": int(m["width"]), "seq_len": int(m["seq"]),
                      "pairs": (int(m["seq"]) - 3) // 4, "parameters": parameters(run), "train_loss": loss,
-                     "val_loss": val, "accuracy": cell["accuracy"], "n": cell["n"], "eval_tokens_per_s": cell["tokens_per_s"]})
+                     "val_loss": val, "accuracy": cell["accuracy"], "n": cell["n"],
+                     "eval_tokens_per_s": cell["tokens_per_s"]})
     if not rows:
         print(f"mqar_summary: error: no eval results in {a.out_dir}/eval", file=sys.stderr)
         return 2
     rows.sort(key=lambda r: (r["kind"], r["seq_len"], r["width"]))
+    # prepare-data --synthetic mqar: content ids vocab - 3, keys the lower half, values the rest
+    values = (a.vocab - 3) - (a.vocab - 3) // 2 if a.vocab > 3 else 0
+    chance = 1.0 / values if values else 0.0
     os.makedirs(a.results, exist_ok=True)
     base = os.path.join(a.results, f"eval-mqar-{a.tag}")
-    settings = {"steps": a.steps, "batch_size": a.batch, "vocab_size": a.vocab, "sweep_seconds": a.seconds,
+    settings = {"chance_accuracy": chance, "steps": a.steps, "batch_size": a.batch, "vocab_size": a.vocab, "sweep_seconds": a.seconds,
                 "task": "prepare-data --synthetic mqar; flashkit eval --task mqar (token ids, teacher-forced queries)"}
     with open(base + ".json", "w") as f:
         json.dump({"settings": settings, "rows": rows}, f, indent=1)
@@ -88,7 +92,7 @@ def main(argv=None):
     with open(base + ".md", "w") as f:
         f.write(f"# MQAR recall: {a.tag}\n\n`tools/eval/mqar_sweep.sh` ({a.steps} steps x batch {a.batch}, vocabulary "
                 f"{a.vocab}, {a.seconds:.0f} s in all). Accuracy: the fraction of queries whose greedy next token is "
-                "the value paired with the key (chance ~ 1/30).\n\n")
+                f"the value paired with the key (chance: {chance:.3f}, one of the {values} value ids).\n\n")
         f.write("| kind | width | seq len | pairs | parameters | train loss | val loss | accuracy | n |\n")
         f.write("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
         fmt = lambda x: "-" if x is None else f"{x:.3f}"
@@ -102,6 +106,8 @@ def main(argv=None):
     for key in sorted({(r["kind"], r["seq_len"]) for r in rows}):
         pts = [(r["width"], r["accuracy"]) for r in rows if (r["kind"], r["seq_len"]) == key]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{key[0]}, seq {key[1]}")
+    if chance:
+        ax.axhline(chance, color="grey", linestyle=":", label="chance")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("model width (hidden size)")
     ax.set_ylabel("MQAR recall accuracy")
