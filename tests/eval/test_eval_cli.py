@@ -67,6 +67,12 @@ def test_eval_writes_results_and_the_heatmap(tmp_path):
     (["--task", "passkey", "--lengths", "256", "--samples", "0"], ["--samples"]),
     (["--task", "passkey", "--lengths", "256", "--depths", "1.5"], ["--depths"]),
     (["--task", "niah_single", "--lengths", "40"], ["--lengths", "too short", "niah_single"]),
+    (["--task", "passkey", "--lengths", "0"], ["--lengths"]),
+    (["--task", "passkey", "--lengths", "99999999999999999999"], ["--lengths"]),
+    (["--task", "passkey", "--lengths", "256", "--samples", "-1"], ["--samples"]),
+    (["--task", "passkey", "--lengths", "256", "--depths", "nan"], ["--depths"]),
+    (["--task", "passkey", "--lengths", "256", "--seed", "-1"], ["--seed"]),
+    (["--task", "passkey", "--lengths", "256", "-o", "/nonexistent/dir/r.json"], ["-o/--output", "cannot write"]),
 ])
 def test_bad_input_is_one_line_and_status_2(args, needles):
     clean_failure(run("eval", "-m", MODEL, *args), *needles)
