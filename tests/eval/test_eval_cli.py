@@ -84,3 +84,35 @@ def test_heatmap_rejects_a_file_that_is_not_a_result(tmp_path):
     h = subprocess.run(["/usr/bin/python3", os.path.join(REPO, "tools", "plots", "eval_heatmap.py"), str(bad), "-o",
                         str(tmp_path / "h.png")], capture_output=True, text=True, timeout=60)
     assert h.returncode == 2 and "not a flashkit eval result" in h.stderr
+
+
+def test_token_id_mqar_on_a_model_without_tokenizer(tmp_path):
+    """A model trained on prepare-data --synthetic mqar (no tokenizer.json): mqar runs on token ids, text tasks are
+    refused, and a length beyond the model's context is refused before loading."""
+    data = tmp_path / "data"
+    p = run("prepare-data", "--synthetic", "mqar", "-o", data, "--vocab-size", "64", "--seq-len", "32",
+            "--examples", "50", "--seed", "1")
+    assert p.returncode == 0, p.stderr
+    recipe = {
+        "model": {"model_type": "llama", "vocab_size": 64, "hidden_size": 16, "intermediate_size": 32,
+                  "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 8,
+                  "max_position_embeddings": 32, "tie_word_embeddings": True},
+        "data": {"train": str(data / "train.bin")},
+        "train": {"steps": 2, "batch_size": 2, "seq_len": 32},
+        "output": {"dir": str(tmp_path / "run")},
+    }
+    (tmp_path / "r.json").write_text(json.dumps(recipe))
+    p = run("train", "--config", tmp_path / "r.json", "-q")
+    assert p.returncode == 0, p.stderr
+    model = tmp_path / "run" / "model"
+    assert not (model / "tokenizer.json").exists()
+    p = run("eval", "-m", model, "--task", "mqar", "--lengths", "18,32", "--samples", "3")
+    assert p.returncode == 0, p.stderr
+    assert "token-id tasks" in p.stderr
+    cells = json.loads(p.stdout)["cells"]
+    assert [(c["task"], c["length"], c["depth"], c["n"]) for c in cells] == [
+        ("mqar", 18, None, 3), ("mqar", 32, None, 3)]
+    assert all(0 <= c["accuracy"] <= 1 for c in cells)
+    assert cells[1]["prompt_tokens_mean"] == 4 * 7 + 2  # [BOS] 7 pairs [SEP] 7 queries
+    clean_failure(run("eval", "-m", model, "--task", "passkey", "--lengths", "32"), "--task", "no tokenizer")
+    clean_failure(run("eval", "-m", model, "--task", "mqar", "--lengths", "64"), "--lengths", "context of 32")

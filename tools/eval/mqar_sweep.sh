@@ -43,7 +43,8 @@ for S in $SEQ_LENS; do
     for W in $WIDTHS; do
       name="$K-w$W-s$S"
       recipe="$OUT/recipes/$name.json"
-      "$PY" - "$template" "$recipe" "$W" "$S" "$VOCAB" "$data" "$OUT/runs/$name" "$STEPS" "$BATCH" "$DEVICE" "$SEED" <<'PYEOF'
+      "$PY" - "$template" "$recipe" "$W" "$S" "$VOCAB" "$data" "$OUT/runs/$name" "$STEPS" "$BATCH" "$DEVICE" \
+        "$SEED" <<'PYEOF'
 import json, sys
 src, dst, w, s, vocab, data, out, steps, batch, device, seed = sys.argv[1:]
 w, s = int(w), int(s)
@@ -55,6 +56,7 @@ if "query_pre_attn_scalar" in m:
     m["query_pre_attn_scalar"] = w // 2
 r["data"] = {"train": f"{data}/train.bin", "val": f"{data}/val.bin"}
 r["train"].update(steps=int(steps), batch_size=int(batch), seq_len=s, seed=int(seed))
+r["train"]["warmup_steps"] = min(r["train"].get("warmup_steps", 0), int(steps) // 10)  # short test sweeps
 r["output"] = {"dir": out}
 r["device"] = device
 json.dump(r, open(dst, "w"), indent=1)
@@ -66,9 +68,10 @@ PYEOF
         continue
       fi
       t1=$(date +%s)
-      "$FLASHKIT" eval -m "$OUT/runs/$name/model" --task mqar --lengths "$S" --samples "$SAMPLES" --seed $((SEED + 1000)) \
-        --device "$DEVICE" -o "$OUT/eval/$name.json" 2>>"$OUT/eval/$name.train.log"
-      acc=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['cells'][0]['accuracy'])" "$OUT/eval/$name.json")
+      "$FLASHKIT" eval -m "$OUT/runs/$name/model" --task mqar --lengths "$S" --samples "$SAMPLES" \
+        --seed $((SEED + 1000)) --device "$DEVICE" -o "$OUT/eval/$name.json" 2>>"$OUT/eval/$name.train.log"
+      acc=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['cells'][0]['accuracy'])" \
+        "$OUT/eval/$name.json")
       echo "mqar_sweep: $name  train $((t1 - t0)) s  recall accuracy $acc" >&2
     done
   done
