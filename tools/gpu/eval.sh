@@ -2,14 +2,15 @@
 # Long-context evaluation on the GPU machine (an H200): build, the eval tests, `flashkit eval` on CUDA against the
 # CPU, and the MQAR sweep with a GPU-sized budget (docs/eval.md).
 #   tools/gpu/eval.sh [STAGES...]   default: build test parity mqar pack
+# Within one 5-minute call when the build is cached; otherwise `build test parity pack`, then `mqar pack`.
 # stages:
 #   build   cmake + ninja (sm_90a): the CLI and flashkit_eval_tests
 #   test    flashkit_eval_tests and the eval CLI tests (tests/eval, pytest)
-#   parity  flashkit eval on models/target, all tasks at 256/512 (cwe needs >= 224 tokens), on the CPU and on CUDA (same prompts; the
-#           accuracies agree unless bf16 flips a greedy token) -> eval-target-{cpu,cuda}.json, eval-target-cuda.png
+#   parity  flashkit eval on models/target, all tasks at 256/512 (cwe needs >= 224 tokens), on the CPU and on
+#           CUDA (same prompts; the accuracies agree unless bf16 flips a greedy token) -> eval-target-{cpu,cuda}.json, eval-target-cuda.png
 #   mqar    tools/eval/mqar_sweep.sh with DEVICE=cuda: attention and sliding window, widths 64/128, lengths 32/120
 #           (7 and 29 pairs), 3000 steps of batch 64 (the CPU runs' 12k-32k sequences left every model at chance;
-#           this is 192k per run); the stage is cut at 210 s and summarises what finished -> eval-mqar-h200.*
+#           this is 192k per run); the stage is cut at 150 s and summarises what finished -> eval-mqar-h200.*
 #   pack    results/ (the JSON, tables, plots above) and the sweep's eval/ (per-run results and training logs) and
 #           recipes/ as $OUT/eval-results.tar.gz; the log is $OUT/eval.log
 # The tokenizer's PCRE2/ICU come from .fkdeps (carry=[".fkdeps"]).
@@ -53,7 +54,7 @@ print(f"eval parity: {same}/{len(a)} cells with equal accuracy; mean tokens/s cp
 PY
       ;;
     mqar)
-      run mqar_sweep timeout 210 env DEVICE=cuda KINDS="attention swa" WIDTHS="64 128" SEQ_LENS="32 120" \
+      run mqar_sweep timeout 150 env DEVICE=cuda KINDS="attention swa" WIDTHS="64 128" SEQ_LENS="32 120" \
         STEPS=3000 BATCH=64 SAMPLES=128 EXAMPLES=20000 TAG=h200 RESULTS="$RES" FLASHKIT="$FK" PY="$PY" \
         tools/eval/mqar_sweep.sh "$WORK/mqar"
       # the summary of whatever finished (the sweep writes it too when it is not cut short)
