@@ -7,9 +7,10 @@
 #   build   cmake + ninja (sm_90a): the CLI and flashkit_eval_tests
 #   test    flashkit_eval_tests and the eval CLI tests (tests/eval, pytest)
 #   parity  flashkit eval on models/target, all tasks at 256/512 (cwe needs >= 224 tokens), on the CPU and on
-#           CUDA (same prompts; the accuracies agree unless bf16 flips a greedy token) -> eval-target-{cpu,cuda}.json, eval-target-cuda.png
+#           CUDA (same prompts; the accuracies agree unless bf16 flips a greedy token)
+#           -> eval-target-{cpu,cuda}.json, eval-target-cuda.png
 #   mqar    tools/eval/mqar_sweep.sh with DEVICE=cuda: attention and sliding window, widths 64/128, lengths 32/120
-#           (7 and 29 pairs), 3000 steps of batch 64 (the CPU runs' 12k-32k sequences left every model at chance;
+#           (7 and 29 pairs), 3000 steps of batch 64 (the CPU runs' 3k-64k sequences never got past 1/pairs;
 #           this is 192k per run); the stage is cut at 150 s and summarises what finished -> eval-mqar-h200.*
 #   pack    results/ (the JSON, tables, plots above) and the sweep's eval/ (per-run results and training logs) and
 #           recipes/ as $OUT/eval-results.tar.gz; the log is $OUT/eval.log
