@@ -31,7 +31,7 @@ struct Sample {
   std::vector<int32_t> query_values;
 };
 
-// Every task name, in the order of docs/eval.md; tasks_with_depth(): those whose needle depth is swept.
+// Every task name, in the order of docs/eval.md; task_has_depth(): whether its needle depth is swept (not cwe).
 const std::vector<std::string>& task_names();
 bool task_has_depth(const std::string& task);
 bool is_task(const std::string& task);
