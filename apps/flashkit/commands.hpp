@@ -12,5 +12,6 @@ void add_generate_commands(CLI::App& app); // cmd_generate.cpp: flashkit generat
 void add_train_commands(CLI::App& app);    // cmd_train.cpp: flashkit train | train-tokenizer | prepare-data | perplexity
 void add_spec_bench_command(CLI::App& app); // cmd_spec.cpp: flashkit bench spec (after add_bench_command)
 void add_serve_commands(CLI::App& app);    // cmd_serve.cpp: flashkit serve | bench serve (after add_bench_command)
+void add_eval_commands(CLI::App& app);     // cmd_eval.cpp: flashkit eval
 
 }  // namespace flashkit::cli

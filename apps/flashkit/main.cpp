@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
   flashkit::cli::add_generate_commands(app);
   flashkit::cli::add_train_commands(app);
   flashkit::cli::add_serve_commands(app);
+  flashkit::cli::add_eval_commands(app);
   try {
     app.parse(argc, argv);
     flashkit::cli::check_written(std::cout, "standard output");

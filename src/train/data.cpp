@@ -219,6 +219,13 @@ PrepareResult prepare_synthetic(const SyntheticOptions& o) {
   if (o.seq_len < 8) bad("--seq-len: synthetic examples need at least 8 tokens");
   if (o.examples < 1 || o.val_examples < 0) bad("--examples must be >= 1 and --val-examples >= 0");
   if (o.output_dir.empty()) bad("prepare-data: no output directory (-o)");
+  if (o.task == "mqar") {  // distinct keys come from half the content ids: more pairs than keys would never finish
+    const int64_t pairs = (o.seq_len - 3) / 4, keys = (o.vocab_size - 3) / 2;
+    if (pairs > keys)
+      bad("--seq-len: " + std::to_string(o.seq_len) + " tokens hold " + std::to_string(pairs) +
+          " mqar pairs, more than the " + std::to_string(keys) + " distinct keys of --vocab-size " +
+          std::to_string(o.vocab_size) + " (at most --seq-len " + std::to_string(4 * keys + 6) + ")");
+  }
   // Special ids at the top of the vocabulary: BOS, SEP, EOS.
   const int32_t BOS = int32_t(o.vocab_size - 3), SEP = int32_t(o.vocab_size - 2), EOS = int32_t(o.vocab_size - 1);
   const int64_t content = o.vocab_size - 3;

@@ -3,6 +3,7 @@
 
 #include <map>
 
+#include "flashkit/error.hpp"
 #include "flashkit/train.hpp"
 #include "train/data.hpp"
 #include "train_test_util.hpp"
@@ -92,6 +93,27 @@ TEST(TrainData, MqarExamplesAnswerTheirQueries) {
   }
   EXPECT_EQ(examples, 20);
   fs::remove_all(dir);
+}
+
+TEST(TrainData, MqarWithMorePairsThanKeysIsAnErrorNotAHang) {
+  tr::SyntheticOptions o;
+  o.task = "mqar";
+  o.vocab_size = 64;  // 30 distinct keys
+  o.seq_len = 128;    // 31 pairs: the key draw used to loop forever
+  o.examples = 2;
+  o.output_dir = temp_dir("mqar-keys");
+  try {
+    tr::prepare_synthetic(o);
+    FAIL() << "expected an error";
+  } catch (const flashkit::Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("--seq-len: 128 tokens hold 31 mqar pairs, more than the 30 distinct keys"), std::string::npos)
+        << m;
+    EXPECT_NE(m.find("at most --seq-len 126"), std::string::npos) << m;
+  }
+  o.seq_len = 126;  // 30 pairs: the largest that fits
+  EXPECT_NO_THROW(tr::prepare_synthetic(o));
+  fs::remove_all(o.output_dir);
 }
 
 }  // namespace

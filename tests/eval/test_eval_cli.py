@@ -1,0 +1,118 @@
+"""flashkit eval through the command line (FLASHKIT_CLI=<binary>) on the shipped tiny model models/target (context
+512), and tools/plots/eval_heatmap.py on its output; every bad input is one line on stderr and exit status 2.
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = os.path.join(REPO, "models", "target")
+
+
+def _find_cli():
+    path = os.environ.get("FLASHKIT_CLI")
+    if path:
+        return path
+    found = sorted(glob.glob(os.path.join(REPO, "build*", "bin", "flashkit")), key=os.path.getmtime)
+    if not found:
+        raise RuntimeError("set FLASHKIT_CLI to the flashkit binary (no build*/bin/flashkit found)")
+    return found[-1]
+
+
+CLI = _find_cli()
+
+
+def run(*args, timeout=120):
+    e = dict(os.environ, OMP_WAIT_POLICY="passive")
+    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=e)
+
+
+def clean_failure(p, *needles):
+    assert p.returncode == 2, f"expected exit status 2, got {p.returncode}\n{p.stderr}"
+    for bad in ("Traceback", "terminate called", "Segmentation", "Aborted"):
+        assert bad not in p.stderr
+    lines = [l for l in p.stderr.splitlines() if l.startswith("flashkit: error:")]
+    assert len(lines) == 1, p.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_eval_writes_results_and_the_heatmap(tmp_path):
+    out = tmp_path / "r.json"
+    p = run("eval", "-m", MODEL, "--task", "passkey,cwe", "--lengths", "240", "--depths", "0.5", "--samples", "1",
+            "--seed", "3", "-o", out)
+    assert p.returncode == 0, p.stderr
+    assert "[1/2] passkey" in p.stderr and "[2/2] cwe" in p.stderr  # progress, one line per cell
+    doc = json.loads(out.read_text())
+    assert doc["seed"] == 3 and doc["samples"] == 1
+    cells = doc["cells"]
+    assert [(c["task"], c["length"], c["depth"]) for c in cells] == [("passkey", 240, 0.5), ("cwe", 240, None)]
+    for c in cells:
+        assert 0 <= c["accuracy"] <= 1 and c["n"] == 1 and c["tokens_per_s"] > 0
+        assert 170 < c["prompt_tokens_mean"] <= 240 - 6  # the answer budget is kept free
+    png = tmp_path / "h.png"
+    h = subprocess.run(["/usr/bin/python3", os.path.join(REPO, "tools", "plots", "eval_heatmap.py"), str(out), "-o",
+                        str(png)], capture_output=True, text=True, timeout=120)
+    assert h.returncode == 0, h.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--task", "passkey", "--lengths", "1024"], ["--lengths", "1024", "context of 512"]),
+    (["--task", "needle", "--lengths", "256"], ["--task", "unknown task \"needle\""]),
+    (["--task", "passkey", "--lengths", "256", "--samples", "0"], ["--samples"]),
+    (["--task", "passkey", "--lengths", "256", "--depths", "1.5"], ["--depths"]),
+    (["--task", "niah_single", "--lengths", "40"], ["--lengths", "too short", "niah_single"]),
+    (["--task", "passkey", "--lengths", "0"], ["--lengths"]),
+    (["--task", "passkey", "--lengths", "99999999999999999999"], ["--lengths"]),
+    (["--task", "passkey", "--lengths", "256", "--samples", "-1"], ["--samples"]),
+    (["--task", "passkey", "--lengths", "256", "--depths", "nan"], ["--depths"]),
+    (["--task", "passkey", "--lengths", "256", "--seed", "-1"], ["--seed"]),
+    (["--task", "passkey", "--lengths", "256", "-o", "/nonexistent/dir/r.json"], ["-o/--output", "cannot write"]),
+])
+def test_bad_input_is_one_line_and_status_2(args, needles):
+    clean_failure(run("eval", "-m", MODEL, *args), *needles)
+
+
+def test_heatmap_rejects_a_file_that_is_not_a_result(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text("[1, 2]")
+    h = subprocess.run(["/usr/bin/python3", os.path.join(REPO, "tools", "plots", "eval_heatmap.py"), str(bad), "-o",
+                        str(tmp_path / "h.png")], capture_output=True, text=True, timeout=60)
+    assert h.returncode == 2 and "not a flashkit eval result" in h.stderr
+
+
+def test_token_id_mqar_on_a_model_without_tokenizer(tmp_path):
+    """A model trained on prepare-data --synthetic mqar (no tokenizer.json): mqar runs on token ids, text tasks are
+    refused, and a length beyond the model's context is refused before loading."""
+    data = tmp_path / "data"
+    p = run("prepare-data", "--synthetic", "mqar", "-o", data, "--vocab-size", "64", "--seq-len", "32",
+            "--examples", "50", "--seed", "1")
+    assert p.returncode == 0, p.stderr
+    recipe = {
+        "model": {"model_type": "llama", "vocab_size": 64, "hidden_size": 16, "intermediate_size": 32,
+                  "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 8,
+                  "max_position_embeddings": 32, "tie_word_embeddings": True},
+        "data": {"train": str(data / "train.bin")},
+        "train": {"steps": 2, "batch_size": 2, "seq_len": 32},
+        "output": {"dir": str(tmp_path / "run")},
+    }
+    (tmp_path / "r.json").write_text(json.dumps(recipe))
+    p = run("train", "--config", tmp_path / "r.json", "-q")
+    assert p.returncode == 0, p.stderr
+    model = tmp_path / "run" / "model"
+    assert not (model / "tokenizer.json").exists()
+    p = run("eval", "-m", model, "--task", "mqar", "--lengths", "18,32", "--samples", "3")
+    assert p.returncode == 0, p.stderr
+    assert "token-id tasks" in p.stderr
+    cells = json.loads(p.stdout)["cells"]
+    assert [(c["task"], c["length"], c["depth"], c["n"]) for c in cells] == [
+        ("mqar", 18, None, 3), ("mqar", 32, None, 3)]
+    assert all(0 <= c["accuracy"] <= 1 for c in cells)
+    assert cells[1]["prompt_tokens_mean"] == 4 * 7 + 2  # [BOS] 7 pairs [SEP] 7 queries
+    clean_failure(run("eval", "-m", model, "--task", "passkey", "--lengths", "32"), "--task", "no tokenizer")
+    clean_failure(run("eval", "-m", model, "--task", "mqar", "--lengths", "64"), "--lengths", "context of 32")
