@@ -14,6 +14,7 @@
 
 #include "cli_checks.hpp"
 #include "commands.hpp"
+#include "cpu_wait.hpp"
 #include "flashkit/flashkit.hpp"
 
 namespace flashkit::cli {
@@ -61,7 +62,9 @@ std::string doing() {
 int main(int argc, char** argv) {
   guard_standard_descriptors();
   // The one read of the FLASHKIT_* environment: every command runs with this default tuning.
-  flashkit::set_default_tuning(flashkit::tuning_from_env());
+  const flashkit::Tuning tuning = flashkit::tuning_from_env();
+  flashkit::cli::apply_cpu_wait_policy(tuning, argv);  // may re-execute the program with OMP_WAIT_POLICY=passive
+  flashkit::set_default_tuning(tuning);
   CLI::App app{"flashkit: IO-aware attention kernels and a transformer engine for CPUs and NVIDIA GPUs"};
   // At most one subcommand; "none" is reported by the callback below so that an unknown word is named
   // by CLI11's own unexpected-argument error instead of a generic "subcommand required".
