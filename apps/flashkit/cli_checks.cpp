@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -137,6 +138,19 @@ std::string read_text_file(const std::string& path, const std::string& option) {
 void check_written(std::ostream& out, const std::string& what) {
   out.flush();
   if (!out) fail(Status::invalid_argument, "writing " + what + " failed" + (errno ? std::string(": ") + std::strerror(errno) : ""));
+}
+
+std::string tokenizer_dir(const std::string& path, const std::string& option) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  if (!fs::is_regular_file(p, ec)) return path;  // a directory, or a missing path the loader reports
+  if (p.filename() != "tokenizer.json")
+    fail(Status::invalid_argument, option + ": " + path +
+                                       " is a file but not tokenizer.json (expected a directory holding "
+                                       "tokenizer.json, or the path of a tokenizer.json file)");
+  const fs::path dir = p.parent_path();
+  return dir.empty() ? std::string(".") : dir.string();
 }
 
 }  // namespace flashkit::cli

@@ -40,6 +40,10 @@ void check_memory(double bytes, const std::string& what);
 // Reads a whole file ("-": standard input) of at most limits::kMaxTextBytes; `option` names the flag in errors.
 std::string read_text_file(const std::string& path, const std::string& option);
 
+// The directory to load a tokenizer from: `path` itself, or the folder of `path` when it names a tokenizer.json file
+// (a tokenizer is a tokenizer.json plus the optional tokenizer_config.json next to it). `option` names the flag.
+std::string tokenizer_dir(const std::string& path, const std::string& option);
+
 // Fails (naming `what`) when a stream is in a failed state after flushing it (full disk, closed descriptor).
 void check_written(std::ostream& out, const std::string& what);
 

@@ -3,7 +3,7 @@
 //   flashkit roofline gemm [--sizes ...] [--gemv] GEMM/GEMV implementations on the roofline
 //   flashkit cost -m CONFIG [--device h200] ...   per-op cost of one decoder layer, totals, KV cache, memory
 //   flashkit cost attention -N 4096 -d 64         HBM traffic of standard vs flash attention, per device
-//   flashkit profile gelu | attention             Chrome/Perfetto trace + summary sorted by time
+//   flashkit profile gelu | attention [--trace F] summary sorted by time (+ Chrome/Perfetto trace with --trace)
 //   flashkit profile gelu --gpu | decode --gpu    GPU fusion demos: 8 kernels vs 1; decode eager vs CUDA graph
 #include <cstdio>
 #include <fstream>
@@ -605,7 +605,7 @@ void add_profile(CLI::App& app) {
   auto* pr = app.add_subcommand("profile", "Profile a workload: Chrome/Perfetto trace and summary by time");
   pr->require_subcommand(1);
   struct Opts {
-    std::string trace = "flashkit-trace.json", json_out;
+    std::string trace, json_out;  // no file is written unless asked for
     int64_t n = int64_t(1) << 24;
     int reps = 3;
     an::AttentionProfileArgs att;
@@ -616,7 +616,7 @@ void add_profile(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   auto common = [&](CLI::App* s) {
-    s->add_option("--trace", o->trace, "Chrome trace output (default flashkit-trace.json; open in ui.perfetto.dev)");
+    s->add_option("--trace", o->trace, "Write a Chrome/Perfetto trace to FILE (open in ui.perfetto.dev; default: none)");
     s->add_option("--json", o->json_out, "Write the summary and results as JSON to FILE ('-' = stdout)");
     s->add_option("--reps", o->reps, "Repetitions (default 3)")->check(int_range(1, limits::kMaxBenchReps));
   };
@@ -673,8 +673,10 @@ void add_profile(CLI::App& app) {
 
   auto finish = [o](an::Profiler& p, json result) {
     std::cout << p.summary_table();
-    p.write_chrome_trace(o->trace);
-    std::cout << "trace: " << o->trace << " (" << p.events().size() << " events; chrome://tracing or ui.perfetto.dev)\n";
+    if (!o->trace.empty()) {
+      p.write_chrome_trace(o->trace);
+      std::cout << "trace: " << o->trace << " (" << p.events().size() << " events; chrome://tracing or ui.perfetto.dev)\n";
+    }
     if (!o->json_out.empty())
       write_text(o->json_out, json{{"summary", p.summary_json()}, {"result", result}}.dump(2) + "\n");
   };

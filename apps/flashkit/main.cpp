@@ -11,10 +11,13 @@
 #include <iostream>
 #include <new>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "cli_checks.hpp"
 #include "commands.hpp"
 #include "cpu_wait.hpp"
+#include "llama_aliases.hpp"
 #include "flashkit/flashkit.hpp"
 
 namespace flashkit::cli {
@@ -25,6 +28,7 @@ void add_info_command(CLI::App& app) {
     std::cout << build_info() << "\n"
               << "cpu isa:        " << cpu_isa() << "\n"
               << "threads:        " << num_threads() << " (at most " << max_threads() << ")\n"
+              << "cpu waits:      " << (default_tuning().omp_wait_passive ? "passive" : "active (spinning)") << "\n"
               << "cuda devices:   " << cuda_device_count() << "\n"
               << "physical memory " << physical_memory_bytes() / (1 << 20) << " MiB\n";
   });
@@ -82,7 +86,10 @@ int main(int argc, char** argv) {
   flashkit::cli::add_train_commands(app);
   flashkit::cli::add_serve_commands(app);
   try {
-    app.parse(argc, argv);
+    const std::vector<std::string> args = flashkit::cli::rewrite_llama_aliases(argc, argv);
+    std::vector<const char*> arg_ptrs;
+    for (const auto& s : args) arg_ptrs.push_back(s.c_str());
+    app.parse(int(arg_ptrs.size()), arg_ptrs.data());
     flashkit::cli::check_written(std::cout, "standard output");
   } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);

@@ -37,6 +37,7 @@ struct Tuning {
   int64_t max_workspace_bytes = 0;        // FLASHKIT_MAX_WORKSPACE_BYTES; 0: 80% of physical memory
   CpuWait cpu_wait = CpuWait::passive;    // FLASHKIT_CPU_WAIT=passive|active (see omp_wait_policy_env())
   bool omp_wait_set = false;              // OMP_WAIT_POLICY or GOMP_SPINCOUNT is set: OpenMP's own setting wins
+  bool omp_wait_passive = false;          // OMP_WAIT_POLICY=passive: the policy OpenMP runs with (flashkit info)
 
   // ---- CUDA attention (library op)
   bool sm90 = true;                 // FLASHKIT_SM90=0: the portable sm_80 kernels on Hopper too
