@@ -16,6 +16,7 @@
 
 #include "attention_io.hpp"
 #include "cli_checks.hpp"
+#include "progress.hpp"
 #include "commands.hpp"
 #include "core/limits.hpp"
 #include "demos.hpp"
@@ -160,7 +161,7 @@ void add_roofline(CLI::App& app) {
     std::vector<std::string> impls = {"naive", "blocked", "blas"};
     std::vector<int64_t> sizes = {256, 512, 1024};
     std::vector<std::string> shapes;
-    bool gemv = false, sweep = false, gpu = false;
+    bool gemv = false, sweep = false, gpu = false, quiet = false;
     int64_t naive_max = 512;
     double seconds = 0.3;
     int threads = 0;
@@ -185,6 +186,7 @@ void add_roofline(CLI::App& app) {
   gs->add_option("--json", g->json_out, "Write results as JSON to FILE ('-' = stdout)");
   gs->add_option("--csv", g->csv_out, "Write results as CSV to FILE");
   gs->add_option("--md", g->md_out, "Write results as Markdown to FILE");
+  gs->add_flag("-q,--quiet", g->quiet, "No progress lines on stderr (printed every few seconds of a long run)");
 
   rl->callback([o, gs] {
     if (gs->parsed()) return;
@@ -269,11 +271,21 @@ void add_roofline(CLI::App& app) {
     Table t{{"op", "impl", "M", "N", "K", "MACs", "FLOPs", "min bytes", "AI", "time", "GFLOP/s", "GB/s", "bound",
              "%roof", "floor"}};
     json rows = json::array();
+    auto skipped = [&](an::GemmImpl impl, bool is_gemv, int64_t n) {
+      return impl == an::GemmImpl::naive && !is_gemv && n > g->naive_max;
+    };
+    int64_t points = 0, done = 0;
+    for (int64_t n : g->sizes)
+      for (int pass = 0; pass < (g->gemv ? 2 : 1); ++pass)
+        for (auto impl : impls) points += skipped(impl, pass == 1, n) ? 0 : 1;
+    Progress progress("roofline gemm", points, g->quiet);
     for (int64_t n : g->sizes) {
       for (int pass = 0; pass < (g->gemv ? 2 : 1); ++pass) {
         const bool is_gemv = pass == 1;
         for (auto impl : impls) {
-          if (impl == an::GemmImpl::naive && !is_gemv && n > g->naive_max) continue;
+          if (skipped(impl, is_gemv, n)) continue;
+          progress.step(done++, std::string(is_gemv ? "gemv " : "gemm ") + an::gemm_impl_name(impl) + " N=" +
+                                    std::to_string(n));
           const an::MatmulResult r = an::time_matmul(impl, n, is_gemv ? 1 : n, n, roof, g->seconds, 20, g->threads);
           add_matmul_row(t, rows, r);
         }

@@ -119,3 +119,20 @@ def test_cpu_threads_wait_passively_by_default():
     assert _info().endswith("passive")
     assert _info(FLASHKIT_CPU_WAIT="active").endswith("active (spinning)")
     assert _info(OMP_WAIT_POLICY="active").endswith("active (spinning)")  # the user's setting wins
+
+
+# --- progress on stderr only when needed ---------------------------------------------------------------------
+
+def test_short_roofline_gemm_prints_no_progress_and_quiet_is_accepted():
+    for extra in ((), ("--quiet",)):
+        p = run("roofline", "gemm", "--sizes", "32", "--impl", "blas", "--seconds", "0.01", *extra)
+        assert p.returncode == 0, p.stderr
+        assert "roofline gemm:" not in p.stderr  # a line every few seconds: none in a short run
+
+
+def test_bench_quiet_drops_the_row_progress():
+    args = ("bench", "attention", "--seqlen", "32", "--heads", "1", "--head-dim", "16", "--repeats", "1",
+            "--impl", "flash")
+    loud, quiet = run(*args), run(*args, "-q")
+    assert loud.returncode == 0 and quiet.returncode == 0, (loud.stderr, quiet.stderr)
+    assert "[1/" in loud.stderr and "[1/" not in quiet.stderr
