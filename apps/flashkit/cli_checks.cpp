@@ -153,4 +153,27 @@ std::string tokenizer_dir(const std::string& path, const std::string& option) {
   return dir.empty() ? std::string(".") : dir.string();
 }
 
+CLI::Option* add_json_option(CLI::App* app, std::string* path, const std::string& what) {
+  return app
+      ->add_option("--json", *path,
+                   "Write " + what + " as one JSON document to standard output (--json; the text report then goes to "
+                   "stderr) or to FILE (--json FILE)")
+      ->expected(0, 1)
+      ->default_str("-");
+}
+
+TextToStderr::TextToStderr(bool active) {
+  if (active) saved_ = std::cout.rdbuf(std::cerr.rdbuf());
+}
+
+TextToStderr::~TextToStderr() {
+  if (saved_) std::cout.rdbuf(saved_);
+}
+
+void write_json_stdout(const std::string& text) {
+  std::cout.flush();
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0)
+    fail(Status::invalid_argument, std::string("writing the JSON to standard output failed: ") + std::strerror(errno));
+}
+
 }  // namespace flashkit::cli

@@ -65,7 +65,7 @@ std::string seconds_str(double s) {
 
 void write_text(const std::string& path, const std::string& text) {
   if (path == "-") {
-    std::cout << text;
+    write_json_stdout(text);  // past a TextToStderr: stdout holds this document only
     return;
   }
   std::ofstream f(path);
@@ -154,7 +154,7 @@ void add_roofline(CLI::App& app) {
   rl->add_option("--threads", o->threads, "CPU threads (default: flashkit's)")->check(thread_count());
   rl->add_option("--triad-mb", o->triad_mb, "Triad array size, MB each (default 64)")
       ->check(real_range(1, limits::kMaxTriadMb));
-  rl->add_option("--json", o->json_out, "Write the table (and measurements) as JSON to FILE ('-' = stdout)");
+  add_json_option(rl, &o->json_out, "the table (and measurements)");
   rl->add_option("--md", o->md_out, "Write the table as Markdown to FILE");
 
   struct GemmOpts {
@@ -183,13 +183,14 @@ void add_roofline(CLI::App& app) {
       ->check(real_range(0, limits::kMaxBenchSeconds, true));
   gs->add_option("--threads", g->threads, "CPU threads")->check(thread_count());
   gs->add_flag("--gpu", g->gpu, "Also time cuBLAS (f32 SGEMM/SGEMV and bf16 GemmEx) on GPU 0, on its datasheet roof");
-  gs->add_option("--json", g->json_out, "Write results as JSON to FILE ('-' = stdout)");
+  add_json_option(gs, &g->json_out, "the results");
   gs->add_option("--csv", g->csv_out, "Write results as CSV to FILE");
   gs->add_option("--md", g->md_out, "Write results as Markdown to FILE");
   gs->add_flag("-q,--quiet", g->quiet, "No progress lines on stderr (printed every few seconds of a long run)");
 
   rl->callback([o, gs] {
     if (gs->parsed()) return;
+    const TextToStderr json_stdout(o->json_out == "-");
     if (o->seconds <= 0) bad("--seconds must be positive");
     Table t{{"device", "f32 TF", "tf32 TF", "bf16 TF", "f16 TF", "fp8 TF", "BW GB/s", "mem GB", "L2 MB", "smem/SM KB", "SMs",
              "ridge f32", "ridge bf16", "GEMM N* bf16"}};
@@ -251,6 +252,7 @@ void add_roofline(CLI::App& app) {
   });
 
   gs->callback([g, gs] {
+    const TextToStderr json_stdout(g->json_out == "-");
     if (g->sweep) {
       g->sizes = {1024, 2048, 4096, 8192};
       g->gemv = true;
@@ -629,7 +631,7 @@ void add_profile(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto common = [&](CLI::App* s) {
     s->add_option("--trace", o->trace, "Write a Chrome/Perfetto trace to FILE (open in ui.perfetto.dev; default: none)");
-    s->add_option("--json", o->json_out, "Write the summary and results as JSON to FILE ('-' = stdout)");
+    add_json_option(s, &o->json_out, "the summary and results");
     s->add_option("--reps", o->reps, "Repetitions (default 3)")->check(int_range(1, limits::kMaxBenchReps));
   };
   auto* ge = pr->add_subcommand("gelu", "tanh-GELU as 8 separate elementwise kernels vs 1 fused kernel");
@@ -693,6 +695,7 @@ void add_profile(CLI::App& app) {
       write_text(o->json_out, json{{"summary", p.summary_json()}, {"result", result}}.dump(2) + "\n");
   };
   ge->callback([o, ge, finish] {
+    const TextToStderr json_stdout(o->json_out == "-");
     if (o->gpu) {
       if (ge->count("--n") == 0) o->n = int64_t(1) << 28;
       if (ge->count("--reps") == 0) o->reps = 20;
@@ -750,6 +753,7 @@ void add_profile(CLI::App& app) {
               << num(r["max_abs_diff"].get<double>(), "%.2g") << "\n";
   });
   de->callback([o, de, dopt, finish] {
+    const TextToStderr json_stdout(o->json_out == "-");
     if (de->count("--reps") == 0) o->reps = 50;
     need_positive(o->reps, "--reps");
     need_positive(dopt->context, "--context");
@@ -809,6 +813,7 @@ void add_profile(CLI::App& app) {
               << num(r["max_abs_diff_eager_vs_graph"].get<double>(), "%.2g") << "\n";
   });
   ly->callback([o, lo, finish] {
+    const TextToStderr json_stdout(o->json_out == "-");
     need_positive(o->reps, "--reps");
     const an::ModelConfig c = an::load_model_config(lo->model);
     an::LayerProfileArgs la;
@@ -856,6 +861,7 @@ void add_profile(CLI::App& app) {
               << "B; the cost model's minimum: " << si(model_flops) << " FLOPs\n";
   });
   at->callback([o, at, finish] {
+    const TextToStderr json_stdout(o->json_out == "-");
     need_positive(o->reps, "--reps");
     if (at->count("--kv-heads") == 0) o->att.kv_heads = o->att.heads;
     o->att.reps = o->reps;

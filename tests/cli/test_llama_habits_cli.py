@@ -1,5 +1,6 @@
 """llama.cpp's common options, usage-error exit statuses, help defaults, tokenizer.json paths, no unasked files and
 passive CPU waits (issue 22). Run by ctest with FLASHKIT_CLI=<path to the binary>."""
+import json
 import os
 import re
 import shutil
@@ -136,3 +137,28 @@ def test_bench_quiet_drops_the_row_progress():
     loud, quiet = run(*args), run(*args, "-q")
     assert loud.returncode == 0 and quiet.returncode == 0, (loud.stderr, quiet.stderr)
     assert "[1/" in loud.stderr and "[1/" not in quiet.stderr
+
+
+# --- one JSON convention: --json alone writes one JSON document to stdout -----------------------------------
+
+@pytest.mark.parametrize("args", [
+    ("roofline",),
+    ("roofline", "gemm", "--sizes", "32", "--impl", "blas", "--seconds", "0.01"),
+    ("profile", "gelu", "--n", "4096", "--reps", "1"),
+    ("profile", "attention", "-N", "64", "--heads", "1", "-d", "16", "--reps", "1"),
+    ("bench", "attention", "--seqlen", "32", "--heads", "1", "--head-dim", "16", "--repeats", "1"),
+    ("tokenize", "-m", os.path.dirname(TOKENIZER_JSON), "hello"),
+    ("cost", "attention"),
+])
+def test_json_flag_writes_one_document_to_stdout(args):
+    p = run(*args, "--json")
+    assert p.returncode == 0, p.stderr
+    json.loads(p.stdout)  # nothing else on stdout: tables and progress went to stderr
+
+
+def test_json_file_keeps_the_text_report_on_stdout(tmp_path):
+    out = tmp_path / "g.json"
+    p = run("roofline", "gemm", "--sizes", "32", "--impl", "blas", "--seconds", "0.01", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "blas" in p.stdout
+    assert json.loads(out.read_text())["results"]
