@@ -151,7 +151,7 @@ void add_roofline(CLI::App& app) {
   rl->add_flag("--measure", o->measure, "Measure this machine: CPU f32 FMA peak and triad bandwidth (GPU: copy BW, bf16 GEMM)");
   rl->add_option("--seconds", o->seconds, "Time budget for --measure (default 1 s)")
       ->check(real_range(0, limits::kMaxBenchSeconds, true));
-  rl->add_option("--threads", o->threads, "CPU threads (default: flashkit's)")->check(thread_count());
+  rl->add_option("-t,--threads", o->threads, "CPU threads (default: flashkit's)")->check(thread_count());
   rl->add_option("--triad-mb", o->triad_mb, "Triad array size, MB each (default 64)")
       ->check(real_range(1, limits::kMaxTriadMb));
   add_json_option(rl, &o->json_out, "the table (and measurements)");
@@ -181,7 +181,7 @@ void add_roofline(CLI::App& app) {
       ->check(int_range(0, limits::kMaxGemmSize));
   gs->add_option("--seconds", g->seconds, "Time budget per point (default 0.3 s; at least one run)")
       ->check(real_range(0, limits::kMaxBenchSeconds, true));
-  gs->add_option("--threads", g->threads, "CPU threads")->check(thread_count());
+  gs->add_option("-t,--threads", g->threads, "CPU threads (0: flashkit's default)")->check(thread_count());
   gs->add_flag("--gpu", g->gpu, "Also time cuBLAS (f32 SGEMM/SGEMV and bf16 GemmEx) on GPU 0, on its datasheet roof");
   add_json_option(gs, &g->json_out, "the results");
   gs->add_option("--csv", g->csv_out, "Write results as CSV to FILE");

@@ -596,7 +596,7 @@ void add_bench_command(CLI::App& app) {
   attn->add_option("--repeats", cfg->repeats,
                    "Timed runs per row (default: adaptive, at least 3 and about 1 s per row, at most 20)")
       ->check(int_range(1, 100000));
-  attn->add_option("--threads", cfg->threads, "CPU threads (default: the library's)")->check(thread_count(false));
+  attn->add_option("-t,--threads", cfg->threads, "CPU threads (default: the library's)")->check(thread_count(false));
   add_json_option(attn, &cfg->json_path, "the results");
   attn->add_option("--profile", cfg->profile_path,
                    "Write a Chrome/Perfetto trace of every timed call (time, FLOPs, bytes, % of the roof) to PATH");

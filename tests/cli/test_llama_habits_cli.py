@@ -162,3 +162,12 @@ def test_json_file_keeps_the_text_report_on_stdout(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "blas" in p.stdout
     assert json.loads(out.read_text())["results"]
+
+
+@pytest.mark.parametrize("args", [
+    ("bench", "attention", "--seqlen", "32", "--heads", "1", "--head-dim", "16", "--repeats", "1", "-q"),
+    ("roofline", "gemm", "--sizes", "32", "--impl", "blas", "--seconds", "0.01"),
+])
+def test_threads_short_option(args):
+    p = run(*args, "-t", "1")
+    assert p.returncode == 0, p.stderr
