@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Quick start, tests: install dependencies, build, run every test (C++, C API, Python, CLI, GPU tests that
+# Quick start, tests: install the build, run and test dependencies (tools/install-test-deps.sh), build, run every test (C++, C API, Python, CLI, GPU tests that
 # skip without a device) with ctest. The last line is the summary: "ctest: N passed, N failed, N skipped".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/install-deps.sh
+bash tools/install-test-deps.sh
 # FLASHKIT_SANITIZE=1: first the ASan/UBSan build and run of the C++/C tests (tools/sanitize.sh, its own build dir);
 # a failure there fails this script, but only after the normal tests, so the last line stays the summary below.
 sanitize_status=0
@@ -26,10 +26,10 @@ if [ -n "${FLASHKIT_FUZZ_SECONDS:-}" ]; then
     sh tests/fuzz/run.sh --seconds "$FLASHKIT_FUZZ_SECONDS" --seed 1 || fuzz_status=$?
     echo "fuzz: $(( $(date +%s) - fuzz_start )) s, exit status $fuzz_status (crash inputs: build-fuzz/crash-*)"
   else
-    echo "fuzz: clang++ not found, fuzzing skipped (tools/install-deps.sh installs clang)"
+    echo "fuzz: clang++ not found, fuzzing skipped (tools/install-test-deps.sh installs clang)"
   fi
 fi
-bash tools/build.sh
+bash tools/build.sh -DFLASHKIT_BUILD_TESTS=ON
 cd build
 log=$(mktemp)
 status=0

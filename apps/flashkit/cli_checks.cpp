@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -137,6 +138,42 @@ std::string read_text_file(const std::string& path, const std::string& option) {
 void check_written(std::ostream& out, const std::string& what) {
   out.flush();
   if (!out) fail(Status::invalid_argument, "writing " + what + " failed" + (errno ? std::string(": ") + std::strerror(errno) : ""));
+}
+
+std::string tokenizer_dir(const std::string& path, const std::string& option) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  if (!fs::is_regular_file(p, ec)) return path;  // a directory, or a missing path the loader reports
+  if (p.filename() != "tokenizer.json")
+    fail(Status::invalid_argument, option + ": " + path +
+                                       " is a file but not tokenizer.json (expected a directory holding "
+                                       "tokenizer.json, or the path of a tokenizer.json file)");
+  const fs::path dir = p.parent_path();
+  return dir.empty() ? std::string(".") : dir.string();
+}
+
+CLI::Option* add_json_option(CLI::App* app, std::string* path, const std::string& what) {
+  return app
+      ->add_option("--json", *path,
+                   "Write " + what + " as one JSON document to standard output (--json; the text report then goes to "
+                   "stderr) or to FILE (--json FILE)")
+      ->expected(0, 1)
+      ->default_str("-");
+}
+
+TextToStderr::TextToStderr(bool active) {
+  if (active) saved_ = std::cout.rdbuf(std::cerr.rdbuf());
+}
+
+TextToStderr::~TextToStderr() {
+  if (saved_) std::cout.rdbuf(saved_);
+}
+
+void write_json_stdout(const std::string& text) {
+  std::cout.flush();
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0)
+    fail(Status::invalid_argument, std::string("writing the JSON to standard output failed: ") + std::strerror(errno));
 }
 
 }  // namespace flashkit::cli

@@ -40,6 +40,28 @@ void check_memory(double bytes, const std::string& what);
 // Reads a whole file ("-": standard input) of at most limits::kMaxTextBytes; `option` names the flag in errors.
 std::string read_text_file(const std::string& path, const std::string& option);
 
+// The directory to load a tokenizer from: `path` itself, or the folder of `path` when it names a tokenizer.json file
+// (a tokenizer is a tokenizer.json plus the optional tokenizer_config.json next to it). `option` names the flag.
+std::string tokenizer_dir(const std::string& path, const std::string& option);
+
+// --json [FILE]: one JSON document to standard output (--json, or --json -) or to FILE. `what` names the content.
+CLI::Option* add_json_option(CLI::App* app, std::string* path, const std::string& what);
+
+// While alive and `active` (--json to standard output), text written to std::cout goes to stderr, so that standard
+// output holds the JSON document only. write_json_stdout() writes past it.
+class TextToStderr {
+ public:
+  explicit TextToStderr(bool active);
+  ~TextToStderr();
+  TextToStderr(const TextToStderr&) = delete;
+  TextToStderr& operator=(const TextToStderr&) = delete;
+
+ private:
+  std::streambuf* saved_ = nullptr;
+};
+// Writes `text` to the process's standard output (C stdio: not redirected by TextToStderr); fails when it cannot.
+void write_json_stdout(const std::string& text);
+
 // Fails (naming `what`) when a stream is in a failed state after flushing it (full disk, closed descriptor).
 void check_written(std::ostream& out, const std::string& what);
 

@@ -3,7 +3,7 @@
 //   flashkit roofline gemm [--sizes ...] [--gemv] GEMM/GEMV implementations on the roofline
 //   flashkit cost -m CONFIG [--device h200] ...   per-op cost of one decoder layer, totals, KV cache, memory
 //   flashkit cost attention -N 4096 -d 64         HBM traffic of standard vs flash attention, per device
-//   flashkit profile gelu | attention             Chrome/Perfetto trace + summary sorted by time
+//   flashkit profile gelu | attention [--trace F] summary sorted by time (+ Chrome/Perfetto trace with --trace)
 //   flashkit profile gelu --gpu | decode --gpu    GPU fusion demos: 8 kernels vs 1; decode eager vs CUDA graph
 #include <cstdio>
 #include <fstream>
@@ -16,6 +16,7 @@
 
 #include "attention_io.hpp"
 #include "cli_checks.hpp"
+#include "progress.hpp"
 #include "commands.hpp"
 #include "core/limits.hpp"
 #include "demos.hpp"
@@ -64,7 +65,7 @@ std::string seconds_str(double s) {
 
 void write_text(const std::string& path, const std::string& text) {
   if (path == "-") {
-    std::cout << text;
+    write_json_stdout(text);  // past a TextToStderr: stdout holds this document only
     return;
   }
   std::ofstream f(path);
@@ -150,17 +151,17 @@ void add_roofline(CLI::App& app) {
   rl->add_flag("--measure", o->measure, "Measure this machine: CPU f32 FMA peak and triad bandwidth (GPU: copy BW, bf16 GEMM)");
   rl->add_option("--seconds", o->seconds, "Time budget for --measure (default 1 s)")
       ->check(real_range(0, limits::kMaxBenchSeconds, true));
-  rl->add_option("--threads", o->threads, "CPU threads (default: flashkit's)")->check(thread_count());
+  rl->add_option("-t,--threads", o->threads, "CPU threads (default: flashkit's)")->check(thread_count());
   rl->add_option("--triad-mb", o->triad_mb, "Triad array size, MB each (default 64)")
       ->check(real_range(1, limits::kMaxTriadMb));
-  rl->add_option("--json", o->json_out, "Write the table (and measurements) as JSON to FILE ('-' = stdout)");
+  add_json_option(rl, &o->json_out, "the table (and measurements)");
   rl->add_option("--md", o->md_out, "Write the table as Markdown to FILE");
 
   struct GemmOpts {
     std::vector<std::string> impls = {"naive", "blocked", "blas"};
     std::vector<int64_t> sizes = {256, 512, 1024};
     std::vector<std::string> shapes;
-    bool gemv = false, sweep = false, gpu = false;
+    bool gemv = false, sweep = false, gpu = false, quiet = false;
     int64_t naive_max = 512;
     double seconds = 0.3;
     int threads = 0;
@@ -180,14 +181,16 @@ void add_roofline(CLI::App& app) {
       ->check(int_range(0, limits::kMaxGemmSize));
   gs->add_option("--seconds", g->seconds, "Time budget per point (default 0.3 s; at least one run)")
       ->check(real_range(0, limits::kMaxBenchSeconds, true));
-  gs->add_option("--threads", g->threads, "CPU threads")->check(thread_count());
+  gs->add_option("-t,--threads", g->threads, "CPU threads (0: flashkit's default)")->check(thread_count());
   gs->add_flag("--gpu", g->gpu, "Also time cuBLAS (f32 SGEMM/SGEMV and bf16 GemmEx) on GPU 0, on its datasheet roof");
-  gs->add_option("--json", g->json_out, "Write results as JSON to FILE ('-' = stdout)");
+  add_json_option(gs, &g->json_out, "the results");
   gs->add_option("--csv", g->csv_out, "Write results as CSV to FILE");
   gs->add_option("--md", g->md_out, "Write results as Markdown to FILE");
+  gs->add_flag("-q,--quiet", g->quiet, "No progress lines on stderr (printed every few seconds of a long run)");
 
   rl->callback([o, gs] {
     if (gs->parsed()) return;
+    const TextToStderr json_stdout(o->json_out == "-");
     if (o->seconds <= 0) bad("--seconds must be positive");
     Table t{{"device", "f32 TF", "tf32 TF", "bf16 TF", "f16 TF", "fp8 TF", "BW GB/s", "mem GB", "L2 MB", "smem/SM KB", "SMs",
              "ridge f32", "ridge bf16", "GEMM N* bf16"}};
@@ -249,6 +252,7 @@ void add_roofline(CLI::App& app) {
   });
 
   gs->callback([g, gs] {
+    const TextToStderr json_stdout(g->json_out == "-");
     if (g->sweep) {
       g->sizes = {1024, 2048, 4096, 8192};
       g->gemv = true;
@@ -269,11 +273,21 @@ void add_roofline(CLI::App& app) {
     Table t{{"op", "impl", "M", "N", "K", "MACs", "FLOPs", "min bytes", "AI", "time", "GFLOP/s", "GB/s", "bound",
              "%roof", "floor"}};
     json rows = json::array();
+    auto skipped = [&](an::GemmImpl impl, bool is_gemv, int64_t n) {
+      return impl == an::GemmImpl::naive && !is_gemv && n > g->naive_max;
+    };
+    int64_t points = 0, done = 0;
+    for (int64_t n : g->sizes)
+      for (int pass = 0; pass < (g->gemv ? 2 : 1); ++pass)
+        for (auto impl : impls) points += skipped(impl, pass == 1, n) ? 0 : 1;
+    Progress progress("roofline gemm", points, g->quiet);
     for (int64_t n : g->sizes) {
       for (int pass = 0; pass < (g->gemv ? 2 : 1); ++pass) {
         const bool is_gemv = pass == 1;
         for (auto impl : impls) {
-          if (impl == an::GemmImpl::naive && !is_gemv && n > g->naive_max) continue;
+          if (skipped(impl, is_gemv, n)) continue;
+          progress.step(done++, std::string(is_gemv ? "gemv " : "gemm ") + an::gemm_impl_name(impl) + " N=" +
+                                    std::to_string(n));
           const an::MatmulResult r = an::time_matmul(impl, n, is_gemv ? 1 : n, n, roof, g->seconds, 20, g->threads);
           add_matmul_row(t, rows, r);
         }
@@ -605,7 +619,7 @@ void add_profile(CLI::App& app) {
   auto* pr = app.add_subcommand("profile", "Profile a workload: Chrome/Perfetto trace and summary by time");
   pr->require_subcommand(1);
   struct Opts {
-    std::string trace = "flashkit-trace.json", json_out;
+    std::string trace, json_out;  // no file is written unless asked for
     int64_t n = int64_t(1) << 24;
     int reps = 3;
     an::AttentionProfileArgs att;
@@ -616,8 +630,8 @@ void add_profile(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   auto common = [&](CLI::App* s) {
-    s->add_option("--trace", o->trace, "Chrome trace output (default flashkit-trace.json; open in ui.perfetto.dev)");
-    s->add_option("--json", o->json_out, "Write the summary and results as JSON to FILE ('-' = stdout)");
+    s->add_option("--trace", o->trace, "Write a Chrome/Perfetto trace to FILE (open in ui.perfetto.dev; default: none)");
+    add_json_option(s, &o->json_out, "the summary and results");
     s->add_option("--reps", o->reps, "Repetitions (default 3)")->check(int_range(1, limits::kMaxBenchReps));
   };
   auto* ge = pr->add_subcommand("gelu", "tanh-GELU as 8 separate elementwise kernels vs 1 fused kernel");
@@ -673,12 +687,15 @@ void add_profile(CLI::App& app) {
 
   auto finish = [o](an::Profiler& p, json result) {
     std::cout << p.summary_table();
-    p.write_chrome_trace(o->trace);
-    std::cout << "trace: " << o->trace << " (" << p.events().size() << " events; chrome://tracing or ui.perfetto.dev)\n";
+    if (!o->trace.empty()) {
+      p.write_chrome_trace(o->trace);
+      std::cout << "trace: " << o->trace << " (" << p.events().size() << " events; chrome://tracing or ui.perfetto.dev)\n";
+    }
     if (!o->json_out.empty())
       write_text(o->json_out, json{{"summary", p.summary_json()}, {"result", result}}.dump(2) + "\n");
   };
   ge->callback([o, ge, finish] {
+    const TextToStderr json_stdout(o->json_out == "-");
     if (o->gpu) {
       if (ge->count("--n") == 0) o->n = int64_t(1) << 28;
       if (ge->count("--reps") == 0) o->reps = 20;
@@ -736,6 +753,7 @@ void add_profile(CLI::App& app) {
               << num(r["max_abs_diff"].get<double>(), "%.2g") << "\n";
   });
   de->callback([o, de, dopt, finish] {
+    const TextToStderr json_stdout(o->json_out == "-");
     if (de->count("--reps") == 0) o->reps = 50;
     need_positive(o->reps, "--reps");
     need_positive(dopt->context, "--context");
@@ -795,6 +813,7 @@ void add_profile(CLI::App& app) {
               << num(r["max_abs_diff_eager_vs_graph"].get<double>(), "%.2g") << "\n";
   });
   ly->callback([o, lo, finish] {
+    const TextToStderr json_stdout(o->json_out == "-");
     need_positive(o->reps, "--reps");
     const an::ModelConfig c = an::load_model_config(lo->model);
     an::LayerProfileArgs la;
@@ -842,6 +861,7 @@ void add_profile(CLI::App& app) {
               << "B; the cost model's minimum: " << si(model_flops) << " FLOPs\n";
   });
   at->callback([o, at, finish] {
+    const TextToStderr json_stdout(o->json_out == "-");
     need_positive(o->reps, "--reps");
     if (at->count("--kv-heads") == 0) o->att.kv_heads = o->att.heads;
     o->att.reps = o->reps;

@@ -57,6 +57,7 @@ struct BenchConfig {
   int threads = 0;  // 0: the library's default
   std::string json_path;
   std::string profile_path;  // Chrome/Perfetto trace of every timed call
+  bool quiet = false;        // no per-row progress lines on stderr
   std::string device = "cpu";
 };
 
@@ -487,7 +488,8 @@ void run_bench(BenchConfig cfg) {
       std::vector<Row> group;
       for (const std::string& impl : cfg.impls) {
         ++index;
-        std::cerr << "[" << index << "/" << total << "] " << impl << " " << pass_label(pass) << " seqlen=" << n
+        if (!cfg.quiet)
+          std::cerr << "[" << index << "/" << total << "] " << impl << " " << pass_label(pass) << " seqlen=" << n
                   << " ...\n"
                   << std::flush;
         group.push_back(run_row(cfg, device, dtype, n, impl, pass, in, prof.get()));
@@ -594,10 +596,11 @@ void add_bench_command(CLI::App& app) {
   attn->add_option("--repeats", cfg->repeats,
                    "Timed runs per row (default: adaptive, at least 3 and about 1 s per row, at most 20)")
       ->check(int_range(1, 100000));
-  attn->add_option("--threads", cfg->threads, "CPU threads (default: the library's)")->check(thread_count(false));
-  attn->add_option("--json", cfg->json_path, "Write results as JSON to PATH ('-': stdout, the table goes to stderr)");
+  attn->add_option("-t,--threads", cfg->threads, "CPU threads (default: the library's)")->check(thread_count(false));
+  add_json_option(attn, &cfg->json_path, "the results");
   attn->add_option("--profile", cfg->profile_path,
                    "Write a Chrome/Perfetto trace of every timed call (time, FLOPs, bytes, % of the roof) to PATH");
+  attn->add_flag("-q,--quiet", cfg->quiet, "No progress line per row on stderr");
   attn->add_option("--device", cfg->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   attn->callback([cfg] { run_bench(*cfg); });
 }

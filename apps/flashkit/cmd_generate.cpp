@@ -49,33 +49,51 @@ struct GenArgs {
   float temp = 0.8f, top_p = 0.95f, min_p = 0.0f, repeat_penalty = 1.0f;
   int top_k = 40;
   uint64_t seed = 0;
-  std::string device = "cpu", dtype = "auto";
+  std::string device, dtype = "auto";  // device "": cpu unless --n-gpu-layers says otherwise
+  int64_t gpu_layers = -1;             // --n-gpu-layers / -ngl; -1: not given
   int threads = 0;
   int64_t ctx = 0, chunk = 512;
-  bool ids = false, profile = false, random_weights = false, no_bos = false, ignore_eos = false, quiet = false;
+  bool ids = false, profile = false, random_weights = false, conversation = false, no_bos = false, ignore_eos = false, quiet = false;
   std::vector<std::string> stop;
   std::string output, stats_json, trace;
   SpecArgs spec;  // generate only: speculative decoding (cmd_spec.cpp)
 };
 
+// Defaults live in GenArgs only: every option shows the value it starts with (capture_default_str), so the help
+// cannot drift from the code. Names follow llama.cpp where it has one (-n/--n-predict, -c/--ctx-size, -t/--threads,
+// --temp, --top-k, --top-p, --seed, -ngl via llama_aliases.cpp).
 void add_common(CLI::App* c, GenArgs* a) {
-  c->add_option("-m,--model", a->model, "Model directory (config.json + *.safetensors [+ tokenizer.json])")->required();
-  c->add_option("-n,--max-tokens", a->n, "Tokens to generate (per turn in chat; default 128)")
-      ->check(int_range(1, limits::kMaxNewTokens));
-  c->add_option("--temp", a->temp, "Sampling temperature (0 = greedy; default 0.8)")->check(real_range(0, 1000));
-  c->add_option("--top-k", a->top_k, "Keep the k most likely tokens (0 = off; default 40)")
-      ->check(int_range(0, int64_t(1) << 30));
-  c->add_option("--top-p", a->top_p, "Nucleus sampling mass (1 = off; default 0.95)")->check(real_range(0, 1, true));
-  c->add_option("--min-p", a->min_p, "Drop tokens below min_p * p(max) (0 = off)")->check(real_range(0, 1));
-  c->add_option("--repeat-penalty", a->repeat_penalty, "Repetition penalty (1 = off)")->check(real_range(0, 1000, true));
-  c->add_option("--seed", a->seed, "Sampler seed (default 0: runs are reproducible)")->check(uint64_value());
+  c->add_option("-m,--model", a->model, "Model directory (config.json + *.safetensors [+ tokenizer.json]) or .gguf")
+      ->required();
+  c->add_option("-n,--max-tokens,--n-predict", a->n, "Tokens to generate (per turn in chat)")
+      ->check(int_range(1, limits::kMaxNewTokens))->capture_default_str();
+  c->add_option("--temp", a->temp, "Sampling temperature (0 = greedy)")->check(real_range(0, 1000))
+      ->capture_default_str();
+  c->add_option("--top-k", a->top_k, "Keep the k most likely tokens (0 = off)")
+      ->check(int_range(0, int64_t(1) << 30))->capture_default_str();
+  c->add_option("--top-p", a->top_p, "Nucleus sampling mass (1 = off)")->check(real_range(0, 1, true))
+      ->capture_default_str();
+  c->add_option("--min-p", a->min_p, "Drop tokens below min_p * p(max) (0 = off)")->check(real_range(0, 1))
+      ->capture_default_str();
+  c->add_option("--repeat-penalty", a->repeat_penalty, "Repetition penalty (1 = off)")
+      ->check(real_range(0, 1000, true))->capture_default_str();
+  c->add_option("--seed", a->seed, "Sampler seed (runs are reproducible)")->check(uint64_value())
+      ->capture_default_str();
   c->add_option("--device", a->device, "cpu | cuda | cuda:N (default cpu)");
-  c->add_option("--dtype", a->dtype, "Weight storage: auto | f32 | bf16 | f16 | q8_0 (default auto: as the checkpoint; Q8_0 GGUFs stay Q8_0 on the CPU)");
-  c->add_option("--threads", a->threads, "CPU threads (default: flashkit's)")->check(thread_count());
-  c->add_option("--ctx", a->ctx, "Context (KV cache) length in tokens (default min(model max, 4096))")
-      ->check(int_range(0, limits::kMaxContext));
-  c->add_option("--prefill-chunk", a->chunk, "Prompt tokens per forward pass (default 512)")
-      ->check(int_range(1, limits::kMaxPrefillChunk));
+  c->add_option("--n-gpu-layers", a->gpu_layers,
+                "llama.cpp's -ngl: flashkit runs a model wholly on one device, so 0 = CPU and any N > 0 = every layer "
+                "on the GPU (--device cuda)")
+      ->check(int_range(0, int64_t(1) << 30));
+  c->add_option("--dtype", a->dtype,
+                "Weight storage: auto | f32 | bf16 | f16 | q8_0 (auto: as the checkpoint; Q8_0 GGUFs stay Q8_0 on "
+                "the CPU)")
+      ->capture_default_str();
+  c->add_option("-t,--threads", a->threads, "CPU threads (0: flashkit's default)")->check(thread_count())
+      ->capture_default_str();
+  c->add_option("-c,--ctx-size,--ctx", a->ctx, "Context (KV cache) length in tokens (0: min(model max, 4096))")
+      ->check(int_range(0, limits::kMaxContext))->capture_default_str();
+  c->add_option("--prefill-chunk", a->chunk, "Prompt tokens per forward pass")
+      ->check(int_range(1, limits::kMaxPrefillChunk))->capture_default_str();
   c->add_option("--stop", a->stop, "Stop string (repeatable)");
   c->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-sequence token");
   c->add_flag("--profile", a->profile, "Time every op kind and print the split at the end");
@@ -87,6 +105,18 @@ void add_common(CLI::App* c, GenArgs* a) {
   c->add_flag("-q,--quiet", a->quiet, "No report on stderr");
 }
 
+// The device after --n-gpu-layers (llama.cpp's -ngl): 0 means the CPU, N > 0 the GPU; a contradicting --device is
+// refused rather than silently overridden.
+std::string resolve_device(const GenArgs& a) {
+  if (a.gpu_layers < 0) return a.device.empty() ? "cpu" : a.device;
+  const bool gpu = a.gpu_layers > 0;
+  if (a.device.empty()) return gpu ? "cuda" : "cpu";
+  if (gpu != (a.device.rfind("cuda", 0) == 0))
+    bad("-ngl/--n-gpu-layers " + std::to_string(a.gpu_layers) + " contradicts --device " + a.device +
+        " (flashkit does not split a model between devices: -ngl 0 = CPU, -ngl N > 0 = GPU)");
+  return a.device;
+}
+
 void validate_common(const GenArgs& a) {
   engine::SamplerParams sp;
   sp.temperature = a.temp;
@@ -96,6 +126,7 @@ void validate_common(const GenArgs& a) {
   sp.repetition_penalty = a.repeat_penalty;
   engine::validate(sp);
   // The numeric ranges are checked by CLI11 (add_common); this only catches what spans several options.
+  resolve_device(a);
   if (!a.trace.empty() && !a.profile) bad("--trace needs --profile (the trace records the profiled ops)");
   for (auto& s : a.stop)
     if (s.empty()) bad("--stop: empty stop string");
@@ -113,7 +144,7 @@ std::unique_ptr<std::ofstream> open_output(const std::string& path, const char* 
 
 LoadOptions load_options(const GenArgs& a) {
   LoadOptions o;
-  o.device = a.device;
+  o.device = resolve_device(a);
   o.dtype = a.dtype;
   o.threads = a.threads;
   o.max_context = a.ctx;
@@ -552,7 +583,7 @@ void add_generate_commands(CLI::App& app) {
   auto* gen = app.add_subcommand("generate", "Generate text with a Hugging Face model (gemma3_text, llama, qwen2/3)");
   add_common(gen, a.get());
   gen->add_option("-p,--prompt", a->prompt, "Prompt text (needs tokenizer.json in the model directory)");
-  gen->add_option("--prompt-file", a->prompt_file, "Read the prompt text from FILE");
+  gen->add_option("-f,--file,--prompt-file", a->prompt_file, "Read the prompt text from FILE (\"-\": standard input)");
   gen->add_option("--prompt-ids", a->prompt_ids, "Prompt as comma-separated token ids, e.g. 2,106,1645");
   gen->add_flag("--ids", a->ids, "Print generated token ids instead of text");
   gen->add_flag("--no-bos", a->no_bos, "Do not add the tokenizer's special tokens (BOS) to -p text");
@@ -564,7 +595,8 @@ void add_generate_commands(CLI::App& app) {
   c->temp = 0.7f;
   auto* chat = app.add_subcommand("chat", "Interactive multi-turn chat with the model's chat template (stdin lines)");
   add_common(chat, c.get());
-  chat->add_option("--system", c->system, "System prompt");
+  chat->add_option("--system,-p,--prompt", c->system, "System prompt (-p as in llama.cpp's conversation mode)");
+  chat->add_flag("--conversation", c->conversation, "Accepted for llama.cpp's -cnv: chat is always a conversation");
   chat->add_option("-o,--output", c->output, "Write the replies to FILE instead of stdout");
   chat->callback([c] { run_chat(*c); });
 }

@@ -85,8 +85,8 @@ void add_serve_options(CLI::App* c, ServeArgs* a, bool model_required) {
   if (model_required) m->required();
   c->add_option("--device", a->device, "cpu (the paged KV cache runs on the CPU backend for now)");
   c->add_option("--dtype", a->dtype, "Weight storage: auto | f32 | bf16 | f16 | q8_0");
-  c->add_option("--threads", a->threads, "CPU threads (default: flashkit's)")->check(thread_count());
-  c->add_option("--ctx", a->ctx, "Context length per sequence (default min(model max, 4096))")
+  c->add_option("-t,--threads", a->threads, "CPU threads (default: flashkit's)")->check(thread_count());
+  c->add_option("-c,--ctx-size,--ctx", a->ctx, "Context length per sequence (default min(model max, 4096))")
       ->check(int_range(0, limits::kMaxContext));
   c->add_option("--kv-memory", a->kv_memory,
                 "Bytes of the KV block pool, e.g. 512M (default 0: a quarter of the available memory, capped at "
@@ -110,7 +110,7 @@ void add_serve_options(CLI::App* c, ServeArgs* a, bool model_required) {
   c->add_flag("-q,--quiet", a->quiet, "No log on stderr");
   c->add_flag("--random-weights", a->random_weights,
               "Ignore the checkpoint: seeded random weights for the config (benchmarks; -m may be a config.json)");
-  c->add_option("--tokenizer", a->tokenizer, "Directory with tokenizer.json (default: the model directory)");
+  c->add_option("--tokenizer", a->tokenizer, "Directory with tokenizer.json, or a tokenizer.json file (default: the model directory)");
 }
 
 // The numeric ranges are checked by CLI11 (add_serve_options); this checks what they cannot.
@@ -132,7 +132,7 @@ struct Stack {
 std::unique_ptr<Stack> build_stack(const ServeArgs& a, bool log) {
   validate(a);
   auto s = std::make_unique<Stack>();
-  fs::path d = a.tokenizer.empty() ? fs::path(a.model) : fs::path(a.tokenizer);
+  fs::path d = a.tokenizer.empty() ? fs::path(a.model) : fs::path(tokenizer_dir(a.tokenizer, "--tokenizer"));
   std::error_code ec;
   const fs::path given = d;
   if (!fs::is_directory(d, ec)) d = d.parent_path();

@@ -384,7 +384,7 @@ void add_spec_bench_command(CLI::App& app) {
   c->add_option("--regimes", a->regimes, "Comma list of free, grounded (default both)")->delimiter(',');
   c->add_option("--prompt-free", a->prompt_free, "Text file for the free-generation prompt");
   c->add_option("--prompt-grounded", a->prompt_grounded, "Text file for the input-grounded prompt");
-  c->add_option("-n,--max-tokens", a->n, "Tokens generated per run (default 64)")
+  c->add_option("-n,--max-tokens,--n-predict", a->n, "Tokens generated per run (default 64)")
       ->check(int_range(2, limits::kMaxNewTokens));
   c->add_option("--lookup", a->lookup, "n-gram length for ngram / tree (default 3)")
       ->check(int_range(1, limits::kMaxSpecTokens));
@@ -395,8 +395,8 @@ void add_spec_bench_command(CLI::App& app) {
   c->add_option("--repeats", a->repeats, "Runs per row, the fastest kept (default 1)")->check(int_range(1, 100));
   c->add_option("--device", a->device, "cpu | cuda | cuda:N (default cpu)");
   c->add_option("--dtype", a->dtype, "Weight storage (default auto)");
-  c->add_option("--threads", a->threads, "CPU threads")->check(thread_count());
-  c->add_option("--ctx", a->ctx, "Context length")->check(int_range(0, limits::kMaxContext));
+  c->add_option("-t,--threads", a->threads, "CPU threads (0: flashkit's default)")->check(thread_count());
+  c->add_option("-c,--ctx-size,--ctx", a->ctx, "Context length (0: the default)")->check(int_range(0, limits::kMaxContext));
   c->add_flag("--random-weights", a->random_weights, "Random weights for the configs (-m and --draft may be config.json)");
   c->add_option("--json", a->json_path, "Write the rows as JSON to FILE (tools/plot_spec.py plots it)");
   c->callback([a] { run_bench_spec(*a); });

@@ -1,5 +1,5 @@
 // flashkit tokenize | detokenize: the tokenizer of a Hugging Face model directory (src/tokenizer).
-//   flashkit tokenize -m DIR [--add-special] [--json] TEXT     token ids of TEXT (space separated, or a JSON array)
+//   flashkit tokenize -m DIR|tokenizer.json [--add-special] [--json] TEXT     token ids of TEXT (space separated, or a JSON array)
 //   flashkit tokenize -m DIR --file PATH                        ids of a file's text ("-": standard input)
 //   flashkit detokenize -m DIR [--skip-special] ID...           text of the ids (also "[1, 2]" or "1,2")
 // DIR needs only tokenizer.json (tokenizer_config.json is read when present).
@@ -63,7 +63,7 @@ void add_tokenize_commands(CLI::App& app) {
   auto o = std::make_shared<Opts>();
 
   auto* tok = app.add_subcommand("tokenize", "Token ids of a text with a model's tokenizer.json");
-  tok->add_option("-m,--model", o->dir, "Model or tokenizer directory (holding tokenizer.json)")->required();
+  tok->add_option("-m,--model", o->dir, "Model or tokenizer directory (holding tokenizer.json), or a tokenizer.json file")->required();
   tok->add_option("text", o->text, "Text to tokenize (UTF-8)");
   tok->add_option("-f,--file", o->file, "Tokenize the contents of this file instead (\"-\": standard input)");
   tok->add_flag("--add-special", o->add_special, "Add what the tokenizer's post-processor adds (e.g. BOS)");
@@ -73,7 +73,7 @@ void add_tokenize_commands(CLI::App& app) {
     bool have_text = tok->count("text") > 0, have_file = !o->file.empty();
     if (have_text == have_file) bad("tokenize: give either TEXT or --file (exactly one)");
     auto t0 = std::chrono::steady_clock::now();
-    auto t = Tokenizer::from_dir(o->dir);
+    auto t = Tokenizer::from_dir(tokenizer_dir(o->dir, "-m/--model"));
     auto t1 = std::chrono::steady_clock::now();
     std::string text = have_file ? read_text_file(o->file, "--file") : o->text;
     auto ids = t.encode(text, o->add_special);
@@ -94,12 +94,12 @@ void add_tokenize_commands(CLI::App& app) {
   });
 
   auto* det = app.add_subcommand("detokenize", "Text of token ids with a model's tokenizer.json");
-  det->add_option("-m,--model", o->dir, "Model or tokenizer directory (holding tokenizer.json)")->required();
+  det->add_option("-m,--model", o->dir, "Model or tokenizer directory (holding tokenizer.json), or a tokenizer.json file")->required();
   det->add_option("ids", o->ids, "Token ids: \"1 2 3\", \"1,2,3\" or a JSON array")->required();
   det->add_flag("--skip-special", o->skip_special, "Leave out special tokens (BOS, EOS, turn markers)");
   det->callback([o] {
     auto ids = parse_ids(o->ids);
-    auto t = Tokenizer::from_dir(o->dir);
+    auto t = Tokenizer::from_dir(tokenizer_dir(o->dir, "-m/--model"));
     std::cout << t.decode(ids, o->skip_special) << "\n";
   });
 }

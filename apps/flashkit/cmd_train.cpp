@@ -58,7 +58,7 @@ void add_train(CLI::App& app) {
       ->check(int_range(1, limits::kMaxTrainSteps));
   c->add_option("--output", a->output, "Override output.dir");
   c->add_option("--device", a->device, "Override device: cpu | cuda | cuda:N");
-  c->add_option("--threads", a->threads, "Override threads (CPU; 0: flashkit's default)")->check(thread_count());
+  c->add_option("-t,--threads", a->threads, "Override threads (CPU; 0: flashkit's default)")->check(thread_count());
   c->add_flag("-q,--quiet", a->quiet, "No progress lines");
   c->add_option("--dump-step1", a->dump_step1,
                 "Verification: write step 1's initial weights (f32 HF dir), batch, loss and gradients to DIR");
@@ -128,7 +128,7 @@ void add_prepare_data(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   auto* c = app.add_subcommand("prepare-data", "Tokenize text files into train/val token files (or synthesize tasks)");
-  c->add_option("--tokenizer", a->tokenizer, "Directory with tokenizer.json");
+  c->add_option("--tokenizer", a->tokenizer, "Directory with tokenizer.json, or a tokenizer.json file");
   c->add_option("-o,--output", a->out, "Output directory (train.bin, val.bin, meta.json)")->required();
   c->add_option("--val-fraction", a->val_fraction, "Tail fraction of every document kept for validation (default 0.01)")
       ->check(real_range(0, 1, false, true));
@@ -164,7 +164,7 @@ void add_prepare_data(CLI::App& app) {
       if (a->tokenizer.empty()) bad("prepare-data: --tokenizer DIR is required (or --synthetic)");
       if (a->files.empty()) bad("prepare-data: no input files");
       train::PrepareOptions o;
-      o.tokenizer_dir = a->tokenizer;
+      o.tokenizer_dir = tokenizer_dir(a->tokenizer, "--tokenizer");
       o.inputs.assign(a->files.begin(), a->files.end());
       o.output_dir = a->out;
       o.val_fraction = a->val_fraction;
@@ -189,7 +189,7 @@ void add_perplexity(CLI::App& app) {
   auto* c = app.add_subcommand("perplexity", "Per-token loss and perplexity of a text file through the engine");
   c->add_option("-m,--model", a->model, "Model directory")->required();
   c->add_option("-f,--file", a->file, "Text file")->required();
-  c->add_option("--ctx", a->ctx, "Window length in tokens (default min(model context, 512))")
+  c->add_option("-c,--ctx-size,--ctx", a->ctx, "Window length in tokens (default min(model context, 512))")
       ->check(int_range(0, limits::kMaxContext));
   c->add_option("--stride", a->stride, "Window advance (default ctx / 2; = the window's text tokens: no overlap)")
       ->check(int_range(0, limits::kMaxContext));
@@ -198,7 +198,7 @@ void add_perplexity(CLI::App& app) {
   c->add_flag("--json", a->json, "Print the result as JSON on stdout");
   c->add_option("--device", a->device, "cpu | cuda | cuda:N");
   c->add_option("--dtype", a->dtype, "Weight storage (default auto)");
-  c->add_option("--threads", a->threads, "CPU threads")->check(thread_count());
+  c->add_option("-t,--threads", a->threads, "CPU threads (0: flashkit's default)")->check(thread_count());
   c->callback([a] {
     if (!a->per_token.empty()) {  // an unwritable output fails before the model loads
       std::ofstream probe(a->per_token, std::ios::app);

@@ -11,9 +11,13 @@
 #include <iostream>
 #include <new>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "cli_checks.hpp"
 #include "commands.hpp"
+#include "cpu_wait.hpp"
+#include "llama_aliases.hpp"
 #include "flashkit/flashkit.hpp"
 
 namespace flashkit::cli {
@@ -24,6 +28,7 @@ void add_info_command(CLI::App& app) {
     std::cout << build_info() << "\n"
               << "cpu isa:        " << cpu_isa() << "\n"
               << "threads:        " << num_threads() << " (at most " << max_threads() << ")\n"
+              << "cpu waits:      " << (default_tuning().omp_wait_passive ? "passive" : "active (spinning)") << "\n"
               << "cuda devices:   " << cuda_device_count() << "\n"
               << "physical memory " << physical_memory_bytes() / (1 << 20) << " MiB\n";
   });
@@ -61,7 +66,9 @@ std::string doing() {
 int main(int argc, char** argv) {
   guard_standard_descriptors();
   // The one read of the FLASHKIT_* environment: every command runs with this default tuning.
-  flashkit::set_default_tuning(flashkit::tuning_from_env());
+  const flashkit::Tuning tuning = flashkit::tuning_from_env();
+  flashkit::cli::apply_cpu_wait_policy(tuning, argv);  // may re-execute the program with OMP_WAIT_POLICY=passive
+  flashkit::set_default_tuning(tuning);
   CLI::App app{"flashkit: IO-aware attention kernels and a transformer engine for CPUs and NVIDIA GPUs"};
   // At most one subcommand; "none" is reported by the callback below so that an unknown word is named
   // by CLI11's own unexpected-argument error instead of a generic "subcommand required".
@@ -80,7 +87,10 @@ int main(int argc, char** argv) {
   flashkit::cli::add_serve_commands(app);
   flashkit::cli::add_eval_commands(app);
   try {
-    app.parse(argc, argv);
+    const std::vector<std::string> args = flashkit::cli::rewrite_llama_aliases(argc, argv);
+    std::vector<const char*> arg_ptrs;
+    for (const auto& s : args) arg_ptrs.push_back(s.c_str());
+    app.parse(int(arg_ptrs.size()), arg_ptrs.data());
     flashkit::cli::check_written(std::cout, "standard output");
   } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);

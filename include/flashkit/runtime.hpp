@@ -29,6 +29,12 @@ class ScopedNumThreads {
   int prev_;
 };
 
+// The OMP_WAIT_POLICY value the environment must hold when the OpenMP runtime starts for t.cpu_wait to take effect,
+// or nullptr when nothing is to change (t.omp_wait_set: the user's OMP_WAIT_POLICY / GOMP_SPINCOUNT win; active is
+// OpenMP's own default). libgomp reads its environment once, when it is loaded, so a library cannot change the policy
+// later: a front end sets the variable and re-executes itself (the CLI) or sets it before loading flashkit.
+const char* omp_wait_policy_env(const Tuning& t);
+
 // The SIMD level CPU kernels dispatch to: "avx512", "avx2" or "scalar": the widest this CPU supports, capped by
 // the process default Tuning's cpu_isa (FLASHKIT_CPU_ISA=scalar|avx2|avx512 forces a lower level), or by `cap`.
 std::string cpu_isa();

@@ -11,6 +11,11 @@ namespace flashkit {
 // The widest SIMD level CPU kernels may use; they use min(this, what the CPU supports).
 enum class CpuIsaCap : int32_t { scalar = 0, avx2 = 1, avx512 = 2 };
 
+// How idle CPU worker threads wait for work: passive (sleep at once) or active (spin first). Spinning wins a few
+// microseconds per parallel region on an idle machine but loses the core to another busy process: on the 2-core
+// development machine with one competing process decode fell from 67.7 to 1.7 tokens/s (bench/results/cpu-contention.md).
+enum class CpuWait : int32_t { passive = 0, active = 1 };
+
 // Split-merge placement of the library's CUDA decode attention.
 enum class DecodeCombine : int32_t {
   automatic = 0,  // the separate combine launch (measured fastest, attention-cuda.md v10)
@@ -30,6 +35,9 @@ struct Tuning {
   CpuIsaCap cpu_isa = CpuIsaCap::avx512;  // FLASHKIT_CPU_ISA=scalar|avx2|avx512
   int num_threads = 0;                    // FLASHKIT_NUM_THREADS (1..4096); 0: OpenMP's default
   int64_t max_workspace_bytes = 0;        // FLASHKIT_MAX_WORKSPACE_BYTES; 0: 80% of physical memory
+  CpuWait cpu_wait = CpuWait::passive;    // FLASHKIT_CPU_WAIT=passive|active (see omp_wait_policy_env())
+  bool omp_wait_set = false;              // OMP_WAIT_POLICY or GOMP_SPINCOUNT is set: OpenMP's own setting wins
+  bool omp_wait_passive = false;          // OMP_WAIT_POLICY=passive: the policy OpenMP runs with (flashkit info)
 
   // ---- CUDA attention (library op)
   bool sm90 = true;                 // FLASHKIT_SM90=0: the portable sm_80 kernels on Hopper too

@@ -71,6 +71,11 @@ ScopedNumThreads::ScopedNumThreads(int n) : prev_(t_threads) {
 }
 ScopedNumThreads::~ScopedNumThreads() { t_threads = prev_; }
 
+const char* omp_wait_policy_env(const Tuning& t) {
+  if (t.omp_wait_set || t.cpu_wait != CpuWait::passive) return nullptr;
+  return "passive";
+}
+
 namespace {
 // The widest level this CPU supports (0 scalar, 1 avx2, 2 avx512), detected once.
 int detected_isa_level() {

@@ -89,6 +89,10 @@ Tuning tuning_from_env() {
   t.cpu_isa = CpuIsaCap(env::choice("FLASHKIT_CPU_ISA", {"scalar", "avx2", "avx512"}, int(t.cpu_isa)));
   t.num_threads = int(env::integer("FLASHKIT_NUM_THREADS", 0, 1, 4096));
   t.max_workspace_bytes = env::integer("FLASHKIT_MAX_WORKSPACE_BYTES", 0, 1, INT64_MAX);
+  t.cpu_wait = CpuWait(env::choice("FLASHKIT_CPU_WAIT", {"passive", "active"}, int(t.cpu_wait)));
+  const auto omp_wait = env::get("OMP_WAIT_POLICY");
+  t.omp_wait_set = omp_wait.has_value() || env::get("GOMP_SPINCOUNT").has_value();
+  t.omp_wait_passive = omp_wait && (*omp_wait == "passive" || *omp_wait == "PASSIVE");
 
   t.sm90 = env::flag("FLASHKIT_SM90", t.sm90);
   t.sm90_fwd_config = int(env::integer("FLASHKIT_SM90_CFG", 0, 0, 3));
