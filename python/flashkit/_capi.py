@@ -174,6 +174,11 @@ def core_library_path(library_path, find_library=None):
     return find_library("flashkit_core") or library_path
 
 
+# OpenMP reads its wait policy once, when the runtime loads: ask for passive waits (idle CPU threads sleep instead of
+# spinning, which made decode 4.7x slower next to one busy process; bench/results/cpu-contention.md) unless the
+# user chose a policy, or an OpenMP runtime is already loaded (numpy/torch first: then this changes nothing).
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
 # RTLD_LOCAL: flashkit's symbols (and those of the OpenBLAS / OpenMP it links) stay out of the global scope, so a
 # later numpy or torch does not bind to them. RTLD_NOW: a missing symbol is an ImportError here, not a crash later.
 _DLOPEN_MODE = getattr(os, "RTLD_NOW", 2) | getattr(os, "RTLD_LOCAL", 0)
