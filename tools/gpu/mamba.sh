@@ -10,7 +10,9 @@
 #   bench   flashkit_ssm_bench: scan forward bytes/s vs the 4.24 TB/s copy ceiling at batch 8, d_inner 1536,
 #           d_state 16, seqlen 1k..16k, flash attention forward at matched width, the decode-step kernel, and the
 #           engine's decode ms/token after contexts of 1k..32k on the tiny model
-#   tools/gpu/mamba.sh [STAGES...]     default: build test hf bench
+#   sass    per scan kernel (v1, v2, step): SASS opcode counts (MUFU, SHFL, BRA, FFMA, LDG, LDS, STG, BAR) into the
+#           log, for the work log's instruction analysis (docs/worklog/ssm-scan.md; no cuobjdump off the GPU machine)
+#   tools/gpu/mamba.sh [STAGES...]     default: build test hf bench sass
 # Results: $OUT/mamba.log, $OUT/mamba_check.json, $OUT/ssm_bench.jsonl, $OUT/failed.txt. Exit status non-zero if
 # any stage failed. Every step runs whatever happened to the ones before it (a crash is logged with its rc, and the
 # stages after it still run); only a failed configure stops the job. carry=[".fkdeps.tar.xz"] (the tokenizer's PCRE2/ICU, tools/gpu/carried_deps.sh).
@@ -26,7 +28,7 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 export FLASHKIT_LIBRARY="$PWD/$BUILD/lib/libflashkit.so"
 FIX="$BUILD/mamba-fixtures"   # the transformers-made tiny model (kept out of $OUT: only a few files come back)
-STAGES=("$@"); [ ${#STAGES[@]} -eq 0 ] && STAGES=(build test hf bench)
+STAGES=("$@"); [ ${#STAGES[@]} -eq 0 ] && STAGES=(build test hf bench sass)
 status=0
 bin() { find "$BUILD" -name "$1" -type f -perm -u+x | head -1; }
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1; } >> "$LOG" 2>&1
@@ -61,6 +63,12 @@ for st in "${STAGES[@]}"; do
       timeout 300 "$p" 16384 "$FIX/tiny" > "$OUT/ssm_bench.jsonl" 2>> "$LOG"; rc=$?
       log "bench: rc=$rc"; [ $rc -ne 0 ] && status=1
       cat "$OUT/ssm_bench.jsonl" | tee -a "$LOG" ;;
+    sass)
+      log "sass: opcode counts per scan kernel (MUFU SHFL BRA FFMA LDG LDS STG BAR name)"
+      cuobjdump -sass "$BUILD/lib/libflashkit_core.so" 2>> "$LOG" | awk '/Function :/{f=$3}
+        f ~ /scan/ { for (i = 1; i <= NF; ++i) if ($i ~ /^[A-Z][A-Z0-9]+(\.|$)/) { split($i, o, "."); n[f, o[1]]++; k[f] = 1; break } }
+        END { for (f in k) print n[f,"MUFU"]+0, n[f,"SHFL"]+0, n[f,"BRA"]+0, n[f,"FFMA"]+0, n[f,"LDG"]+0, n[f,"LDS"]+0,
+              n[f,"STG"]+0, n[f,"BAR"]+0, f }' | sort -k9 | tee -a "$LOG" ;;
     *) log "unknown stage $st"; status=1 ;;
   esac
 done
