@@ -48,9 +48,9 @@ def part_numpy(out, fx):
 
 
 def part_flashkit(out, fx, device):
-    import numpy as np
     sys.path.insert(0, os.path.join(ROOT, "python"))
-    import flashkit
+    import flashkit  # first: nothing else native is loaded in this process yet (issue 22)
+    import numpy as np
     d = os.path.join(out, "tiny")
     key = "flashkit_%s_vs_transformers" % device
     try:
