@@ -1,6 +1,7 @@
 // The CUDA selective scan against its floors: forward bytes/s (the op's compulsory bytes, OpCost) as a fraction of
 // the H200's measured copy ceiling, flashkit's flash attention forward (causal, bf16) at matched width
-// (heads * head_dim = d_inner), and the decode step at batch 1 and 8. One JSON object per line on stdout.
+// (heads * head_dim = d_inner), and the decode step at batch 1 and 8. One JSON object per line on stdout. The scan
+// row also times the previous kernel generation (v1_ms: choose_scan_kernel's generation 1) on the same inputs.
 //   flashkit_ssm_bench [max_seqlen [MAMBA_DIR]]   (default 16384; batch 8, d_inner 1536, d_state 16 as issue 18 asks)
 // With MAMBA_DIR (a Mamba checkpoint), also the engine's decode ms/token after contexts of 1k..32k tokens.
 #include <cuda_runtime.h>
@@ -14,6 +15,8 @@
 #include "flashkit/attention.hpp"
 #include "flashkit/engine.hpp"
 #include "flashkit/ssm.hpp"
+#include "kernels/cuda/ssm/ssm_cuda.hpp"
+#include "kernels/ssm_choice.hpp"
 
 using namespace flashkit;
 
@@ -84,6 +87,15 @@ int main(int argc, char** argv) {
     selective_scan_forward(a, &cost);
     const double ms = time_ms([&] { selective_scan_forward(a); }, 10);
     const double bytes = cost.bytes_read + cost.bytes_written, bw = bytes / (ms * 1e-3);
+    kernels::ScanArgs k1;  // the same problem (contiguous, softplus, no bias) for the v1 kernel
+    k1.batch = Bt, k1.seqlen = L, k1.d_inner = Di, k1.d_state = N;
+    k1.u = u, k1.delta = dl, k1.z = z, k1.y = y, k1.B = B, k1.C = C, k1.A = A, k1.D = D;
+    k1.u_b = k1.dl_b = k1.z_b = k1.y_b = L * Di;
+    k1.u_t = k1.dl_t = k1.z_t = k1.y_t = Di;
+    k1.B_b = k1.C_b = L * N;
+    k1.B_t = k1.C_t = N;
+    const std::string v1_kernel = kernels::selective_scan_cuda(k1, nullptr, 1);
+    const double v1_ms = time_ms([&] { kernels::selective_scan_cuda(k1, nullptr, 1); }, 10);
     for (float* p : {u, dl, z, B, C, y, A, D}) cudaFree(p);
     // flash attention forward at matched width: q, k, v bf16 [Bt, L, 12, 128], causal
     void *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *lse = nullptr;
@@ -105,9 +117,10 @@ int main(int argc, char** argv) {
     for (void* p : {q, k, v, o, lse}) cudaFree(p);
     std::printf("{\"op\": \"scan_fwd\", \"batch\": %lld, \"seqlen\": %lld, \"d_inner\": %lld, \"d_state\": %lld, "
                 "\"kernel\": \"%s\", \"ms\": %.4f, \"bytes\": %.0f, \"bytes_per_s\": %.4g, \"of_copy_ceiling\": %.3f, "
-                "\"attention_fwd_ms\": %.4f, \"scan_speedup_vs_attention\": %.2f}\n",
+                "\"attention_fwd_ms\": %.4f, \"scan_speedup_vs_attention\": %.2f, \"v1_kernel\": \"%s\", "
+                "\"v1_ms\": %.4f, \"v1_of_copy_ceiling\": %.3f}\n",
                 (long long)Bt, (long long)L, (long long)Di, (long long)N, cost.kernel.c_str(), ms, bytes, bw,
-                bw / kCopyCeiling, ams, ams / ms);
+                bw / kCopyCeiling, ams, ams / ms, v1_kernel.c_str(), v1_ms, bytes / (v1_ms * 1e-3) / kCopyCeiling);
     std::fflush(stdout);
   }
   // decode step: the whole state read and written once per token

@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include "kernels/cuda/ssm/ssm_cuda.hpp"
+#include "kernels/ssm_choice.hpp"
 #include "ssm_fixture.hpp"
 
 using namespace flashkit;
@@ -67,13 +69,69 @@ TEST_P(CudaScan, MatchesReference) {
   selective_scan_forward(g, &cost);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_LE(rel_err(y.get(), ref), 1e-4) << cost.kernel;
-  if (k.with_state) EXPECT_LE(rel_err(s.get(), ref_st), 1e-4);
+  if (k.with_state) {
+    EXPECT_LE(rel_err(s.get(), ref_st), 1e-4);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaScan,
                          ::testing::Values(Case{1, 1, 1, 1, false}, Case{2, 37, 19, 16, true},
                                            Case{3, 100, 130, 8, false}, Case{2, 33, 45, 64, true},
                                            Case{1, 531, 257, 16, true}));
+
+// Both scan generations (choose_scan_kernel's generation input: 0 = production v2, 1 = v1) through the kernel
+// entry point, on odd shapes with a partial last chunk, d_state below the 16 the v2 kernel is laid out for, with
+// and without the initial state, z, D, bias and softplus.
+struct GenCase { int64_t batch, seqlen, d_inner, d_state; bool with_state, with_z, softplus; };
+
+class CudaScanGenerations : public ::testing::TestWithParam<GenCase> {};
+
+TEST_P(CudaScanGenerations, BothMatchReference) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const GenCase k = GetParam();
+  ScanProblem p(k.batch, k.seqlen, k.d_inner, k.d_state, true, k.with_z, true, 21);
+  if (!k.softplus) p.positive_delta();
+  std::vector<float> st0(k.batch * k.d_inner * k.d_state);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  for (auto& e : st0) e = d(rng);
+  auto a = p.args();
+  a.delta_softplus = k.softplus;
+  std::vector<float> st = st0;
+  if (k.with_state) a.state = view(st, {k.batch, k.d_inner, k.d_state});
+  a.impl = SsmImpl::reference;
+  selective_scan_forward(a);
+  const std::vector<float> ref = p.y, ref_st = st;
+  for (int generation : {0, 1}) {
+    poison(p.y);
+    Dev u(p.u), dl(p.delta), A(p.A), B(p.B), C(p.C), D(p.D), z(p.z), bias(p.bias), y(p.y), s(st0);
+    kernels::ScanArgs g;
+    g.batch = k.batch, g.seqlen = k.seqlen, g.d_inner = k.d_inner, g.d_state = k.d_state;
+    g.u = u.p, g.delta = dl.p, g.A = A.p, g.B = B.p, g.C = C.p, g.D = D.p, g.delta_bias = bias.p, g.y = y.p;
+    g.z = k.with_z ? z.p : nullptr;
+    g.state = k.with_state ? s.p : nullptr;
+    const int64_t rows = k.seqlen * k.d_inner, nrows = k.seqlen * k.d_state;
+    g.u_b = g.dl_b = g.z_b = g.y_b = rows;
+    g.u_t = g.dl_t = g.z_t = g.y_t = k.d_inner;
+    g.B_b = g.C_b = nrows;
+    g.B_t = g.C_t = k.d_state;
+    g.softplus = k.softplus;
+    const std::string name = kernels::selective_scan_cuda(g, nullptr, generation);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(name, kernels::scan_kernel_name(kernels::choose_scan_kernel(k.d_state, false, generation)));
+    EXPECT_LE(rel_err(y.get(), ref), 1e-4) << name;
+    if (k.with_state) {
+      EXPECT_LE(rel_err(s.get(), ref_st), 1e-4) << name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaScanGenerations,
+                         ::testing::Values(GenCase{2, 37, 19, 16, true, true, true},
+                                           GenCase{3, 100, 130, 8, false, true, true},
+                                           GenCase{1, 53, 67, 5, true, false, false},
+                                           GenCase{2, 1, 33, 16, true, true, true},
+                                           GenCase{1, 531, 257, 16, false, false, true}));
 
 TEST(CudaScanStep, StepsMatchReferenceScan) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";

@@ -10,7 +10,8 @@ namespace flashkit::kernels {
 
 constexpr int64_t kCudaMaxState = 64;  // register carry: d_state beyond this is refused in src/ops/ssm.cpp
 
-std::string selective_scan_cuda(const ScanArgs& a, void* stream = nullptr);
+// generation: see choose_scan_kernel (src/kernels/ssm_choice.hpp); 0 in production.
+std::string selective_scan_cuda(const ScanArgs& a, void* stream = nullptr, int generation = 0);
 std::string selective_scan_step_cuda(const ScanArgs& a, void* stream = nullptr);
 void causal_conv1d_cuda(const ConvArgs& a, void* stream = nullptr);
 
