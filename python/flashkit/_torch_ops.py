@@ -21,14 +21,7 @@ import warnings
 import torch
 
 from . import _capi  # loads libflashkit first: the extension links that same file
-
-def extension_dir(with_cuda):
-    """Where csrc/build.py puts the extension: beside the flashkit library it links (build/lib ->
-    build/torch_ext), one folder per torch version and CUDA flavour."""
-    lib_dir = os.path.dirname(os.path.realpath(_capi.find_library_path()))
-    tag = "torch-%s-%s" % (torch.__version__.replace("+", "_"), "cuda" if with_cuda else "cpu")
-    return os.path.normpath(os.path.join(lib_dir, os.pardir, "torch_ext", tag))
-
+from ._torch_ext_path import extension_dir
 
 def _load_extension():
     explicit = os.environ.get("FLASHKIT_TORCH_EXT")

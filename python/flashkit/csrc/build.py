@@ -19,7 +19,9 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _REPO = os.path.normpath(os.path.join(_HERE, os.pardir, os.pardir, os.pardir))
 sys.path.insert(0, os.path.join(_REPO, "python"))
 
-from flashkit import _torch_ops  # noqa: E402
+# Not flashkit._torch_ops: importing it registers the custom-op fallback (torch >= 2.4), and the extension loaded
+# below would then clash with it (duplicate registration of flashkit::fwd).
+from flashkit import _torch_ext_path  # noqa: E402
 
 
 def main():
@@ -35,7 +37,7 @@ def main():
     from flashkit import _capi
 
     with_cuda = torch.version.cuda is not None and not args.cpu_only and ext.CUDA_HOME is not None
-    out_dir = _torch_ops.extension_dir(with_cuda)
+    out_dir = _torch_ext_path.extension_dir(with_cuda)
     if args.print:
         print(os.path.join(out_dir, "flashkit_torch.so"))
         return 0
