@@ -140,9 +140,9 @@ def check_compile():
     x = torch.randn(2, 100, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     eager = model(x)
     gx_eager = torch.autograd.grad(eager.float().square().sum(), x)[0]
-    import torch._dynamo
-    torch._dynamo.reset()
-    explain = torch._dynamo.explain(model)(x)
+    import torch._dynamo as dynamo  # (a plain `import torch._dynamo` here would make `torch` local to this function)
+    dynamo.reset()
+    explain = dynamo.explain(model)(x)
     compiled = torch.compile(model, fullgraph=True)
     out = compiled(x)
     gx = torch.autograd.grad(out.float().square().sum(), x)[0]
