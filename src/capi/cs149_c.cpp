@@ -6,35 +6,14 @@
 
 #include "flashkit/cs149.hpp"
 #include "flashkit/error.hpp"
+#include "capi/guarded.hpp"
 
-namespace flashkit::capi_detail {
-void set_last_error(const std::string& msg);  // src/capi/flashkit_c.cpp
-}
 
 namespace {
 
+using flashkit::capi_detail::guarded;
 using flashkit::capi_detail::set_last_error;
 
-template <typename F>
-fk_status guarded(F&& f) {
-  try {
-    f();
-    set_last_error("");
-    return FK_OK;
-  } catch (const flashkit::Error& e) {
-    set_last_error(e.what());
-    return static_cast<fk_status>(e.status());
-  } catch (const std::bad_alloc&) {
-    set_last_error("out of memory");
-    return FK_OUT_OF_MEMORY;
-  } catch (const std::exception& e) {
-    set_last_error(std::string("internal error: ") + e.what());
-    return FK_INTERNAL;
-  } catch (...) {
-    set_last_error("internal error: unknown exception");
-    return FK_INTERNAL;
-  }
-}
 
 flashkit::Device to_device(int32_t device, const char* op) {
   if (device != FK_CPU && device != FK_CUDA)

@@ -18,9 +18,7 @@
 #include "flashkit/sampling_defaults.hpp"
 #include "flashkit/tokenizer.hpp"
 
-namespace flashkit::capi_detail {
-void set_last_error(const std::string& msg);  // flashkit_c.cpp
-}
+#include "capi/guarded.hpp"
 
 // One thread may free a tokenizer while others are inside calls on it, or about to enter one with the pointer they
 // already hold (Python's close() racing encode() on another thread). So: every call holds a reference for its
@@ -52,30 +50,11 @@ struct fk_session {
 namespace {
 
 using flashkit::Status;
+using flashkit::capi_detail::guarded;
 using flashkit::capi_detail::set_last_error;
 
 [[noreturn]] void bad(const std::string& msg) { flashkit::fail(Status::invalid_argument, msg); }
 
-template <typename F>
-fk_status guarded(F&& f) {
-  try {
-    f();
-    set_last_error("");
-    return FK_OK;
-  } catch (const flashkit::Error& e) {
-    set_last_error(e.what());
-    return static_cast<fk_status>(e.status());
-  } catch (const std::bad_alloc&) {
-    set_last_error("out of memory");
-    return FK_OUT_OF_MEMORY;
-  } catch (const std::exception& e) {
-    set_last_error(std::string("internal error: ") + e.what());
-    return FK_INTERNAL;
-  } catch (...) {
-    set_last_error("internal error: unknown exception");
-    return FK_INTERNAL;
-  }
-}
 
 void need(const void* p, const char* name) {
   if (p == nullptr) bad(std::string(name) + ": pointer is NULL");

@@ -5,32 +5,13 @@
 
 #include "flashkit/flashkit.h"
 #include "flashkit/flashkit.hpp"
+#include "capi/guarded.hpp"
 
 namespace {
 
 thread_local std::string g_last_error;
 
-fk_status set_error(flashkit::Status s, const std::string& msg) {
-  g_last_error = msg;
-  return static_cast<fk_status>(s);
-}
-
-template <typename F>
-fk_status guarded(F&& f) {
-  try {
-    f();
-    g_last_error.clear();
-    return FK_OK;
-  } catch (const flashkit::Error& e) {
-    return set_error(e.status(), e.what());
-  } catch (const std::bad_alloc&) {
-    return set_error(flashkit::Status::out_of_memory, "out of memory");
-  } catch (const std::exception& e) {
-    return set_error(flashkit::Status::internal, std::string("internal error: ") + e.what());
-  } catch (...) {
-    return set_error(flashkit::Status::internal, "internal error: unknown exception");
-  }
-}
+using flashkit::capi_detail::guarded;
 
 flashkit::TensorView to_view(const fk_tensor* t, const char* name) {
   if (t == nullptr) flashkit::fail(flashkit::Status::invalid_argument, std::string(name) + ": tensor descriptor is NULL");
