@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@
 #include "analysis/roofline.hpp"
 #include "cli_checks.hpp"
 #include "commands.hpp"
+#include "progress.hpp"
 #include "core/limits.hpp"
 #include "flashkit/engine.hpp"
 #include "flashkit/error.hpp"
@@ -121,7 +123,7 @@ void add_prepare_data(CLI::App& app) {
   struct Args {
     std::string tokenizer, out, synthetic;
     double val_fraction = 0.01;
-    bool no_bos = false;
+    bool no_bos = false, quiet = false;
     int64_t vocab = 256, seq = 128, examples = 1000, val_examples = 100;
     uint64_t seed = 1;
     std::vector<std::string> files;
@@ -133,6 +135,7 @@ void add_prepare_data(CLI::App& app) {
   c->add_option("--val-fraction", a->val_fraction, "Tail fraction of every document kept for validation (default 0.01)")
       ->check(real_range(0, 1, false, true));
   c->add_flag("--no-bos", a->no_bos, "Do not put BOS before every document");
+  c->add_flag("-q,--quiet", a->quiet, "No progress lines");
   c->add_option("--synthetic", a->synthetic, "Generate a synthetic task instead: copy | mqar");
   // The synthetic ranges are prepare_synthetic's (16..65536 ids: 16-bit token files; 8 tokens: BOS, SEP, EOS + pairs).
   c->add_option("--vocab-size", a->vocab, "Synthetic: vocabulary (default 256)")->check(int_range(16, 65536));
@@ -169,6 +172,11 @@ void add_prepare_data(CLI::App& app) {
       o.output_dir = a->out;
       o.val_fraction = a->val_fraction;
       o.add_bos = !a->no_bos;
+      std::optional<cli::Progress> progress;  // sized by the first call (directories expand to their files)
+      o.progress = [&](int64_t done, int64_t total, const std::filesystem::path& f) {
+        if (!progress) progress.emplace("prepare-data", total, a->quiet);
+        progress->step(done, f.filename().string());
+      };
       r = train::prepare_data(o);
     }
     std::fprintf(stderr, "prepare-data: %lld documents, %lld bytes -> %lld train + %lld val tokens (vocab %lld) in %s\n",
@@ -183,7 +191,7 @@ void add_perplexity(CLI::App& app) {
     std::string model, file, per_token, device = "cpu", dtype = "auto";
     int64_t ctx = 0, stride = 0;
     int threads = 0;
-    bool no_bos = false, json = false;
+    bool no_bos = false, json = false, quiet = false;
   };
   auto a = std::make_shared<Args>();
   auto* c = app.add_subcommand("perplexity", "Per-token loss and perplexity of a text file through the engine");
@@ -196,6 +204,7 @@ void add_perplexity(CLI::App& app) {
   c->add_option("--per-token", a->per_token, "Write TSV: position, id, token, nll");
   c->add_flag("--no-bos", a->no_bos, "Do not start every window with BOS");
   c->add_flag("--json", a->json, "Print the result as JSON on stdout");
+  c->add_flag("-q,--quiet", a->quiet, "No progress lines");
   c->add_option("--device", a->device, "cpu | cuda | cuda:N");
   c->add_option("--dtype", a->dtype, "Weight storage (default auto)");
   c->add_option("-t,--threads", a->threads, "CPU threads (0: flashkit's default)")->check(thread_count());
@@ -217,7 +226,12 @@ void add_perplexity(CLI::App& app) {
     const int64_t ctx = a->ctx > 0 ? a->ctx : std::min<int64_t>(512, model->info().max_context);
     const int32_t bos = a->no_bos || !tok.bos_id() ? -1 : *tok.bos_id();
     const int64_t stride = a->stride > 0 ? a->stride : std::max<int64_t>(1, (ctx - (bos >= 0)) / 2);
-    const train::PerplexityResult r = train::perplexity(*model, ids, ctx, stride, bos);
+    std::optional<cli::Progress> progress;
+    const train::PerplexityResult r =
+        train::perplexity(*model, ids, ctx, stride, bos, [&](int64_t scored, int64_t total) {
+          if (!progress) progress.emplace("perplexity", total, a->quiet);
+          progress->step(scored, "tokens scored");
+        });
     if (!a->per_token.empty()) {
       std::ofstream o(a->per_token, std::ios::trunc);
       o << "position\tid\ttoken\tnll\n";

@@ -91,6 +91,8 @@ struct PrepareOptions {
   std::filesystem::path output_dir;           // train.bin, val.bin, meta.json
   double val_fraction = 0.01;                 // the tail of every document (input file) goes to val.bin
   bool add_bos = true;                        // BOS before every document (when the tokenizer has one)
+  // Called before each input file is tokenized (done files of total; the front end decides what to print).
+  std::function<void(int64_t done, int64_t total, const std::filesystem::path& file)> progress;
 };
 struct PrepareResult {
   int64_t documents = 0, bytes = 0, train_tokens = 0, val_tokens = 0, vocab_size = 0;
@@ -136,6 +138,8 @@ struct PerplexityResult {
 // Sliding windows of `ctx` tokens advancing by `stride` (1 <= stride < ctx): every token is scored once, in the
 // first window that holds it after at least one token of context (Hugging Face's strided perplexity); with
 // bos >= 0 every window starts with BOS (then holding ctx - 1 text tokens) and the first token is scored too.
-PerplexityResult perplexity(Model& model, std::span<const int32_t> ids, int64_t ctx, int64_t stride, int32_t bos);
+// progress (optional): called before each window with the tokens scored so far and the number to score.
+PerplexityResult perplexity(Model& model, std::span<const int32_t> ids, int64_t ctx, int64_t stride, int32_t bos,
+                            const std::function<void(int64_t scored, int64_t total)>& progress = {});
 
 }  // namespace flashkit::train

@@ -181,6 +181,7 @@ PrepareResult prepare_data(const PrepareOptions& opts) {
   std::vector<int32_t> train, val;
   json sources = json::array();
   for (const auto& f : files) {
+    if (opts.progress) opts.progress(r.documents, int64_t(files.size()), f);
     const std::string text = read_file(f, "corpus file");
     std::vector<int32_t> ids;
     if (opts.add_bos && bos) ids.push_back(*bos);

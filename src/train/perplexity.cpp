@@ -9,7 +9,8 @@
 
 namespace flashkit::train {
 
-PerplexityResult perplexity(Model& model, std::span<const int32_t> ids, int64_t ctx, int64_t stride, int32_t bos) {
+PerplexityResult perplexity(Model& model, std::span<const int32_t> ids, int64_t ctx, int64_t stride, int32_t bos,
+                            const std::function<void(int64_t scored, int64_t total)>& progress) {
   const int64_t n = int64_t(ids.size());
   const int64_t prefix = bos >= 0 ? 1 : 0;
   if (ctx < 2 + prefix) fail(Status::invalid_argument, "--ctx must be at least " + std::to_string(2 + prefix) + ", got " + std::to_string(ctx));
@@ -28,6 +29,7 @@ PerplexityResult perplexity(Model& model, std::span<const int32_t> ids, int64_t 
   int64_t scored_until = 1 - prefix;  // next text position to score (without BOS, position 0 has no context)
   std::vector<int32_t> window;
   for (int64_t begin = 0; scored_until < n; begin += stride) {
+    if (progress) progress(int64_t(r.nll.size()), n - 1 + prefix);
     const int64_t end = std::min(n, begin + span);
     window.clear();
     if (prefix) window.push_back(bos);

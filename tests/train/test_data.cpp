@@ -1,6 +1,7 @@
 // Token files (uint16 and uint32), the batch sampler, validation windows and the synthetic tasks' structure.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
 
 #include "flashkit/error.hpp"
@@ -114,6 +115,32 @@ TEST(TrainData, MqarWithMorePairsThanKeysIsAnErrorNotAHang) {
   o.seq_len = 126;  // 30 pairs: the largest that fits
   EXPECT_NO_THROW(tr::prepare_synthetic(o));
   fs::remove_all(o.output_dir);
+}
+
+}  // namespace
+
+namespace {
+
+// prepare_data's progress: called once per input file before it is tokenized, in order, with the file count.
+TEST(TrainData, PrepareDataReportsProgressPerFile) {
+  const fs::path dir = temp_dir("prepare_progress");
+  fs::create_directories(dir / "corpus");
+  for (const char* name : {"a.txt", "b.txt", "c.txt"}) std::ofstream(dir / "corpus" / name) << "In the beginning. " << name;
+  tr::PrepareOptions po;
+  po.tokenizer_dir = fs::path(FLASHKIT_TEST_DATA) / ".." / ".." / "models" / "tokenizer";
+  po.inputs = {dir / "corpus"};  // a directory: its three files, sorted
+  po.output_dir = dir / "tokens";
+  std::vector<std::pair<int64_t, std::string>> calls;
+  po.progress = [&](int64_t done, int64_t total, const fs::path& f) {
+    EXPECT_EQ(total, 3);
+    calls.emplace_back(done, f.filename().string());
+  };
+  const tr::PrepareResult r = tr::prepare_data(po);
+  EXPECT_EQ(r.documents, 3);
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[0], std::make_pair(int64_t(0), std::string("a.txt")));
+  EXPECT_EQ(calls[2], std::make_pair(int64_t(2), std::string("c.txt")));
+  fs::remove_all(dir);
 }
 
 }  // namespace

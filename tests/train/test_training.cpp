@@ -184,6 +184,18 @@ TEST(Training, PerplexityThroughTheEngineMatchesTheTrainersLoss) {
     EXPECT_EQ(tr::perplexity(*model, text, 12, stride, bos).tokens, 40);
     EXPECT_EQ(tr::perplexity(*model, text, 12, stride, -1).tokens, 39);
   }
+  // progress: called before every window with the tokens scored so far, rising, below the total it names
+  for (int32_t b : {bos, int32_t(-1)}) {
+    std::vector<std::pair<int64_t, int64_t>> calls;
+    const auto r = tr::perplexity(*model, text, 12, 5, b, [&](int64_t s, int64_t t) { calls.emplace_back(s, t); });
+    ASSERT_GE(calls.size(), 2u);
+    EXPECT_EQ(calls.front().first, 0);
+    for (size_t i = 0; i < calls.size(); ++i) {
+      EXPECT_EQ(calls[i].second, r.tokens);
+      EXPECT_LT(calls[i].first, r.tokens);
+      if (i) EXPECT_GT(calls[i].first, calls[i - 1].first);
+    }
+  }
   // more context never hurts much on a model this small; the strided and single-window results agree roughly
   EXPECT_NEAR(tr::perplexity(*model, text, 12, 11, bos).mean_nll, whole.mean_nll, 0.5);
   EXPECT_THROW(tr::perplexity(*model, text, 12, 12, -1), flashkit::Error);
