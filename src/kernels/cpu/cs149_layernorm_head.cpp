@@ -5,6 +5,7 @@
 #include "flashkit/dtype.hpp"
 #include "flashkit/runtime.hpp"
 #include "kernels/cpu/cs149.hpp"
+#include "kernels/cpu/cs149_element_access.hpp"
 
 namespace flashkit::cs149::cpu {
 namespace {
@@ -33,20 +34,7 @@ void run(const LayerNormHeadArgs& a, Load load, Round round_store) {
 }  // namespace
 
 void layernorm_head(const LayerNormHeadArgs& a) {
-  if (a.dtype == DType::f32) {
-    run(a, [](const void* p, int64_t i) { return static_cast<const float*>(p)[i]; },
-        [](void* p, int64_t i, float v) {
-          if (p) static_cast<float*>(p)[i] = v;
-          return v;
-        });
-  } else {
-    run(a, [](const void* p, int64_t i) { return f16_to_f32(static_cast<const uint16_t*>(p)[i]); },
-        [](void* p, int64_t i, float v) {
-          const uint16_t h = f32_to_f16(v);
-          if (p) static_cast<uint16_t*>(p)[i] = h;
-          return f16_to_f32(h);
-        });
-  }
+  with_element_access(a.dtype, [&](auto load, auto store) { run(a, load, store); });
 }
 
 }  // namespace flashkit::cs149::cpu

@@ -5,6 +5,7 @@
 #include "flashkit/dtype.hpp"
 #include "flashkit/runtime.hpp"
 #include "kernels/cpu/cs149.hpp"
+#include "kernels/cpu/cs149_element_access.hpp"
 
 namespace flashkit::cs149::cpu {
 namespace {
@@ -25,20 +26,7 @@ void run(const QueryEmbedArgs& a, Load load, Round round) {
 }  // namespace
 
 void query_embed(const QueryEmbedArgs& a) {
-  if (a.dtype == DType::f32) {
-    run(a, [](const void* p, int64_t i) { return static_cast<const float*>(p)[i]; },
-        [](void* p, int64_t i, float v) {
-          if (p) static_cast<float*>(p)[i] = v;
-          return v;
-        });
-  } else {
-    run(a, [](const void* p, int64_t i) { return f16_to_f32(static_cast<const uint16_t*>(p)[i]); },
-        [](void* p, int64_t i, float v) {
-          const uint16_t h = f32_to_f16(v);
-          if (p) static_cast<uint16_t*>(p)[i] = h;
-          return f16_to_f32(h);
-        });
-  }
+  with_element_access(a.dtype, [&](auto load, auto store) { run(a, load, store); });
 }
 
 }  // namespace flashkit::cs149::cpu
