@@ -130,7 +130,7 @@ class CpuBackend final : public Backend {
   }
   Tensor upload_f32(std::span<const float> values) override {
     Tensor t = alloc(DType::f32, 1, int64_t(values.size()));
-    std::memcpy(t.data, values.data(), values.size() * 4);
+    if (!values.empty()) std::memcpy(t.data, values.data(), values.size() * 4);  // empty: Mamba has no RoPE table
     return t;
   }
   void free_matrix(Matrix& m) override {
