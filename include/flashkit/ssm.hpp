@@ -1,7 +1,7 @@
 // The selective state-space (Mamba-1) contract: the selective scan and the causal depthwise conv1d in front of it.
 // One set of semantics, several implementations:
 //   reference : f64 loops, the oracle (forward and the analytic backward).
-//   cpu       : f32, OpenMP over batch x channels, the d_state carry in registers.
+//   cpu       : f32, OpenMP over batch x channels, the d_state carry in registers; the backward OpenMP over channels.
 //   cuda      : one fused pass (src/kernels/cuda/ssm): u, delta, B, C, z read once, y written once, the state never
 //               leaves the chip; a separate decode-step kernel for seqlen 1.
 //
@@ -52,7 +52,8 @@ void selective_scan_step(const SelectiveScanArgs& a, OpCost* cost = nullptr);
 
 // Gradients of the scan (no initial state; `state` must be empty). dout like y. Outputs du, ddelta [batch, seqlen,
 // d_inner], dA [d_inner, d_state], dB, dC [batch, seqlen, d_state], dD / dz / ddelta_bias where the forward had D / z
-// / delta_bias (else empty). All f32, contiguous; they are overwritten. Computed in f64 on the CPU.
+// / delta_bias (else empty). All f32, contiguous; they are overwritten. CPU tensors: the f32 kernel (OpenMP over
+// channels), or the f64 reference with impl = reference.
 struct SelectiveScanGrads {
   TensorView du, ddelta, dA, dB, dC, dD, dz, ddelta_bias;
 };

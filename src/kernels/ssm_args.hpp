@@ -41,6 +41,7 @@ void selective_scan_reference(const ScanArgs& a);
 void selective_scan_backward_reference(const ScanArgs& a, const ScanGradArgs& g);
 void causal_conv1d_reference(const ConvArgs& a);
 void selective_scan_cpu(const ScanArgs& a);
+void selective_scan_backward_cpu(const ScanArgs& a, const ScanGradArgs& g);
 void causal_conv1d_cpu(const ConvArgs& a);
 
 }  // namespace flashkit::kernels

@@ -239,7 +239,11 @@ void selective_scan_backward(const SelectiveScanArgs& a, const TensorView& dout,
   kg.dA = static_cast<float*>(g.dA.data); kg.dB = static_cast<float*>(g.dB.data); kg.dC = static_cast<float*>(g.dC.data);
   kg.dD = static_cast<float*>(g.dD.data); kg.dz = static_cast<float*>(g.dz.data);
   kg.ddelta_bias = static_cast<float*>(g.ddelta_bias.data);
-  kernels::selective_scan_backward_reference(k, kg);
+  // The f32 CPU kernel unless the reference is asked for (its memory: a [batch, seqlen, d_state] pair of partial dB,
+  // dC sums per thread, bounded with the threads).
+  k.threads = threads_for(a.threads);
+  if (a.impl == SsmImpl::reference) kernels::selective_scan_backward_reference(k, kg);
+  else kernels::selective_scan_backward_cpu(k, kg);
 }
 
 }  // namespace flashkit

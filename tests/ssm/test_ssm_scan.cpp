@@ -150,6 +150,7 @@ TEST(Conv1d, CpuMatchesReferenceChunkedAndStepped) {
 // The reference's analytic gradients against central differences of the reference forward (f64 inside; f32
 // inputs, so a step of 1e-3 and a loss of sum(y * w) with random w).
 TEST(ScanBackward, MatchesFiniteDifferences) {
+  for (SsmImpl impl : {SsmImpl::reference, SsmImpl::cpu})
   for (bool softplus : {true, false}) {
     const int64_t b = 2, L = 6, Di = 3, N = 4;
     ScanProblem p(b, L, Di, N, true, true, true, 11);
@@ -172,6 +173,7 @@ TEST(ScanBackward, MatchesFiniteDifferences) {
     for (auto* v : {&du, &ddelta, &dA, &dB, &dC, &dD, &dz, &dbias}) poison(*v);
     auto a = p.args();
     a.delta_softplus = softplus;
+    a.impl = impl;
     SelectiveScanGrads g{view(du, {b, L, Di}), view(ddelta, {b, L, Di}), view(dA, {Di, N}), view(dB, {b, L, N}),
                          view(dC, {b, L, N}), view(dD, {Di}), view(dz, {b, L, Di}), view(dbias, {Di})};
     selective_scan_backward(a, view(w, {b, L, Di}), g);
@@ -187,9 +189,53 @@ TEST(ScanBackward, MatchesFiniteDifferences) {
         const double lm = loss();
         (*x)[i] = x0;
         const double fd = (lp - lm) / (double((x0 + h)) - double(x0 - h));
-        EXPECT_NEAR((*gx)[i], fd, 2e-3 * std::max(1.0, std::fabs(fd))) << "softplus " << softplus << " index " << i;
+        EXPECT_NEAR((*gx)[i], fd, 2e-3 * std::max(1.0, std::fabs(fd)))
+            << "impl " << int(impl) << " softplus " << softplus << " index " << i;
       }
   }
+}
+
+// The f32 CPU backward (OpenMP over channels, per-thread dB/dC partials) against the f64 reference's gradients on odd
+// shapes, with and without the optional inputs, one thread and several.
+TEST(ScanBackward, CpuMatchesReference) {
+  struct Shape { int64_t b, L, Di, N; bool D, z, bias, softplus; };
+  for (const Shape& s : {Shape{1, 1, 1, 1, false, false, false, true}, Shape{3, 37, 13, 7, true, true, true, true},
+                         Shape{2, 50, 9, 16, true, false, true, false}, Shape{1, 19, 33, 5, false, true, false, true}})
+    for (int threads : {1, 3}) {
+      ScanProblem p(s.b, s.L, s.Di, s.N, s.D, s.z, s.bias, 5 + uint32_t(s.L));
+      if (!s.softplus) p.positive_delta();
+      std::vector<float> w(p.y.size());
+      std::mt19937 rng(9);
+      std::uniform_real_distribution<float> d(-1.f, 1.f);
+      for (auto& e : w) e = d(rng);
+      auto grads = [&](SsmImpl impl) {
+        std::vector<std::vector<float>> out = {std::vector<float>(p.u.size()), std::vector<float>(p.u.size()),
+                                               std::vector<float>(p.A.size()), std::vector<float>(p.B.size()),
+                                               std::vector<float>(p.C.size()), std::vector<float>(p.D.size()),
+                                               std::vector<float>(p.z.size()), std::vector<float>(p.bias.size())};
+        for (auto& v : out) poison(v);
+        auto a = p.args();
+        a.delta_softplus = s.softplus;
+        a.impl = impl;
+        a.threads = threads;
+        auto opt = [](bool wanted, std::vector<float>& v, std::initializer_list<int64_t> shape) {
+          return wanted ? view(v, shape) : TensorView{};
+        };
+        SelectiveScanGrads g{view(out[0], {s.b, s.L, s.Di}), view(out[1], {s.b, s.L, s.Di}), view(out[2], {s.Di, s.N}),
+                             view(out[3], {s.b, s.L, s.N}),   view(out[4], {s.b, s.L, s.N}),
+                             opt(s.D, out[5], {s.Di}),        opt(s.z, out[6], {s.b, s.L, s.Di}),
+                             opt(s.bias, out[7], {s.Di})};
+        selective_scan_backward(a, view(w, {s.b, s.L, s.Di}), g);
+        return out;
+      };
+      const auto ref = grads(SsmImpl::reference), cpu = grads(SsmImpl::cpu);
+      const char* names[] = {"du", "ddelta", "dA", "dB", "dC", "dD", "dz", "ddelta_bias"};
+      const bool present[] = {true, true, true, true, true, s.D, s.z, s.bias};
+      for (size_t i = 0; i < ref.size(); ++i)
+        if (present[i])
+          EXPECT_LE(rel_err(cpu[i], ref[i]), 2e-5) << names[i] << " b" << s.b << " L" << s.L << " Di" << s.Di << " N"
+                                                  << s.N << " threads " << threads;
+    }
 }
 
 }  // namespace
