@@ -225,8 +225,12 @@ TEST(HardenBpe, LongSentencePieceTextIsCutIntoCachedPieces) {
   EXPECT_GT(ids.size(), text.size() / 8);
   EXPECT_EQ(t.decode(ids), text);
   RecordProperty("encode_8MB_one_word_cpu_seconds", std::to_string(secs));
-#ifdef NDEBUG
+  // The bound guards the cut (4 s before it, 0.35 s after, plain optimized build); AddressSanitizer builds run
+  // several times slower (1.54 s seen in CI's sanitizer run), so they get 6 s, which still tells the two apart.
+#if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__)
   if (gemma) EXPECT_LT(secs, 1.5) << "8 MB as one SentencePiece word (before the cut: ~4 s)";
+#elif defined(__SANITIZE_ADDRESS__)
+  if (gemma) EXPECT_LT(secs, 6.0) << "8 MB as one SentencePiece word (sanitizer build; before the cut: ~4 s plain)";
 #endif
 }
 
