@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/ssm_args.hpp"
+#include "kernels/ssm_math.hpp"
 
 namespace flashkit::kernels {
 namespace {
@@ -14,7 +15,6 @@ namespace {
 constexpr int64_t kLanes = 8;
 constexpr int64_t kMaxState = 256;  // src/ops/ssm.cpp rejects larger d_state
 
-inline float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
 
 // exp(x) in a form the lane loop vectorizes (std::exp is a libm call per element there, ~7 ns per state update):
 // 2^(x log2 e) = 2^n * 2^f. n = round(x log2 e) by the 1.5 * 2^23 addition (its bits hold n), |f| <= 1/2, 2^f by its
@@ -63,7 +63,7 @@ void scan_block(const ScanArgs& a, int64_t b, int64_t c0) {
     for (int64_t l = 0; l < kLanes; ++l) {
       uv[l] = l < nl ? u[l] : 0.f;
       float d = (l < nl ? dl[l] : 0.f) + bias[l];
-      dt[l] = a.softplus ? softplus(d) : d;
+      dt[l] = a.softplus ? ssm_softplus(d) : d;
       du[l] = dt[l] * uv[l];
       y[l] = D[l] * uv[l];
     }

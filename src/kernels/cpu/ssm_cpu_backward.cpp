@@ -11,15 +11,9 @@
 #include <vector>
 
 #include "kernels/ssm_args.hpp"
+#include "kernels/ssm_math.hpp"
 
 namespace flashkit::kernels {
-namespace {
-
-inline float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
-inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
-
-}  // namespace
-
 void selective_scan_backward_cpu(const ScanArgs& a, const ScanGradArgs& g) {
   const int64_t L = a.seqlen, N = a.d_state, Di = a.d_inner, Bt = a.batch;
   const size_t per = size_t(Bt * L * N);
@@ -44,7 +38,7 @@ void selective_scan_backward_cpu(const ScanArgs& a, const ScanGradArgs& g) {
         for (int64_t t = 0; t < L; ++t) {  // forward, keeping every state
           const float u = a.u[b * a.u_b + t * a.u_t + c];
           float dt = a.delta[b * a.dl_b + t * a.dl_t + c] + bias;
-          if (a.softplus) dt = softplus(dt);
+          if (a.softplus) dt = ssm_softplus(dt);
           dts[t] = dt;
           const float* Bv = a.B + b * a.B_b + t * a.B_t;
           const float* Cv = a.C + b * a.C_b + t * a.C_t;
@@ -57,7 +51,7 @@ void selective_scan_backward_cpu(const ScanArgs& a, const ScanGradArgs& g) {
           if (a.D) y += a.D[c] * u;
           const float dout = g.dout[b * g.dout_b + t * g.dout_t + c];
           if (a.z) {
-            const float z = a.z[b * a.z_b + t * a.z_t + c], s = sigmoid(z);
+            const float z = a.z[b * a.z_b + t * a.z_t + c], s = ssm_sigmoid(z);
             g.dz[(b * L + t) * Di + c] = dout * y * s * (1.f + z * (1.f - s));
             dy0[t] = dout * z * s;
           } else {
@@ -85,7 +79,7 @@ void selective_scan_backward_cpu(const ScanArgs& a, const ScanGradArgs& g) {
           }
           if (a.softplus) {
             const float raw = a.delta[b * a.dl_b + t * a.dl_t + c] + bias;
-            if (raw <= 20.f) ddt *= sigmoid(raw);
+            if (raw <= 20.f) ddt *= ssm_sigmoid(raw);
           }
           g.du[(b * L + t) * Di + c] = du;
           g.ddelta[(b * L + t) * Di + c] = ddt;

@@ -4,15 +4,9 @@
 #include <vector>
 
 #include "kernels/ssm_args.hpp"
+#include "kernels/ssm_math.hpp"
 
 namespace flashkit::kernels {
-namespace {
-
-double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
-double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-
-}  // namespace
-
 void selective_scan_reference(const ScanArgs& a) {
   const int64_t N = a.d_state;
   std::vector<double> h(N);
@@ -22,7 +16,7 @@ void selective_scan_reference(const ScanArgs& a) {
       for (int64_t t = 0; t < a.seqlen; ++t) {
         const double u = a.u[b * a.u_b + t * a.u_t + c];
         double dt = double(a.delta[b * a.dl_b + t * a.dl_t + c]) + (a.delta_bias ? a.delta_bias[c] : 0.0);
-        if (a.softplus) dt = softplus(dt);
+        if (a.softplus) dt = ssm_softplus(dt);
         const float* Bt = a.B + b * a.B_b + t * a.B_t;
         const float* Ct = a.C + b * a.C_b + t * a.C_t;
         double y = 0;
@@ -33,7 +27,7 @@ void selective_scan_reference(const ScanArgs& a) {
         if (a.D) y += double(a.D[c]) * u;
         if (a.z) {
           const double z = a.z[b * a.z_b + t * a.z_t + c];
-          y *= z * sigmoid(z);
+          y *= z * ssm_sigmoid(z);
         }
         a.y[b * a.y_b + t * a.y_t + c] = float(y);
       }
@@ -57,7 +51,7 @@ void selective_scan_backward_reference(const ScanArgs& a, const ScanGradArgs& g)
       for (int64_t t = 0; t < L; ++t) {
         const double u = a.u[b * a.u_b + t * a.u_t + c];
         double dt = double(a.delta[b * a.dl_b + t * a.dl_t + c]) + (a.delta_bias ? a.delta_bias[c] : 0.0);
-        if (a.softplus) dt = softplus(dt);
+        if (a.softplus) dt = ssm_softplus(dt);
         dts[t] = dt;
         const float* Bt = a.B + b * a.B_b + t * a.B_t;
         const float* Ct = a.C + b * a.C_b + t * a.C_t;
@@ -69,7 +63,7 @@ void selective_scan_backward_reference(const ScanArgs& a, const ScanGradArgs& g)
         if (a.D) y += double(a.D[c]) * u;
         const double dout = g.dout[b * g.dout_b + t * g.dout_t + c];
         if (a.z) {
-          const double z = a.z[b * a.z_b + t * a.z_t + c], s = sigmoid(z);
+          const double z = a.z[b * a.z_b + t * a.z_t + c], s = ssm_sigmoid(z);
           g.dz[(b * L + t) * Di + c] = float(dout * y * s * (1.0 + z * (1.0 - s)));
           dy0[t] = dout * z * s;
         } else {
@@ -95,7 +89,7 @@ void selective_scan_backward_reference(const ScanArgs& a, const ScanGradArgs& g)
         }
         if (a.softplus) {
           const double raw = double(a.delta[b * a.dl_b + t * a.dl_t + c]) + (a.delta_bias ? a.delta_bias[c] : 0.0);
-          if (raw <= 20.0) ddt *= sigmoid(raw);
+          if (raw <= 20.0) ddt *= ssm_sigmoid(raw);
         }
         g.du[(b * L + t) * Di + c] = float(du);
         g.ddelta[(b * L + t) * Di + c] = float(ddt);
