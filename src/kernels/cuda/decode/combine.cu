@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const Fw
   const RowIndex ri = split_row_index(ridx, a.shape.heads, a.shape.seqlen_q);
   pdl_wait();  // launched with PDL after the decode kernel (p.pdl): its partials are complete past this point
   pdl_trigger();
-  const float2 m_sum = merge::split_weights<kCombineThreads>(p.lse_part + ridx, p.num_rows, S, wsh, stat);
+  const float2 m_sum = merge::split_weights<kCombineThreads, false>(p.lse_part + ridx, p.num_rows, S, wsh, stat);
   T* o = static_cast<T*>(a.o.data) + ri.bslot * a.o.stride_b + ri.row * a.o.stride_s + ri.h * a.o.stride_h;
   if (m_sum.x == -INFINITY && m_sum.y == 0.f) {  // uniform across the block: every split empty
     if (tid < kCombineCols && c0 + tid < hd) o[c0 + tid] = MmaOp<T>::from_f32(0.f);

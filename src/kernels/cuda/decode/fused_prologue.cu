@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
   const float* ph = a.part + int64_t(h) * SG * D;
   const float* lh = a.part + int64_t(a.heads) * SG * D + int64_t(h) * SG;
   __shared__ float wsplit[kMaxSplits];
-  const float den = merge::split_weights<kThreads>(lh, 1, S, wsplit, red).y;
+  const float den = merge::split_weights<kThreads, true>(lh, 1, S, wsplit, red).y;
   for (int d = tid; d < D; d += kThreads) {
     float o = 0;
 #pragma unroll 8
