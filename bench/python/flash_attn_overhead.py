@@ -5,7 +5,9 @@
 Rows (each one call of q [1, 1, 32, 128] against k/v [1, Sk, 8, 128], bf16 on CUDA / f32 on the CPU):
   flash_attn_func     flashkit.flash_attn.flash_attn_func: argument checks + torch.ops.flashkit.fwd (the backend
                       that loaded: "extension" or the ctypes fallback)
-  torch.ops.fwd       the operator alone (extension only)
+  torch.ops.fwd       the operator alone through its packet (extension only)
+  fwd.default         the operator's overload (what flashkit.flash_attn calls)
+  torch.empty x2      the two output allocations alone (the floor of any op that returns new tensors)
   ctypes              flashkit.torch.attention_forward: the C API through ctypes (issue 22's path)
   sdpa                torch.nn.functional.scaled_dot_product_attention (heads repeated for GQA beforehand)
 Host us/call: the calling thread's time per call over back-to-back calls at Sk=16, where the GPU finishes each call
@@ -62,7 +64,31 @@ def calls(device, sk):
         rows["sdpa"] = lambda: F.scaled_dot_product_attention(qt, kt, vt)
     if _torch_ops.BACKEND == "extension":
         rows["torch.ops.fwd"] = lambda: torch.ops.flashkit.fwd(q, k, v, None, None, 0.0, True, -1, -1, 0.0, 0)
+        fwd = torch.ops.flashkit.fwd.default
+        rows["fwd.default"] = lambda: fwd(q, k, v, None, None, 0.0, True, -1, -1, 0.0, 0)
+        rows["torch.empty x2"] = lambda: (torch.empty_like(q), q.new_empty((1, 32, 1), dtype=torch.float32))
     return rows
+
+
+def profile(device, out_path):
+    """Where the host time of one flash_attn_func call goes: torch.profiler over 500 calls (CPU ops and, on CUDA, the
+    runtime API calls), as a table sorted by self CPU time."""
+    f = calls(device, 16)["flash_attn_func"]
+    for _ in range(100):
+        f()
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if device == "cuda":
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(500):
+            f()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+    print(table)
+    if out_path:
+        with open(out_path, "w") as fh:
+            fh.write(table)
 
 
 def main():
@@ -70,6 +96,7 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--iters", type=int, default=2000)
     ap.add_argument("--json")
+    ap.add_argument("--profile", metavar="TXT", help="also write torch.profiler's table of one call's host time here")
     args = ap.parse_args()
     result = {"backend": _torch_ops.BACKEND, "torch": torch.__version__, "device": args.device, "rows": {}}
     with torch.inference_mode():
@@ -83,6 +110,9 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
+    if args.profile:
+        with torch.inference_mode():
+            profile(args.device, args.profile)
     return 0
 
 

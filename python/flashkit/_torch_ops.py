@@ -84,8 +84,9 @@ def _ctypes_bwd(dout, q, k, v, o, lse, cu_q, cu_k, scale, causal, wl, wr, softca
 if EXTENSION_PATH is not None:
     BACKEND = "extension"
     _register_fakes()
-    fwd = torch.ops.flashkit.fwd
-    bwd = torch.ops.flashkit.bwd
+    # The overloads themselves, not the packets: a call skips the packet's overload resolution (host time per call).
+    fwd = torch.ops.flashkit.fwd.default
+    bwd = torch.ops.flashkit.bwd.default
 elif _HAS_CUSTOM_OP:
     BACKEND = "custom_op"
     from typing import Optional, Tuple
@@ -143,9 +144,15 @@ class _CtypesAttention(torch.autograd.Function):
         return (dq, dk, dv) + (None,) * 8
 
 
-def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap, impl):
-    """(out, softmax_lse) with autograd through flashkit's backward, on whichever backend loaded."""
-    if BACKEND == "ctypes" and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+def _attention_ctypes(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap,
+                      impl):
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _CtypesAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left,
                                       window_right, softcap, impl)
     return fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap, impl)
+
+
+# attention(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap, impl)
+#   -> (out, softmax_lse), with autograd through flashkit's backward, on whichever backend loaded. The operator
+#   backends carry autograd themselves, so their attention is the operator (no Python frame in between).
+attention = _attention_ctypes if BACKEND == "ctypes" else fwd

@@ -128,6 +128,15 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
                     alibi_slopes=None, deterministic=False, return_attn_probs=False, *, impl="auto"):
     """q (batch, seqlen_q, nheads, headdim), k/v (batch, seqlen_k, nheads_k, headdim) -> out like q
     (with return_attn_probs: (out, softmax_lse (batch, nheads, seqlen_q) float32, None))."""
+    if (type(dropout_p) is float and dropout_p == 0.0 and softmax_scale is None and type(causal) is bool
+            and window_size == (-1, -1) and type(softcap) is float and softcap == 0.0 and alibi_slopes is None
+            and not deterministic and impl == "auto" and type(q) is torch.Tensor and q.dim() == 4
+            and type(k) is torch.Tensor and k.dim() == 4 and type(v) is torch.Tensor and v.dim() == 4
+            and q.dtype in _DTYPES and k.dtype == q.dtype and v.dtype == q.dtype):
+        # flash-attn's defaults: every check below would pass, and the operator checks shapes itself. Host time per
+        # call is what a decode step pays (the issue's goal: <= 10 us).
+        out, lse = _torch_ops.attention(q, k, v, None, None, 0.0, causal, -1, -1, 0.0, 0)
+        return (out, lse, None) if return_attn_probs else out
     for name, t in (("q", q), ("k", k), ("v", v)):
         _dims(name, t, 4, "(batch, seqlen, nheads, headdim)")
     out, lse = _run(q, k, v, None, None, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
