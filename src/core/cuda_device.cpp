@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -107,11 +108,15 @@ thread_local cudaStream_t g_stream = nullptr;
 }  // namespace
 
 int cuda_device_count() {
+  // Devices do not go away while the process runs: once seen, the count is kept (every CUDA attention call asks).
+  static std::atomic<int> known{0};
+  if (const int k = known.load(std::memory_order_relaxed); k > 0) return k;
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     cudaGetLastError();  // clear the sticky "no device" error
     return 0;
   }
+  known.store(n, std::memory_order_relaxed);
   return n;
 }
 

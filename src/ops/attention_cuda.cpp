@@ -216,6 +216,7 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
     if (!launched) cuda::launch_fwd_sm80(a.dtype, D, p, stream);
   }
   if (a.o.data != a0.o.data) cuda::copy_operand16(a0.o.data, a0.o, a.o.data, a.o, B, sh.seqlen_q, sh.heads, sh.head_dim, stream);
+  if (!cost) return;  // the cost model below (strings, a tile walk) is host time a decode call need not pay
 
   const bool decode = choice.kernel == CudaKernel::decode;
   const double pairs = decode ? 0 : fwd_tile_pairs(sh, a.mask, cu, choice.tile_m, choice.tile_n);
@@ -236,7 +237,7 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
                         : decode && p.cluster ? "; split-KV partials merged through distributed shared memory (clusters)"
                                               : "");
   c.kernel = kernel_name(choice, a.dtype);
-  if (cost) *cost = c;
+  *cost = c;
 }
 
 void cuda_attention_backward(const AttentionBwdArgs& g0, const std::vector<int32_t>& host_cu, AttentionImpl impl,
