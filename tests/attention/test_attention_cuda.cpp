@@ -284,6 +284,23 @@ std::vector<Case> grid() {
     c.impl = AttentionImpl::standard;
     g.push_back(c);
   }
+  // One batched GEMM per product over every (sequence, head) pair: GQA groups of 4, MQA, strided operands.
+  {
+    Case c{3, 37, 61, 8, 2, 64, false};
+    c.impl = AttentionImpl::standard;
+    g.push_back(c);
+    Case m{2, 33, 70, 6, 1, 128, true, -1, -1, 0, DType::f16};
+    m.impl = AttentionImpl::standard;
+    g.push_back(m);
+    Case p{2, 100, 150, 4, 2, 64, true};
+    p.pad = 8;
+    p.impl = AttentionImpl::standard;
+    g.push_back(p);
+    Case v{1, 0, 0, 8, 2, 64, false};
+    v.varlen = {{17, 40}, {5, 0}, {0, 9}, {33, 33}};
+    v.impl = AttentionImpl::standard;
+    g.push_back(v);
+  }
   return g;
 }
 

@@ -37,7 +37,22 @@ def main():
         torch.cuda.synchronize()
         t_fwd = median_ms(lambda: fkt.attention_forward(q, k, v, causal=True, impl=impl))
         t_bwd = median_ms(lambda: fkt.attention_backward(do, q, k, v, o, lse, causal=True, impl=impl))
+        launches = {}
+        for name, fn in (("fwd", lambda: fkt.attention_forward(q, k, v, causal=True, impl=impl)),
+                         ("bwd", lambda: fkt.attention_backward(do, q, k, v, o, lse, causal=True, impl=impl))):
+            # GPU kernels one call launches (cuBLAS' own included), from torch.profiler's CUDA activity
+            try:
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                        torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    fn()
+                    torch.cuda.synchronize()
+                launches[name] = sum(e.count for e in prof.key_averages()
+                                     if e.device_type == torch.autograd.DeviceType.CUDA)
+            except Exception as e:  # the count is extra information; the timing stands without it
+                print("kernel count failed:", e, flush=True)
+                launches[name] = None
         rows[impl] = {"fwd_ms": t_fwd, "bwd_ms": t_bwd, "total_ms": t_fwd + t_bwd,
+                      "fwd_kernels": launches["fwd"], "bwd_kernels": launches["bwd"],
                       "fwd_gflop": cf.flops / 1e9, "bwd_gflop": cb.flops / 1e9, "total_gflop": (cf.flops + cb.flops) / 1e9,
                       "model_bytes_gb": (cf.bytes_read + cf.bytes_written + cb.bytes_read + cb.bytes_written) / 1e9,
                       "fwd_kernel": cf.kernel.decode(), "bwd_kernel": cb.kernel.decode()}

@@ -1,7 +1,8 @@
 // The IO-unaware CUDA baseline: S = QK^T (cuBLAS, f32 out) and P = softmax(S) (a row kernel) are written
 // to device memory, then O = PV (cuBLAS). The backward recomputes S and P the same way and runs dV = P^T dO,
 // dP = dO V^T, dS = P (dP - rowsum(dO O)), dQ = dS K, dK = dS^T Q as cuBLAS GEMMs with two row kernels.
-// Heads are processed in chunks so the materialized matrices stay under a few GB.
+// Each product is one batched GEMM over all (sequence, head) pairs of a work unit (pointer arrays): units split
+// only to keep the materialized matrices under a few GB, and per sequence when varlen (different sizes).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -48,14 +49,9 @@ struct DevBuf {
 
 cudaDataType_t cuda_type(DType t) { return t == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F; }
 
-// C(col-major) = alpha * op(A) op(B) + beta * C, batched with element strides.
-void gemm(cublasHandle_t h, bool ta, bool tb, int m, int n, int k, float alpha, const void* A, cudaDataType_t at,
-          int64_t lda, int64_t sa, const void* B, cudaDataType_t bt, int64_t ldb, int64_t sb, float beta, void* C,
-          cudaDataType_t ct, int64_t ldc, int64_t sc, int batch) {
-  cb(cublasGemmStridedBatchedEx(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A,
-                                at, int(lda), sa, B, bt, int(ldb), sb, &beta, C, ct, int(ldc), sc, batch,
-                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-     "cublasGemmStridedBatchedEx");
+template <typename T>
+unsigned grid_for(int64_t n) {
+  return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, 132 * 16)));
 }
 
 // Scores (f32, raw dot products) -> P (T) and lse; one block per row.
@@ -137,34 +133,104 @@ __global__ void f32_to_operand_kernel(const float* src, T* dst, int64_t stride_s
   }
 }
 
-struct Seq {
-  int64_t bslot, q0, nq, k0, nk;
+// Work units: ranges of (sequence, head) pairs that share nq and nk, processed with one batched GEMM per matrix
+// product (pointer arrays, so a unit spans heads and, without varlen, sequences: GPT-2-medium's backward went from
+// one cuBLAS launch per (sequence, head, product) to one per product). A unit holds whole GQA groups and stays
+// under the materialized-matrix budget.
+struct Unit {
+  int64_t p0, count;      // pairs p in [p0, p0 + count): sequence p / heads (non-varlen), head p % heads
+  int64_t bslot, q0, k0;  // varlen: the unit's one sequence (batch slot 0, token offsets); else 0
+  int64_t nq, nk;
 };
-std::vector<Seq> sequences(const kernels::AttentionShape& s, const int32_t* host_cu) {
-  std::vector<Seq> out;
-  for (int64_t b = 0; b < s.batch; ++b) {
-    if (s.varlen()) {
-      const int32_t* cq = host_cu;
-      const int32_t* ckk = host_cu + s.batch + 1;
-      out.push_back({0, cq[b], cq[b + 1] - cq[b], ckk[b], ckk[b + 1] - ckk[b]});
-    } else {
-      out.push_back({b, 0, s.seqlen_q, 0, s.seqlen_k});
-    }
+std::vector<Unit> units(const kernels::AttentionShape& s, const int32_t* host_cu, double bytes_per_pair) {
+  const int64_t group = s.group();
+  const int64_t per_seq = s.heads;
+  int64_t cap = std::max<int64_t>(1, int64_t(kChunkBytes / std::max(1.0, bytes_per_pair * group))) * group;
+  std::vector<Unit> out;
+  if (!s.varlen()) {
+    const int64_t total = s.batch * per_seq;
+    cap = std::min(cap, std::max<int64_t>(total, 1));
+    for (int64_t p0 = 0; p0 < total; p0 += cap)
+      out.push_back({p0, std::min(cap, total - p0), 0, 0, 0, s.seqlen_q, s.seqlen_k});
+    return out;
   }
+  const int32_t* cq = host_cu;
+  const int32_t* ckk = host_cu + s.batch + 1;
+  cap = std::min(cap, per_seq);
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h0 = 0; h0 < per_seq; h0 += cap)
+      out.push_back({h0, std::min(cap, per_seq - h0), 0, cq[b], ckk[b], cq[b + 1] - cq[b], ckk[b + 1] - ckk[b]});
   return out;
 }
 
-// Heads per chunk: a multiple of the GQA group (whole KV heads), under the byte budget.
-int64_t heads_per_chunk(const kernels::AttentionShape& s, double bytes_per_head) {
-  const int64_t group = s.group();
-  int64_t kv = std::max<int64_t>(1, int64_t(kChunkBytes / std::max(1.0, bytes_per_head * group)));
-  kv = std::min<int64_t>(kv, s.kv_heads);
-  return kv * group;
+// Pointer arrays for cublasGemmBatchedEx, written on the device in the call's stream order (a host-side array would
+// be overwritten by the next call before the copy ran). Entry i of array a: base + (p / heads) * sb +
+// ((p % heads) / div) * sh + i * si bytes, p = p0 + i.
+struct PtrSpec {
+  const char* base;
+  int64_t sb, sh, si, div;
+};
+constexpr int kMaxPtrArrays = 10;
+struct PtrTable {
+  PtrSpec a[kMaxPtrArrays];
+  int n;
+};
+__global__ void fill_pointers_kernel(const void** out, const PtrTable t, int64_t p0, int64_t count, int64_t heads) {
+  const int64_t n = int64_t(t.n) * count;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t a = e / count, i = e % count, p = p0 + i;
+    const PtrSpec& s = t.a[a];
+    out[e] = s.base + (p / heads) * s.sb + ((p % heads) / s.div) * s.sh + i * s.si;
+  }
 }
 
+// A tensor operand's pointer spec: its rows start at token `tok` of the unit's sequence, `div` query heads per head.
+PtrSpec operand(const kernels::AttnOperand& t, size_t es, const Unit& u, int64_t tok, int64_t div) {
+  const char* base = static_cast<const char*>(t.data) + int64_t(es) * (u.bslot * t.stride_b + tok * t.stride_s);
+  return {base, int64_t(es) * t.stride_b, int64_t(es) * t.stride_h, 0, div};
+}
+// A workspace matrix per pair: `elems` elements of `es` bytes each.
+PtrSpec per_pair(const void* base, int64_t elems, size_t es) {
+  return {static_cast<const char*>(base), 0, 0, elems * int64_t(es), 1};
+}
+
+const void** fill_pointers(const DevBuf& buf, const PtrTable& t, const Unit& u, int64_t heads, cudaStream_t stream) {
+  const auto** out = static_cast<const void**>(buf.p);
+  const int64_t n = int64_t(t.n) * u.count;
+  fill_pointers_kernel<<<unsigned(std::min<int64_t>((n + 255) / 256, 1024)), 256, 0, stream>>>(out, t, u.p0, u.count,
+                                                                                                 heads);
+  check_cuda(cudaGetLastError(), "pointer-array launch");
+  return out;
+}
+
+// C_i (col-major) = alpha op(A_i) op(B_i) + beta C_i for the unit's pairs, one launch.
+void gemm_batched(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void** A,
+                  cudaDataType_t at, int64_t lda, const void** B, cudaDataType_t bt, int64_t ldb, float beta, const void** C,
+                  cudaDataType_t ct, int64_t ldc, int64_t batch) {
+  cb(cublasGemmBatchedEx(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, int(m), int(n), int(k),
+                         &alpha, A, at, int(lda), B, bt, int(ldb), &beta, const_cast<void* const*>(C), ct, int(ldc),
+                         int(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+     "cublasGemmBatchedEx");
+}
+
+int64_t max_unit_pairs(const std::vector<Unit>& us) {
+  int64_t m = 0;
+  for (const Unit& u : us) m = std::max(m, u.count);
+  return m;
+}
+
+// Sums each GQA group's per-head f32 dK (or dV) rows into the T operand: dst[kv head] = sum over its `group` heads.
 template <typename T>
-unsigned grid_for(int64_t n) {
-  return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, 132 * 16)));
+__global__ void group_sum_kernel(const float* src, T* dst, int64_t stride_b, int64_t stride_s, int64_t stride_h,
+                                 int64_t p0, int64_t kv_count, int64_t group, int64_t heads, int64_t nk, int64_t D) {
+  const int64_t n = kv_count * nk * D;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = e % D, r = (e / D) % nk, kv = e / (D * nk);
+    float acc = 0.f;
+    for (int64_t g = 0; g < group; ++g) acc += src[((kv * group + g) * nk + r) * D + c];
+    const int64_t p = p0 + kv * group;  // the group's first pair
+    dst[(p / heads) * stride_b + ((p % heads) / group) * stride_h + r * stride_s + c] = MmaOp<T>::from_f32(acc);
+  }
 }
 
 template <typename T>
@@ -174,48 +240,51 @@ void forward_t(const kernels::AttentionFwdArgs& a, const int32_t* host_cu, cudaS
   cublasHandle_t h = handle(dev);
   cb(cublasSetStream(h, stream), "cublasSetStream");
   const auto& sh = a.shape;
-  const int64_t D = sh.head_dim, group = sh.group();
+  const int64_t D = sh.head_dim, group = sh.group(), H = sh.heads;
   const int64_t mq = sh.max_seqlen_q, mk = sh.max_seqlen_k;
-  const int64_t hc = heads_per_chunk(sh, double(mq) * mk * 6);
-  DevBuf S(size_t(hc * mq * mk) * 4, stream), P(size_t(hc * mq * mk) * 2, stream);
+  const std::vector<Unit> us = units(sh, host_cu, double(mq) * mk * 6);
+  const int64_t hc = max_unit_pairs(us);
+  DevBuf S(size_t(hc * mq * mk) * 4, stream), P(size_t(hc * mq * mk) * 2, stream),
+      ptrs(size_t(6 * hc) * sizeof(void*), stream);
   const cudaDataType_t dt = cuda_type(a.dtype);
-  for (const Seq& q : sequences(sh, host_cu)) {
-    if (q.nq == 0) continue;
-    for (int64_t h0 = 0; h0 < sh.heads; h0 += hc) {
-      const int64_t nh = std::min(hc, sh.heads - h0);
-      const T* qp = static_cast<const T*>(a.q.data) + q.bslot * a.q.stride_b + q.q0 * a.q.stride_s + h0 * a.q.stride_h;
-      T* op = static_cast<T*>(a.o.data) + q.bslot * a.o.stride_b + q.q0 * a.o.stride_s + h0 * a.o.stride_h;
-      const int64_t lse_base = (q.bslot * sh.heads + h0) * sh.seqlen_q + q.q0;
-      if (q.nk == 0) {  // no keys: o = 0, lse = -inf, via the softmax kernel on an empty row
-        softmax_fwd_kernel<T><<<unsigned(nh * q.nq), 256, 0, stream>>>(static_cast<float*>(S.p), static_cast<T*>(P.p), a.lse,
-                                                                       lse_base, sh.seqlen_q, q.nq, 0, a.scale,
-                                                                       a.softcap, a.mask);
-        check_cuda(cudaGetLastError(), "softmax launch");
-        for (int64_t hh = 0; hh < nh; ++hh) check_cuda(cudaMemset2DAsync(op + hh * a.o.stride_h, a.o.stride_s * sizeof(T), 0, D * sizeof(T), q.nq, stream), "cudaMemset2DAsync");
-        continue;
-      }
-      // Process each KV head's group of query heads with one batched GEMM (K stride 0 inside the group).
-      for (int64_t g0 = 0; g0 < nh; g0 += group) {
-        const int64_t kvh = (h0 + g0) / group;
-        const T* kp = static_cast<const T*>(a.k.data) + q.bslot * a.k.stride_b + q.k0 * a.k.stride_s + kvh * a.k.stride_h;
-        float* Sp = static_cast<float*>(S.p) + g0 * q.nq * q.nk;
-        // S^T (nk x nq, col-major) = K Q^T
-        gemm(h, true, false, int(q.nk), int(q.nq), int(D), 1.f, kp, dt, a.k.stride_s, 0, qp + g0 * a.q.stride_h, dt,
-             a.q.stride_s, a.q.stride_h, 0.f, Sp, CUDA_R_32F, q.nk, q.nq * q.nk, int(group));
-      }
-      softmax_fwd_kernel<T><<<unsigned(nh * q.nq), 256, 0, stream>>>(static_cast<float*>(S.p), static_cast<T*>(P.p), a.lse,
-                                                                     lse_base, sh.seqlen_q, q.nq, q.nk, a.scale,
-                                                                     a.softcap, a.mask);
+  const size_t es = sizeof(T);
+  for (const Unit& u : us) {
+    if (u.nq == 0) continue;
+    const int64_t nn = u.nq * u.nk;
+    // lse [slot, H, seqlen_q]: pair p's row i at p * seqlen_q + q0 + i (varlen: the unit's pairs are heads p0..)
+    const int64_t lse_base = u.p0 * sh.seqlen_q + u.q0;
+    if (u.nk == 0) {  // no keys: o = 0, lse = -inf, via the softmax kernel on an empty row
+      softmax_fwd_kernel<T><<<unsigned(u.count * u.nq), 256, 0, stream>>>(static_cast<float*>(S.p), static_cast<T*>(P.p),
+                                                                          a.lse, lse_base, sh.seqlen_q, u.nq, 0, a.scale,
+                                                                          a.softcap, a.mask);
       check_cuda(cudaGetLastError(), "softmax launch");
-      for (int64_t g0 = 0; g0 < nh; g0 += group) {
-        const int64_t kvh = (h0 + g0) / group;
-        const T* vp = static_cast<const T*>(a.v.data) + q.bslot * a.v.stride_b + q.k0 * a.v.stride_s + kvh * a.v.stride_h;
-        const T* Pp = static_cast<const T*>(P.p) + g0 * q.nq * q.nk;
-        // O^T (D x nq) = V^T (D x nk) P^T (nk x nq)
-        gemm(h, false, false, int(D), int(q.nq), int(q.nk), 1.f, vp, dt, a.v.stride_s, 0, Pp, dt, q.nk, q.nq * q.nk,
-             0.f, op + g0 * a.o.stride_h, dt, a.o.stride_s, a.o.stride_h, int(group));
+      for (int64_t i = 0; i < u.count; ++i) {
+        const int64_t p = u.p0 + i;
+        T* op = static_cast<T*>(a.o.data) + (u.bslot + p / H) * a.o.stride_b + u.q0 * a.o.stride_s + (p % H) * a.o.stride_h;
+        check_cuda(cudaMemset2DAsync(op, a.o.stride_s * sizeof(T), 0, D * sizeof(T), u.nq, stream), "cudaMemset2DAsync");
       }
+      continue;
     }
+    PtrTable t{};
+    t.a[0] = operand(a.k, es, u, u.k0, group);   // K of the pair's KV head
+    t.a[1] = operand(a.q, es, u, u.q0, 1);       // Q
+    t.a[2] = per_pair(S.p, nn, 4);               // S
+    t.a[3] = operand(a.v, es, u, u.k0, group);   // V
+    t.a[4] = per_pair(P.p, nn, 2);               // P
+    t.a[5] = operand(a.o, es, u, u.q0, 1);       // O
+    t.n = 6;
+    const void** pa = fill_pointers(ptrs, t, u, H, stream);
+    const int64_t c = u.count;
+    // S^T (nk x nq, col-major) = K Q^T
+    gemm_batched(h, true, false, u.nk, u.nq, D, 1.f, pa, dt, a.k.stride_s, pa + c, dt, a.q.stride_s, 0.f, pa + 2 * c,
+                 CUDA_R_32F, u.nk, c);
+    softmax_fwd_kernel<T><<<unsigned(c * u.nq), 256, 0, stream>>>(static_cast<float*>(S.p), static_cast<T*>(P.p), a.lse,
+                                                                  lse_base, sh.seqlen_q, u.nq, u.nk, a.scale, a.softcap,
+                                                                  a.mask);
+    check_cuda(cudaGetLastError(), "softmax launch");
+    // O^T (D x nq) = V^T (D x nk) P^T (nk x nq)
+    gemm_batched(h, false, false, D, u.nq, u.nk, 1.f, pa + 3 * c, dt, a.v.stride_s, pa + 4 * c, dt, u.nk, 0.f,
+                 pa + 5 * c, dt, a.o.stride_s, c);
   }
 }
 
@@ -227,98 +296,107 @@ void backward_t(const kernels::AttentionBwdArgs& g, const int32_t* host_cu, cuda
   cublasHandle_t h = handle(dev);
   cb(cublasSetStream(h, stream), "cublasSetStream");
   const auto& sh = a.shape;
-  const int64_t D = sh.head_dim, group = sh.group();
+  const int64_t D = sh.head_dim, group = sh.group(), H = sh.heads;
   const int64_t mq = sh.max_seqlen_q, mk = sh.max_seqlen_k;
-  const int64_t hc = heads_per_chunk(sh, double(mq) * mk * 10);
+  const std::vector<Unit> us = units(sh, host_cu, double(mq) * mk * 10 + 2.0 * mk * D * 4);
+  const int64_t hc = max_unit_pairs(us);
   const int64_t rows = (sh.varlen() ? 1 : sh.batch) * sh.heads * sh.seqlen_q;
   DevBuf S(size_t(hc * mq * mk) * 4, stream), dP(size_t(hc * mq * mk) * 4, stream), P(size_t(hc * mq * mk) * 2, stream);
-  DevBuf dsum(size_t(rows) * 4, stream), dK32(size_t(hc / group * mk * D) * 4, stream), dV32(size_t(hc / group * mk * D) * 4, stream);
+  // per-pair f32 dK and dV ([pair][nk][D]); each GQA group is summed into the operand afterwards
+  DevBuf dsum(size_t(rows) * 4, stream), dK32(size_t(hc * mk * D) * 4, stream), dV32(size_t(hc * mk * D) * 4, stream);
+  DevBuf ptrs(size_t(kMaxPtrArrays * hc) * sizeof(void*), stream);
   BwdParams bp;
   bp.g = g;
   bp.dsum = static_cast<float*>(dsum.p);
   bp.num_rows = rows;
   launch_bwd_preprocess(bp, stream);
   const cudaDataType_t dt = cuda_type(a.dtype);
-  for (const Seq& q : sequences(sh, host_cu)) {
-    for (int64_t h0 = 0; h0 < sh.heads; h0 += hc) {
-      const int64_t nh = std::min(hc, sh.heads - h0);
-      const int64_t kv0 = h0 / group, nkv = nh / group;
-      T* dqp = static_cast<T*>(g.dq.data) + q.bslot * g.dq.stride_b + q.q0 * g.dq.stride_s + h0 * g.dq.stride_h;
-      if (q.nk > 0) check_cuda(cudaMemsetAsync(dK32.p, 0, size_t(nkv * q.nk * D) * 4, stream), "cudaMemsetAsync");
-      if (q.nk > 0) check_cuda(cudaMemsetAsync(dV32.p, 0, size_t(nkv * q.nk * D) * 4, stream), "cudaMemsetAsync");
-      if (q.nk == 0 || q.nq == 0) {
-        if (q.nq > 0)
-          for (int64_t hh = 0; hh < nh; ++hh)
-            check_cuda(cudaMemset2DAsync(dqp + hh * g.dq.stride_h, g.dq.stride_s * sizeof(T), 0, D * sizeof(T), q.nq, stream), "cudaMemset2DAsync");
-      } else {
-        const int64_t lse_base = (q.bslot * sh.heads + h0) * sh.seqlen_q + q.q0;
-        const int64_t nn = q.nq * q.nk;
-        for (int64_t g0 = 0; g0 < nh; g0 += group) {
-          const int64_t kvh = (h0 + g0) / group;
-          const T* kp = static_cast<const T*>(a.k.data) + q.bslot * a.k.stride_b + q.k0 * a.k.stride_s + kvh * a.k.stride_h;
-          const T* vp = static_cast<const T*>(a.v.data) + q.bslot * a.v.stride_b + q.k0 * a.v.stride_s + kvh * a.v.stride_h;
-          const T* qp = static_cast<const T*>(a.q.data) + q.bslot * a.q.stride_b + q.q0 * a.q.stride_s + (h0 + g0) * a.q.stride_h;
-          const T* dop = static_cast<const T*>(g.dout.data) + q.bslot * g.dout.stride_b + q.q0 * g.dout.stride_s + (h0 + g0) * g.dout.stride_h;
-          gemm(h, true, false, int(q.nk), int(q.nq), int(D), 1.f, kp, dt, a.k.stride_s, 0, qp, dt, a.q.stride_s,
-               a.q.stride_h, 0.f, static_cast<float*>(S.p) + g0 * nn, CUDA_R_32F, q.nk, nn, int(group));
-          // dP^T (nk x nq) = V dO^T
-          gemm(h, true, false, int(q.nk), int(q.nq), int(D), 1.f, vp, dt, a.v.stride_s, 0, dop, dt, g.dout.stride_s,
-               g.dout.stride_h, 0.f, static_cast<float*>(dP.p) + g0 * nn, CUDA_R_32F, q.nk, nn, int(group));
-        }
-        softmax_bwd_p_kernel<T><<<unsigned(nh * q.nq), 256, 0, stream>>>(static_cast<float*>(S.p), static_cast<T*>(P.p), a.lse,
-                                                                         lse_base, sh.seqlen_q, q.nq, q.nk, a.scale,
-                                                                         a.softcap, a.mask);
-        check_cuda(cudaGetLastError(), "softmax backward launch");
-        for (int64_t g0 = 0; g0 < nh; g0 += group) {
-          const int64_t kvl = g0 / group;
-          for (int64_t hh = 0; hh < group; ++hh) {  // dV^T (D x nk) += dO^T (D x nq) P (nq x nk), summed over the group
-            const T* dop = static_cast<const T*>(g.dout.data) + q.bslot * g.dout.stride_b + q.q0 * g.dout.stride_s + (h0 + g0 + hh) * g.dout.stride_h;
-            gemm(h, false, true, int(D), int(q.nk), int(q.nq), 1.f, dop, dt, g.dout.stride_s, 0,
-                 static_cast<const T*>(P.p) + (g0 + hh) * nn, dt, q.nk, 0, 1.f,
-                 static_cast<float*>(dV32.p) + kvl * q.nk * D, CUDA_R_32F, D, 0, 1);
-          }
-        }
-        softmax_bwd_ds_kernel<T><<<unsigned(nh * q.nq), 256, 0, stream>>>(static_cast<const float*>(S.p), static_cast<const float*>(dP.p),
-                                                                          static_cast<T*>(P.p), bp.dsum, lse_base,
-                                                                          sh.seqlen_q, q.nq, q.nk);
-        check_cuda(cudaGetLastError(), "softmax backward launch");
-        for (int64_t g0 = 0; g0 < nh; g0 += group) {
-          const int64_t kvh = (h0 + g0) / group, kvl = g0 / group;
-          const T* kp = static_cast<const T*>(a.k.data) + q.bslot * a.k.stride_b + q.k0 * a.k.stride_s + kvh * a.k.stride_h;
-          // dQ^T (D x nq) = scale K^T (D x nk) dS^T (nk x nq)
-          gemm(h, false, false, int(D), int(q.nq), int(q.nk), a.scale, kp, dt, a.k.stride_s, 0,
-               static_cast<const T*>(P.p) + g0 * nn, dt, q.nk, nn, 0.f, dqp + g0 * g.dq.stride_h, dt, g.dq.stride_s,
-               g.dq.stride_h, int(group));
-          for (int64_t hh = 0; hh < group; ++hh) {  // dK^T (D x nk) += scale Q^T (D x nq) dS (nq x nk)
-            const T* qp = static_cast<const T*>(a.q.data) + q.bslot * a.q.stride_b + q.q0 * a.q.stride_s + (h0 + g0 + hh) * a.q.stride_h;
-            gemm(h, false, true, int(D), int(q.nk), int(q.nq), a.scale, qp, dt, a.q.stride_s, 0,
-                 static_cast<const T*>(P.p) + (g0 + hh) * nn, dt, q.nk, 0, 1.f,
-                 static_cast<float*>(dK32.p) + kvl * q.nk * D, CUDA_R_32F, D, 0, 1);
-          }
-        }
+  const size_t es = sizeof(T);
+  for (const Unit& u : us) {
+    const int64_t c = u.count;
+    if (u.nq == 0 && u.nk == 0) continue;
+    if (u.nk == 0) {  // no keys: dq = 0 (dk, dv have no rows)
+      for (int64_t i = 0; i < c; ++i) {
+        const int64_t p = u.p0 + i;
+        T* dqp = static_cast<T*>(g.dq.data) + (u.bslot + p / H) * g.dq.stride_b + u.q0 * g.dq.stride_s + (p % H) * g.dq.stride_h;
+        check_cuda(cudaMemset2DAsync(dqp, g.dq.stride_s * sizeof(T), 0, D * sizeof(T), u.nq, stream), "cudaMemset2DAsync");
       }
-      if (q.nk == 0) continue;
-      for (int64_t kv = 0; kv < nkv; ++kv) {
-        T* dkp = static_cast<T*>(g.dk.data) + q.bslot * g.dk.stride_b + q.k0 * g.dk.stride_s + (kv0 + kv) * g.dk.stride_h;
-        T* dvp = static_cast<T*>(g.dv.data) + q.bslot * g.dv.stride_b + q.k0 * g.dv.stride_s + (kv0 + kv) * g.dv.stride_h;
-        f32_to_operand_kernel<T><<<grid_for<T>(q.nk * D), 256, 0, stream>>>(static_cast<float*>(dK32.p) + kv * q.nk * D, dkp,
-                                                                           g.dk.stride_s, q.nk, D, D);
-        f32_to_operand_kernel<T><<<grid_for<T>(q.nk * D), 256, 0, stream>>>(static_cast<float*>(dV32.p) + kv * q.nk * D, dvp,
-                                                                           g.dv.stride_s, q.nk, D, D);
-        check_cuda(cudaGetLastError(), "dK/dV conversion launch");
-      }
+      continue;
     }
+    const int64_t nn = u.nq * u.nk;
+    const int64_t kv_count = c / group;
+    if (u.nq > 0) {
+      const int64_t lse_base = u.p0 * sh.seqlen_q + u.q0;
+      PtrTable t{};
+      t.a[0] = operand(a.k, es, u, u.k0, group);    // K
+      t.a[1] = operand(a.q, es, u, u.q0, 1);        // Q
+      t.a[2] = per_pair(S.p, nn, 4);                // S, then P f
+      t.a[3] = operand(a.v, es, u, u.k0, group);    // V
+      t.a[4] = operand(g.dout, es, u, u.q0, 1);     // dO
+      t.a[5] = per_pair(dP.p, nn, 4);               // dP
+      t.a[6] = per_pair(P.p, nn, 2);                // P, then dS
+      t.a[7] = per_pair(dV32.p, u.nk * D, 4);       // dV of the pair (f32)
+      t.a[8] = operand(g.dq, es, u, u.q0, 1);       // dQ
+      t.a[9] = per_pair(dK32.p, u.nk * D, 4);       // dK of the pair (f32)
+      t.n = 10;
+      const void** pa = fill_pointers(ptrs, t, u, H, stream);
+      const void** K = pa;
+      const void** Q = pa + c;
+      const void** Sa = pa + 2 * c;
+      const void** V = pa + 3 * c;
+      const void** dO = pa + 4 * c;
+      const void** dPa = pa + 5 * c;
+      const void** Pa = pa + 6 * c;
+      const void** dV = pa + 7 * c;
+      const void** dQ = pa + 8 * c;
+      const void** dK = pa + 9 * c;
+      // S^T (nk x nq) = K Q^T; dP^T (nk x nq) = V dO^T
+      gemm_batched(h, true, false, u.nk, u.nq, D, 1.f, K, dt, a.k.stride_s, Q, dt, a.q.stride_s, 0.f, Sa, CUDA_R_32F,
+                   u.nk, c);
+      gemm_batched(h, true, false, u.nk, u.nq, D, 1.f, V, dt, a.v.stride_s, dO, dt, g.dout.stride_s, 0.f, dPa,
+                   CUDA_R_32F, u.nk, c);
+      softmax_bwd_p_kernel<T><<<unsigned(c * u.nq), 256, 0, stream>>>(static_cast<float*>(S.p), static_cast<T*>(P.p),
+                                                                      a.lse, lse_base, sh.seqlen_q, u.nq, u.nk, a.scale,
+                                                                      a.softcap, a.mask);
+      check_cuda(cudaGetLastError(), "softmax backward launch");
+      // dV^T (D x nk) = dO^T (D x nq) P (nq x nk), per pair
+      gemm_batched(h, false, true, D, u.nk, u.nq, 1.f, dO, dt, g.dout.stride_s, Pa, dt, u.nk, 0.f, dV, CUDA_R_32F, D, c);
+      softmax_bwd_ds_kernel<T><<<unsigned(c * u.nq), 256, 0, stream>>>(static_cast<const float*>(S.p),
+                                                                       static_cast<const float*>(dP.p),
+                                                                       static_cast<T*>(P.p), bp.dsum, lse_base,
+                                                                       sh.seqlen_q, u.nq, u.nk);
+      check_cuda(cudaGetLastError(), "softmax backward launch");
+      // dQ^T (D x nq) = scale K^T (D x nk) dS^T (nk x nq); dK^T (D x nk) = scale Q^T (D x nq) dS (nq x nk), per pair
+      gemm_batched(h, false, false, D, u.nq, u.nk, a.scale, K, dt, a.k.stride_s, Pa, dt, u.nk, 0.f, dQ, dt,
+                   g.dq.stride_s, c);
+      gemm_batched(h, false, true, D, u.nk, u.nq, a.scale, Q, dt, a.q.stride_s, Pa, dt, u.nk, 0.f, dK, CUDA_R_32F, D,
+                   c);
+    } else {  // keys but no queries: dk = dv = 0
+      check_cuda(cudaMemsetAsync(dK32.p, 0, size_t(c * u.nk * D) * 4, stream), "cudaMemsetAsync");
+      check_cuda(cudaMemsetAsync(dV32.p, 0, size_t(c * u.nk * D) * 4, stream), "cudaMemsetAsync");
+    }
+    const unsigned blocks = grid_for<T>(kv_count * u.nk * D);
+    T* dk = static_cast<T*>(g.dk.data) + u.bslot * g.dk.stride_b + u.k0 * g.dk.stride_s;
+    T* dv = static_cast<T*>(g.dv.data) + u.bslot * g.dv.stride_b + u.k0 * g.dv.stride_s;
+    group_sum_kernel<T><<<blocks, 256, 0, stream>>>(static_cast<const float*>(dK32.p), dk, g.dk.stride_b, g.dk.stride_s,
+                                                    g.dk.stride_h, u.p0, kv_count, group, H, u.nk, D);
+    group_sum_kernel<T><<<blocks, 256, 0, stream>>>(static_cast<const float*>(dV32.p), dv, g.dv.stride_b, g.dv.stride_s,
+                                                    g.dv.stride_h, u.p0, kv_count, group, H, u.nk, D);
+    check_cuda(cudaGetLastError(), "dK/dV group-sum launch");
   }
 }
 
 }  // namespace
 
 double standard_workspace_bytes(const kernels::AttentionShape& s, bool backward) {
-  const double per_head = double(s.max_seqlen_q) * s.max_seqlen_k * (backward ? 10 : 6);
-  const double hc = double(heads_per_chunk(s, per_head));
-  double b = hc * per_head;
-  if (backward)
-    b += double((s.varlen() ? 1 : s.batch) * s.heads * s.seqlen_q) * 4 + 2.0 * (hc / s.group()) * s.max_seqlen_k * s.head_dim * 4;
+  // Per pair of the largest work unit: S, P (and dP) materialized; backward adds the pair's f32 dK and dV.
+  const double per_pair = double(s.max_seqlen_q) * s.max_seqlen_k * (backward ? 10 : 6) +
+                          (backward ? 2.0 * s.max_seqlen_k * s.head_dim * 4 : 0.0);
+  const int64_t group = s.group();
+  int64_t cap = std::max<int64_t>(1, int64_t(kChunkBytes / std::max(1.0, per_pair * group))) * group;
+  cap = std::min<int64_t>(cap, std::max<int64_t>(1, (s.varlen() ? 1 : s.batch) * s.heads));
+  double b = double(cap) * (per_pair + (backward ? kMaxPtrArrays : 6) * sizeof(void*));
+  if (backward) b += double((s.varlen() ? 1 : s.batch) * s.heads * s.seqlen_q) * 4;
   return b;
 }
 
