@@ -630,6 +630,18 @@ TEST(CudaAttention, NonFiniteForward) {
   }
 }
 
+// A small set of flagged rows on every path, for compute-sanitizer (tools/gpu/nonfinite.sh): the fix-ups write o
+// (staging, direct, combine) and lse; rows flagged because a masked key's NaN v leaked (p = 0) or every score is -inf.
+TEST(CudaAttention, NonFiniteFixupsUnderSanitizer) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (const Path& path : nonfinite_paths()) {
+    SCOPED_TRACE(path.name);
+    for (int64_t sq : {int64_t(1), int64_t(4), int64_t(200)})
+      for (int what : {kVElementNaN, kKColumnNegInf}) run_nonfinite_case({sq, 300, 4, 2, 64, true, AttentionImpl::flash, what}, path.tuning);
+  }
+  for (int what : {kVElementNaN, kKColumnNegInf}) run_nonfinite_case({200, 300, 4, 2, 64, true, AttentionImpl::standard, what});
+}
+
 // q . k beyond the f32 range for finite bf16 inputs: the softmax, like the f64 reference. Two ways: one key's score
 // overflows to +inf in f32 (l becomes NaN), or every key's score of the row overflows to -inf (l = 0 although the
 // row sees keys).

@@ -4,9 +4,10 @@
 // The fast kernels never pay for it on finite input: their epilogues flag a row (flagged_row below) when its
 // softmax sum l is NaN (a NaN or +inf score), 0 although it saw keys (every score -inf in f32), or when its output
 // registers hold a non-finite value (a non-finite v, a masked key's NaN v times p = 0, an f32 overflow); only then
-// does a warp call a kernel's __noinline__ fix-up around recompute_row_f64 (its f64 registers stay out of the
-// kernel's allocation; the kernel's parameters are __grid_constant__ so that passing their address copies nothing).
-// Flagging is a superset of the rows whose f32 answer differs from the contract's: a false alarm costs one
+// does a warp run recompute_row_f64 for its flagged rows, in the same kernel: a __noinline__ call in the sm_80 and
+// decode kernels (their parameters __grid_constant__, so passing their address copies nothing), inlined in the
+// Hopper row tile and the split combine, where a call cost the hot code registers (docs/worklog/attention-cuda.md,
+// v13). Flagging is a superset of the rows whose f32 answer differs from the contract's: a false alarm costs one
 // recomputation.
 #pragma once
 #include <cuda_bf16.h>
@@ -71,31 +72,25 @@ __device__ __forceinline__ F64Row<T> f64_row(const kernels::AttentionFwdArgs& a,
   return r;
 }
 
-// The row in f64 by the whole warp (lane c owns columns c, c + 32, ... < D): two passes over the visible keys (the
-// max, then the weights and the weighted sum of v), IEEE semantics, then any NaN/inf in o or lse makes the row NaN;
-// no visible key gives o = 0, lse = -inf. store(c, x) is called for every column c < d by its lane; returns the lse
-// (every lane).
-template <typename T, int D, typename Store>
-__device__ __forceinline__ float recompute_row_f64(const F64Row<T> r, Store store) {
-  constexpr int kCols = (D + 31) / 32;
+// The row by the whole warp, its sums in f64: two passes over the visible keys (the max, then the weights and the
+// weighted sum of v), IEEE semantics, then any NaN/inf in o or lse makes the row NaN; no visible key gives o = 0,
+// lse = -inf. What needs f64 is the range (a finite q.k reaches 1e80) and the sums; the exponentials, the log, the
+// softcap's tanh and the final division act on values f32 holds (e^(s - m) with s - m <= 0, l in [1, keys]) and
+// run in f32, within a few f32 ulps of the reference's f64: f64 exp/log/tanh/division are long subroutines whose
+// registers would count for the kernel that calls this. Lane l computes output columns c0 + l + 32 t (t < kCols,
+// those below d): the whole row with c0 = 0 and kCols = D / 32, or a slice of it; store(c, x) is called for each.
+// q is re-read from memory (L1) for every key rather than held in registers. Returns the lse (every lane).
+template <typename T, int kCols, typename Store>
+__device__ __forceinline__ float recompute_row_f64(const F64Row<T> r, int c0, Store store) {
   const int lane = int(threadIdx.x) & 31;
-  const double cap = r.softcap, scale = r.scale;
-  double qc[kCols];
-#pragma unroll
-  for (int t = 0; t < kCols; ++t) {
-    const int c = lane + 32 * t;
-    qc[t] = c < r.d ? nonfinite_to_f64(r.q[c]) : 0.0;
-  }
+  const double scale = r.scale;
+  const float cap_inv = r.softcap > 0.f ? 1.f / r.softcap : 0.f;
   auto score = [&](int j) {
     const T* kr = r.k + int64_t(j) * r.k_stride;
     double dot = 0.0;
-#pragma unroll
-    for (int t = 0; t < kCols; ++t) {
-      const int c = lane + 32 * t;
-      if (c < r.d) dot += qc[t] * nonfinite_to_f64(kr[c]);
-    }
+    for (int c = lane; c < r.d; c += 32) dot += nonfinite_to_f64(r.q[c]) * nonfinite_to_f64(kr[c]);
     double s = scale * warp_sum_f64(dot);
-    if (cap > 0.0) s = cap * tanh(s / cap);
+    if (r.softcap > 0.f) s = double(r.softcap) * double(tanhf(float(s * cap_inv)));  // +-inf -> +-cap, NaN stays
     return s;
   };
   const double nan = __longlong_as_double(0x7ff8000000000000ll);
@@ -115,31 +110,40 @@ __device__ __forceinline__ float recompute_row_f64(const F64Row<T> r, Store stor
     lse = nan;
   } else {
     double l = 0.0;
+    bool v_finite = true;  // a visible non-finite v makes the row NaN (0 * inf is NaN), whichever columns it is in
     for (int j = r.lo; j < r.hi; ++j) {
-      const double p = exp(score(j) - m);  // a -inf score weighs 0
+      const double p = double(expf(float(score(j) - m)));  // a -inf score weighs 0
       const T* vr = r.v + int64_t(j) * r.v_stride;
       l += p;
 #pragma unroll
       for (int t = 0; t < kCols; ++t) {
-        const int c = lane + 32 * t;
-        if (c < r.d) acc[t] += p * nonfinite_to_f64(vr[c]);  // 0 * inf = NaN: a visible non-finite v counts
+        const int c = c0 + lane + 32 * t;
+        if (c < r.d) acc[t] += p * nonfinite_to_f64(vr[c]);
       }
+      for (int c = lane; c < r.d; c += 32) v_finite = v_finite && isfinite(nonfinite_to_f64(vr[c]));
     }
-    lse = m + log(l);
-    bool finite = isfinite(lse);
+    lse = m + double(logf(float(l)));
+    const double inv = double(1.f / float(l));
+    bool finite = isfinite(lse) && v_finite;
 #pragma unroll
     for (int t = 0; t < kCols; ++t) {
-      acc[t] /= l;
+      acc[t] *= inv;
       finite = finite && isfinite(acc[t]);
     }
     if (!__all_sync(0xffffffffu, finite)) lse = nan;
   }
 #pragma unroll
   for (int t = 0; t < kCols; ++t) {
-    const int c = lane + 32 * t;
+    const int c = c0 + lane + 32 * t;
     if (c < r.d) store(c, isnan(lse) ? nan : acc[t]);
   }
   return float(lse);
+}
+
+// The whole row (head dims up to D).
+template <typename T, int D, typename Store>
+__device__ __forceinline__ float recompute_row_f64(const F64Row<T> r, Store store) {
+  return recompute_row_f64<T, (D + 31) / 32>(r, 0, store);
 }
 
 }  // namespace flashkit::cuda

@@ -22,13 +22,20 @@ namespace {
 // meet in shared memory. Spreading a row's columns over blocks matters when rows are few: one KV head at batch 1
 // is 8 rows x ~130 splits x 256 columns (1 MB of partials) that one block per row read with only 8 SMs.
 constexpr int kCombineCols = 64, kCombineThreads = 256;
+// 8 blocks per SM: caps the kernel at the 32 registers it used before the non-finite fix-up (fix_combined_row, whose
+// registers would otherwise count for the whole kernel: 58); the rare fix-up spills instead.
+constexpr int kCombineMinBlocks = 8;
 
 // A row whose merged lse is NaN (a split flagged it: its f32 result was not clean, flash_decode.cuh) recomputed in
-// f64 by one warp (nonfinite_row.cuh); this block writes its columns [c0, c0 + kCombineCols) and, the first, the
-// lse. Rare; a call, not inlined, taking the kernel's parameters by address (__grid_constant__: no local copy).
+// f64 by one warp (nonfinite_row.cuh), which computes and writes only this block's columns [c0, c0 + kCombineCols)
+// and, in the first block, the lse. Rare; inlined under the kernel's register cap (kCombineMinBlocks): a call made
+// the merge itself spill; inlined, the spills (72/80 bytes) belong to this path, whose values share nothing with
+// the merge's (their count does not change with what the merge keeps live).
 template <typename T>
-__device__ __noinline__ void fix_combined_row(const kernels::AttentionFwdArgs* ap, int64_t ridx, int c0) {
-  const kernels::AttentionFwdArgs& a = *ap;
+__device__ __forceinline__ void fix_combined_row(const kernels::AttentionFwdArgs& a) {
+  // Everything from the block index and the parameters: no value of the merge stays live into this rare path.
+  const int64_t ridx = blockIdx.x;
+  const int c0 = int(blockIdx.y) * kCombineCols;
   const RowIndex ri = split_row_index(ridx, a.shape.heads, a.shape.seqlen_q);
   int64_t b = ri.bslot;  // varlen: the sequence whose tokens hold row ri.row
   if (a.shape.varlen())
@@ -37,16 +44,13 @@ __device__ __noinline__ void fix_combined_row(const kernels::AttentionFwdArgs* a
   const int64_t i = ri.row - sr.q0;
   T* o = static_cast<T*>(a.o.data) + ri.bslot * a.o.stride_b + ri.row * a.o.stride_s + ri.h * a.o.stride_h;
   const F64Row<T> r = f64_row<T>(a, sr, ri.h, i);
-  auto store = [=](int c, double x) {
-    if (c >= c0 && c < c0 + kCombineCols) o[c] = nonfinite_from_f64<T>(x);
-  };
-  const float lse = a.shape.head_dim <= 64    ? recompute_row_f64<T, 64>(r, store)
-                    : a.shape.head_dim <= 128 ? recompute_row_f64<T, 128>(r, store)
-                                              : recompute_row_f64<T, 256>(r, store);
+  const float lse = recompute_row_f64<T, kCombineCols / 32>(
+      r, c0, [=](int c, double x) { o[c] = nonfinite_from_f64<T>(x); });  // this block's columns only
   if (c0 == 0 && (threadIdx.x & 31) == 0) a.lse[ridx] = lse;
 }
+
 template <typename T>
-__global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const __grid_constant__ FwdParams p, int dpad) {
+__global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks) split_combine_kernel(const FwdParams p, int dpad) {
   __shared__ float wsh[kMaxDecodeSplits];
   __shared__ float red[8][kCombineCols];
   __shared__ float stat[8];
@@ -66,7 +70,7 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const __
     return;
   }
   if (isnan(m_sum.y)) {  // uniform across the block (and the row's blocks): a split flagged the row
-    if (wid == 0) fix_combined_row<T>(&a, ridx, c0);
+    if (wid == 0) fix_combined_row<T>(a);
     return;
   }
   const int col = c0 + 2 * lane;  // head_dim is a multiple of 8: col < hd implies col + 1 < hd
