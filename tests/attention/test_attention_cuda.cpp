@@ -534,7 +534,7 @@ void run_nonfinite_case(const NonFiniteCase& c, const std::optional<Tuning>& tun
   HostTensor q(dt, {B, c.Sq, c.H, c.D}), k(dt, {B, c.Sk, c.Hkv, c.D}), v(dt, {B, c.Sk, c.Hkv, c.D});
   for (HostTensor* t : {&q, &k, &v}) t->fill_random(rng);
   const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
-  const int64_t s = c.Sq - 1, j = c.Sk - 2, e = c.D > 37 ? 37 : 5;
+  const int64_t s = c.Sq - 1, j = c.Sk - 2, e = c.D > 37 ? 37 : 5, hk = c.Hkv - 1;  // hk: the last KV head
   switch (c.what) {
     case kQElementNaN: q.set((s * c.H + 1) * c.D + e, nan); break;
     case kQRowNaN:
@@ -543,10 +543,10 @@ void run_nonfinite_case(const NonFiniteCase& c, const std::optional<Tuning>& tun
     case kKElementPosInf: k.set((j * c.Hkv + 0) * c.D + e, inf); break;
     case kVElementNaN: v.set((j * c.Hkv + 0) * c.D + e, nan); break;
     case kKElementNegInf: k.set((j * c.Hkv + 0) * c.D + e, -inf); break;
-    case kVElementInf: v.set((j * c.Hkv + 1) * c.D + e, inf); break;
+    case kVElementInf: v.set((j * c.Hkv + hk) * c.D + e, inf); break;
     case kQElementInf: q.set((s * c.H + 2) * c.D + e, inf); break;
     default:
-      for (int64_t jj = 0; jj < c.Sk; ++jj) k.set((jj * c.Hkv + 1) * c.D + e, -inf);
+      for (int64_t jj = 0; jj < c.Sk; ++jj) k.set((jj * c.Hkv + hk) * c.D + e, -inf);
       break;
   }
   AttentionOptions opts;
