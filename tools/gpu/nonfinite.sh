@@ -51,7 +51,12 @@ for st in "${STAGES[@]}"; do
         "$TESTS" --gtest_filter='CudaAttention.NonFiniteFixupsUnderSanitizer' --gtest_brief=1 ;;
     ab)
       [ -d "$BEFORE" ] || { log "ab: skipped, no ab-before/ tree"; continue; }
-      if [ -n "$before_pid" ]; then wait "$before_pid" || { log "ab: the before build failed (ab-nonfinite/build-before.log)"; status=1; continue; }; fi
+      if [ -n "$before_pid" ]; then wait "$before_pid" || { log "ab: the before build failed (ab-nonfinite/build-before.log)"; status=1; continue; }
+      elif [ ! -f "$BEFORE/build-ab/lib/libflashkit.so" ]; then  # ab without build in this call
+        run configure_before cmake -S "$BEFORE" -B "$BEFORE/build-ab" "${CMAKE_ARGS[@]}" || { status=1; continue; }
+        run build_before cmake --build "$BEFORE/build-ab" -j"$(nproc)" --target flashkit || { status=1; continue; }
+      fi
+      before_pid=
       for i in 1 2; do for side in before after; do
         t=$PWD; lib="$PWD/$BUILD/lib/libflashkit.so"
         [ $side = before ] && t=$BEFORE && lib="$BEFORE/build-ab/lib/libflashkit.so"
