@@ -963,7 +963,7 @@ class PagedRunnerImpl final : public PagedRunner {
     refuse_paged_mamba(m.cfg_);
     if (!be.supports_paged())
       fail(Status::unsupported, "paged runner: the " + be.name() +
-                                    " backend has no paged KV cache yet (batched serving runs on the CPU backend: --device cpu)");
+                                    " backend has no paged KV cache (batched serving runs on the CPU and CUDA backends)");
     const ModelConfig& c = m.cfg_;
     o_.max_seqs = std::min(o.max_seqs, o.max_rows);
     max_blocks_ = (m.info_.max_context + o.block_size - 1) / o.block_size;
@@ -1082,6 +1082,8 @@ int64_t paged_kv_bytes_per_token(const Model& model) {
   refuse_paged_mamba(m.cfg_);  // no KV cache: 0 bytes per token would divide by zero in the serving engine
   return m.cfg_.num_layers * 2 * m.kv_dim_ * dtype_size(m.be_->kv_dtype());
 }
+
+int64_t paged_device_free_bytes(const Model& model) { return impl_of(model).be_->free_memory_bytes(); }
 
 std::unique_ptr<PagedRunner> make_paged_runner(Model& model, const PagedRunnerOptions& opts) {
   return std::make_unique<PagedRunnerImpl>(impl_of(model), opts);

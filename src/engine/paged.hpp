@@ -35,6 +35,8 @@ class PagedRunner {
 
 // Bytes of KV cache per position (all layers, keys and values) in the model's KV dtype.
 int64_t paged_kv_bytes_per_token(const Model& model);
+// Free memory of the model's device now (CUDA), or -1 when its backend computes in host memory.
+int64_t paged_device_free_bytes(const Model& model);
 // Throws invalid_argument for options out of range, unsupported when the backend has no paged ops.
 std::unique_ptr<PagedRunner> make_paged_runner(Model& model, const PagedRunnerOptions& opts);
 

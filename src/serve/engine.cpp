@@ -285,8 +285,11 @@ int64_t default_kv_memory(const Model& model, const EngineOptions& opts) {
   const int64_t per_token = engine::paged_kv_bytes_per_token(model);
   const int64_t ctx = model.info().max_context;
   const int64_t want = per_token * ctx * std::max<int64_t>(1, opts.max_running);
-  const int64_t quarter = available_memory_bytes() / 4;
-  return std::max(per_token * (ctx + opts.block_size), std::min(want, quarter));
+  // A CUDA model's pool is device memory: half of what is free now (the weights are loaded; the step's activations
+  // and cuBLAS workspace are small). On the CPU a quarter of the host memory available now.
+  const int64_t device_free = engine::paged_device_free_bytes(model);
+  const int64_t share = device_free >= 0 ? device_free / 2 : available_memory_bytes() / 4;
+  return std::max(per_token * (ctx + opts.block_size), std::min(want, share));
 }
 
 std::unique_ptr<Engine> Engine::create(std::shared_ptr<Model> model, const EngineOptions& opts) {
