@@ -296,6 +296,13 @@ class Backend {
                                const Tensor& out, int64_t T, const AttentionParams& p);
   // out[i, :] = x[logit_rows[i], :] for i < n (n = the step's logit_rows count).
   virtual void gather_rows(const Tensor& x, const Tensor& out, int64_t n);
+  // Greedy rows of a batched step: queues the argmax of each of the first n rows of `logits` (f32 [>= n, V]) with
+  // argmax()'s rules, into a backend-owned buffer; argmax_rows_result() waits and downloads the n results (8 bytes
+  // a row instead of the row). Backends without it (supports_argmax_rows() false) throw unsupported: the caller
+  // downloads the logits instead.
+  virtual bool supports_argmax_rows() const { return false; }
+  virtual void argmax_rows(const Tensor& logits, int64_t n);
+  virtual void argmax_rows_result(std::span<ArgmaxResult> out);
 
   // ---- greedy decoding without the logits download ----
   // Queues the argmax of `logits` (f32 [1, V], row 0) like any op (graph-safe: a captured decode step may end

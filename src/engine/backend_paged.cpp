@@ -18,5 +18,7 @@ void Backend::paged_attention(const Tensor&, const Tensor&, const Tensor&, const
   no_paged(*this, "paged_attention");
 }
 void Backend::gather_rows(const Tensor&, const Tensor&, int64_t) { no_paged(*this, "gather_rows"); }
+void Backend::argmax_rows(const Tensor&, int64_t) { no_paged(*this, "argmax_rows"); }
+void Backend::argmax_rows_result(std::span<ArgmaxResult>) { no_paged(*this, "argmax_rows_result"); }
 
 }  // namespace flashkit::engine

@@ -1000,6 +1000,53 @@ class PagedRunnerImpl final : public PagedRunner {
   int64_t max_blocks_per_seq() const override { return max_blocks_; }
 
   void step(const PagedStep& st, float* logits) override {
+    check_step(st);
+    forward_paged(st, logits, {});
+  }
+  void step_greedy(const PagedStep& st, std::span<ArgmaxResult> out) override {
+    if (out.size() != st.logit_rows.size()) bad("paged step: one greedy result per logit row expected");
+    check_step(st);
+    Backend& be = *m_.be_;
+    if (be.supports_argmax_rows()) {
+      forward_paged(st, nullptr, out);
+      return;
+    }
+    const int64_t V = m_.cfg_.vocab_size, n = int64_t(out.size());
+    host_logits_.resize(size_t(n * V));
+    forward_paged(st, host_logits_.data(), {});
+    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = host_argmax(host_logits_.data() + i * V, V);
+  }
+  void logits_row(int64_t i, float* out) override {
+    const int64_t V = m_.cfg_.vocab_size;
+    if (i < 0 || i >= last_rows_) bad("paged runner: logits_row " + std::to_string(i) + " outside the last step's rows");
+    if (!host_logits_.empty() && int64_t(host_logits_.size()) >= (i + 1) * V && last_host_) {
+      std::copy_n(host_logits_.data() + i * V, V, out);
+      return;
+    }
+    m_.be_->download_f32(out, logits_.row_slice(i, 1), 1);
+  }
+  bool greedy_allowed() const override { return m_.tuning_.device_argmax; }
+
+ private:
+  // argmax()'s rules on the host: the lowest index of the maximum (+0 == -0); NaN or +inf anywhere, or only -inf,
+  // make the row invalid; unique = the maximum occurs once.
+  static ArgmaxResult host_argmax(const float* x, int64_t n) {
+    ArgmaxResult r;
+    float best = -INFINITY;
+    int64_t at = -1, count = 0;
+    bool bad_value = false;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[i];
+      if (std::isnan(v) || v == INFINITY) bad_value = true;
+      if (v > best) best = v, at = i, count = 1;
+      else if (v == best) ++count;
+    }
+    r.valid = !bad_value && best != -INFINITY;
+    r.index = r.valid ? int32_t(at) : -1;
+    r.unique = count <= 1;
+    return r;
+  }
+  void check_step(const PagedStep& st) const {
     const int64_t T = int64_t(st.tokens.size()), n = int64_t(st.logit_rows.size());
     if (T < 1 || T > o_.max_rows) bad("paged step: " + std::to_string(T) + " rows, expected 1.." + std::to_string(o_.max_rows));
     if (int64_t(st.positions.size()) != T || int64_t(st.row_seq.size()) != T)
@@ -1007,11 +1054,9 @@ class PagedRunnerImpl final : public PagedRunner {
     if (n > o_.max_seqs || st.num_seqs > o_.max_seqs || st.max_blocks != max_blocks_ ||
         int64_t(st.block_tables.size()) != st.num_seqs * st.max_blocks)
       bad("paged step: logit rows, sequences or block tables do not match the runner's sizes");
-    forward_paged(st, logits);
   }
-
- private:
-  void forward_paged(const PagedStep& st, float* logits_out) {
+  // logits_out (host [n, vocab]) or greedy (n results): what the step delivers.
+  void forward_paged(const PagedStep& st, float* logits_out, std::span<ArgmaxResult> greedy) {
     ModelImpl& m = m_;
     Backend& be = *m.be_;
     const ModelConfig& c = m.cfg_;
@@ -1052,6 +1097,8 @@ class PagedRunnerImpl final : public PagedRunner {
       if (c.sandwich_norms) m.op("rms_norm", [&] { be.add_rms_norm(o, L.post_ff_norm, h, T, eps); });
       else m.op("add", [&] { be.add(o, h, T); });
     }
+    last_rows_ = n;
+    last_host_ = logits_out == host_logits_.data() && logits_out;
     if (n == 0) return;
     // Only the rows that sample a token go through the final norm and the lm_head (o is free scratch by now).
     const Tensor hg = o.row_slice(0, n), xg = xn.row_slice(0, n), lg = logits_.row_slice(0, n);
@@ -1059,7 +1106,12 @@ class PagedRunnerImpl final : public PagedRunner {
     m.op("rms_norm", [&] { be.rms_norm(hg, m.final_norm_, xg, n, c.hidden_size, eps); });
     m.op("linear.lm_head", [&] { be.linear(xg, m.lm_head_, lg, n); });
     if (c.final_softcap > 0) m.op("softcap", [&] { be.softcap(lg, n, float(c.final_softcap)); });
-    m.op("logits.download", [&] { be.download_f32(logits_out, lg, n); });
+    if (!greedy.empty()) {
+      m.op("argmax", [&] { be.argmax_rows(lg, n); });
+      m.op("argmax.download", [&] { be.argmax_rows_result(greedy); });
+    } else {
+      m.op("logits.download", [&] { be.download_f32(logits_out, lg, n); });
+    }
   }
 
   ModelImpl& m_;
@@ -1067,6 +1119,9 @@ class PagedRunnerImpl final : public PagedRunner {
   int64_t max_blocks_ = 0;
   Tensor h_, o_buf_, xn_, qkv_, attn_, gu_, act_, logits_;
   std::vector<PagedKVLayer> kv_;
+  std::vector<float> host_logits_;  // step_greedy on a backend without argmax_rows
+  int64_t last_rows_ = 0;           // logit rows of the last step (logits_row)
+  bool last_host_ = false;          // the last step's logits are in host_logits_
 };
 
 ModelImpl& impl_of(const Model& model) {

@@ -3,6 +3,7 @@
 // generate() alone on the shipped models/target. Skips when no CUDA device is visible (CI has none).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -95,6 +96,36 @@ TEST(CudaServe, PagedStepLogitsMatchSessions) {
         EXPECT_LT(rel(l2.data() + V, sb->logits().data(), V), 3e-2) << what << on << ": b's chunk";
       }
     }
+}
+
+// The greedy step on CUDA: the device's per-row argmax (argmax_rows) against the host argmax of the logits of the same
+// step run again (same keys and values: the same logits), and logits_row() against those logits.
+TEST(CudaServe, GreedyStepIsTheArgmaxOfTheStepsLogits) {
+  NEED_CUDA();
+  auto model = load(std::string(FLASHKIT_TEST_DATA) + "/models/tiny-gemma3", "cuda", "bf16", 128);
+  const int64_t V = model->info().vocab_size;
+  auto runner = make_paged_runner(*model, {.block_size = 16, .num_blocks = 16, .max_rows = 64, .max_seqs = 3});
+  ASSERT_TRUE(runner->greedy_allowed());
+  const int64_t MB = runner->max_blocks_per_seq();
+  std::vector<int32_t> tokens, pos, seq, rows = {39, 40, 41}, table(size_t(3 * MB), 0);
+  for (int i = 0; i < 40; ++i) tokens.push_back(3 + i), pos.push_back(i), seq.push_back(0);
+  tokens.push_back(7), pos.push_back(0), seq.push_back(1);
+  tokens.push_back(9), pos.push_back(0), seq.push_back(2);
+  table[0] = 5, table[1] = 2, table[2] = 11, table[size_t(MB)] = 0, table[size_t(2 * MB)] = 15;
+  PagedStep st;
+  st.tokens = tokens, st.positions = pos, st.row_seq = seq, st.block_tables = table, st.logit_rows = rows;
+  st.num_seqs = 3, st.max_blocks = MB;
+  std::vector<float> logits(static_cast<size_t>(3 * V)), row(static_cast<size_t>(V));
+  runner->step(st, logits.data());
+  std::vector<ArgmaxResult> ids(3);
+  runner->step_greedy(st, ids);
+  for (int64_t i = 0; i < 3; ++i) {
+    const float* l = logits.data() + i * V;
+    EXPECT_TRUE(ids[size_t(i)].valid);
+    EXPECT_EQ(ids[size_t(i)].index, std::max_element(l, l + V) - l) << "row " << i;
+    runner->logits_row(i, row.data());
+    EXPECT_EQ(std::vector<float>(l, l + V), row) << "row " << i;
+  }
 }
 
 std::vector<int32_t> alone(Model& m, const std::vector<int32_t>& prompt, int64_t max_tokens) {

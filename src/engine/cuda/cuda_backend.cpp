@@ -68,7 +68,7 @@ bool bf(const Tensor& t) { return t.dtype == DType::bf16; }
 bool same(const Tensor& a, const Tensor& b) { return a.data == b.data && a.ld == b.ld && a.dtype == b.dtype; }
 
 enum class OpKind { embed, rms_norm, add_rms_norm, linear, rope, attention, gated_act, add, softcap, argmax, ssm_conv,
-                    ssm_scan, paged_attention, gather_rows };
+                    ssm_scan, paged_attention, gather_rows, argmax_rows };
 
 // One queued op. Operand slots: see the enqueue functions.
 struct Op {
@@ -118,7 +118,7 @@ class CudaBackend final : public Backend {
     if (stream_) cudaStreamSynchronize(stream_);
     drop_graphs();
     for (void* p : owned_) cudaFree(p);
-    for (Scratch* s : {&part_, &bfx_, &q16_, &o16_, &lse_, &kt_, &vt_, &f32tmp_, &argpart_, &hshadow_, &ppart_})
+    for (Scratch* s : {&part_, &bfx_, &q16_, &o16_, &lse_, &kt_, &vt_, &f32tmp_, &argpart_, &hshadow_, &ppart_, &argrows_})
       if (s->p) cudaFree(s->p);
     if (d_step_) cudaFree(d_step_);
     if (h_step_) cudaFreeHost(h_step_);
@@ -323,6 +323,29 @@ class CudaBackend final : public Backend {
     o.kind = OpKind::gather_rows;
     o.a = x, o.c = out, o.T = n;
     push(std::move(o));
+  }
+  bool supports_argmax_rows() const override { return true; }
+  void argmax_rows(const Tensor& logits, int64_t n) override {
+    if (logits.dtype != DType::f32) fail(Status::invalid_argument, "cuda argmax_rows: logits must be f32");
+    Op o;
+    o.kind = OpKind::argmax_rows;
+    o.a = logits, o.T = n;
+    push(std::move(o));
+  }
+  void argmax_rows_result(std::span<ArgmaxResult> out) override {
+    flush();
+    const size_t n = out.size();
+    if (n == 0) return;
+    if (argrows_.bytes < n * 8) fail(Status::internal, "cuda argmax_rows_result: more rows than argmax_rows computed");
+    argrows_host_.resize(2 * n);
+    ck(cudaMemcpyAsync(argrows_host_.data(), argrows_.p, n * 8, cudaMemcpyDeviceToHost, stream_), "argmax_rows_result");
+    ck(cudaStreamSynchronize(stream_), "argmax_rows_result (synchronize)");
+    for (size_t i = 0; i < n; ++i) {
+      ArgmaxResult& r = out[i];
+      r.valid = (argrows_host_[2 * i + 1] & 1) == 0;
+      r.unique = (argrows_host_[2 * i + 1] & 2) == 0;
+      r.index = r.valid ? argrows_host_[2 * i] : -1;
+    }
   }
   int64_t free_memory_bytes() const override {
     cudaSetDevice(dev_);
@@ -571,6 +594,8 @@ class CudaBackend final : public Backend {
         ensure(hshadow_, extent_rows(o.c, o.T));  // residual ping-pong target (T <= 8 rows)
       } else if (o.kind == OpKind::argmax) {
         ensure(argpart_, size_t(kc::argmax_part_bytes(o.a.cols)));
+      } else if (o.kind == OpKind::argmax_rows) {
+        ensure(argrows_, size_t(std::max<int64_t>(o.T, 1)) * 8);
       } else if (o.kind == OpKind::paged_attention) {
         const int64_t floats = kc::paged_attention_part_floats(o.T, o.ap.heads, o.ap.head_dim, paged_splits(o));
         if (floats > 0) ensure(ppart_, size_t(floats) * 4);
@@ -942,6 +967,10 @@ class CudaBackend final : public Backend {
                             static_cast<float*>(ppart_.p), stream_);
         break;
       case OpKind::gather_rows: kc::gather_rows(o.a, o.c, o.T, pstep_, stream_); break;
+      case OpKind::argmax_rows:
+        kc::argmax_rows_f32(static_cast<const float*>(o.a.data), o.a.ld, o.T, o.a.cols,
+                            static_cast<int32_t*>(argrows_.p), stream_);
+        break;
       case OpKind::attention:
         if (o.T == 1) decode_attention(o, nullptr, nullptr, nullptr);
         else prefill_attention(o);
@@ -1014,7 +1043,8 @@ class CudaBackend final : public Backend {
   void* pinned_ = nullptr;     // download_f32 staging
   size_t pinned_bytes_ = 0;
   int64_t step_rows_ = 0, host_pos0_ = 0;
-  Scratch part_, bfx_, q16_, o16_, lse_, kt_, vt_, f32tmp_, argpart_, hshadow_, ppart_;
+  Scratch part_, bfx_, q16_, o16_, lse_, kt_, vt_, f32tmp_, argpart_, hshadow_, ppart_, argrows_;
+  std::vector<int32_t> argrows_host_;  // argmax_rows_result's download (pageable: 8 bytes a row)
   kc::PagedStepBuffer pstep_;  // the current batched paged step's tables (set_paged_step)
   bool paged_ = false;         // set_paged_step was the last step input: queued ops read pstep_
   // Residual ping-pong (see run()): while active, the current value of the residual at `home` is in hshadow_.

@@ -143,6 +143,8 @@ void convert_rows(const void* src, bool src_bf16, int64_t lds, void* dst, bool d
 // at zero), so the launch is graph-replayable.
 int64_t argmax_part_bytes(int64_t n);
 void argmax_f32(const float* x, int64_t n, void* part, unsigned int* counter, int32_t* out, cudaStream_t stream);
+// The same for each of `rows` rows of x (row stride ld): out[2 r], out[2 r + 1] = row r's index and flags.
+void argmax_rows_f32(const float* x, int64_t ld, int64_t rows, int64_t n, int32_t* out, cudaStream_t stream);
 
 // ---------------------------------------------------------------- decode attention (attention_decode.cpp)
 // The decode family's fused_prologue kernel (kernels/cuda/decode/fused_prologue.hpp: arguments and semantics),
