@@ -6,8 +6,9 @@
 #             (CudaServe.*), the CUDA paged plan (CudaChoice.Paged*) and the CPU serve tests (must stay green)
 #   sanitize  compute-sanitizer memcheck on the paged kernel tests and one CUDA paged step
 #   bench     `flashkit serve --device cuda` on a random-weights Llama-3.2-1B (bf16, block size 16, 64 running), driven
-#             by `flashkit bench serve --url`: concurrency 1, 16, 64; 128-token prompts, 256 new tokens; then the same
-#             with 2,176-token prompts sharing a 2,048-token prefix (prefix cache). One JSON report per run.
+#             by `flashkit bench serve --url`: concurrency 1, 16, 64; 128-token prompts, 256 new tokens; then
+#             2,176-token prompts, first unrelated, then sharing a 2,048-token prefix (prefix cache; bench serve runs
+#             both when --shared-prefix is given). Greedy requests: the engine's device-argmax steps.
 #   tools/gpu/serve_cuda.sh [STAGES...]    default: build test sanitize bench
 # Results: $OUT/serve_cuda.log (with the server's startup line: KV blocks and MiB), $OUT/serve_cuda.json (every
 # bench run), $OUT/failed.txt. Exit status non-zero if any stage failed; stages run whatever happened before them
@@ -91,8 +92,8 @@ while i < len(text):
     runs += obj.get("runs", []) if isinstance(obj, dict) else []
 json.dump({"runs": runs}, open(sys.argv[2], "w"), indent=1)
 for r in runs:
-    print("RESULT c=%-3d prefix=%-5d %9.1f tok/s  ttft p50 %8.2f ms  itl p50 %6.2f ms  ok %d/%d  hit %.2f" % (
-        r["concurrency"], r["shared_prefix_tokens"], r["throughput_tok_s"], r["ttft_ms"].get("p50", 0),
+    print("RESULT c=%-3d prompt=%-5d prefix=%-5d %9.1f tok/s  ttft p50 %8.2f ms  itl p50 %6.2f ms  ok %d/%d  hit %.2f" % (
+        r["concurrency"], r["prompt_tokens"], r["shared_prefix_tokens"], r["throughput_tok_s"], r["ttft_ms"].get("p50", 0),
         r["itl_ms"].get("p50", 0), r["ok"], r["requests"], r["prefix_cache_hit_rate"]))
 EOF
       grep "^RESULT" "$LOG" ;;
