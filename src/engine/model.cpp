@@ -10,6 +10,8 @@
 #include <fstream>
 #include <mutex>
 #include <random>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "core/json_io.hpp"
 #include "core/limits.hpp"
@@ -1063,6 +1065,33 @@ class PagedRunnerImpl final : public PagedRunner {
     const int64_t T = int64_t(st.tokens.size()), n = int64_t(st.logit_rows.size());
     const float eps = float(c.rms_norm_eps);
     be.set_paged_step(st);
+    last_rows_ = n;
+    last_host_ = logits_out == host_logits_.data() && logits_out;
+    // A step's ops depend on its shape only (rows, logit rows, greedy or not): every per-step value is in the step
+    // buffer, so a backend with graphs captures the step the second time it sees the shape (steady decoding repeats
+    // one shape; a shape seen once, a prompt chunk's, is not worth a capture) and replays it after. Paged keys have
+    // the top bit set (session keys are id << 8 | kind).
+    const uint64_t key = (uint64_t(1) << 63) | (uint64_t(T) << 24) | (uint64_t(n) << 1) | (greedy.empty() ? 0u : 1u);
+    bool graphable = false;
+    if (n > 0 && !m.opts_.profile && T < (int64_t(1) << 22) && ++shapes_seen_[key] >= 2) {
+      graphable = graph_shapes_.count(key) > 0;
+      if (!graphable && graph_shapes_.size() < kMaxGraphs) graphable = graph_shapes_.insert(key).second;
+    }
+    if (!(graphable && be.graph_replay(key))) {
+      if (graphable) be.graph_begin(key);
+      record_step(T, n, !greedy.empty(), eps);
+      if (graphable) be.graph_end(key);
+    }
+    if (n == 0) return;
+    const Tensor lg = logits_.row_slice(0, n);
+    if (!greedy.empty()) m.op("argmax.download", [&] { be.argmax_rows_result(greedy); });
+    else m.op("logits.download", [&] { be.download_f32(logits_out, lg, n); });
+  }
+  // The ops of a step of T rows (n of them sampling; greedy: ending in the per-row argmax).
+  void record_step(int64_t T, int64_t n, bool greedy, float eps) {
+    ModelImpl& m = m_;
+    Backend& be = *m.be_;
+    const ModelConfig& c = m.cfg_;
     const Tensor h = h_, xn = xn_, qkv = qkv_, attn = attn_, o = o_buf_, gu = gu_, act = act_;
     const Tensor q = qkv.col_slice(0, m.q_dim_), k = qkv.col_slice(m.q_dim_, m.kv_dim_),
                  v = qkv.col_slice(m.q_dim_ + m.kv_dim_, m.kv_dim_);
@@ -1097,8 +1126,6 @@ class PagedRunnerImpl final : public PagedRunner {
       if (c.sandwich_norms) m.op("rms_norm", [&] { be.add_rms_norm(o, L.post_ff_norm, h, T, eps); });
       else m.op("add", [&] { be.add(o, h, T); });
     }
-    last_rows_ = n;
-    last_host_ = logits_out == host_logits_.data() && logits_out;
     if (n == 0) return;
     // Only the rows that sample a token go through the final norm and the lm_head (o is free scratch by now).
     const Tensor hg = o.row_slice(0, n), xg = xn.row_slice(0, n), lg = logits_.row_slice(0, n);
@@ -1106,12 +1133,7 @@ class PagedRunnerImpl final : public PagedRunner {
     m.op("rms_norm", [&] { be.rms_norm(hg, m.final_norm_, xg, n, c.hidden_size, eps); });
     m.op("linear.lm_head", [&] { be.linear(xg, m.lm_head_, lg, n); });
     if (c.final_softcap > 0) m.op("softcap", [&] { be.softcap(lg, n, float(c.final_softcap)); });
-    if (!greedy.empty()) {
-      m.op("argmax", [&] { be.argmax_rows(lg, n); });
-      m.op("argmax.download", [&] { be.argmax_rows_result(greedy); });
-    } else {
-      m.op("logits.download", [&] { be.download_f32(logits_out, lg, n); });
-    }
+    if (greedy) m.op("argmax", [&] { be.argmax_rows(lg, n); });
   }
 
   ModelImpl& m_;
@@ -1120,6 +1142,9 @@ class PagedRunnerImpl final : public PagedRunner {
   Tensor h_, o_buf_, xn_, qkv_, attn_, gu_, act_, logits_;
   std::vector<PagedKVLayer> kv_;
   std::vector<float> host_logits_;  // step_greedy on a backend without argmax_rows
+  static constexpr size_t kMaxGraphs = 64;           // step shapes captured at most (others run eagerly)
+  std::unordered_map<uint64_t, int> shapes_seen_;    // step shape key -> steps run with it
+  std::unordered_set<uint64_t> graph_shapes_;        // the shapes that run as graphs
   int64_t last_rows_ = 0;           // logit rows of the last step (logits_row)
   bool last_host_ = false;          // the last step's logits are in host_logits_
 };

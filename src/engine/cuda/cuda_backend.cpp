@@ -12,7 +12,8 @@
 //   * argmax (greedy decoding): one kernel (argmax.cu) at the end of the step; argmax_result() downloads 8 bytes.
 //   * Batched paged steps (serving): set_paged_step uploads the step's tables in one copy (engine/cuda/paged.cpp);
 //     rope reads per-row positions, paged_attention stores the k/v rows into their slots and runs the decode
-//     family's paged kernel over every row of the step in one launch; these steps run eagerly (no graphs).
+//     family's paged kernel over every row of the step in one launch. Every per-step value is read on the device,
+//     so the model captures a paged step per (rows, logit rows, greedy) shape like a decode step.
 //
 // Deferred execution and fusion. Ops are queued, not launched, and the queue is run ("flushed") at the points
 // where the host can observe device memory or the step inputs change: download*, upload, zero, free,
@@ -308,7 +309,7 @@ class CudaBackend final : public Backend {
       fail(Status::invalid_argument, "set_paged_step: " + std::to_string(T) + " rows but reserve_step reserved " +
                                          std::to_string(step_rows_));
     ck(cudaSetDevice(dev_), "cudaSetDevice");
-    pstep_.set(st, stream_);
+    if (pstep_.set(st, stream_)) drop_graphs();  // a new device buffer: captured paged steps point at the old one
     paged_ = true;
   }
   void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKVLayer& cache, const Tensor& out,
@@ -376,7 +377,7 @@ class CudaBackend final : public Backend {
     prepare(ops);
     bool safe = graphs_on_ && !no_graph_.count(key);
     for (const Op& op : ops)
-      if ((op.kind == OpKind::attention && op.T != 1) || op.paged) safe = false;
+      if (op.kind == OpKind::attention && op.T != 1) safe = false;  // (paged steps read everything per step on the device)
     if (!safe) {
       if (graphs_on_) no_graph_.insert(key);
       run(ops);
@@ -572,10 +573,12 @@ class CudaBackend final : public Backend {
     return o.ap.window > 0 ? std::min<int64_t>(o.ap.window, cap) : cap;
   }
   int splits_for(const Op& o) const { return kc::decode_attention_splits(int(o.ap.heads), max_keys(o)); }
-  // The paged attention's splits for this step (prepare() and the launch ask with the same step: a new step flushes).
+  // The paged attention's splits: a function of the row count and the longest sequence the block tables can hold
+  // (not of this step's positions), so a captured paged step replays for any positions; each row uses as many of
+  // them as its own keys need (paged.hpp).
   int paged_splits(const Op& o) const {
-    return kc::paged_attention_splits(o.T, o.ap.heads, o.ap.kv_heads, o.ap.head_dim,
-                                      pstep_.max_visible_keys(o.ap.window), o.ap.window, tuning_);
+    const int64_t most = pstep_.max_blocks() * o.pkv.block_size;
+    return kc::paged_attention_splits(o.T, o.ap.heads, o.ap.kv_heads, o.ap.head_dim, most, o.ap.window, tuning_);
   }
   bool gemv_ok(const Op& lin) const {
     const int64_t K = lin.M.cols;

@@ -40,12 +40,13 @@ PagedStepBuffer::~PagedStepBuffer() {
   if (host_) cudaFreeHost(host_);
 }
 
-void PagedStepBuffer::set(const PagedStep& st, cudaStream_t stream) {
+bool PagedStepBuffer::set(const PagedStep& st, cudaStream_t stream) {
   const int64_t T = int64_t(st.tokens.size()), n = int64_t(st.logit_rows.size());
   const size_t need = size_t(3 * T + n) + st.block_tables.size();
   if (!copied_) check_cuda(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming), "cudaEventCreate(paged step)");
   check_cuda(cudaEventSynchronize(copied_), "set_paged_step (previous upload)");
-  if (need > capacity_) {
+  const bool grow = need > capacity_;
+  if (grow) {
     // The old device buffer may still be read by queued kernels of the previous step: wait for them.
     check_cuda(cudaStreamSynchronize(stream), "set_paged_step (synchronize)");
     if (dev_) cudaFree(dev_);
@@ -67,15 +68,9 @@ void PagedStepBuffer::set(const PagedStep& st, cudaStream_t stream) {
   put(st.logit_rows);
   put(st.block_tables);
   rows_ = T, logits_ = n, max_blocks_ = st.max_blocks;
-  positions_.assign(st.positions.begin(), st.positions.end());
   check_cuda(cudaMemcpyAsync(dev_, host_, need * 4, cudaMemcpyHostToDevice, stream), "set_paged_step (upload)");
   check_cuda(cudaEventRecord(copied_, stream), "set_paged_step (event)");
-}
-
-int64_t PagedStepBuffer::max_visible_keys(int64_t window) const {
-  int64_t m = 0;
-  for (int32_t p : positions_) m = std::max<int64_t>(m, window > 0 ? std::min<int64_t>(p + 1, window) : p + 1);
-  return m;
+  return grow;
 }
 
 int paged_attention_splits(int64_t rows, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t max_keys,

@@ -4,10 +4,9 @@
 // set_paged_step packs tokens, positions, row_seq, logit_rows and the block tables into one pinned buffer and
 // queues ONE async copy to the device buffer the kernels read (the CUDA-graph rule: nothing per step is a launch
 // argument). The pinned buffer is reused once the previous copy has completed (an event), and both buffers only
-// grow. The host copy of the positions stays for planning the attention's splits.
+// grow.
 #pragma once
 #include <cstdint>
-#include <vector>
 
 #include "engine/backend.hpp"
 
@@ -23,8 +22,9 @@ class PagedStepBuffer {
   PagedStepBuffer(const PagedStepBuffer&) = delete;
   PagedStepBuffer& operator=(const PagedStepBuffer&) = delete;
 
-  // Queues the step's upload on `stream`. The caller has flushed every op that reads the previous step.
-  void set(const PagedStep& st, cudaStream_t stream);
+  // Queues the step's upload on `stream`. The caller has flushed every op that reads the previous step. Returns
+  // true when the device buffer was reallocated (graphs captured over the old one are stale).
+  bool set(const PagedStep& st, cudaStream_t stream);
 
   const int32_t* tokens() const { return dev_; }
   const int32_t* positions() const { return dev_ + rows_; }
@@ -33,8 +33,6 @@ class PagedStepBuffer {
   const int32_t* tables() const { return dev_ + 3 * rows_ + logits_; }
   int64_t rows() const { return rows_; }
   int64_t max_blocks() const { return max_blocks_; }
-  // The most keys a row of this step sees in a layer with this window (0: none).
-  int64_t max_visible_keys(int64_t window) const;
 
  private:
   int32_t* dev_ = nullptr;
@@ -42,7 +40,6 @@ class PagedStepBuffer {
   size_t capacity_ = 0;      // int32 elements of both
   cudaEvent_t copied_ = nullptr;
   int64_t rows_ = 0, logits_ = 0, max_blocks_ = 0;
-  std::vector<int32_t> positions_;
 };
 
 // Splits of the paged attention for `rows` rows seeing at most max_keys keys (plan_decode's paged member).
