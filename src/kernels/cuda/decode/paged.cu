@@ -33,7 +33,7 @@ namespace flashkit::cuda {
 namespace {
 
 constexpr int kThreads = 128, kWarps = kThreads / 32;
-constexpr int HPC = kPagedHeadsPerCta;
+constexpr int kGroupMax = kPagedHeadsPerCta;  // q heads per CTA at most (a larger GQA group takes several CTAs)
 
 __device__ __forceinline__ float ld_elem(const void* p, PagedElem t, int64_t i) {
   if (t == PagedElem::bf16) return bf2f(static_cast<const uint16_t*>(p)[i]);
@@ -89,7 +89,9 @@ __device__ __forceinline__ RowKeys row_keys(const PagedDecodeArgs& a, int r) {
   return k;
 }
 
-template <int LPK, int PT>
+// HPC: the q heads a CTA holds, 4 or kGroupMax (a group of <= 4, Llama's and Qwen's, keeps 32 fewer registers
+// of accumulators: more CTAs per SM). The grid is laid out for kGroupMax heads per CTA either way.
+template <int LPK, int PT, int HPC>
 __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const PagedDecodeArgs a) {
   constexpr int KPW = 32 / LPK;     // keys per warp step
   constexpr int NG = kWarps * KPW;  // lane groups of the CTA
@@ -100,10 +102,10 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const PagedDecod
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int split = blockIdx.x, r = blockIdx.z;
-  const int G = a.heads / a.kv_heads, hgroups = (G + HPC - 1) / HPC;
+  const int G = a.heads / a.kv_heads, hgroups = (G + kGroupMax - 1) / kGroupMax;
   const int kvh = int(blockIdx.y) / hgroups, hg = int(blockIdx.y) % hgroups;
-  const int h0 = kvh * G + hg * HPC;    // first query head of this CTA
-  const int H = min(HPC, G - hg * HPC);  // its heads
+  const int h0 = kvh * G + hg * kGroupMax;          // first query head of this CTA
+  const int H = min(kGroupMax, G - hg * kGroupMax);  // its heads (<= HPC: the host picks HPC from G)
   const int D = a.head_dim;
   const int64_t kvd = int64_t(a.kv_heads) * D;
   const RowKeys rk = row_keys(a, r);
@@ -175,15 +177,32 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const PagedDecod
       m[hh] = mn;
     }
   };
-  // Lane group g of warp w takes keys lo + w * KPW + lane / LPK + k * NG; two of them per iteration, both loads
-  // issued before either is used. The loop bound is warp-uniform (the shuffles need the whole warp).
-  for (int64_t base = lo + int64_t(warp) * KPW; base < hi; base += 2 * NG) {
-    const int64_t i0 = base + lane / LPK, i1 = i0 + NG;
-    uint4 k0[2], v0[2], k1[2], v1[2];
-    load(i0, k0, v0);
-    load(i1, k1, v1);
-    consume(i0, k0, v0);
-    consume(i1, k1, v1);
+  // Lane group g of warp w takes keys lo + w * KPW + lane / LPK + k * NG, two per step (i and i + NG). Two register
+  // buffers: the next step's four loads are issued before this step's keys are used, so a lane has up to four K and
+  // four V loads in flight (each behind its block-table load). Loop bounds are warp-uniform (the shuffles need the
+  // whole warp); lane groups past `hi` load nothing and drop out after the shuffles.
+  const int64_t base0 = lo + int64_t(warp) * KPW, sub = lane / LPK;
+  uint4 kA0[2], vA0[2], kA1[2], vA1[2], kB0[2], vB0[2], kB1[2], vB1[2];
+  if (base0 < hi) {
+    load(base0 + sub, kA0, vA0);
+    load(base0 + sub + NG, kA1, vA1);
+  }
+  for (int64_t base = base0; base < hi; base += 4 * NG) {
+    const int64_t nb = base + 2 * NG;
+    if (nb < hi) {
+      load(nb + sub, kB0, vB0);
+      load(nb + sub + NG, kB1, vB1);
+    }
+    consume(base + sub, kA0, vA0);
+    consume(base + sub + NG, kA1, vA1);
+    if (nb >= hi) break;
+    const int64_t na = base + 4 * NG;
+    if (na < hi) {
+      load(na + sub, kA0, vA0);
+      load(na + sub + NG, kA1, vA1);
+    }
+    consume(nb + sub, kB0, vB0);
+    consume(nb + sub + NG, kB1, vB1);
   }
 
   // ---- merge the lane groups, one head at a time (gacc is reused); then the output or this split's partial.
@@ -267,15 +286,19 @@ __global__ void gather_rows_kernel(const E* x, int64_t ldx, E* out, int64_t ldo,
 
 [[noreturn]] void bad(const std::string& what) { fail(Status::invalid_argument, "paged decode attention: " + what); }
 
+template <int LPK, int HPC>
+cudaError_t launch_pool(const PagedDecodeArgs& a, dim3 grid, cudaStream_t stream) {
+  switch (a.pool_type) {
+    case PagedElem::f32: return launch_ex(paged_decode_kernel<LPK, 0, HPC>, grid, dim3(kThreads), 0, stream, false, 1u, a);
+    case PagedElem::bf16: return launch_ex(paged_decode_kernel<LPK, 1, HPC>, grid, dim3(kThreads), 0, stream, false, 1u, a);
+    default: return launch_ex(paged_decode_kernel<LPK, 2, HPC>, grid, dim3(kThreads), 0, stream, false, 1u, a);
+  }
+}
 template <int LPK>
 void launch_lpk(const PagedDecodeArgs& a, dim3 grid, cudaStream_t stream) {
-  cudaError_t e;
-  switch (a.pool_type) {
-    case PagedElem::f32: e = launch_ex(paged_decode_kernel<LPK, 0>, grid, dim3(kThreads), 0, stream, false, 1u, a); break;
-    case PagedElem::bf16: e = launch_ex(paged_decode_kernel<LPK, 1>, grid, dim3(kThreads), 0, stream, false, 1u, a); break;
-    default: e = launch_ex(paged_decode_kernel<LPK, 2>, grid, dim3(kThreads), 0, stream, false, 1u, a); break;
-  }
-  check_cuda(e, "paged decode attention launch");
+  const bool small_group = a.heads / a.kv_heads <= 4;
+  check_cuda(small_group ? launch_pool<LPK, 4>(a, grid, stream) : launch_pool<LPK, kGroupMax>(a, grid, stream),
+             "paged decode attention launch");
 }
 
 bool elem_ok(PagedElem t) { return t == PagedElem::f32 || t == PagedElem::bf16 || t == PagedElem::f16; }
@@ -300,7 +323,7 @@ void paged_decode_attention(const PagedDecodeArgs& a, cudaStream_t stream) {
   if (!a.q || !a.out || !a.k_pool || !a.v_pool || !a.block_tables || !a.positions || !a.row_seq) bad("null pointer");
   if (a.rows == 0) return;
   const int G = a.heads / a.kv_heads;
-  const int64_t gy = int64_t(a.kv_heads) * ((G + HPC - 1) / HPC);
+  const int64_t gy = int64_t(a.kv_heads) * ((G + kGroupMax - 1) / kGroupMax);
   if (gy > 65535) bad("too many KV heads");
   const dim3 grid(unsigned(a.splits), unsigned(gy), unsigned(a.rows));
   if (a.head_dim <= 64) launch_lpk<8>(a, grid, stream);
