@@ -55,7 +55,7 @@ for st in "${STAGES[@]}"; do
         --tokenizer tests/data/tokenizers/tiny_bytelevel --ctx 2560 --block-size 16 --max-running 64 \
         --max-step-tokens 512 --max-pending 1024 --max-connections 128 --port $PORT >> "$LOG" 2>&1 &
       SERVER=$!
-      for i in $(seq 1 120); do
+      for i in $(seq 1 240); do
         (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
         kill -0 $SERVER 2>/dev/null || break
         sleep 0.5
