@@ -10,6 +10,8 @@
 #             2,176-token prompts, first unrelated, then sharing a 2,048-token prefix (prefix cache; bench serve runs
 #             both when --shared-prefix is given). Greedy requests: the engine's device-argmax steps.
 #   tools/gpu/serve_cuda.sh [STAGES...]    default: build test sanitize bench
+#             Last, the goal's TTFT: 8 single 128-token requests (2 new tokens) sent while 64 clients decode; its RESULT
+#             line is the one with c=1 and 8 requests of max_tokens 2 (ttft p50 = time to first token under load).
 # Results: $OUT/serve_cuda.log (with the server's startup line: KV blocks and MiB), $OUT/serve_cuda.json (every
 # bench run), $OUT/failed.txt. Exit status non-zero if any stage failed; stages run whatever happened before them
 # (only a failed configure stops the job). carry=[".fkdeps.tar.xz"] (the tokenizer's PCRE2/ICU, carried_deps.sh).
@@ -73,6 +75,17 @@ for st in "${STAGES[@]}"; do
           rm -f "$OUT/bench_c${c}_p${shared}.json"
         done
       done
+      # TTFT of a 128-token prompt on a loaded server: 8 single requests (1 client, 2 new tokens) while 64 clients
+      # decode (the load: 128 requests of 128 + 256 tokens, started a second earlier).
+      "$FK" bench serve --url "http://127.0.0.1:$PORT" --concurrency 64 --requests 128 --prompt-tokens 128 \
+        --shared-prefix 0 --max-tokens 256 --time-limit 60 -o "$OUT/load.json" >> "$LOG" 2>&1 &
+      LOAD=$!
+      sleep 1
+      run ttft_loaded timeout 90 "$FK" bench serve --url "http://127.0.0.1:$PORT" --concurrency 1 --requests 8 \
+        --prompt-tokens 128 --shared-prefix 0 --max-tokens 2 --seed 7 --time-limit 60 -o "$OUT/ttft.json"
+      wait $LOAD
+      cat "$OUT/ttft.json" >> "$OUT/serve_cuda.jsonl" 2>/dev/null
+      rm -f "$OUT/load.json" "$OUT/ttft.json"
       command -v curl > /dev/null && curl -sf "http://127.0.0.1:$PORT/metrics" >> "$LOG" 2>&1
       kill -INT $SERVER 2>/dev/null; wait $SERVER 2>/dev/null
       /usr/bin/env python3 - "$OUT/serve_cuda.jsonl" "$OUT/serve_cuda.json" <<'EOF' >> "$LOG" 2>&1 || true
@@ -90,8 +103,8 @@ while i < len(text):
     runs += obj.get("runs", []) if isinstance(obj, dict) else []
 json.dump({"runs": runs}, open(sys.argv[2], "w"), indent=1)
 for r in runs:
-    print("RESULT c=%-3d prompt=%-5d prefix=%-5d %9.1f tok/s  ttft p50 %8.2f ms  itl p50 %6.2f ms  ok %d/%d  hit %.2f" % (
-        r["concurrency"], r["prompt_tokens"], r["shared_prefix_tokens"], r["throughput_tok_s"], r["ttft_ms"].get("p50", 0),
+    print("RESULT c=%-3d prompt=%-5d prefix=%-5d new=%-3d %9.1f tok/s  ttft p50 %8.2f ms  itl p50 %6.2f ms  ok %d/%d  hit %.2f" % (
+        r["concurrency"], r["prompt_tokens"], r["shared_prefix_tokens"], r["max_tokens"], r["throughput_tok_s"], r["ttft_ms"].get("p50", 0),
         r["itl_ms"].get("p50", 0), r["ok"], r["requests"], r["prefix_cache_hit_rate"]))
 EOF
       grep "^RESULT" "$LOG" ;;
