@@ -83,7 +83,7 @@ CLI::Validator byte_count() {
 void add_serve_options(CLI::App* c, ServeArgs* a, bool model_required) {
   auto* m = c->add_option("-m,--model", a->model, "Model directory (config.json, *.safetensors, tokenizer.json) or .gguf");
   if (model_required) m->required();
-  c->add_option("--device", a->device, "cpu (the paged KV cache runs on the CPU backend for now)");
+  c->add_option("--device", a->device, "cpu | cuda (the paged KV cache runs on both backends)");
   c->add_option("--dtype", a->dtype, "Weight storage: auto | f32 | bf16 | f16 | q8_0");
   c->add_option("-t,--threads", a->threads, "CPU threads (default: flashkit's)")->check(thread_count());
   c->add_option("-c,--ctx-size,--ctx", a->ctx, "Context length per sequence (default min(model max, 4096))")

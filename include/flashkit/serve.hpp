@@ -103,8 +103,9 @@ class Engine {
   virtual const EngineOptions& options() const = 0;  // with kv_memory resolved
 };
 
-// The KV pool size used when EngineOptions::kv_memory is 0: a quarter of the memory available now, capped at what
-// max_running sequences of the full context need, and at least one full-context sequence.
+// The KV pool size used when EngineOptions::kv_memory is 0: a quarter of the host memory available now (CPU
+// backend) or half of the device memory free now (CUDA backend), capped at what max_running sequences of the full
+// context need, and at least one full-context sequence.
 int64_t default_kv_memory(const Model& model, const EngineOptions& opts);
 
 }  // namespace flashkit::serve

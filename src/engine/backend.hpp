@@ -76,8 +76,8 @@
 //   attention(). Rows of one sequence are contiguous and in position order. gather_rows() picks the rows whose
 //   logits are wanted (the step's logit_rows) so the final norm and lm_head run on those rows only.
 //   All layers share a sequence's block table (a windowed layer keeps its whole history; freeing out-of-window blocks
-//   per layer is a later refinement). Backends without these ops throw Status::unsupported (the CUDA backend for now:
-//   the paged decode kernel belongs to the decode family, src/kernels/cuda/decode/).
+//   per layer is a later refinement). Backends without these ops throw Status::unsupported. The CUDA backend runs them
+//   with the decode family's paged kernel (src/kernels/cuda/decode/paged.cu; engine/cuda/paged.cpp).
 //
 // Numerics expected of every backend (they define fidelity against transformers):
 //   rms_norm:  y = x * rsqrt(mean(x^2) + eps) * w, mean over each group of `group` consecutive columns
@@ -286,6 +286,9 @@ class Backend {
 
   // ---- batched paged steps (serving; see "Paged KV cache" above). Default: Status::unsupported ----
   virtual bool supports_paged() const { return false; }  // true: the three ops below are implemented
+  // Bytes of the backend's device memory free now (a KV pool's default size is a fraction of it); -1: the backend
+  // computes in host memory (the pool comes from the host's available memory).
+  virtual int64_t free_memory_bytes() const { return -1; }
   // Rows of the step <= reserve_step's max_rows; replaces the set_step inputs until the next set_step.
   virtual void set_paged_step(const PagedStep& step);
   // Stores the step's k/v rows into the pool at their positions' slots, then each row attends over its sequence.
@@ -293,6 +296,13 @@ class Backend {
                                const Tensor& out, int64_t T, const AttentionParams& p);
   // out[i, :] = x[logit_rows[i], :] for i < n (n = the step's logit_rows count).
   virtual void gather_rows(const Tensor& x, const Tensor& out, int64_t n);
+  // Greedy rows of a batched step: queues the argmax of each of the first n rows of `logits` (f32 [>= n, V]) with
+  // argmax()'s rules, into a backend-owned buffer; argmax_rows_result() waits and downloads the n results (8 bytes
+  // a row instead of the row). Backends without it (supports_argmax_rows() false) throw unsupported: the caller
+  // downloads the logits instead.
+  virtual bool supports_argmax_rows() const { return false; }
+  virtual void argmax_rows(const Tensor& logits, int64_t n);
+  virtual void argmax_rows_result(std::span<ArgmaxResult> out);
 
   // ---- greedy decoding without the logits download ----
   // Queues the argmax of `logits` (f32 [1, V], row 0) like any op (graph-safe: a captured decode step may end

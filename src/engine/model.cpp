@@ -10,6 +10,8 @@
 #include <fstream>
 #include <mutex>
 #include <random>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "core/json_io.hpp"
 #include "core/limits.hpp"
@@ -963,7 +965,7 @@ class PagedRunnerImpl final : public PagedRunner {
     refuse_paged_mamba(m.cfg_);
     if (!be.supports_paged())
       fail(Status::unsupported, "paged runner: the " + be.name() +
-                                    " backend has no paged KV cache yet (batched serving runs on the CPU backend: --device cpu)");
+                                    " backend has no paged KV cache (batched serving runs on the CPU and CUDA backends)");
     const ModelConfig& c = m.cfg_;
     o_.max_seqs = std::min(o.max_seqs, o.max_rows);
     max_blocks_ = (m.info_.max_context + o.block_size - 1) / o.block_size;
@@ -1000,6 +1002,53 @@ class PagedRunnerImpl final : public PagedRunner {
   int64_t max_blocks_per_seq() const override { return max_blocks_; }
 
   void step(const PagedStep& st, float* logits) override {
+    check_step(st);
+    forward_paged(st, logits, {});
+  }
+  void step_greedy(const PagedStep& st, std::span<ArgmaxResult> out) override {
+    if (out.size() != st.logit_rows.size()) bad("paged step: one greedy result per logit row expected");
+    check_step(st);
+    Backend& be = *m_.be_;
+    if (be.supports_argmax_rows()) {
+      forward_paged(st, nullptr, out);
+      return;
+    }
+    const int64_t V = m_.cfg_.vocab_size, n = int64_t(out.size());
+    host_logits_.resize(size_t(n * V));
+    forward_paged(st, host_logits_.data(), {});
+    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = host_argmax(host_logits_.data() + i * V, V);
+  }
+  void logits_row(int64_t i, float* out) override {
+    const int64_t V = m_.cfg_.vocab_size;
+    if (i < 0 || i >= last_rows_) bad("paged runner: logits_row " + std::to_string(i) + " outside the last step's rows");
+    if (!host_logits_.empty() && int64_t(host_logits_.size()) >= (i + 1) * V && last_host_) {
+      std::copy_n(host_logits_.data() + i * V, V, out);
+      return;
+    }
+    m_.be_->download_f32(out, logits_.row_slice(i, 1), 1);
+  }
+  bool greedy_allowed() const override { return m_.tuning_.device_argmax; }
+
+ private:
+  // argmax()'s rules on the host: the lowest index of the maximum (+0 == -0); NaN or +inf anywhere, or only -inf,
+  // make the row invalid; unique = the maximum occurs once.
+  static ArgmaxResult host_argmax(const float* x, int64_t n) {
+    ArgmaxResult r;
+    float best = -INFINITY;
+    int64_t at = -1, count = 0;
+    bool bad_value = false;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[i];
+      if (std::isnan(v) || v == INFINITY) bad_value = true;
+      if (v > best) best = v, at = i, count = 1;
+      else if (v == best) ++count;
+    }
+    r.valid = !bad_value && best != -INFINITY;
+    r.index = r.valid ? int32_t(at) : -1;
+    r.unique = count <= 1;
+    return r;
+  }
+  void check_step(const PagedStep& st) const {
     const int64_t T = int64_t(st.tokens.size()), n = int64_t(st.logit_rows.size());
     if (T < 1 || T > o_.max_rows) bad("paged step: " + std::to_string(T) + " rows, expected 1.." + std::to_string(o_.max_rows));
     if (int64_t(st.positions.size()) != T || int64_t(st.row_seq.size()) != T)
@@ -1007,17 +1056,42 @@ class PagedRunnerImpl final : public PagedRunner {
     if (n > o_.max_seqs || st.num_seqs > o_.max_seqs || st.max_blocks != max_blocks_ ||
         int64_t(st.block_tables.size()) != st.num_seqs * st.max_blocks)
       bad("paged step: logit rows, sequences or block tables do not match the runner's sizes");
-    forward_paged(st, logits);
   }
-
- private:
-  void forward_paged(const PagedStep& st, float* logits_out) {
+  // logits_out (host [n, vocab]) or greedy (n results): what the step delivers.
+  void forward_paged(const PagedStep& st, float* logits_out, std::span<ArgmaxResult> greedy) {
     ModelImpl& m = m_;
     Backend& be = *m.be_;
     const ModelConfig& c = m.cfg_;
     const int64_t T = int64_t(st.tokens.size()), n = int64_t(st.logit_rows.size());
     const float eps = float(c.rms_norm_eps);
     be.set_paged_step(st);
+    last_rows_ = n;
+    last_host_ = logits_out == host_logits_.data() && logits_out;
+    // A step's ops depend on its shape only (rows, logit rows, greedy or not): every per-step value is in the step
+    // buffer, so a backend with graphs captures the step the second time it sees the shape (steady decoding repeats
+    // one shape; a shape seen once, a prompt chunk's, is not worth a capture) and replays it after. Paged keys have
+    // the top bit set (session keys are id << 8 | kind).
+    const uint64_t key = (uint64_t(1) << 63) | (uint64_t(T) << 24) | (uint64_t(n) << 1) | (greedy.empty() ? 0u : 1u);
+    bool graphable = false;
+    if (n > 0 && !m.opts_.profile && T < (int64_t(1) << 22) && ++shapes_seen_[key] >= 2) {
+      graphable = graph_shapes_.count(key) > 0;
+      if (!graphable && graph_shapes_.size() < kMaxGraphs) graphable = graph_shapes_.insert(key).second;
+    }
+    if (!(graphable && be.graph_replay(key))) {
+      if (graphable) be.graph_begin(key);
+      record_step(T, n, !greedy.empty(), eps);
+      if (graphable) be.graph_end(key);
+    }
+    if (n == 0) return;
+    const Tensor lg = logits_.row_slice(0, n);
+    if (!greedy.empty()) m.op("argmax.download", [&] { be.argmax_rows_result(greedy); });
+    else m.op("logits.download", [&] { be.download_f32(logits_out, lg, n); });
+  }
+  // The ops of a step of T rows (n of them sampling; greedy: ending in the per-row argmax).
+  void record_step(int64_t T, int64_t n, bool greedy, float eps) {
+    ModelImpl& m = m_;
+    Backend& be = *m.be_;
+    const ModelConfig& c = m.cfg_;
     const Tensor h = h_, xn = xn_, qkv = qkv_, attn = attn_, o = o_buf_, gu = gu_, act = act_;
     const Tensor q = qkv.col_slice(0, m.q_dim_), k = qkv.col_slice(m.q_dim_, m.kv_dim_),
                  v = qkv.col_slice(m.q_dim_ + m.kv_dim_, m.kv_dim_);
@@ -1059,7 +1133,7 @@ class PagedRunnerImpl final : public PagedRunner {
     m.op("rms_norm", [&] { be.rms_norm(hg, m.final_norm_, xg, n, c.hidden_size, eps); });
     m.op("linear.lm_head", [&] { be.linear(xg, m.lm_head_, lg, n); });
     if (c.final_softcap > 0) m.op("softcap", [&] { be.softcap(lg, n, float(c.final_softcap)); });
-    m.op("logits.download", [&] { be.download_f32(logits_out, lg, n); });
+    if (greedy) m.op("argmax", [&] { be.argmax_rows(lg, n); });
   }
 
   ModelImpl& m_;
@@ -1067,6 +1141,12 @@ class PagedRunnerImpl final : public PagedRunner {
   int64_t max_blocks_ = 0;
   Tensor h_, o_buf_, xn_, qkv_, attn_, gu_, act_, logits_;
   std::vector<PagedKVLayer> kv_;
+  std::vector<float> host_logits_;  // step_greedy on a backend without argmax_rows
+  static constexpr size_t kMaxGraphs = 64;           // step shapes captured at most (others run eagerly)
+  std::unordered_map<uint64_t, int> shapes_seen_;    // step shape key -> steps run with it
+  std::unordered_set<uint64_t> graph_shapes_;        // the shapes that run as graphs
+  int64_t last_rows_ = 0;           // logit rows of the last step (logits_row)
+  bool last_host_ = false;          // the last step's logits are in host_logits_
 };
 
 ModelImpl& impl_of(const Model& model) {
@@ -1082,6 +1162,8 @@ int64_t paged_kv_bytes_per_token(const Model& model) {
   refuse_paged_mamba(m.cfg_);  // no KV cache: 0 bytes per token would divide by zero in the serving engine
   return m.cfg_.num_layers * 2 * m.kv_dim_ * dtype_size(m.be_->kv_dtype());
 }
+
+int64_t paged_device_free_bytes(const Model& model) { return impl_of(model).be_->free_memory_bytes(); }
 
 std::unique_ptr<PagedRunner> make_paged_runner(Model& model, const PagedRunnerOptions& opts) {
   return std::make_unique<PagedRunnerImpl>(impl_of(model), opts);

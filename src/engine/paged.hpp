@@ -31,10 +31,20 @@ class PagedRunner {
   // One forward pass over the step's rows (tokens, positions, row_seq, block tables as backend.hpp describes;
   // max_blocks must be max_blocks_per_seq()). logits: host f32 [step.logit_rows.size(), vocab].
   virtual void step(const PagedStep& step, float* logits) = 0;
+  // The same step when every logit row is decoded greedily: out[i] = the argmax of logit row i with argmax()'s rules
+  // (engine/backend.hpp). On a backend with argmax_rows (CUDA) the logits stay on the device and only the ids come
+  // back; otherwise the logits are downloaded and reduced here. logits_row() gives a row of the last step's logits
+  // (for a row whose argmax is invalid: the sampler then raises its error).
+  virtual void step_greedy(const PagedStep& step, std::span<ArgmaxResult> out) = 0;
+  virtual void logits_row(int64_t i, float* out) = 0;
+  // Tuning::device_argmax (FLASHKIT_DEVICE_ARGMAX=0 turns the greedy path off for A/B runs).
+  virtual bool greedy_allowed() const = 0;
 };
 
 // Bytes of KV cache per position (all layers, keys and values) in the model's KV dtype.
 int64_t paged_kv_bytes_per_token(const Model& model);
+// Free memory of the model's device now (CUDA), or -1 when its backend computes in host memory.
+int64_t paged_device_free_bytes(const Model& model);
 // Throws invalid_argument for options out of range, unsupported when the backend has no paged ops.
 std::unique_ptr<PagedRunner> make_paged_runner(Model& model, const PagedRunnerOptions& opts);
 

@@ -212,9 +212,18 @@ class EngineImpl final : public Engine {
     }
     const auto t0 = Clock::now();
     try {
-      runner_->step(plan_.view(runner_->max_blocks_per_seq()), logits_.data());
-      busy_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
-      sched_->commit(plan_, logits_.data(), model_->info().vocab_size);
+      const int64_t V = model_->info().vocab_size;
+      if (runner_->greedy_allowed() && Scheduler::all_greedy(plan_)) {
+        // Only the ids come back (CUDA: 8 bytes a row instead of the vocabulary's logits and a host scan of them).
+        greedy_.resize(plan_.logit_rows.size());
+        runner_->step_greedy(plan_.view(runner_->max_blocks_per_seq()), greedy_);
+        busy_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+        sched_->commit_greedy(plan_, greedy_, [&](int64_t i, float* out) { runner_->logits_row(i, out); }, V);
+      } else {
+        runner_->step(plan_.view(runner_->max_blocks_per_seq()), logits_.data());
+        busy_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+        sched_->commit(plan_, logits_.data(), V);
+      }
     } catch (const std::exception& e) {
       sched_->fail_step(plan_, e.what());
     }
@@ -266,6 +275,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<Scheduler> sched_;
   StepPlan plan_;
   std::vector<float> logits_;
+  std::vector<engine::ArgmaxResult> greedy_;  // a greedy step's ids
   double busy_s_ = 0;
 
   mutable std::mutex mu_;
@@ -285,8 +295,11 @@ int64_t default_kv_memory(const Model& model, const EngineOptions& opts) {
   const int64_t per_token = engine::paged_kv_bytes_per_token(model);
   const int64_t ctx = model.info().max_context;
   const int64_t want = per_token * ctx * std::max<int64_t>(1, opts.max_running);
-  const int64_t quarter = available_memory_bytes() / 4;
-  return std::max(per_token * (ctx + opts.block_size), std::min(want, quarter));
+  // A CUDA model's pool is device memory: half of what is free now (the weights are loaded; the step's activations
+  // and cuBLAS workspace are small). On the CPU a quarter of the host memory available now.
+  const int64_t device_free = engine::paged_device_free_bytes(model);
+  const int64_t share = device_free >= 0 ? device_free / 2 : available_memory_bytes() / 4;
+  return std::max(per_token * (ctx + opts.block_size), std::min(want, share));
 }
 
 std::unique_ptr<Engine> Engine::create(std::shared_ptr<Model> model, const EngineOptions& opts) {

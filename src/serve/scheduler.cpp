@@ -189,6 +189,34 @@ bool Scheduler::schedule(StepPlan& plan) {
 }
 
 void Scheduler::commit(StepPlan& plan, const float* logits, int64_t vocab) {
+  commit_with(plan, [&](size_t k, Sequence* s) {
+    return s->sampler->sample(std::span<const float>(logits + int64_t(plan.logit_of[k]) * vocab, size_t(vocab)),
+                              s->tokens);
+  });
+}
+
+void Scheduler::commit_greedy(StepPlan& plan, std::span<const engine::ArgmaxResult> greedy,
+                              const std::function<void(int64_t, float*)>& row_logits, int64_t vocab) {
+  std::vector<float> row;
+  commit_with(plan, [&](size_t k, Sequence* s) {
+    const engine::ArgmaxResult& a = greedy[size_t(plan.logit_of[k])];
+    if (a.valid) return a.index;  // temperature 0: the lowest index of the maximum, ties included
+    row.resize(size_t(vocab));
+    row_logits(plan.logit_of[k], row.data());
+    return s->sampler->sample(row, s->tokens);
+  });
+}
+
+bool Scheduler::all_greedy(const StepPlan& plan) {
+  for (size_t k = 0; k < plan.seqs.size(); ++k) {
+    if (plan.logit_of[k] < 0) continue;
+    const SamplingOptions& o = plan.seqs[k]->req.sampling;
+    if (o.temperature != 0.0f || o.repetition_penalty != 1.0f) return false;
+  }
+  return true;
+}
+
+void Scheduler::commit_with(StepPlan& plan, const std::function<int32_t(size_t, Sequence*)>& pick) {
   const int64_t bs = cfg_.block_size;
   for (size_t k = 0; k < plan.seqs.size(); ++k) {
     Sequence* s = plan.seqs[k];
@@ -208,8 +236,7 @@ void Scheduler::commit(StepPlan& plan, const float* logits, int64_t vocab) {
     if (plan.logit_of[k] < 0) continue;
     int32_t tok = -1;
     try {
-      tok = s->sampler->sample(std::span<const float>(logits + int64_t(plan.logit_of[k]) * vocab, size_t(vocab)),
-                               s->tokens);
+      tok = pick(k, s);
     } catch (const Error& e) {
       finish(s, "error", e.what());
       continue;

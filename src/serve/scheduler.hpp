@@ -20,7 +20,9 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/backend.hpp"
@@ -85,6 +87,13 @@ class Scheduler {
   bool schedule(StepPlan& plan);
   // Applies a step's logits ([plan.logit_rows.size(), vocab]).
   void commit(StepPlan& plan, const float* logits, int64_t vocab);
+  // Applies a greedy step (engine::PagedRunner::step_greedy): greedy[i] is logit row i's argmax. A row whose argmax
+  // is invalid goes to its sampler with the row from row_logits(i, out) (which raises the sampler's error).
+  void commit_greedy(StepPlan& plan, std::span<const engine::ArgmaxResult> greedy,
+                     const std::function<void(int64_t, float*)>& row_logits, int64_t vocab);
+  // Whether every sequence that samples a token in this plan picks the argmax of the raw logits (temperature 0,
+  // no repetition penalty): then the step can run as a greedy step.
+  static bool all_greedy(const StepPlan& plan);
   // A step that failed on the device: its sequences end with "error".
   void fail_step(StepPlan& plan, const std::string& message);
 
@@ -100,6 +109,8 @@ class Scheduler {
   bool grow(Sequence* s, int64_t upto_tokens);  // blocks for positions < upto_tokens; false if out of blocks
   void plan_rows(StepPlan& plan, Sequence* s, int64_t chunk);
   void reap();  // drops finished sequences from the queues
+  // commit()'s body; pick(k, s) returns sequence k's token (it may throw flashkit::Error: the request ends "error").
+  void commit_with(StepPlan& plan, const std::function<int32_t(size_t, Sequence*)>& pick);
 
   SchedulerConfig cfg_;
   BlockPool pool_;

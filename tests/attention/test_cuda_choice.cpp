@@ -245,6 +245,43 @@ TEST(CudaChoice, EngineDecodePlan) {
   EXPECT_FALSE(p.pdl);
 }
 
+TEST(CudaChoice, PagedDecodePlan) {
+  // The serving step's kernel: splits only when rows x KV heads leave the machine short of CTAs, >= 64 keys each.
+  auto plan = [&](int64_t rows, int64_t heads, int64_t kv_heads, int64_t keys, int64_t window_left = -1,
+                  const Tuning& t = {}) {
+    cuda::DecodeShape s;
+    s.batch = rows, s.heads = heads, s.kv_heads = kv_heads, s.head_dim = 64, s.max_seqlen_k = keys;
+    s.window_left = window_left;
+    s.paged = true;
+    const cuda::DecodePlan p = cuda::plan_decode(s, h200(), t, ClusterResidency{});
+    std::printf("paged %3lld rows %2lld/%lld heads %5lld keys -> %s\n", (long long)rows, (long long)heads,
+                (long long)kv_heads, (long long)keys, cuda::decode_plan_name(p).c_str());
+    return p;
+  };
+  cuda::DecodePlan p = plan(64, 32, 8, 384);  // Llama-3.2-1B serving 64 streams
+  EXPECT_EQ(p.kernel, cuda::DecodeKernel::paged);
+  EXPECT_EQ(p.splits, 1);
+  EXPECT_EQ(p.merge, cuda::DecodeMergeKind::none);
+  EXPECT_EQ(decode_plan_name(p), "paged");
+  p = plan(1, 32, 8, 3000);
+  EXPECT_EQ(p.splits, 33);
+  EXPECT_EQ(p.merge, cuda::DecodeMergeKind::combine);
+  EXPECT_EQ(decode_plan_name(p), "paged.splits33.combine");
+  EXPECT_EQ(plan(1, 8, 1, 3000).splits, 47);     // MQA: one tile, as many splits as 64-key slices
+  EXPECT_EQ(plan(1, 32, 8, 3000, 511).splits, 8);  // a window bounds the keys
+  EXPECT_EQ(plan(16, 32, 8, 2176).splits, 3);
+  EXPECT_EQ(plan(1, 32, 2, 3000).mtiles, 4);     // 16 q heads per KV head: two CTAs of 8 heads
+  EXPECT_EQ(plan(3, 32, 8, 40).splits, 1);        // fewer keys than one split's minimum
+  Tuning t;
+  t.decode_max_splits = 4;
+  EXPECT_EQ(plan(1, 32, 8, 3000, -1, t).splits, 4);
+  EXPECT_EQ(cuda::paged_row_splits(33, 1), 1);
+  EXPECT_EQ(cuda::paged_row_splits(33, 64), 1);
+  EXPECT_EQ(cuda::paged_row_splits(33, 65), 2);
+  EXPECT_EQ(cuda::paged_row_splits(33, 3000), 33);
+  EXPECT_FALSE(cuda::decode_plan_needs_residency({.paged = true}, h200(), Tuning{}));
+}
+
 TEST(CudaChoice, Backward) {
   auto bwd = [](const char* what, int d, float softcap, const DeviceInfo& dev, const Tuning& t = {}) {
     const BwdChoice c = flashkit::choose_bwd(shape(2, 16, 16, d, 4096, 4096), softcap, dev, t);

@@ -3,6 +3,7 @@
 // differences. Catches wrong positions, slots or masks that greedy argmax comparisons could miss.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -99,6 +100,38 @@ TEST(PagedRunner, RejectsStepsThatDoNotMatchItsSizes) {
   st.max_blocks = runner->max_blocks_per_seq();
   std::vector<float> logits(size_t(2 * model->info().vocab_size));
   EXPECT_THROW(runner->step(st, logits.data()), flashkit::Error) << "9 rows, the runner takes 8";
+  std::vector<ArgmaxResult> ids(1);
+  EXPECT_THROW(runner->step_greedy(st, ids), flashkit::Error) << "one result per logit row";
+}
+
+// A greedy step gives the argmax of the logits the same step delivers (the serving engine's greedy path; on the
+// CPU backend through the runner's host reduction), and logits_row() the step's rows.
+TEST(PagedRunner, GreedyStepIsTheArgmaxOfTheStepsLogits) {
+  auto model = flashkit::Model::load(std::string(FLASHKIT_TEST_DATA) + "/models/tiny-llama",
+                                     {.dtype = "f32", .threads = 1, .max_context = 64});
+  const int64_t V = model->info().vocab_size;
+  auto runner = make_paged_runner(*model, {.block_size = 4, .num_blocks = 16, .max_rows = 16, .max_seqs = 3});
+  const int64_t MB = runner->max_blocks_per_seq();
+  std::vector<int32_t> tokens = {5, 9, 2, 7, 11, 3}, pos = {0, 1, 2, 0, 1, 0}, seq = {0, 0, 0, 1, 1, 2};
+  std::vector<int32_t> rows = {2, 4, 5}, table(size_t(3 * MB), 0);
+  table[0] = 3, table[size_t(MB)] = 8, table[size_t(2 * MB)] = 1;
+  PagedStep st;
+  st.tokens = tokens, st.positions = pos, st.row_seq = seq, st.block_tables = table, st.logit_rows = rows;
+  st.num_seqs = 3, st.max_blocks = MB;
+  std::vector<float> logits(static_cast<size_t>(3 * V));
+  runner->step(st, logits.data());
+  std::vector<ArgmaxResult> ids(3);
+  runner->step_greedy(st, ids);  // the same rows again: same keys and values, same logits
+  std::vector<float> row(static_cast<size_t>(V));
+  for (int64_t i = 0; i < 3; ++i) {
+    const float* l = logits.data() + i * V;
+    const int64_t best = std::max_element(l, l + V) - l;  // the first maximum
+    EXPECT_TRUE(ids[size_t(i)].valid);
+    EXPECT_EQ(ids[size_t(i)].index, best) << "row " << i;
+    runner->logits_row(i, row.data());
+    EXPECT_EQ(std::vector<float>(l, l + V), row) << "row " << i;
+  }
+  EXPECT_THROW(runner->logits_row(3, row.data()), flashkit::Error);
 }
 
 }  // namespace

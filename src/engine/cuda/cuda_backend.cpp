@@ -10,6 +10,10 @@
 //   * Attention: T == 1 -> the decode family's fused-prologue kernel (engine/cuda/attention_decode.cpp), graph-safe; T > 1 -> flashkit's flash
 //     attention (flashkit::attention_forward on CUDA tensors) over the cache, or over a gathered copy for rings.
 //   * argmax (greedy decoding): one kernel (argmax.cu) at the end of the step; argmax_result() downloads 8 bytes.
+//   * Batched paged steps (serving): set_paged_step uploads the step's tables in one copy (engine/cuda/paged.cpp);
+//     rope reads per-row positions, paged_attention stores the k/v rows into their slots and runs the decode
+//     family's paged kernel over every row of the step in one launch. Every per-step value is read on the device,
+//     so the model captures a paged step per (rows, logit rows, greedy) shape like a decode step.
 //
 // Deferred execution and fusion. Ops are queued, not launched, and the queue is run ("flushed") at the points
 // where the host can observe device memory or the step inputs change: download*, upload, zero, free,
@@ -41,6 +45,7 @@
 #include "engine/backend.hpp"
 #include "core/cuda_check.hpp"
 #include "engine/cuda/kernels.hpp"
+#include "engine/cuda/paged.hpp"
 #include "kernels/cuda/ssm/ssm_cuda.hpp"
 #include "flashkit/attention.hpp"
 #include "flashkit/error.hpp"
@@ -64,7 +69,7 @@ bool bf(const Tensor& t) { return t.dtype == DType::bf16; }
 bool same(const Tensor& a, const Tensor& b) { return a.data == b.data && a.ld == b.ld && a.dtype == b.dtype; }
 
 enum class OpKind { embed, rms_norm, add_rms_norm, linear, rope, attention, gated_act, add, softcap, argmax, ssm_conv,
-                    ssm_scan };
+                    ssm_scan, paged_attention, gather_rows, argmax_rows };
 
 // One queued op. Operand slots: see the enqueue functions.
 struct Op {
@@ -73,6 +78,8 @@ struct Op {
   Tensor ssm[5];  // Mamba ops' further operands (B, C, A, D, state / conv state); never the residual stream
   Matrix M;
   KVLayer kv;
+  PagedKVLayer pkv;
+  bool paged = false;  // queued during a batched paged step: embed / rope read the paged step buffer
   AttentionParams ap;
   int64_t T = 0, group = 0, heads = 0, head_dim = 0;
   float f = 0;  // scale / eps / attn_scaling / cap
@@ -112,7 +119,7 @@ class CudaBackend final : public Backend {
     if (stream_) cudaStreamSynchronize(stream_);
     drop_graphs();
     for (void* p : owned_) cudaFree(p);
-    for (Scratch* s : {&part_, &bfx_, &q16_, &o16_, &lse_, &kt_, &vt_, &f32tmp_, &argpart_, &hshadow_})
+    for (Scratch* s : {&part_, &bfx_, &q16_, &o16_, &lse_, &kt_, &vt_, &f32tmp_, &argpart_, &hshadow_, &ppart_, &argrows_})
       if (s->p) cudaFree(s->p);
     if (d_step_) cudaFree(d_step_);
     if (h_step_) cudaFreeHost(h_step_);
@@ -291,6 +298,59 @@ class CudaBackend final : public Backend {
     ck(cudaMemcpyAsync(d_step_, h_step_, size_t(T + 1) * 4, cudaMemcpyHostToDevice, stream_), "set_step");
     ck(cudaEventRecord(step_evt_, stream_), "set_step (event)");
     host_pos0_ = pos0;
+    paged_ = false;
+  }
+  // ---------------------------------------------------------------- batched paged steps (engine/cuda/paged.hpp)
+  bool supports_paged() const override { return true; }
+  void set_paged_step(const PagedStep& st) override {
+    flush();
+    const int64_t T = int64_t(st.tokens.size());
+    if (T > step_rows_)
+      fail(Status::invalid_argument, "set_paged_step: " + std::to_string(T) + " rows but reserve_step reserved " +
+                                         std::to_string(step_rows_));
+    ck(cudaSetDevice(dev_), "cudaSetDevice");
+    if (pstep_.set(st, stream_)) drop_graphs();  // a new device buffer: captured paged steps point at the old one
+    paged_ = true;
+  }
+  void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKVLayer& cache, const Tensor& out,
+                       int64_t T, const AttentionParams& p) override {
+    Op o;
+    o.kind = OpKind::paged_attention;
+    o.a = q, o.b = k, o.c = v, o.d = out, o.pkv = cache, o.T = T, o.ap = p;
+    push(std::move(o));
+  }
+  void gather_rows(const Tensor& x, const Tensor& out, int64_t n) override {
+    Op o;
+    o.kind = OpKind::gather_rows;
+    o.a = x, o.c = out, o.T = n;
+    push(std::move(o));
+  }
+  bool supports_argmax_rows() const override { return true; }
+  void argmax_rows(const Tensor& logits, int64_t n) override {
+    if (logits.dtype != DType::f32) fail(Status::invalid_argument, "cuda argmax_rows: logits must be f32");
+    Op o;
+    o.kind = OpKind::argmax_rows;
+    o.a = logits, o.T = n;
+    push(std::move(o));
+  }
+  void argmax_rows_result(std::span<ArgmaxResult> out) override {
+    flush();
+    const size_t n = out.size();
+    if (n == 0) return;
+    if (argrows_.bytes < n * 8) fail(Status::internal, "cuda argmax_rows_result: more rows than argmax_rows computed");
+    argrows_host_.resize(2 * n);
+    ck(cudaMemcpyAsync(argrows_host_.data(), argrows_.p, n * 8, cudaMemcpyDeviceToHost, stream_), "argmax_rows_result");
+    ck(cudaStreamSynchronize(stream_), "argmax_rows_result (synchronize)");
+    for (size_t i = 0; i < n; ++i) {
+      ArgmaxResult& r = out[i];
+      r.valid = (argrows_host_[2 * i + 1] & 1) == 0;
+      r.unique = (argrows_host_[2 * i + 1] & 2) == 0;
+      r.index = r.valid ? argrows_host_[2 * i] : -1;
+    }
+  }
+  int64_t free_memory_bytes() const override {
+    cudaSetDevice(dev_);
+    return kc::device_free_bytes();
   }
   bool graph_replay(uint64_t key) override {
     if (!graphs_on_) return false;
@@ -317,7 +377,7 @@ class CudaBackend final : public Backend {
     prepare(ops);
     bool safe = graphs_on_ && !no_graph_.count(key);
     for (const Op& op : ops)
-      if (op.kind == OpKind::attention && op.T != 1) safe = false;
+      if (op.kind == OpKind::attention && op.T != 1) safe = false;  // (paged steps read everything per step on the device)
     if (!safe) {
       if (graphs_on_) no_graph_.insert(key);
       run(ops);
@@ -462,6 +522,7 @@ class CudaBackend final : public Backend {
   }
 
   void push(Op&& o) {
+    o.paged = paged_;
     queue_.push_back(std::move(o));
     // Without a graph capture pending, bound the queue (a long prefill enqueues thousands of ops).
     if (!capturing_ && queue_.size() > 256) flush_prefix();
@@ -512,6 +573,13 @@ class CudaBackend final : public Backend {
     return o.ap.window > 0 ? std::min<int64_t>(o.ap.window, cap) : cap;
   }
   int splits_for(const Op& o) const { return kc::decode_attention_splits(int(o.ap.heads), max_keys(o)); }
+  // The paged attention's splits: a function of the row count and the longest sequence the block tables can hold
+  // (not of this step's positions), so a captured paged step replays for any positions; each row uses as many of
+  // them as its own keys need (paged.hpp).
+  int paged_splits(const Op& o) const {
+    const int64_t most = pstep_.max_blocks() * o.pkv.block_size;
+    return kc::paged_attention_splits(o.T, o.ap.heads, o.ap.kv_heads, o.ap.head_dim, most, o.ap.window, tuning_);
+  }
   bool gemv_ok(const Op& lin) const {
     const int64_t K = lin.M.cols;
     return lin.T >= 1 && lin.T <= 8 && K % 8 == 0 && lin.M.w.dtype == DType::bf16 && lin.T * K * 4 <= 200 * 1024 &&
@@ -529,6 +597,11 @@ class CudaBackend final : public Backend {
         ensure(hshadow_, extent_rows(o.c, o.T));  // residual ping-pong target (T <= 8 rows)
       } else if (o.kind == OpKind::argmax) {
         ensure(argpart_, size_t(kc::argmax_part_bytes(o.a.cols)));
+      } else if (o.kind == OpKind::argmax_rows) {
+        ensure(argrows_, size_t(std::max<int64_t>(o.T, 1)) * 8);
+      } else if (o.kind == OpKind::paged_attention) {
+        const int64_t floats = kc::paged_attention_part_floats(o.T, o.ap.heads, o.ap.head_dim, paged_splits(o));
+        if (floats > 0) ensure(ppart_, size_t(floats) * 4);
       } else if (o.kind == OpKind::attention) {
         const int64_t H = o.ap.heads, D = o.ap.head_dim, kvd = o.ap.kv_heads * D;
         if (o.T == 1) {
@@ -867,7 +940,7 @@ class CudaBackend final : public Backend {
   }
 
   void single(const Op& o) {
-    const int32_t* tokens = d_step_ + 1;
+    const int32_t* tokens = o.paged ? pstep_.tokens() : d_step_ + 1;
     switch (o.kind) {
       case OpKind::embed:
         kc::embed(o.M.w.data, bf(o.M.w), o.M.w.ld, o.M.rows, tokens, o.a.data, bf(o.a), o.a.ld, o.T, o.M.cols, o.f,
@@ -885,8 +958,21 @@ class CudaBackend final : public Backend {
         break;
       case OpKind::linear: gemm(o); break;  // GEMV-sized ones were taken by fused_linear
       case OpKind::rope:
-        kc::rope(o.a.data, o.a.ld, bf(o.a), o.T, o.heads, o.head_dim, static_cast<const float*>(o.b.data), o.f,
-                 d_step_, stream_);
+        if (o.paged)
+          kc::rope_positions(o.a.data, o.a.ld, bf(o.a), o.T, o.heads, o.head_dim, static_cast<const float*>(o.b.data),
+                             o.f, pstep_.positions(), stream_);
+        else
+          kc::rope(o.a.data, o.a.ld, bf(o.a), o.T, o.heads, o.head_dim, static_cast<const float*>(o.b.data), o.f,
+                   d_step_, stream_);
+        break;
+      case OpKind::paged_attention:
+        kc::paged_attention(o.a, o.b, o.c, o.pkv, o.d, o.T, o.ap, pstep_, paged_splits(o),
+                            static_cast<float*>(ppart_.p), stream_);
+        break;
+      case OpKind::gather_rows: kc::gather_rows(o.a, o.c, o.T, pstep_, stream_); break;
+      case OpKind::argmax_rows:
+        kc::argmax_rows_f32(static_cast<const float*>(o.a.data), o.a.ld, o.T, o.a.cols,
+                            static_cast<int32_t*>(argrows_.p), stream_);
         break;
       case OpKind::attention:
         if (o.T == 1) decode_attention(o, nullptr, nullptr, nullptr);
@@ -960,7 +1046,10 @@ class CudaBackend final : public Backend {
   void* pinned_ = nullptr;     // download_f32 staging
   size_t pinned_bytes_ = 0;
   int64_t step_rows_ = 0, host_pos0_ = 0;
-  Scratch part_, bfx_, q16_, o16_, lse_, kt_, vt_, f32tmp_, argpart_, hshadow_;
+  Scratch part_, bfx_, q16_, o16_, lse_, kt_, vt_, f32tmp_, argpart_, hshadow_, ppart_, argrows_;
+  std::vector<int32_t> argrows_host_;  // argmax_rows_result's download (pageable: 8 bytes a row)
+  kc::PagedStepBuffer pstep_;  // the current batched paged step's tables (set_paged_step)
+  bool paged_ = false;         // set_paged_step was the last step input: queued ops read pstep_
   // Residual ping-pong (see run()): while active, the current value of the residual at `home` is in hshadow_.
   struct Redirect {
     bool active = false;

@@ -116,6 +116,9 @@ void gated_act(const void* gu, int64_t ldgu, void* out, int64_t ldo, bool bf16, 
 // HF rotate-half RoPE in place on x [T, heads * head_dim]; position of row t = *pos0 + t.
 void rope(void* x, int64_t ldx, bool bf16, int64_t T, int64_t heads, int64_t head_dim, const float* inv_freq,
           float attn_scaling, const int32_t* pos0, cudaStream_t stream);
+// The same with the position of row t = positions[t] (device; a batched paged step's rows).
+void rope_positions(void* x, int64_t ldx, bool bf16, int64_t T, int64_t heads, int64_t head_dim,
+                    const float* inv_freq, float attn_scaling, const int32_t* positions, cudaStream_t stream);
 // Writes rows t of k/v [T, kvd] into cache rows (pos0 + t) (mod capacity when ring). Cache [capacity, kvd], bf16 or
 // f32 (cache_bf16). When ring and T > capacity only the last `capacity` rows are stored.
 void kv_append(const void* k, int64_t ldk, const void* v, int64_t ldv, bool src_bf16, void* kc, void* vc,
@@ -140,6 +143,8 @@ void convert_rows(const void* src, bool src_bf16, int64_t lds, void* dst, bool d
 // at zero), so the launch is graph-replayable.
 int64_t argmax_part_bytes(int64_t n);
 void argmax_f32(const float* x, int64_t n, void* part, unsigned int* counter, int32_t* out, cudaStream_t stream);
+// The same for each of `rows` rows of x (row stride ld): out[2 r], out[2 r + 1] = row r's index and flags.
+void argmax_rows_f32(const float* x, int64_t ld, int64_t rows, int64_t n, int32_t* out, cudaStream_t stream);
 
 // ---------------------------------------------------------------- decode attention (attention_decode.cpp)
 // The decode family's fused_prologue kernel (kernels/cuda/decode/fused_prologue.hpp: arguments and semantics),

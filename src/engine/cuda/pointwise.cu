@@ -90,11 +90,11 @@ __global__ void ew_kernel(const void* x, int64_t ldx, void* y, int64_t ldy, int6
 // One block per (row, head); thread i rotates the pair (i, i + d/2).
 template <bool BF16>
 __global__ void rope_kernel(void* x, int64_t ldx, int64_t head_dim, const float* inv_freq, float scaling,
-                            const int32_t* pos0) {
+                            const int32_t* pos0, const int32_t* positions) {
   pdl_trigger();
   pdl_wait();
   const int64_t t = blockIdx.x, h = blockIdx.y, half = head_dim / 2;
-  const float pos = float(*pos0 + int32_t(t));
+  const float pos = float(positions ? positions[t] : *pos0 + int32_t(t));
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
     float s, c;
     sincosf(pos * inv_freq[i], &s, &c);
@@ -242,8 +242,21 @@ void rope(void* x, int64_t ldx, bool bf16, int64_t T, int64_t heads, int64_t hea
   check_rows(std::max(T, heads));
   const int th = threads_for(std::min<int64_t>(head_dim / 2, 256));
   const dim3 grid{unsigned(T), unsigned(heads)};
-  if (bf16) launch("rope", rope_kernel<true>, grid, dim3(th), 0, stream, x, ldx, head_dim, inv_freq, attn_scaling, pos0);
-  else launch("rope", rope_kernel<false>, grid, dim3(th), 0, stream, x, ldx, head_dim, inv_freq, attn_scaling, pos0);
+  const int32_t* none = nullptr;
+  if (bf16) launch("rope", rope_kernel<true>, grid, dim3(th), 0, stream, x, ldx, head_dim, inv_freq, attn_scaling, pos0, none);
+  else launch("rope", rope_kernel<false>, grid, dim3(th), 0, stream, x, ldx, head_dim, inv_freq, attn_scaling, pos0, none);
+}
+
+void rope_positions(void* x, int64_t ldx, bool bf16, int64_t T, int64_t heads, int64_t head_dim,
+                    const float* inv_freq, float attn_scaling, const int32_t* positions, cudaStream_t stream) {
+  if (T <= 0 || heads <= 0) return;
+  if (head_dim % 2) fail(Status::invalid_argument, "rope: head_dim must be even");
+  check_rows(std::max(T, heads));
+  const int th = threads_for(std::min<int64_t>(head_dim / 2, 256));
+  const dim3 grid{unsigned(T), unsigned(heads)};
+  const int32_t* none = nullptr;
+  if (bf16) launch("rope", rope_kernel<true>, grid, dim3(th), 0, stream, x, ldx, head_dim, inv_freq, attn_scaling, none, positions);
+  else launch("rope", rope_kernel<false>, grid, dim3(th), 0, stream, x, ldx, head_dim, inv_freq, attn_scaling, none, positions);
 }
 
 void kv_append(const void* k, int64_t ldk, const void* v, int64_t ldv, bool src_bf16, void* kc, void* vc,

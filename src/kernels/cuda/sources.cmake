@@ -8,6 +8,7 @@ set(FLASHKIT_CUDA_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/standard.cu
   ${CMAKE_CURRENT_LIST_DIR}/decode/combine.cu
   ${CMAKE_CURRENT_LIST_DIR}/decode/fused_prologue.cu
+  ${CMAKE_CURRENT_LIST_DIR}/decode/paged.cu
   ${CMAKE_CURRENT_LIST_DIR}/ssm/scan.cu
 )
 foreach(kind fwd bwd)

@@ -52,15 +52,38 @@ DecodePlan plan_fused_prologue(const DecodeShape& s, const DeviceInfo& dev, cons
   return p;
 }
 
+// The paged member: rows x KV heads x head groups CTAs of 128 threads (several resident per SM). Splits only when
+// those tiles give less than about two CTAs per SM, and never below kPagedMinKeys keys per split: at batch 64
+// (Llama-3.2-1B: 64 x 8 tiles) a step runs unsplit; one 3,000-key sequence with 8 KV heads takes 33 splits.
+DecodePlan plan_paged(const DecodeShape& s, const DeviceInfo& dev, const Tuning& t) {
+  DecodePlan p;
+  p.kernel = DecodeKernel::paged;
+  p.tile_m = 1;
+  p.tile_n = 0;
+  const int64_t group = s.kv_heads > 0 ? std::max<int64_t>(1, s.heads / s.kv_heads) : 1;
+  const int64_t hgroups = (group + kPagedHeadsPerCta - 1) / kPagedHeadsPerCta;
+  p.mtiles = std::max<int64_t>(1, s.batch) * std::max<int64_t>(1, s.kv_heads) * hgroups;
+  p.pdl = false;
+  const int64_t want = std::max<int64_t>(1, (2 * int64_t(std::max(dev.sms, 1)) + p.mtiles - 1) / p.mtiles);
+  int64_t keys = s.max_seqlen_k;
+  if (s.window_left >= 0) keys = std::min<int64_t>(keys, s.window_left + 1);
+  const int64_t cap = std::min<int64_t>(kPagedMaxSplits, library_max_splits(t, kPagedMaxSplits));
+  p.splits = int(std::clamp<int64_t>(std::min(want, (keys + kPagedMinKeys - 1) / kPagedMinKeys), 1, cap));
+  p.merge = p.splits == 1 ? DecodeMergeKind::none : DecodeMergeKind::combine;
+  return p;
+}
+
 }  // namespace
 
 bool decode_plan_needs_residency(const DecodeShape& s, const DeviceInfo& dev, const Tuning& t) {
+  if (s.paged) return false;
   if (s.kv_len_on_device) return t.engine_decode_merge != EngineDecodeMerge::global;
   return t.decode_combine == DecodeCombine::cluster &&
          size_t(dev.smem_per_block_optin) >= decode_smem_bytes(padded_head_dim(s.head_dim));
 }
 
 DecodePlan plan_decode(const DecodeShape& s, const DeviceInfo& dev, const Tuning& t, const ClusterResidency& res) {
+  if (s.paged) return plan_paged(s, dev, t);
   if (s.kv_len_on_device) return plan_fused_prologue(s, dev, t, res);
   DecodePlan p;
   const int D = padded_head_dim(s.head_dim);
@@ -124,7 +147,10 @@ DecodePlan plan_decode(const DecodeShape& s, const DeviceInfo& dev, const Tuning
 }
 
 std::string decode_plan_name(const DecodePlan& p) {
-  std::string s = p.kernel == DecodeKernel::mma ? "mma" : p.kernel == DecodeKernel::one_warp ? "one_warp" : "fused_prologue";
+  std::string s = p.kernel == DecodeKernel::mma        ? "mma"
+                  : p.kernel == DecodeKernel::one_warp ? "one_warp"
+                  : p.kernel == DecodeKernel::paged    ? "paged"
+                                                       : "fused_prologue";
   if (p.splits > 1) s += ".splits" + std::to_string(p.splits);
   switch (p.merge) {
     case DecodeMergeKind::combine: s += ".combine"; break;

@@ -9,6 +9,10 @@
 //   fused_prologue fused_prologue.cu: the engine's T = 1 kernel; fuses the q/k RMSNorm, RoPE and the KV append,
 //                  reads the KV length (position) from device memory so a captured CUDA graph replays it, and picks
 //                  at run time how many of the grid's splits the context needs.
+//   paged          paged.cu: the serving step's kernel (paged.hpp). Every query row has its own sequence (a block
+//                  table) and position; one CTA per (split, row, KV head, group of <= kPagedHeadsPerCta q heads), the
+//                  GQA group's heads together so each K/V row is read once per query row. Splits and the visible-key
+//                  count are decided per row in the kernel from the row's position (at most the plan's splits).
 // Merges: none (one split), combine (a second, PDL-launched kernel over f32 partials in HBM; the library),
 // cluster (the splits of a tile form one thread-block cluster and merge through distributed shared memory, sm_90),
 // counter (the last CTA of a tile to arrive merges the HBM partials: one launch fewer, which the engine's graphs
@@ -25,7 +29,7 @@
 
 namespace flashkit::cuda {
 
-enum class DecodeKernel : int32_t { mma = 0, one_warp = 1, fused_prologue = 2 };
+enum class DecodeKernel : int32_t { mma = 0, one_warp = 1, fused_prologue = 2, paged = 3 };
 enum class DecodeMergeKind : int32_t { none = 0, combine = 1, cluster = 2, counter = 3 };
 
 struct DecodeShape {
@@ -38,7 +42,22 @@ struct DecodeShape {
   int64_t window_left = -1, window_right = -1;  // the mask's window (-1: unbounded)
   bool kv_len_on_device = false;  // the engine's graph-captured kernel (the fused_prologue member)
   int fixed_splits = 0;           // fused_prologue: the launch site's grid splits when already fixed (0: plan them)
+  // The paged member: `batch` query rows, each of its own sequence through a block table, max_seqlen_q = 1 per
+  // row (chunk rows of one sequence are separate rows); max_seqlen_k the most keys a row of the step sees.
+  bool paged = false;
 };
+
+// The paged member's constants (paged.cu and its planner): a split takes at least kPagedMinKeys keys (fewer keys
+// are not worth a partial and a merge), at most kPagedMaxSplits splits per row, kPagedHeadsPerCta q heads of one KV
+// head per CTA (more heads of a group take more CTAs along y).
+constexpr int kPagedMinKeys = 64;
+constexpr int kPagedMaxSplits = 64;
+constexpr int kPagedHeadsPerCta = 8;
+// How many of a plan's `splits` a row with n visible keys uses (the kernel and its merge compute the same).
+constexpr int paged_row_splits(int splits, int64_t n) {
+  const int64_t by_keys = (n + kPagedMinKeys - 1) / kPagedMinKeys;
+  return int(by_keys < 1 ? 1 : by_keys < splits ? by_keys : splits);
+}
 
 struct DecodePlan {
   DecodeKernel kernel = DecodeKernel::mma;
@@ -60,7 +79,7 @@ DecodePlan plan_decode(const DecodeShape& shape, const DeviceInfo& dev, const Tu
 // Whether plan_decode would read the residency (to skip the occupancy queries otherwise).
 bool decode_plan_needs_residency(const DecodeShape& shape, const DeviceInfo& dev, const Tuning& tuning);
 
-// "mma.splits16.combine", "one_warp", "fused_prologue.splits64.cluster16", ...
+// "mma.splits16.combine", "one_warp", "fused_prologue.splits64.cluster16", "paged.splits8.combine", ...
 std::string decode_plan_name(const DecodePlan& plan);
 
 }  // namespace flashkit::cuda
