@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(kThreads) paged_combine_kernel(const PagedDeco
   const int D = a.head_dim;
   const int64_t rows_heads = int64_t(a.rows) * a.heads;
   const float* lse = a.part + rows_heads * a.splits * D + rh * a.splits;
-  const float2 ms = merge::split_weights<kThreads>(lse, 1, S, w, red);
+  const float2 ms = merge::split_weights<kThreads, false>(lse, 1, S, w, red);
   const float* po = a.part + rh * a.splits * D;
   for (int d = threadIdx.x; d < D; d += kThreads) {
     float o = 0.0f;
