@@ -6,6 +6,8 @@
 
 namespace flashkit::kernels {
 
+constexpr int64_t kCudaMaxState = 64;  // register carry: d_state beyond this is refused in src/ops/ssm.cpp
+
 enum class ScanKernel : int {
   v1_n16,  // v1: 4 threads per channel x 4 states, one basic block per time step (d_state <= 16)
   v1_n64,  // v1: 4 threads per channel x 16 states (d_state <= 64)
@@ -19,6 +21,34 @@ inline ScanKernel choose_scan_kernel(int64_t d_state, bool step, int generation 
   if (step) return d_state <= 16 ? ScanKernel::step_n16 : ScanKernel::step_n64;
   if (d_state > 16) return ScanKernel::v1_n64;
   return generation == 1 ? ScanKernel::v1_n16 : ScanKernel::v2_n16;
+}
+
+// The CUDA backward (src/kernels/cuda/ssm/scan_backward.cu): SPLIT threads per channel x 4 states each; 4 threads
+// per channel up to 16 states (32 channels per 128-thread block), 16 beyond (8 channels per block).
+struct ScanBwdPlan {
+  int split = 4;            // threads per channel
+  int channels_per_block = 32;
+  int64_t chunk = 16;       // time steps per chunk: one checkpoint state per chunk, the chunk's states in registers
+  int64_t chunks = 0;       // ceil(seqlen / chunk)
+  int64_t channel_blocks = 0;
+  // Workspace (floats): the chunk-start states [batch, chunks, d_inner, d_state], the per-block dB and dC partial
+  // sums [batch, channel_blocks, seqlen, d_state] each, and the per-sequence dA [batch, d_inner, d_state], dD and
+  // ddelta_bias [batch, d_inner] partials; reduced in a fixed order (deterministic).
+  int64_t checkpoint_floats = 0, partial_bc_floats = 0, partial_channel_floats = 0;
+  int64_t workspace_bytes() const { return 4 * (checkpoint_floats + 2 * partial_bc_floats + partial_channel_floats); }
+};
+
+// d_state <= kCudaMaxState (64) is validated before.
+inline ScanBwdPlan plan_scan_backward(int64_t batch, int64_t seqlen, int64_t d_inner, int64_t d_state) {
+  ScanBwdPlan p;
+  p.split = d_state <= 16 ? 4 : 16;
+  p.channels_per_block = 128 / p.split;
+  p.chunks = (seqlen + p.chunk - 1) / p.chunk;
+  p.channel_blocks = (d_inner + p.channels_per_block - 1) / p.channels_per_block;
+  p.checkpoint_floats = batch * p.chunks * d_inner * d_state;
+  p.partial_bc_floats = batch * p.channel_blocks * seqlen * d_state;
+  p.partial_channel_floats = batch * d_inner * (d_state + 2);
+  return p;
 }
 
 inline const char* scan_kernel_name(ScanKernel k) {

@@ -33,3 +33,29 @@ TEST(ScanChoice, NamesAreDistinctAndKeepV1Names) {
   EXPECT_STREQ(scan_kernel_name(ScanKernel::step_n16), "cuda.scan_step.n16.split16");
   EXPECT_NE(std::string(scan_kernel_name(ScanKernel::v2_n16)), scan_kernel_name(ScanKernel::v1_n16));
 }
+
+// The CUDA backward's plan: 4 threads per channel up to 16 states, 16 beyond; a checkpoint per 16 steps; its workspace
+// (checked against the memory limit before the call) is linear in seqlen and far below the expanded state's.
+TEST(ScanBackwardPlan, SplitChunksAndWorkspace) {
+  using flashkit::kernels::plan_scan_backward;
+  const auto p = plan_scan_backward(2, 17, 45, 16);
+  EXPECT_EQ(p.split, 4);
+  EXPECT_EQ(p.channels_per_block, 32);
+  EXPECT_EQ(p.chunks, 2);
+  EXPECT_EQ(p.channel_blocks, 2);
+  EXPECT_EQ(p.checkpoint_floats, 2 * 2 * 45 * 16);
+  EXPECT_EQ(p.partial_bc_floats, 2 * 2 * 17 * 16);
+  EXPECT_EQ(p.partial_channel_floats, 2 * 45 * 18);
+  EXPECT_EQ(p.workspace_bytes(), 4 * (p.checkpoint_floats + 2 * p.partial_bc_floats + p.partial_channel_floats));
+  const auto w = plan_scan_backward(1, 1, 9, 40);
+  EXPECT_EQ(w.split, 16);
+  EXPECT_EQ(w.channels_per_block, 8);
+  EXPECT_EQ(w.chunks, 1);
+  EXPECT_EQ(w.channel_blocks, 2);
+  // batch 8, 16k tokens, d_inner 1536, d_state 16: the checkpoints are 1/16 of the expanded state (8 x 16k x 1536 x
+  // 16 floats), the whole workspace (with the dB/dC partials of 48 channel blocks) under 1/6 of it.
+  const auto big = plan_scan_backward(8, 16384, 1536, 16);
+  const double expanded = 8.0 * 16384 * 1536 * 16;
+  EXPECT_EQ(double(big.checkpoint_floats) * 16, expanded);
+  EXPECT_LT(double(big.workspace_bytes()), 4 * expanded / 6);
+}

@@ -5,40 +5,12 @@
 
 #include "kernels/cuda/ssm/ssm_cuda.hpp"
 #include "kernels/ssm_choice.hpp"
-#include "ssm_fixture.hpp"
+#include "ssm_cuda_fixture.hpp"
 
 using namespace flashkit;
 using namespace ssm_test;
 
 namespace {
-
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-// A device copy of a host vector, freed at scope end.
-struct Dev {
-  float* p = nullptr;
-  size_t n = 0;
-  explicit Dev(const std::vector<float>& h) : n(h.size()) {
-    EXPECT_EQ(cudaMalloc(&p, n * 4 + 4), cudaSuccess);
-    cudaMemcpy(p, h.data(), n * 4, cudaMemcpyHostToDevice);
-  }
-  ~Dev() { cudaFree(p); }
-  std::vector<float> get() const {
-    std::vector<float> h(n);
-    cudaMemcpy(h.data(), p, n * 4, cudaMemcpyDeviceToHost);
-    return h;
-  }
-};
-
-TensorView on(const Dev& d, const TensorView& like) {
-  TensorView t = like;
-  t.data = d.p;
-  t.device = Device::cuda;
-  return t;
-}
 
 struct Case { int64_t batch, seqlen, d_inner, d_state; bool with_state; };
 
