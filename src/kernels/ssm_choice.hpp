@@ -1,6 +1,7 @@
 // Which CUDA selective-scan kernel runs (src/kernels/cuda/ssm/scan.cu): a pure function of the problem, unit-tested
-// in the CPU build (tests/ssm/test_ssm_scan.cpp). `generation` 0 is production (the newest kernel that fits);
-// generation 1 keeps v1 reachable so the tests and the benchmark can compare both on the same inputs.
+// in the CPU build (tests/ssm/test_ssm_choice.cpp). `generation` 0 is production (v2 until the H200 has measured v3);
+// 1 keeps v1 reachable, 2 and 3 select v3 (chunks of 16 and 32 steps), so the tests and the benchmark compare every
+// generation on the same inputs.
 #pragma once
 #include <cstdint>
 
@@ -12,6 +13,9 @@ enum class ScanKernel : int {
   v1_n16,  // v1: 4 threads per channel x 4 states, one basic block per time step (d_state <= 16)
   v1_n64,  // v1: 4 threads per channel x 16 states (d_state <= 64)
   v2_n16,  // v2: as v1_n16, per-step channel terms hoisted and the recurrence branch-free (d_state <= 16)
+  v3_n16,    // v3: 16 threads per channel x 1 state, chunk terms once per channel, next chunk's loads in flight;
+             // chunks of 16 steps (d_state <= 16)
+  v3_n16_tc32,  // v3 with chunks of 32 steps
   step_n16,  // decode step: 16 threads per channel (d_state <= 16)
   step_n64,  // decode step: 16 threads per channel x 4 states (d_state <= 64)
 };
@@ -20,7 +24,12 @@ enum class ScanKernel : int {
 inline ScanKernel choose_scan_kernel(int64_t d_state, bool step, int generation = 0) {
   if (step) return d_state <= 16 ? ScanKernel::step_n16 : ScanKernel::step_n64;
   if (d_state > 16) return ScanKernel::v1_n64;
-  return generation == 1 ? ScanKernel::v1_n16 : ScanKernel::v2_n16;
+  switch (generation) {
+    case 1: return ScanKernel::v1_n16;
+    case 2: return ScanKernel::v3_n16;
+    case 3: return ScanKernel::v3_n16_tc32;
+    default: return ScanKernel::v2_n16;
+  }
 }
 
 // The CUDA backward (src/kernels/cuda/ssm/scan_backward.cu): SPLIT threads per channel x 4 states each; 4 threads
@@ -56,6 +65,8 @@ inline const char* scan_kernel_name(ScanKernel k) {
     case ScanKernel::v1_n16: return "cuda.scan.n16.split4";
     case ScanKernel::v1_n64: return "cuda.scan.n64.split4";
     case ScanKernel::v2_n16: return "cuda.scan.v2.n16.split4";
+    case ScanKernel::v3_n16: return "cuda.scan.v3.n16.split16.tc16";
+    case ScanKernel::v3_n16_tc32: return "cuda.scan.v3.n16.split16.tc32";
     case ScanKernel::step_n16: return "cuda.scan_step.n16.split16";
     case ScanKernel::step_n64: return "cuda.scan_step.n64.split16";
   }

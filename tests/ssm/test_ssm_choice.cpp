@@ -1,6 +1,6 @@
 // The CUDA selective-scan kernel choice (src/kernels/ssm_choice.hpp), a pure function run in the CPU build: v2 for
-// d_state <= 16 in production, v1 kept reachable through generation 1 only, v1's wide-state kernel beyond 16, the
-// decode step by d_state.
+// d_state <= 16 in production, v1 kept reachable through generation 1, v3 through generations 2 and 3 (until the H200
+// has measured it), v1's wide-state kernel beyond 16, the decode step by d_state; and the backward's plan.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -19,6 +19,16 @@ TEST(ScanChoice, ProductionPicksV2UpToSixteenStates) {
 TEST(ScanChoice, GenerationOneKeepsV1) {
   for (int64_t n : {1, 16}) EXPECT_EQ(choose_scan_kernel(n, false, 1), ScanKernel::v1_n16) << n;
   EXPECT_EQ(choose_scan_kernel(64, false, 1), ScanKernel::v1_n64);
+}
+
+TEST(ScanChoice, GenerationsTwoAndThreeSelectV3UpToSixteenStates) {
+  for (int64_t n : {1, 5, 16}) {
+    EXPECT_EQ(choose_scan_kernel(n, false, 2), ScanKernel::v3_n16) << n;
+    EXPECT_EQ(choose_scan_kernel(n, false, 3), ScanKernel::v3_n16_tc32) << n;
+  }
+  EXPECT_EQ(choose_scan_kernel(17, false, 2), ScanKernel::v1_n64);  // v3 has one state per thread, 16 threads
+  EXPECT_EQ(choose_scan_kernel(16, true, 2), ScanKernel::step_n16);
+  EXPECT_NE(std::string(scan_kernel_name(ScanKernel::v3_n16)), scan_kernel_name(ScanKernel::v3_n16_tc32));
 }
 
 TEST(ScanChoice, DecodeStepByStateSize) {

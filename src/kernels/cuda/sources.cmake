@@ -9,6 +9,7 @@ set(FLASHKIT_CUDA_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/decode/combine.cu
   ${CMAKE_CURRENT_LIST_DIR}/decode/fused_prologue.cu
   ${CMAKE_CURRENT_LIST_DIR}/ssm/scan.cu
+  ${CMAKE_CURRENT_LIST_DIR}/ssm/scan_v3.cu
   ${CMAKE_CURRENT_LIST_DIR}/ssm/scan_backward.cu
 )
 foreach(kind fwd bwd)
