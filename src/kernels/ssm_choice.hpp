@@ -1,7 +1,7 @@
 // Which CUDA selective-scan kernel runs (src/kernels/cuda/ssm/scan.cu): a pure function of the problem, unit-tested
 // in the CPU build (tests/ssm/test_ssm_choice.cpp). `generation` 0 is production (v2 until the H200 has measured v3);
-// 1 keeps v1 reachable, 2 and 3 select v3 (chunks of 16 and 32 steps), so the tests and the benchmark compare every
-// generation on the same inputs.
+// 1 keeps v1 reachable, 2..4 select v3 variants (2: one state per thread, chunks of 16 steps; 3: chunks of 32; 4: two
+// states per thread), so the tests and the benchmark compare every generation on the same inputs.
 #pragma once
 #include <cstdint>
 
@@ -16,11 +16,14 @@ enum class ScanKernel : int {
   v3_n16,    // v3: 16 threads per channel x 1 state, chunk terms once per channel, next chunk's loads in flight;
              // chunks of 16 steps (d_state <= 16)
   v3_n16_tc32,  // v3 with chunks of 32 steps
+  v3_n16_npt2,  // v3 with 8 threads per channel x 2 states, chunks of 16 steps
   step_n16,  // decode step: 16 threads per channel (d_state <= 16)
   step_n64,  // decode step: 16 threads per channel x 4 states (d_state <= 64)
 };
 
 // d_state <= 64 is validated before (kCudaMaxState); `step`: the one-token decode kernel.
+constexpr int kScanGenerations = 5;  // 0..4
+
 inline ScanKernel choose_scan_kernel(int64_t d_state, bool step, int generation = 0) {
   if (step) return d_state <= 16 ? ScanKernel::step_n16 : ScanKernel::step_n64;
   if (d_state > 16) return ScanKernel::v1_n64;
@@ -28,6 +31,7 @@ inline ScanKernel choose_scan_kernel(int64_t d_state, bool step, int generation 
     case 1: return ScanKernel::v1_n16;
     case 2: return ScanKernel::v3_n16;
     case 3: return ScanKernel::v3_n16_tc32;
+    case 4: return ScanKernel::v3_n16_npt2;
     default: return ScanKernel::v2_n16;
   }
 }
@@ -67,6 +71,7 @@ inline const char* scan_kernel_name(ScanKernel k) {
     case ScanKernel::v2_n16: return "cuda.scan.v2.n16.split4";
     case ScanKernel::v3_n16: return "cuda.scan.v3.n16.split16.tc16";
     case ScanKernel::v3_n16_tc32: return "cuda.scan.v3.n16.split16.tc32";
+    case ScanKernel::v3_n16_npt2: return "cuda.scan.v3.n16.split8.tc16";
     case ScanKernel::step_n16: return "cuda.scan_step.n16.split16";
     case ScanKernel::step_n64: return "cuda.scan_step.n64.split16";
   }

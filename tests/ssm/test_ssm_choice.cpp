@@ -3,6 +3,7 @@
 // has measured it), v1's wide-state kernel beyond 16, the decode step by d_state; and the backward's plan.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 
 #include "kernels/ssm_choice.hpp"
@@ -21,14 +22,18 @@ TEST(ScanChoice, GenerationOneKeepsV1) {
   EXPECT_EQ(choose_scan_kernel(64, false, 1), ScanKernel::v1_n64);
 }
 
-TEST(ScanChoice, GenerationsTwoAndThreeSelectV3UpToSixteenStates) {
+TEST(ScanChoice, GenerationsTwoToFourSelectV3UpToSixteenStates) {
   for (int64_t n : {1, 5, 16}) {
     EXPECT_EQ(choose_scan_kernel(n, false, 2), ScanKernel::v3_n16) << n;
     EXPECT_EQ(choose_scan_kernel(n, false, 3), ScanKernel::v3_n16_tc32) << n;
+    EXPECT_EQ(choose_scan_kernel(n, false, 4), ScanKernel::v3_n16_npt2) << n;
   }
   EXPECT_EQ(choose_scan_kernel(17, false, 2), ScanKernel::v1_n64);  // v3 has one state per thread, 16 threads
   EXPECT_EQ(choose_scan_kernel(16, true, 2), ScanKernel::step_n16);
-  EXPECT_NE(std::string(scan_kernel_name(ScanKernel::v3_n16)), scan_kernel_name(ScanKernel::v3_n16_tc32));
+  std::set<std::string> names;
+  for (int g = 0; g < flashkit::kernels::kScanGenerations; ++g)
+    names.insert(scan_kernel_name(choose_scan_kernel(16, false, g)));
+  EXPECT_EQ(int(names.size()), flashkit::kernels::kScanGenerations);
 }
 
 TEST(ScanChoice, DecodeStepByStateSize) {

@@ -51,8 +51,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaScan,
                                            Case{3, 100, 130, 8, false}, Case{2, 33, 45, 64, true},
                                            Case{1, 531, 257, 16, true}));
 
-// Every scan generation (choose_scan_kernel's generation input: 0 = production v2, 1 = v1, 2 / 3 = v3 with chunks
-// of 16 / 32 steps) through the kernel
+// Every scan generation (choose_scan_kernel's generation input: 0 = production v2, 1 = v1, 2..4 = the v3 variants)
+// through the kernel
 // entry point, on odd shapes with a partial last chunk, d_state below the 16 the v2 kernel is laid out for, with
 // and without the initial state, z, D, bias and softplus.
 struct GenCase { int64_t batch, seqlen, d_inner, d_state; bool with_state, with_z, softplus; };
@@ -75,7 +75,7 @@ TEST_P(CudaScanGenerations, BothMatchReference) {
   a.impl = SsmImpl::reference;
   selective_scan_forward(a);
   const std::vector<float> ref = p.y, ref_st = st;
-  for (int generation : {0, 1, 2, 3}) {
+  for (int generation = 0; generation < kernels::kScanGenerations; ++generation) {
     poison(p.y);
     Dev u(p.u), dl(p.delta), A(p.A), B(p.B), C(p.C), D(p.D), z(p.z), bias(p.bias), y(p.y), s(st0);
     kernels::ScanArgs g;

@@ -226,8 +226,9 @@ std::string run_scan(ScanKernel k, const ScanArgs& a, void* stream) {
     case ScanKernel::v1_n16: launch<4, 4, 16>(a, stream); break;
     case ScanKernel::v1_n64: launch<16, 4, 16>(a, stream); break;
     case ScanKernel::v2_n16: launch_v2<4, 4, 16>(a, stream); break;
-    case ScanKernel::v3_n16: launch_scan_v3(a, stream, 16); break;
-    case ScanKernel::v3_n16_tc32: launch_scan_v3(a, stream, 32); break;
+    case ScanKernel::v3_n16: launch_scan_v3(a, stream, 16, 1); break;
+    case ScanKernel::v3_n16_tc32: launch_scan_v3(a, stream, 32, 1); break;
+    case ScanKernel::v3_n16_npt2: launch_scan_v3(a, stream, 16, 2); break;
     case ScanKernel::step_n16: launch<1, 16, 1>(a, stream); break;
     case ScanKernel::step_n64: launch<4, 16, 1>(a, stream); break;
   }
