@@ -3,7 +3,7 @@
 // (heads * head_dim = d_inner), and the decode step at batch 1 and 8. One JSON object per line on stdout. The scan
 // row also times every kernel generation on the same inputs ("generations": choose_scan_kernel's 0 = production v2,
 // 1 = v1 (also v1_ms), 2..4 = v3: one state per thread with chunks of 16 / 32 steps, two states per thread) and the
-// backward (bwd_ms, against its compulsory
+// backward (bwd_ms: production; bwd1_ms: plan_scan_backward's generation 1; against its compulsory
 // bytes: u, delta, z, dout in, du, ddelta, dz out, B, C in, dB, dC out).
 //   flashkit_ssm_bench [max_seqlen [MAMBA_DIR]]   (default 16384; batch 8, d_inner 1536, d_state 16 as issue 18 asks)
 // With MAMBA_DIR (a Mamba checkpoint), also the engine's decode ms/token after contexts of 1k..32k tokens.
@@ -124,6 +124,11 @@ int main(int argc, char** argv) {
                           cv(dz, DType::f32, {Bt, L, Di}), TensorView{}};
     const TensorView dv = cv(dout, DType::f32, {Bt, L, Di});
     const double bwd_ms = time_ms([&] { selective_scan_backward(a, dv, gr); }, 3);
+    kernels::ScanGradArgs kg;  // generation 1 of the backward (plan_scan_backward) through the kernel entry point
+    kg.dout = dout, kg.dout_b = L * Di, kg.dout_t = Di;
+    kg.du = du, kg.ddelta = ddl, kg.dA = dA, kg.dB = dB, kg.dC = dC, kg.dD = dD, kg.dz = dz;
+    const std::string bwd1_kernel = kernels::selective_scan_backward_cuda(k1, kg, nullptr, 1);
+    const double bwd1_ms = time_ms([&] { kernels::selective_scan_backward_cuda(k1, kg, nullptr, 1); }, 3);
     // compulsory: u, delta, z, dout read and du, ddelta, dz written per (row, channel); B, C read and dB, dC written
     // per row
     const double bwd_bytes = 4.0 * double(rows) * (7.0 * double(Di) + 4.0 * double(N));
@@ -151,10 +156,12 @@ int main(int argc, char** argv) {
                 "\"kernel\": \"%s\", \"ms\": %.4f, \"bytes\": %.0f, \"bytes_per_s\": %.4g, \"of_copy_ceiling\": %.3f, "
                 "\"attention_fwd_ms\": %.4f, \"scan_speedup_vs_attention\": %.2f, \"v1_kernel\": \"%s\", "
                 "\"v1_ms\": %.4f, \"v1_of_copy_ceiling\": %.3f, \"generations\": %s, \"bwd_ms\": %.4f, "
-                "\"bwd_bytes\": %.0f, \"bwd_of_copy_ceiling\": %.3f}\n",
+                "\"bwd_bytes\": %.0f, \"bwd_of_copy_ceiling\": %.3f, \"bwd1_kernel\": \"%s\", \"bwd1_ms\": %.4f, "
+                "\"bwd1_of_copy_ceiling\": %.3f}\n",
                 (long long)Bt, (long long)L, (long long)Di, (long long)N, cost.kernel.c_str(), ms, bytes, bw,
                 bw / kCopyCeiling, ams, ams / ms, v1_kernel.c_str(), v1_ms, bytes / (v1_ms * 1e-3) / kCopyCeiling,
-                gens.c_str(), bwd_ms, bwd_bytes, bwd_bytes / (bwd_ms * 1e-3) / kCopyCeiling);
+                gens.c_str(), bwd_ms, bwd_bytes, bwd_bytes / (bwd_ms * 1e-3) / kCopyCeiling, bwd1_kernel.c_str(),
+                bwd1_ms, bwd_bytes / (bwd1_ms * 1e-3) / kCopyCeiling);
     std::fflush(stdout);
   }
   // decode step: the whole state read and written once per token

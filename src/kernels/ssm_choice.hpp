@@ -36,11 +36,17 @@ inline ScanKernel choose_scan_kernel(int64_t d_state, bool step, int generation 
   }
 }
 
-// The CUDA backward (src/kernels/cuda/ssm/scan_backward.cu): SPLIT threads per channel x 4 states each; 4 threads
-// per channel up to 16 states (32 channels per 128-thread block), 16 beyond (8 channels per block).
+// The CUDA backward (src/kernels/cuda/ssm/scan_backward.cu). Generation 0 (production): the checkpoint pass and the
+// reverse pass with SPLIT threads per channel x 4 states each: 4 threads per channel up to 16 states (32 channels per
+// 128-thread block), 16 beyond (8 channels per block). Generation 1 (d_state <= 16; scan_backward_v2.cu): the same
+// checkpoint pass, the reverse pass with one state per thread (16 channels per 256-thread block, sums through shared
+// memory), kept out of production until the H200 has measured it.
 struct ScanBwdPlan {
-  int split = 4;            // threads per channel
+  bool one_state = false;   // generation 1's reverse kernel
+  int split = 4;            // threads per channel (of the reverse kernel)
   int channels_per_block = 32;
+  int checkpoint_split = 4;  // threads per channel of the checkpoint kernel (4 states each)
+  int64_t checkpoint_blocks = 0;
   int64_t chunk = 16;       // time steps per chunk: one checkpoint state per chunk, the chunk's states in registers
   int64_t chunks = 0;       // ceil(seqlen / chunk)
   int64_t channel_blocks = 0;
@@ -52,10 +58,14 @@ struct ScanBwdPlan {
 };
 
 // d_state <= kCudaMaxState (64) is validated before.
-inline ScanBwdPlan plan_scan_backward(int64_t batch, int64_t seqlen, int64_t d_inner, int64_t d_state) {
+inline ScanBwdPlan plan_scan_backward(int64_t batch, int64_t seqlen, int64_t d_inner, int64_t d_state,
+                                      int generation = 0) {
   ScanBwdPlan p;
-  p.split = d_state <= 16 ? 4 : 16;
-  p.channels_per_block = 128 / p.split;
+  p.checkpoint_split = d_state <= 16 ? 4 : 16;
+  p.checkpoint_blocks = (d_inner + 128 / p.checkpoint_split - 1) / (128 / p.checkpoint_split);
+  p.one_state = generation == 1 && d_state <= 16;
+  p.split = p.one_state ? 16 : p.checkpoint_split;
+  p.channels_per_block = p.one_state ? 16 : 128 / p.split;
   p.chunks = (seqlen + p.chunk - 1) / p.chunk;
   p.channel_blocks = (d_inner + p.channels_per_block - 1) / p.channels_per_block;
   p.checkpoint_floats = batch * p.chunks * d_inner * d_state;

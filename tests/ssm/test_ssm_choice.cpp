@@ -67,6 +67,18 @@ TEST(ScanBackwardPlan, SplitChunksAndWorkspace) {
   EXPECT_EQ(w.channels_per_block, 8);
   EXPECT_EQ(w.chunks, 1);
   EXPECT_EQ(w.channel_blocks, 2);
+  EXPECT_EQ(w.checkpoint_blocks, 2);
+  // generation 1 (d_state <= 16 only): the one-state-per-thread reverse pass, 16 channels per block; the same
+  // checkpoint pass
+  const auto g1 = plan_scan_backward(2, 17, 45, 16, 1);
+  EXPECT_TRUE(g1.one_state);
+  EXPECT_EQ(g1.split, 16);
+  EXPECT_EQ(g1.channels_per_block, 16);
+  EXPECT_EQ(g1.channel_blocks, 3);
+  EXPECT_EQ(g1.checkpoint_blocks, p.checkpoint_blocks);
+  EXPECT_EQ(g1.partial_bc_floats, 2 * 3 * 17 * 16);
+  EXPECT_FALSE(plan_scan_backward(2, 17, 45, 17, 1).one_state);
+  EXPECT_FALSE(p.one_state);
   // batch 8, 16k tokens, d_inner 1536, d_state 16: the checkpoints are 1/16 of the expanded state (8 x 16k x 1536 x
   // 16 floats), the whole workspace (with the dB/dC partials of 48 channel blocks) under 1/6 of it.
   const auto big = plan_scan_backward(8, 16384, 1536, 16);

@@ -1,6 +1,7 @@
 // The CUDA selective-scan backward (src/kernels/cuda/ssm/scan_backward.cu) against the f64 reference backward on
 // random inputs with NaN-poisoned gradient buffers, odd shapes (partial last chunk, one step, long sequences, d_state
-// below and above 16), with and without D, z, the delta bias and softplus; bit-for-bit repeatable; and against
+// below and above 16), with and without D, z, the delta bias and softplus, both generations of plan_scan_backward
+// (0: production, 1: the one-state-per-thread reverse pass, d_state <= 16); bit-for-bit repeatable; and against
 // central differences of the CUDA forward. Skipped without a CUDA device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/cuda/ssm/ssm_cuda.hpp"
 #include "ssm_cuda_fixture.hpp"
 
 using namespace flashkit;
@@ -86,6 +88,35 @@ std::vector<std::vector<float>> cuda_grads(ScanProblem& p, const BwdCase& k, std
   return out;
 }
 
+// The same through the kernel entry point with plan_scan_backward's generation (1: the one-state-per-thread reverse
+// pass), contiguous tensors.
+std::vector<std::vector<float>> cuda_grads_generation(ScanProblem& p, const BwdCase& k, std::vector<float>& w,
+                                                      int generation, std::string* kernel) {
+  Grads hg(p, k);
+  Dev u(p.u), dl(p.delta), A(p.A), B(p.B), C(p.C), D(p.D), z(p.z), bias(p.bias), y(p.y), dout(w);
+  std::vector<std::unique_ptr<Dev>> gd;
+  for (auto& e : hg.v) gd.push_back(std::make_unique<Dev>(e));
+  kernels::ScanArgs a;
+  a.batch = k.batch, a.seqlen = k.seqlen, a.d_inner = k.d_inner, a.d_state = k.d_state;
+  a.u = u.p, a.delta = dl.p, a.A = A.p, a.B = B.p, a.C = C.p, a.y = y.p;
+  a.D = k.D ? D.p : nullptr, a.z = k.z ? z.p : nullptr, a.delta_bias = k.bias ? bias.p : nullptr;
+  const int64_t rows = k.seqlen * k.d_inner, nrows = k.seqlen * k.d_state;
+  a.u_b = a.dl_b = a.z_b = a.y_b = rows;
+  a.u_t = a.dl_t = a.z_t = a.y_t = k.d_inner;
+  a.B_b = a.C_b = nrows;
+  a.B_t = a.C_t = k.d_state;
+  a.softplus = k.softplus;
+  kernels::ScanGradArgs g;
+  g.dout = dout.p, g.dout_b = rows, g.dout_t = k.d_inner;
+  g.du = gd[0]->p, g.ddelta = gd[1]->p, g.dA = gd[2]->p, g.dB = gd[3]->p, g.dC = gd[4]->p;
+  g.dD = k.D ? gd[5]->p : nullptr, g.dz = k.z ? gd[6]->p : nullptr, g.ddelta_bias = k.bias ? gd[7]->p : nullptr;
+  *kernel = kernels::selective_scan_backward_cuda(a, g, nullptr, generation);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<std::vector<float>> out;
+  for (auto& d : gd) out.push_back(d->get());
+  return out;
+}
+
 class CudaScanBackward : public ::testing::TestWithParam<BwdCase> {};
 
 TEST_P(CudaScanBackward, MatchesReference) {
@@ -104,6 +135,14 @@ TEST_P(CudaScanBackward, MatchesReference) {
   const auto got = cuda_grads(p, k, w);
   for (size_t i = 0; i < 8; ++i)
     if (!ref.v[i].empty()) EXPECT_LE(rel_err(got[i], ref.v[i]), 5e-4) << kNames[i] << " " << describe(k);
+  if (k.d_state <= 16) {  // generation 1: the one-state-per-thread reverse pass
+    std::string kernel;
+    const auto g1 = cuda_grads_generation(p, k, w, 1, &kernel);
+    EXPECT_EQ(kernel, "cuda.scan_bwd.v2.n16.split16");
+    for (size_t i = 0; i < 8; ++i)
+      if (!ref.v[i].empty())
+        EXPECT_LE(rel_err(g1[i], ref.v[i]), 5e-4) << kNames[i] << " " << describe(k) << " " << kernel;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -117,7 +156,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BwdCase{2, 37, 21, 40, true, true, true, true},      // 16 threads per channel (d_state > 16)
                       BwdCase{1, 300, 9, 64, false, true, true, true}));
 
-// No atomics: two calls give the same bits.
+// No atomics: two calls give the same bits (both generations).
 TEST(CudaScanBackward, Deterministic) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const BwdCase k{2, 150, 200, 16, true, true, true, true};
@@ -125,6 +164,9 @@ TEST(CudaScanBackward, Deterministic) {
   std::vector<float> w = random_vec(p.y.size(), 3);
   const auto first = cuda_grads(p, k, w), second = cuda_grads(p, k, w);
   for (size_t i = 0; i < 8; ++i) EXPECT_EQ(first[i], second[i]) << kNames[i];
+  std::string kernel;
+  const auto g1a = cuda_grads_generation(p, k, w, 1, &kernel), g1b = cuda_grads_generation(p, k, w, 1, &kernel);
+  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(g1a[i], g1b[i]) << kNames[i] << " " << kernel;
 }
 
 // seqlen 0: the sums over time (dA, dD, ddelta_bias) are zero, not the poison.

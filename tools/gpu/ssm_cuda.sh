@@ -9,7 +9,8 @@
 #             both (v3 and the backward share tiles through shared memory)
 #   regs      registers / spills / shared memory per SSM kernel (cuobjdump -res-usage) into the log
 #   bench     flashkit_ssm_bench 32768: batch 8, d_inner 1536, d_state 16, seqlen 1k..32k: each generation's ms and
-#             fraction of the 4.24 TB/s copy ceiling, the backward's, flash attention forward at matched width; the
+#             fraction of the 4.24 TB/s copy ceiling, the backward's (both generations), flash attention forward at
+#             matched width; the
 #             decode step; then $OUT/ssm_cuda_summary.json (one row per seqlen)
 #   tools/gpu/ssm_cuda.sh [STAGES...]     default: build test sanitize regs bench
 # Results: $OUT/ssm_cuda.log, $OUT/ssm_bench.jsonl, $OUT/ssm_cuda_summary.json, $OUT/failed.txt. Exit status non-zero
@@ -69,11 +70,13 @@ for r in rows:
         continue
     g = {x["kernel"]: (x["ms"], x["of_copy_ceiling"]) for x in r["generations"]}
     out.append({"seqlen": r["seqlen"], "generations": g, "bwd_ms": r["bwd_ms"],
-                "bwd_of_copy_ceiling": r["bwd_of_copy_ceiling"], "attention_fwd_ms": r["attention_fwd_ms"]})
+                "bwd_of_copy_ceiling": r["bwd_of_copy_ceiling"], "bwd1_ms": r["bwd1_ms"],
+                "bwd1_of_copy_ceiling": r["bwd1_of_copy_ceiling"], "attention_fwd_ms": r["attention_fwd_ms"]})
     print("seqlen %6d  " % r["seqlen"] + "  ".join("%s %.3f ms %4.1f%%" % (k.replace("cuda.scan.", ""), ms, 100 * f)
                                                   for k, (ms, f) in g.items())
-          + "  | bwd %.3f ms %4.1f%%  | attention %.3f ms" % (r["bwd_ms"], 100 * r["bwd_of_copy_ceiling"],
-                                                             r["attention_fwd_ms"]))
+          + "  | bwd %.3f ms %4.1f%%  bwd1 %.3f ms %4.1f%%  | attention %.3f ms" % (
+              r["bwd_ms"], 100 * r["bwd_of_copy_ceiling"], r["bwd1_ms"], 100 * r["bwd1_of_copy_ceiling"],
+              r["attention_fwd_ms"]))
 json.dump(out, open(sys.argv[2], "w"), indent=1)
 EOF
       ;;

@@ -9,11 +9,13 @@
 //      du, ddelta and dz are written once per (token, channel); dB and dC are summed over the block's channels (warp
 //      shuffles, then the block's warps in a fixed order) into per-block partials; dA, dD, ddelta_bias per sequence;
 //   3. reduce kernels: the partials summed in a fixed order (deterministic: no atomics anywhere).
-// Ownership as the forward: SPLIT threads per channel x 4 states each (ScanBwdPlan, kernels/ssm_choice.hpp).
+// Ownership as the forward's v1/v2: SPLIT threads per channel x 4 states each (ScanBwdPlan, kernels/ssm_choice.hpp);
+// generation 1 replaces step 2 by the one-state-per-thread reverse pass of scan_backward_v2.cu.
 #include <cuda_runtime.h>
 
 #include "core/cuda_check.hpp"
 #include "flashkit/runtime.hpp"
+#include "kernels/cuda/ssm/scan_backward.cuh"
 #include "kernels/cuda/ssm/ssm_cuda.hpp"
 #include "kernels/ssm_choice.hpp"
 
@@ -25,13 +27,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.f ? x : log1pf(__expf(x)); }
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.f / (1.f + __expf(-x)); }
-
-struct BwdWork {
-  float* ck;          // [batch, chunks, d_inner, d_state]
-  float *pB, *pC;     // [batch, channel_blocks, seqlen, d_state]
-  float *pA, *pD, *pbias;  // [batch, d_inner, d_state], [batch, d_inner], [batch, d_inner]
-  int64_t chunks, channel_blocks;
-};
 
 // The chunk's B and C rows into shared memory, zero beyond d_state and beyond the last step.
 template <int NS>
@@ -265,17 +260,20 @@ __global__ void reduce_channel_kernel(ScanGradArgs g, BwdWork w, int64_t batch, 
 unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
 
 template <int SPLIT>
-void launch(const ScanArgs& a, const ScanGradArgs& g, const BwdWork& w, cudaStream_t st) {
-  const dim3 grid(unsigned(w.channel_blocks), unsigned(a.batch));
-  checkpoint_kernel<SPLIT><<<grid, kThreads, 0, st>>>(a, w);
+void launch_checkpoints(const ScanArgs& a, const BwdWork& w, int64_t blocks, cudaStream_t st) {
+  checkpoint_kernel<SPLIT><<<dim3(unsigned(blocks), unsigned(a.batch)), kThreads, 0, st>>>(a, w);
   check_cuda(cudaGetLastError(), "selective scan backward: checkpoint kernel launch");
-  reverse_kernel<SPLIT><<<grid, kThreads, 0, st>>>(a, g, w);
+}
+
+template <int SPLIT>
+void launch_reverse(const ScanArgs& a, const ScanGradArgs& g, const BwdWork& w, cudaStream_t st) {
+  reverse_kernel<SPLIT><<<dim3(unsigned(w.channel_blocks), unsigned(a.batch)), kThreads, 0, st>>>(a, g, w);
   check_cuda(cudaGetLastError(), "selective scan backward: reverse kernel launch");
 }
 
 }  // namespace
 
-std::string selective_scan_backward_cuda(const ScanArgs& a, const ScanGradArgs& g, void* stream) {
+std::string selective_scan_backward_cuda(const ScanArgs& a, const ScanGradArgs& g, void* stream, int generation) {
   const cudaStream_t st = static_cast<cudaStream_t>(stream ? stream : cuda_stream());
   const int64_t Bt = a.batch, L = a.seqlen, Di = a.d_inner, N = a.d_state;
   if (Bt == 0 || L == 0 || Di == 0) {  // sums over nothing are zero; the per-token gradients are empty
@@ -285,7 +283,7 @@ std::string selective_scan_backward_cuda(const ScanArgs& a, const ScanGradArgs& 
     zero(g.dA, Di * N), zero(g.dD, Di), zero(g.ddelta_bias, Di), zero(g.dB, Bt * L * N), zero(g.dC, Bt * L * N);
     return "cuda.scan_bwd.empty";
   }
-  const ScanBwdPlan p = plan_scan_backward(Bt, L, Di, N);
+  const ScanBwdPlan p = plan_scan_backward(Bt, L, Di, N, generation);
   float* ws = nullptr;
   check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&ws), size_t(p.workspace_bytes()), st),
              "cudaMallocAsync(selective scan backward workspace)");
@@ -298,14 +296,17 @@ std::string selective_scan_backward_cuda(const ScanArgs& a, const ScanGradArgs& 
   w.pbias = w.pD + Bt * Di;
   w.chunks = p.chunks;
   w.channel_blocks = p.channel_blocks;
-  if (p.split == 4) launch<4>(a, g, w, st);
-  else launch<16>(a, g, w, st);
+  if (p.checkpoint_split == 4) launch_checkpoints<4>(a, w, p.checkpoint_blocks, st);
+  else launch_checkpoints<16>(a, w, p.checkpoint_blocks, st);
+  if (p.one_state) launch_bwd_reverse_one_state(a, g, w, st);
+  else if (p.split == 4) launch_reverse<4>(a, g, w, st);
+  else launch_reverse<16>(a, g, w, st);
   const int64_t bc = Bt * L * N;
   reduce_bc_kernel<<<blocks_for(bc, 256), 256, 0, st>>>(g.dB, g.dC, w, L * N, bc);
   reduce_channel_kernel<<<blocks_for(Di * N + Di, 256), 256, 0, st>>>(g, w, Bt, Di, N);
   check_cuda(cudaGetLastError(), "selective scan backward: reduce kernel launch");
   check_cuda(cudaFreeAsync(ws, st), "cudaFreeAsync(selective scan backward workspace)");
-  return p.split == 4 ? "cuda.scan_bwd.n16.split4" : "cuda.scan_bwd.n64.split16";
+  return p.one_state ? "cuda.scan_bwd.v2.n16.split16" : p.split == 4 ? "cuda.scan_bwd.n16.split4" : "cuda.scan_bwd.n64.split16";
 }
 
 }  // namespace flashkit::kernels

@@ -16,7 +16,9 @@ std::string selective_scan_step_cuda(const ScanArgs& a, void* stream = nullptr);
 // steps with one state per thread, or chunks of 16 with two.
 void launch_scan_v3(const ScanArgs& a, void* stream, int chunk, int states_per_thread);
 // The backward (scan_backward.cu): allocates its workspace (plan_scan_backward, kernels/ssm_choice.hpp) on the stream.
-std::string selective_scan_backward_cuda(const ScanArgs& a, const ScanGradArgs& g, void* stream = nullptr);
+// generation: see plan_scan_backward (kernels/ssm_choice.hpp); 0 in production.
+std::string selective_scan_backward_cuda(const ScanArgs& a, const ScanGradArgs& g, void* stream = nullptr,
+                                         int generation = 0);
 void causal_conv1d_cuda(const ConvArgs& a, void* stream = nullptr);
 
 }  // namespace flashkit::kernels
