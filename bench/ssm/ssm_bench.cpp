@@ -106,7 +106,8 @@ int main(int argc, char** argv) {
       const double gms = time_ms([&] { kernels::selective_scan_cuda(k1, nullptr, g); }, 10);
       if (g == 1) v1_ms = gms, v1_kernel = name;
       char row[256];
-      std::snprintf(row, sizeof row, "%s{\"generation\": %d, \"kernel\": \"%s\", \"ms\": %.4f, \"of_copy_ceiling\": %.3f}",
+      std::snprintf(row, sizeof row,
+                    "%s{\"generation\": %d, \"kernel\": \"%s\", \"ms\": %.4f, \"of_copy_ceiling\": %.3f}",
                     g ? ", " : "", g, name.c_str(), gms, bytes / (gms * 1e-3) / kCopyCeiling);
       gens += row;
     }
@@ -119,8 +120,9 @@ int main(int argc, char** argv) {
     ck(cudaMalloc(&dA, size_t(Di * N) * 4), "dA");
     ck(cudaMalloc(&dD, size_t(Di) * 4), "dD");
     ck(cudaMemcpy(dout, u, rows * Di * 4, cudaMemcpyDeviceToDevice), "dout");
-    SelectiveScanGrads gr{cv(du, DType::f32, {Bt, L, Di}), cv(ddl, DType::f32, {Bt, L, Di}), cv(dA, DType::f32, {Di, N}),
-                          cv(dB, DType::f32, {Bt, L, N}),  cv(dC, DType::f32, {Bt, L, N}),   cv(dD, DType::f32, {Di}),
+    SelectiveScanGrads gr{cv(du, DType::f32, {Bt, L, Di}), cv(ddl, DType::f32, {Bt, L, Di}),
+                          cv(dA, DType::f32, {Di, N}),     cv(dB, DType::f32, {Bt, L, N}),
+                          cv(dC, DType::f32, {Bt, L, N}),  cv(dD, DType::f32, {Di}),
                           cv(dz, DType::f32, {Bt, L, Di}), TensorView{}};
     const TensorView dv = cv(dout, DType::f32, {Bt, L, Di});
     const double bwd_ms = time_ms([&] { selective_scan_backward(a, dv, gr); }, 3);

@@ -43,17 +43,17 @@ for st in "${STAGES[@]}"; do
       grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt" ;;
     sanitize)
       p=$(bin flashkit_ssm_cuda_tests); [ -n "$p" ] || { log "flashkit_ssm_cuda_tests: not built"; status=1; continue; }
+      MF='Shapes/CudaScanBackward.*:CudaScanBackward.Deterministic:CudaScanBackward.EmptySequence*'
       run memcheck_ssm timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$p" \
-        --gtest_filter='Shapes/CudaScanBackward.*:CudaScanBackward.Deterministic:CudaScanBackward.EmptySequence*:Shapes/CudaScanGenerations.*' \
-        --gtest_brief=1
+        --gtest_filter="$MF:Shapes/CudaScanGenerations.*" --gtest_brief=1
+      RF='Shapes/CudaScanBackward.MatchesReference/1:Shapes/CudaScanBackward.MatchesReference/6'
       run racecheck_ssm timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 "$p" \
-        --gtest_filter='Shapes/CudaScanBackward.MatchesReference/1:Shapes/CudaScanBackward.MatchesReference/6:Shapes/CudaScanGenerations.BothMatchReference/5' \
-        --gtest_brief=1
+        --gtest_filter="$RF:Shapes/CudaScanGenerations.BothMatchReference/5" --gtest_brief=1
       grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt" ;;
     regs)
       log "regs: cuobjdump -res-usage, SSM kernels"
-      cuobjdump -res-usage "$BUILD/lib/libflashkit_core.so" 2>> "$LOG" | grep -A1 -E "Function .*(scan|checkpoint|reverse|reduce_bc|reduce_channel)" \
-        | tee -a "$LOG" ;;
+      cuobjdump -res-usage "$BUILD/lib/libflashkit_core.so" 2>> "$LOG" \
+        | grep -A1 -E "Function .*(scan|checkpoint|reverse|reduce_bc|reduce_channel)" | tee -a "$LOG" ;;
     bench)
       p=$(bin flashkit_ssm_bench)
       [ -n "$p" ] || { log "flashkit_ssm_bench: not built"; status=1; continue; }

@@ -306,7 +306,8 @@ std::string selective_scan_backward_cuda(const ScanArgs& a, const ScanGradArgs& 
   reduce_channel_kernel<<<blocks_for(Di * N + Di, 256), 256, 0, st>>>(g, w, Bt, Di, N);
   check_cuda(cudaGetLastError(), "selective scan backward: reduce kernel launch");
   check_cuda(cudaFreeAsync(ws, st), "cudaFreeAsync(selective scan backward workspace)");
-  return p.one_state ? "cuda.scan_bwd.v2.n16.split16" : p.split == 4 ? "cuda.scan_bwd.n16.split4" : "cuda.scan_bwd.n64.split16";
+  if (p.one_state) return "cuda.scan_bwd.v2.n16.split16";
+  return p.split == 4 ? "cuda.scan_bwd.n16.split4" : "cuda.scan_bwd.n64.split16";
 }
 
 }  // namespace flashkit::kernels
