@@ -1,7 +1,10 @@
 // The CUDA selective scan against its floors: forward bytes/s (the op's compulsory bytes, OpCost) as a fraction of
 // the H200's measured copy ceiling, flashkit's flash attention forward (causal, bf16) at matched width
 // (heads * head_dim = d_inner), and the decode step at batch 1 and 8. One JSON object per line on stdout. The scan
-// row also times the previous kernel generation (v1_ms: choose_scan_kernel's generation 1) on the same inputs.
+// row also times every kernel generation on the same inputs ("generations": choose_scan_kernel's 0 = production v2,
+// 1 = v1 (also v1_ms), 2..4 = v3: one state per thread with chunks of 16 / 32 steps, two states per thread) and the
+// backward (bwd_ms: production; bwd1_ms: plan_scan_backward's generation 1; against its compulsory
+// bytes: u, delta, z, dout in, du, ddelta, dz out, B, C in, dB, dC out).
 //   flashkit_ssm_bench [max_seqlen [MAMBA_DIR]]   (default 16384; batch 8, d_inner 1536, d_state 16 as issue 18 asks)
 // With MAMBA_DIR (a Mamba checkpoint), also the engine's decode ms/token after contexts of 1k..32k tokens.
 #include <cuda_runtime.h>
@@ -87,15 +90,51 @@ int main(int argc, char** argv) {
     selective_scan_forward(a, &cost);
     const double ms = time_ms([&] { selective_scan_forward(a); }, 10);
     const double bytes = cost.bytes_read + cost.bytes_written, bw = bytes / (ms * 1e-3);
-    kernels::ScanArgs k1;  // the same problem (contiguous, softplus, no bias) for the v1 kernel
+    kernels::ScanArgs k1;  // the same problem (contiguous, softplus, no bias) for every kernel generation
     k1.batch = Bt, k1.seqlen = L, k1.d_inner = Di, k1.d_state = N;
     k1.u = u, k1.delta = dl, k1.z = z, k1.y = y, k1.B = B, k1.C = C, k1.A = A, k1.D = D;
     k1.u_b = k1.dl_b = k1.z_b = k1.y_b = L * Di;
     k1.u_t = k1.dl_t = k1.z_t = k1.y_t = Di;
     k1.B_b = k1.C_b = L * N;
     k1.B_t = k1.C_t = N;
-    const std::string v1_kernel = kernels::selective_scan_cuda(k1, nullptr, 1);
-    const double v1_ms = time_ms([&] { kernels::selective_scan_cuda(k1, nullptr, 1); }, 10);
+    // choose_scan_kernel's generations side by side: 0 production (v2), 1 v1, 2..4 the v3 variants
+    std::string gens = "[";
+    double v1_ms = 0;
+    std::string v1_kernel;
+    for (int g = 0; g < kernels::kScanGenerations; ++g) {
+      const std::string name = kernels::selective_scan_cuda(k1, nullptr, g);
+      const double gms = time_ms([&] { kernels::selective_scan_cuda(k1, nullptr, g); }, 10);
+      if (g == 1) v1_ms = gms, v1_kernel = name;
+      char row[256];
+      std::snprintf(row, sizeof row,
+                    "%s{\"generation\": %d, \"kernel\": \"%s\", \"ms\": %.4f, \"of_copy_ceiling\": %.3f}",
+                    g ? ", " : "", g, name.c_str(), gms, bytes / (gms * 1e-3) / kCopyCeiling);
+      gens += row;
+    }
+    gens += "]";
+    // the backward (no z-less shortcut: D, z present as in the forward above; dout = y's buffer reused as input)
+    float *du = nullptr, *ddl = nullptr, *dz = nullptr, *dout = nullptr, *dB = nullptr, *dC = nullptr, *dA = nullptr,
+          *dD = nullptr;
+    for (float** p : {&du, &ddl, &dz, &dout}) ck(cudaMalloc(p, rows * Di * 4), "grads");
+    for (float** p : {&dB, &dC}) ck(cudaMalloc(p, rows * N * 4), "grads");
+    ck(cudaMalloc(&dA, size_t(Di * N) * 4), "dA");
+    ck(cudaMalloc(&dD, size_t(Di) * 4), "dD");
+    ck(cudaMemcpy(dout, u, rows * Di * 4, cudaMemcpyDeviceToDevice), "dout");
+    SelectiveScanGrads gr{cv(du, DType::f32, {Bt, L, Di}), cv(ddl, DType::f32, {Bt, L, Di}),
+                          cv(dA, DType::f32, {Di, N}),     cv(dB, DType::f32, {Bt, L, N}),
+                          cv(dC, DType::f32, {Bt, L, N}),  cv(dD, DType::f32, {Di}),
+                          cv(dz, DType::f32, {Bt, L, Di}), TensorView{}};
+    const TensorView dv = cv(dout, DType::f32, {Bt, L, Di});
+    const double bwd_ms = time_ms([&] { selective_scan_backward(a, dv, gr); }, 3);
+    kernels::ScanGradArgs kg;  // generation 1 of the backward (plan_scan_backward) through the kernel entry point
+    kg.dout = dout, kg.dout_b = L * Di, kg.dout_t = Di;
+    kg.du = du, kg.ddelta = ddl, kg.dA = dA, kg.dB = dB, kg.dC = dC, kg.dD = dD, kg.dz = dz;
+    const std::string bwd1_kernel = kernels::selective_scan_backward_cuda(k1, kg, nullptr, 1);
+    const double bwd1_ms = time_ms([&] { kernels::selective_scan_backward_cuda(k1, kg, nullptr, 1); }, 3);
+    // compulsory: u, delta, z, dout read and du, ddelta, dz written per (row, channel); B, C read and dB, dC written
+    // per row
+    const double bwd_bytes = 4.0 * double(rows) * (7.0 * double(Di) + 4.0 * double(N));
+    for (float* p : {du, ddl, dz, dout, dB, dC, dA, dD}) cudaFree(p);
     for (float* p : {u, dl, z, B, C, y, A, D}) cudaFree(p);
     // flash attention forward at matched width: q, k, v bf16 [Bt, L, 12, 128], causal
     void *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *lse = nullptr;
@@ -118,9 +157,13 @@ int main(int argc, char** argv) {
     std::printf("{\"op\": \"scan_fwd\", \"batch\": %lld, \"seqlen\": %lld, \"d_inner\": %lld, \"d_state\": %lld, "
                 "\"kernel\": \"%s\", \"ms\": %.4f, \"bytes\": %.0f, \"bytes_per_s\": %.4g, \"of_copy_ceiling\": %.3f, "
                 "\"attention_fwd_ms\": %.4f, \"scan_speedup_vs_attention\": %.2f, \"v1_kernel\": \"%s\", "
-                "\"v1_ms\": %.4f, \"v1_of_copy_ceiling\": %.3f}\n",
+                "\"v1_ms\": %.4f, \"v1_of_copy_ceiling\": %.3f, \"generations\": %s, \"bwd_ms\": %.4f, "
+                "\"bwd_bytes\": %.0f, \"bwd_of_copy_ceiling\": %.3f, \"bwd1_kernel\": \"%s\", \"bwd1_ms\": %.4f, "
+                "\"bwd1_of_copy_ceiling\": %.3f}\n",
                 (long long)Bt, (long long)L, (long long)Di, (long long)N, cost.kernel.c_str(), ms, bytes, bw,
-                bw / kCopyCeiling, ams, ams / ms, v1_kernel.c_str(), v1_ms, bytes / (v1_ms * 1e-3) / kCopyCeiling);
+                bw / kCopyCeiling, ams, ams / ms, v1_kernel.c_str(), v1_ms, bytes / (v1_ms * 1e-3) / kCopyCeiling,
+                gens.c_str(), bwd_ms, bwd_bytes, bwd_bytes / (bwd_ms * 1e-3) / kCopyCeiling, bwd1_kernel.c_str(),
+                bwd1_ms, bwd_bytes / (bwd1_ms * 1e-3) / kCopyCeiling);
     std::fflush(stdout);
   }
   // decode step: the whole state read and written once per token

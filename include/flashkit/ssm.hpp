@@ -3,7 +3,8 @@
 //   reference : f64 loops, the oracle (forward and the analytic backward).
 //   cpu       : f32, OpenMP over batch x channels, the d_state carry in registers; the backward OpenMP over channels.
 //   cuda      : one fused pass (src/kernels/cuda/ssm): u, delta, B, C, z read once, y written once, the state never
-//               leaves the chip; a separate decode-step kernel for seqlen 1.
+//               leaves the chip; a separate decode-step kernel for seqlen 1; the backward recomputes the states
+//               chunk by chunk from one stored state per 16 steps.
 //
 // Layouts (f32; last dimension contiguous, other strides free, so column slices of one projection output work):
 //   u, delta, z, y  [batch, seqlen, d_inner]     B, C  [batch, seqlen, d_state]
@@ -52,8 +53,11 @@ void selective_scan_step(const SelectiveScanArgs& a, OpCost* cost = nullptr);
 
 // Gradients of the scan (no initial state; `state` must be empty). dout like y. Outputs du, ddelta [batch, seqlen,
 // d_inner], dA [d_inner, d_state], dB, dC [batch, seqlen, d_state], dD / dz / ddelta_bias where the forward had D / z
-// / delta_bias (else empty). All f32, contiguous; they are overwritten. CPU tensors: the f32 kernel (OpenMP over
-// channels), or the f64 reference with impl = reference.
+// / delta_bias (else empty). All f32, contiguous, on u's device; they are overwritten. CPU tensors: the f32 kernel
+// (OpenMP over channels), or the f64 reference with impl = reference. CUDA tensors (d_state <= 64): the fused backward
+// (src/kernels/cuda/ssm/scan_backward.cu; deterministic, stream-ordered on the calling thread's stream) with a
+// workspace of one state per 16 steps plus per-block dB/dC partials, checked against max_workspace_bytes() first
+// (out_of_memory naming the size).
 struct SelectiveScanGrads {
   TensorView du, ddelta, dA, dB, dC, dD, dz, ddelta_bias;
 };

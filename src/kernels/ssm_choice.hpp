@@ -1,24 +1,77 @@
 // Which CUDA selective-scan kernel runs (src/kernels/cuda/ssm/scan.cu): a pure function of the problem, unit-tested
-// in the CPU build (tests/ssm/test_ssm_scan.cpp). `generation` 0 is production (the newest kernel that fits);
-// generation 1 keeps v1 reachable so the tests and the benchmark can compare both on the same inputs.
+// in the CPU build (tests/ssm/test_ssm_choice.cpp). `generation` 0 is production (v2 until the H200 has measured v3);
+// 1 keeps v1 reachable, 2..4 select v3 variants (2: one state per thread, chunks of 16 steps; 3: chunks of 32; 4: two
+// states per thread), so the tests and the benchmark compare every generation on the same inputs.
 #pragma once
 #include <cstdint>
 
 namespace flashkit::kernels {
 
+constexpr int64_t kCudaMaxState = 64;  // register carry: d_state beyond this is refused in src/ops/ssm.cpp
+
 enum class ScanKernel : int {
   v1_n16,  // v1: 4 threads per channel x 4 states, one basic block per time step (d_state <= 16)
   v1_n64,  // v1: 4 threads per channel x 16 states (d_state <= 64)
   v2_n16,  // v2: as v1_n16, per-step channel terms hoisted and the recurrence branch-free (d_state <= 16)
+  v3_n16,    // v3: 16 threads per channel x 1 state, chunk terms once per channel, next chunk's loads in flight;
+             // chunks of 16 steps (d_state <= 16)
+  v3_n16_tc32,  // v3 with chunks of 32 steps
+  v3_n16_npt2,  // v3 with 8 threads per channel x 2 states, chunks of 16 steps
   step_n16,  // decode step: 16 threads per channel (d_state <= 16)
   step_n64,  // decode step: 16 threads per channel x 4 states (d_state <= 64)
 };
 
 // d_state <= 64 is validated before (kCudaMaxState); `step`: the one-token decode kernel.
+constexpr int kScanGenerations = 5;  // 0..4
+
 inline ScanKernel choose_scan_kernel(int64_t d_state, bool step, int generation = 0) {
   if (step) return d_state <= 16 ? ScanKernel::step_n16 : ScanKernel::step_n64;
   if (d_state > 16) return ScanKernel::v1_n64;
-  return generation == 1 ? ScanKernel::v1_n16 : ScanKernel::v2_n16;
+  switch (generation) {
+    case 1: return ScanKernel::v1_n16;
+    case 2: return ScanKernel::v3_n16;
+    case 3: return ScanKernel::v3_n16_tc32;
+    case 4: return ScanKernel::v3_n16_npt2;
+    default: return ScanKernel::v2_n16;
+  }
+}
+
+// The CUDA backward (src/kernels/cuda/ssm/scan_backward.cu). Generation 0 (production): the checkpoint pass and the
+// reverse pass with SPLIT threads per channel x 4 states each: 4 threads per channel up to 16 states (32 channels per
+// 128-thread block), 16 beyond (8 channels per block). Generation 1 (d_state <= 16; scan_backward_v2.cu): the same
+// checkpoint pass, the reverse pass with one state per thread (16 channels per 256-thread block, sums through shared
+// memory), kept out of production until the H200 has measured it.
+struct ScanBwdPlan {
+  bool one_state = false;   // generation 1's reverse kernel
+  int split = 4;            // threads per channel (of the reverse kernel)
+  int channels_per_block = 32;
+  int checkpoint_split = 4;  // threads per channel of the checkpoint kernel (4 states each)
+  int64_t checkpoint_blocks = 0;
+  int64_t chunk = 16;       // time steps per chunk: one checkpoint state per chunk, the chunk's states in registers
+  int64_t chunks = 0;       // ceil(seqlen / chunk)
+  int64_t channel_blocks = 0;
+  // Workspace (floats): the chunk-start states [batch, chunks, d_inner, d_state], the per-block dB and dC partial
+  // sums [batch, channel_blocks, seqlen, d_state] each, and the per-sequence dA [batch, d_inner, d_state], dD and
+  // ddelta_bias [batch, d_inner] partials; reduced in a fixed order (deterministic).
+  int64_t checkpoint_floats = 0, partial_bc_floats = 0, partial_channel_floats = 0;
+  int64_t workspace_bytes() const { return 4 * (checkpoint_floats + 2 * partial_bc_floats + partial_channel_floats); }
+};
+
+// d_state <= kCudaMaxState (64) is validated before.
+inline ScanBwdPlan plan_scan_backward(int64_t batch, int64_t seqlen, int64_t d_inner, int64_t d_state,
+                                      int generation = 0) {
+  ScanBwdPlan p;
+  p.checkpoint_split = d_state <= 16 ? 4 : 16;
+  p.checkpoint_blocks = (d_inner + 128 / p.checkpoint_split - 1) / (128 / p.checkpoint_split);
+  p.one_state = generation == 1 && d_state <= 16;
+  p.split = p.one_state ? 16 : p.checkpoint_split;
+  p.channels_per_block = p.one_state ? 16 : 128 / p.split;
+  p.chunks = (seqlen + p.chunk - 1) / p.chunk;
+  p.channel_blocks = (d_inner + p.channels_per_block - 1) / p.channels_per_block;
+  p.checkpoint_floats = batch * p.chunks * d_inner * d_state;
+  p.partial_bc_floats = batch * p.channel_blocks * seqlen * d_state;
+  p.partial_channel_floats = batch * d_inner * (d_state + 2);
+  return p;
 }
 
 inline const char* scan_kernel_name(ScanKernel k) {
@@ -26,6 +79,9 @@ inline const char* scan_kernel_name(ScanKernel k) {
     case ScanKernel::v1_n16: return "cuda.scan.n16.split4";
     case ScanKernel::v1_n64: return "cuda.scan.n64.split4";
     case ScanKernel::v2_n16: return "cuda.scan.v2.n16.split4";
+    case ScanKernel::v3_n16: return "cuda.scan.v3.n16.split16.tc16";
+    case ScanKernel::v3_n16_tc32: return "cuda.scan.v3.n16.split16.tc32";
+    case ScanKernel::v3_n16_npt2: return "cuda.scan.v3.n16.split8.tc16";
     case ScanKernel::step_n16: return "cuda.scan_step.n16.split16";
     case ScanKernel::step_n64: return "cuda.scan_step.n64.split16";
   }

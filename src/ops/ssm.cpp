@@ -6,6 +6,7 @@
 #include "flashkit/runtime.hpp"
 #include "flashkit/ssm.hpp"
 #include "kernels/ssm_args.hpp"
+#include "kernels/ssm_choice.hpp"
 #ifdef FLASHKIT_WITH_CUDA
 #include "kernels/cuda/ssm/ssm_cuda.hpp"
 #endif
@@ -214,10 +215,15 @@ void causal_conv1d_step(const CausalConv1dArgs& a) { run_conv(a, true); }
 
 void selective_scan_backward(const SelectiveScanArgs& a, const TensorView& dout, const SelectiveScanGrads& g) {
   kernels::ScanArgs k = scan_args(a, false);
-  if (a.u.device != Device::cpu) fail(Status::unsupported, "u: selective_scan_backward runs on CPU tensors only");
+  const Device dev = a.u.device;
+  SsmImpl impl = a.impl;
+  if (impl == SsmImpl::automatic) impl = dev == Device::cuda ? SsmImpl::cuda : SsmImpl::cpu;
+  if ((impl == SsmImpl::cuda) != (dev == Device::cuda))
+    fail(Status::unsupported, std::string("impl: the ") + (impl == SsmImpl::cuda ? "cuda" : "cpu/reference") +
+                                  " selective scan backward runs on " + (impl == SsmImpl::cuda ? "CUDA" : "CPU") +
+                                  " tensors only");
   if (present(a.state)) bad("state: selective_scan_backward takes no initial state (pass an empty state)");
   const int64_t batch = k.batch, L = k.seqlen, Di = k.d_inner, N = k.d_state;
-  const Device dev = Device::cpu;
   check(dout, "dout", {batch, L, Di}, "[batch, seqlen, d_inner] (like y)", dev);
   check(g.du, "du", {batch, L, Di}, "[batch, seqlen, d_inner]", dev, true);
   check(g.ddelta, "ddelta", {batch, L, Di}, "[batch, seqlen, d_inner]", dev, true);
@@ -239,10 +245,29 @@ void selective_scan_backward(const SelectiveScanArgs& a, const TensorView& dout,
   kg.dA = static_cast<float*>(g.dA.data); kg.dB = static_cast<float*>(g.dB.data); kg.dC = static_cast<float*>(g.dC.data);
   kg.dD = static_cast<float*>(g.dD.data); kg.dz = static_cast<float*>(g.dz.data);
   kg.ddelta_bias = static_cast<float*>(g.ddelta_bias.data);
+  if (impl == SsmImpl::cuda) {
+#ifndef FLASHKIT_WITH_CUDA
+    fail(Status::unsupported, "u: tensors are on a CUDA device but this flashkit build has no CUDA support");
+#else
+    if (N > kernels::kCudaMaxState)
+      bad("A: the CUDA scan backward keeps the state in registers: d_state must be <= " +
+          std::to_string(kernels::kCudaMaxState) + ", got " + std::to_string(N));
+    // Its workspace (chunk checkpoints, per-block dB/dC partials) is checked before anything is allocated.
+    const double need = double(kernels::plan_scan_backward(batch, L, Di, N).workspace_bytes());
+    const double limit = double(max_workspace_bytes());
+    if (need > limit)
+      fail(Status::out_of_memory, "selective_scan_backward: the CUDA backward needs " + std::to_string(need / 1e9) +
+                                      " GB of workspace (one state per 16 steps and per-block dB/dC partials), more "
+                                      "than the limit of " + std::to_string(limit / 1e9) +
+                                      " GB (FLASHKIT_MAX_WORKSPACE_BYTES); split the batch");
+    kernels::selective_scan_backward_cuda(k, kg);
+    return;
+#endif
+  }
   // The f32 CPU kernel unless the reference is asked for (its memory: a [batch, seqlen, d_state] pair of partial dB,
   // dC sums per thread, bounded with the threads).
   k.threads = threads_for(a.threads);
-  if (a.impl == SsmImpl::reference) kernels::selective_scan_backward_reference(k, kg);
+  if (impl == SsmImpl::reference) kernels::selective_scan_backward_reference(k, kg);
   else kernels::selective_scan_backward_cpu(k, kg);
 }
 

@@ -1,8 +1,9 @@
 // The CUDA selective-scan kernel choice (src/kernels/ssm_choice.hpp), a pure function run in the CPU build: v2 for
-// d_state <= 16 in production, v1 kept reachable through generation 1 only, v1's wide-state kernel beyond 16, the
-// decode step by d_state.
+// d_state <= 16 in production, v1 kept reachable through generation 1, v3 through generations 2 and 3 (until the H200
+// has measured it), v1's wide-state kernel beyond 16, the decode step by d_state; and the backward's plan.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 
 #include "kernels/ssm_choice.hpp"
@@ -21,6 +22,20 @@ TEST(ScanChoice, GenerationOneKeepsV1) {
   EXPECT_EQ(choose_scan_kernel(64, false, 1), ScanKernel::v1_n64);
 }
 
+TEST(ScanChoice, GenerationsTwoToFourSelectV3UpToSixteenStates) {
+  for (int64_t n : {1, 5, 16}) {
+    EXPECT_EQ(choose_scan_kernel(n, false, 2), ScanKernel::v3_n16) << n;
+    EXPECT_EQ(choose_scan_kernel(n, false, 3), ScanKernel::v3_n16_tc32) << n;
+    EXPECT_EQ(choose_scan_kernel(n, false, 4), ScanKernel::v3_n16_npt2) << n;
+  }
+  EXPECT_EQ(choose_scan_kernel(17, false, 2), ScanKernel::v1_n64);  // v3 has one state per thread, 16 threads
+  EXPECT_EQ(choose_scan_kernel(16, true, 2), ScanKernel::step_n16);
+  std::set<std::string> names;
+  for (int g = 0; g < flashkit::kernels::kScanGenerations; ++g)
+    names.insert(scan_kernel_name(choose_scan_kernel(16, false, g)));
+  EXPECT_EQ(int(names.size()), flashkit::kernels::kScanGenerations);
+}
+
 TEST(ScanChoice, DecodeStepByStateSize) {
   EXPECT_EQ(choose_scan_kernel(16, true), ScanKernel::step_n16);
   EXPECT_EQ(choose_scan_kernel(16, true, 1), ScanKernel::step_n16);
@@ -32,4 +47,42 @@ TEST(ScanChoice, NamesAreDistinctAndKeepV1Names) {
   EXPECT_STREQ(scan_kernel_name(ScanKernel::v1_n16), "cuda.scan.n16.split4");
   EXPECT_STREQ(scan_kernel_name(ScanKernel::step_n16), "cuda.scan_step.n16.split16");
   EXPECT_NE(std::string(scan_kernel_name(ScanKernel::v2_n16)), scan_kernel_name(ScanKernel::v1_n16));
+}
+
+// The CUDA backward's plan: 4 threads per channel up to 16 states, 16 beyond; a checkpoint per 16 steps; its workspace
+// (checked against the memory limit before the call) is linear in seqlen and far below the expanded state's.
+TEST(ScanBackwardPlan, SplitChunksAndWorkspace) {
+  using flashkit::kernels::plan_scan_backward;
+  const auto p = plan_scan_backward(2, 17, 45, 16);
+  EXPECT_EQ(p.split, 4);
+  EXPECT_EQ(p.channels_per_block, 32);
+  EXPECT_EQ(p.chunks, 2);
+  EXPECT_EQ(p.channel_blocks, 2);
+  EXPECT_EQ(p.checkpoint_floats, 2 * 2 * 45 * 16);
+  EXPECT_EQ(p.partial_bc_floats, 2 * 2 * 17 * 16);
+  EXPECT_EQ(p.partial_channel_floats, 2 * 45 * 18);
+  EXPECT_EQ(p.workspace_bytes(), 4 * (p.checkpoint_floats + 2 * p.partial_bc_floats + p.partial_channel_floats));
+  const auto w = plan_scan_backward(1, 1, 9, 40);
+  EXPECT_EQ(w.split, 16);
+  EXPECT_EQ(w.channels_per_block, 8);
+  EXPECT_EQ(w.chunks, 1);
+  EXPECT_EQ(w.channel_blocks, 2);
+  EXPECT_EQ(w.checkpoint_blocks, 2);
+  // generation 1 (d_state <= 16 only): the one-state-per-thread reverse pass, 16 channels per block; the same
+  // checkpoint pass
+  const auto g1 = plan_scan_backward(2, 17, 45, 16, 1);
+  EXPECT_TRUE(g1.one_state);
+  EXPECT_EQ(g1.split, 16);
+  EXPECT_EQ(g1.channels_per_block, 16);
+  EXPECT_EQ(g1.channel_blocks, 3);
+  EXPECT_EQ(g1.checkpoint_blocks, p.checkpoint_blocks);
+  EXPECT_EQ(g1.partial_bc_floats, 2 * 3 * 17 * 16);
+  EXPECT_FALSE(plan_scan_backward(2, 17, 45, 17, 1).one_state);
+  EXPECT_FALSE(p.one_state);
+  // batch 8, 16k tokens, d_inner 1536, d_state 16: the checkpoints are 1/16 of the expanded state (8 x 16k x 1536 x
+  // 16 floats), the whole workspace (with the dB/dC partials of 48 channel blocks) under 1/6 of it.
+  const auto big = plan_scan_backward(8, 16384, 1536, 16);
+  const double expanded = 8.0 * 16384 * 1536 * 16;
+  EXPECT_EQ(double(big.checkpoint_floats) * 16, expanded);
+  EXPECT_LT(double(big.workspace_bytes()), 4 * expanded / 6);
 }

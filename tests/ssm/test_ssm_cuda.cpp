@@ -5,40 +5,12 @@
 
 #include "kernels/cuda/ssm/ssm_cuda.hpp"
 #include "kernels/ssm_choice.hpp"
-#include "ssm_fixture.hpp"
+#include "ssm_cuda_fixture.hpp"
 
 using namespace flashkit;
 using namespace ssm_test;
 
 namespace {
-
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-// A device copy of a host vector, freed at scope end.
-struct Dev {
-  float* p = nullptr;
-  size_t n = 0;
-  explicit Dev(const std::vector<float>& h) : n(h.size()) {
-    EXPECT_EQ(cudaMalloc(&p, n * 4 + 4), cudaSuccess);
-    cudaMemcpy(p, h.data(), n * 4, cudaMemcpyHostToDevice);
-  }
-  ~Dev() { cudaFree(p); }
-  std::vector<float> get() const {
-    std::vector<float> h(n);
-    cudaMemcpy(h.data(), p, n * 4, cudaMemcpyDeviceToHost);
-    return h;
-  }
-};
-
-TensorView on(const Dev& d, const TensorView& like) {
-  TensorView t = like;
-  t.data = d.p;
-  t.device = Device::cuda;
-  return t;
-}
 
 struct Case { int64_t batch, seqlen, d_inner, d_state; bool with_state; };
 
@@ -79,7 +51,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaScan,
                                            Case{3, 100, 130, 8, false}, Case{2, 33, 45, 64, true},
                                            Case{1, 531, 257, 16, true}));
 
-// Both scan generations (choose_scan_kernel's generation input: 0 = production v2, 1 = v1) through the kernel
+// Every scan generation (choose_scan_kernel's generation input: 0 = production v2, 1 = v1, 2..4 = the v3 variants)
+// through the kernel
 // entry point, on odd shapes with a partial last chunk, d_state below the 16 the v2 kernel is laid out for, with
 // and without the initial state, z, D, bias and softplus.
 struct GenCase { int64_t batch, seqlen, d_inner, d_state; bool with_state, with_z, softplus; };
@@ -102,7 +75,7 @@ TEST_P(CudaScanGenerations, BothMatchReference) {
   a.impl = SsmImpl::reference;
   selective_scan_forward(a);
   const std::vector<float> ref = p.y, ref_st = st;
-  for (int generation : {0, 1}) {
+  for (int generation = 0; generation < kernels::kScanGenerations; ++generation) {
     poison(p.y);
     Dev u(p.u), dl(p.delta), A(p.A), B(p.B), C(p.C), D(p.D), z(p.z), bias(p.bias), y(p.y), s(st0);
     kernels::ScanArgs g;
@@ -131,7 +104,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaScanGenerations,
                                            GenCase{3, 100, 130, 8, false, true, true},
                                            GenCase{1, 53, 67, 5, true, false, false},
                                            GenCase{2, 1, 33, 16, true, true, true},
-                                           GenCase{1, 531, 257, 16, false, false, true}));
+                                           GenCase{1, 531, 257, 16, false, false, true},
+                                           GenCase{2, 17, 16, 16, true, true, true},     // one 16-channel v3 block
+                                           GenCase{1, 1000, 45, 16, true, true, true},
+                                           GenCase{3, 300, 21, 5, false, true, false}));
 
 TEST(CudaScanStep, StepsMatchReferenceScan) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";

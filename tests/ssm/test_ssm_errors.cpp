@@ -124,4 +124,23 @@ TEST(SsmErrors, BackwardRejectsStateAndExtraGrads) {
   EXPECT_NE(error_of([&] { selective_scan_backward(a, view(dout, {1, 3, 2}), g); }).find("state:"), std::string::npos);
 }
 
+// The backward's implementation must run on the tensors' device, and every gradient lives there too.
+TEST(SsmErrors, BackwardImplAndGradientDevice) {
+  ScanProblem p(1, 3, 2, 2, false, false, false);
+  std::vector<float> dout(p.y.size(), 1.f), du(p.u.size()), dd(p.u.size()), dA(p.A.size()), dB(p.B.size()),
+      dC(p.C.size());
+  SelectiveScanGrads g{view(du, {1, 3, 2}), view(dd, {1, 3, 2}), view(dA, {2, 2}), view(dB, {1, 3, 2}),
+                       view(dC, {1, 3, 2}), {}, {}, {}};
+  auto a = p.args();
+  a.impl = SsmImpl::cuda;
+  EXPECT_NE(error_of([&] { selective_scan_backward(a, view(dout, {1, 3, 2}), g); }, Status::unsupported)
+                .find("impl: the cuda selective scan backward runs on CUDA tensors only"),
+            std::string::npos);
+  a.impl = SsmImpl::automatic;
+  g.dB.device = Device::cuda;
+  EXPECT_NE(error_of([&] { selective_scan_backward(a, view(dout, {1, 3, 2}), g); })
+                .find("dB: expected a tensor on the same device as u"),
+            std::string::npos);
+}
+
 }  // namespace

@@ -5,14 +5,20 @@
 #include <string>
 
 #include "kernels/ssm_args.hpp"
+#include "kernels/ssm_choice.hpp"  // kCudaMaxState
 
 namespace flashkit::kernels {
-
-constexpr int64_t kCudaMaxState = 64;  // register carry: d_state beyond this is refused in src/ops/ssm.cpp
 
 // generation: see choose_scan_kernel (src/kernels/ssm_choice.hpp); 0 in production.
 std::string selective_scan_cuda(const ScanArgs& a, void* stream = nullptr, int generation = 0);
 std::string selective_scan_step_cuda(const ScanArgs& a, void* stream = nullptr);
+// v3 of the scan forward (scan_v3.cu; run_scan in scan.cu launches it for ScanKernel::v3_*): chunks of 16 or 32
+// steps with one state per thread, or chunks of 16 with two.
+void launch_scan_v3(const ScanArgs& a, void* stream, int chunk, int states_per_thread);
+// The backward (scan_backward.cu): allocates its workspace (plan_scan_backward, kernels/ssm_choice.hpp) on the stream.
+// generation: see plan_scan_backward (kernels/ssm_choice.hpp); 0 in production.
+std::string selective_scan_backward_cuda(const ScanArgs& a, const ScanGradArgs& g, void* stream = nullptr,
+                                         int generation = 0);
 void causal_conv1d_cuda(const ConvArgs& a, void* stream = nullptr);
 
 }  // namespace flashkit::kernels

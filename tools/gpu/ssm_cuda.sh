@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The CUDA selective scan (issue 18) on the GPU machine (an H200), one call, under 5 minutes with a warm build-gpu/
+# (the same build directory as tools/gpu/mamba.sh; cold, the library's attention kernels dominate the build):
+#   build     the CUDA library, flashkit_ssm_cuda_tests, flashkit_ssm_tests, flashkit_ssm_bench (targets only)
+#   test      the SSM CUDA tests (forward: every kernel generation v1 / v2 / v3-16 / v3-32, decode step, conv1d;
+#             backward vs the f64 reference, determinism, seqlen 0, central differences of the CUDA forward) and the
+#             CPU SSM tests
+#   sanitize  compute-sanitizer memcheck on the backward and forward-generation tests, racecheck on small shapes of
+#             both (v3 and the backward share tiles through shared memory)
+#   regs      registers / spills / shared memory per SSM kernel (cuobjdump -res-usage) into the log
+#   bench     flashkit_ssm_bench 32768: batch 8, d_inner 1536, d_state 16, seqlen 1k..32k: each generation's ms and
+#             fraction of the 4.24 TB/s copy ceiling, the backward's (both generations), flash attention forward at
+#             matched width; the
+#             decode step; then $OUT/ssm_cuda_summary.json (one row per seqlen)
+#   tools/gpu/ssm_cuda.sh [STAGES...]     default: build test sanitize regs bench
+# Results: $OUT/ssm_cuda.log, $OUT/ssm_bench.jsonl, $OUT/ssm_cuda_summary.json, $OUT/failed.txt. Exit status non-zero
+# if any stage failed; every stage runs whatever happened before it (only a failed configure stops the job).
+# carry=[".fkdeps.tar.xz"] (the tokenizer's PCRE2/ICU that libflashkit links, tools/gpu/carried_deps.sh pack).
+set -u
+cd "$(dirname "$0")/../.."
+. tools/gpu/carried_deps.sh; fk_use_deps
+. tools/gpu/steps.sh
+OUT=${OUT:-$PWD/build-gpu-out}; mkdir -p "$OUT"
+BUILD=${BUILD:-build-gpu}
+ARCHS=${ARCHS:-90a-real}
+LOG="$OUT/ssm_cuda.log"
+STAGES=("$@"); [ ${#STAGES[@]} -eq 0 ] && STAGES=(build test sanitize regs bench)
+status=0
+bin() { find "$BUILD" -name "$1" -type f -perm -u+x | head -1; }
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1; } >> "$LOG" 2>&1
+for st in "${STAGES[@]}"; do
+  case $st in
+    build)
+      run configure cmake -S . -B "$BUILD" -G Ninja -DFLASHKIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
+        -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 || exit 1
+      run build cmake --build "$BUILD" -j"$(nproc)" --target flashkit_ssm_cuda_tests flashkit_ssm_tests \
+        flashkit_ssm_bench -- -k 0 ;;
+    test)
+      for b in flashkit_ssm_cuda_tests flashkit_ssm_tests; do
+        p=$(bin $b); [ -n "$p" ] || { log "$b: not built"; status=1; continue; }
+        run "$b" timeout 240 "$p" --gtest_brief=1
+      done
+      grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt" ;;
+    sanitize)
+      p=$(bin flashkit_ssm_cuda_tests); [ -n "$p" ] || { log "flashkit_ssm_cuda_tests: not built"; status=1; continue; }
+      MF='Shapes/CudaScanBackward.*:CudaScanBackward.Deterministic:CudaScanBackward.EmptySequence*'
+      run memcheck_ssm timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$p" \
+        --gtest_filter="$MF:Shapes/CudaScanGenerations.*" --gtest_brief=1
+      RF='Shapes/CudaScanBackward.MatchesReference/1:Shapes/CudaScanBackward.MatchesReference/6'
+      run racecheck_ssm timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 "$p" \
+        --gtest_filter="$RF:Shapes/CudaScanGenerations.BothMatchReference/5" --gtest_brief=1
+      grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt" ;;
+    regs)
+      log "regs: cuobjdump -res-usage, SSM kernels"
+      cuobjdump -res-usage "$BUILD/lib/libflashkit_core.so" 2>> "$LOG" \
+        | grep -A1 -E "Function .*(scan|checkpoint|reverse|reduce_bc|reduce_channel)" | tee -a "$LOG" ;;
+    bench)
+      p=$(bin flashkit_ssm_bench)
+      [ -n "$p" ] || { log "flashkit_ssm_bench: not built"; status=1; continue; }
+      log "bench: $p 32768"
+      timeout 200 "$p" 32768 > "$OUT/ssm_bench.jsonl" 2>> "$LOG"; rc=$?
+      log "bench: rc=$rc"; [ $rc -ne 0 ] && status=1
+      cat "$OUT/ssm_bench.jsonl" >> "$LOG"
+      python3 - "$OUT/ssm_bench.jsonl" "$OUT/ssm_cuda_summary.json" <<'EOF' | tee -a "$LOG"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+out = []
+for r in rows:
+    if r.get("op") != "scan_fwd":
+        continue
+    g = {x["kernel"]: (x["ms"], x["of_copy_ceiling"]) for x in r["generations"]}
+    out.append({"seqlen": r["seqlen"], "generations": g, "bwd_ms": r["bwd_ms"],
+                "bwd_of_copy_ceiling": r["bwd_of_copy_ceiling"], "bwd1_ms": r["bwd1_ms"],
+                "bwd1_of_copy_ceiling": r["bwd1_of_copy_ceiling"], "attention_fwd_ms": r["attention_fwd_ms"]})
+    print("seqlen %6d  " % r["seqlen"] + "  ".join("%s %.3f ms %4.1f%%" % (k.replace("cuda.scan.", ""), ms, 100 * f)
+                                                  for k, (ms, f) in g.items())
+          + "  | bwd %.3f ms %4.1f%%  bwd1 %.3f ms %4.1f%%  | attention %.3f ms" % (
+              r["bwd_ms"], 100 * r["bwd_of_copy_ceiling"], r["bwd1_ms"], 100 * r["bwd1_of_copy_ceiling"],
+              r["attention_fwd_ms"]))
+json.dump(out, open(sys.argv[2], "w"), indent=1)
+EOF
+      ;;
+    *) log "unknown stage $st"; status=1 ;;
+  esac
+done
+exit $status
