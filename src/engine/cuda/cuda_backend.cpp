@@ -1,6 +1,13 @@
 // The CUDA engine backend (the contract is src/engine/backend.hpp).
 //
-//   * Weights: bf16 on the device (f32 / f16 / Q8_0 checkpoints are converted once at load); norm vectors f32.
+//   * Weights: bf16 on the device (f32 / f16 checkpoints are converted once at load); norm vectors f32. With
+//     BackendOptions::keep_quantized, GGUF block-quantized matrices (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) are uploaded as
+//     their blocks instead (0.56 .. 1.06 bytes per weight; Matrix::w.dtype == DType::i32 marks them, one segment
+//     per fused part in Matrix::impl) and computed as they are: T <= 8 rows -> the dequantize-in-kernel GEMV
+//     (gemv_quant.cu); more rows -> row panels dequantized into one bf16 scratch buffer (sized at load, at most
+//     kDequantScratchElems values, counted in stats().dequant_scratch_bytes) and cuBLAS. Norms, residual adds and
+//     activations around a quantized linear run as their own kernels (the bf16 GEMV's prologue/epilogue fusion is
+//     for bf16 weights only). Embedding rows of a quantized table are expanded by their own gather kernel.
 //   * Activations: the residual stream is f32 (as on the CPU backend). For bf16 weights (the requested storage),
 //     activation_dtype() and kv_dtype() are bf16: multi-row steps keep their intermediates (qkv, attention output,
 //     gate|up, ...) in bf16, as transformers does, which halves a long prefill's element-wise traffic and feeds
@@ -40,11 +47,13 @@
 
 #include "engine/backend.hpp"
 #include "core/cuda_check.hpp"
+#include "engine/cuda/gemv_quant.hpp"
 #include "engine/cuda/kernels.hpp"
 #include "kernels/cuda/ssm/ssm_cuda.hpp"
 #include "flashkit/attention.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/runtime.hpp"
+#include "model/quant.hpp"
 #include "model/weights.hpp"
 
 namespace flashkit::engine {
@@ -84,7 +93,8 @@ kc::Act to_act(Activation a) { return a == Activation::silu ? kc::Act::silu : kc
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const BackendOptions& o)
-      : dev_(o.device_index), bf16_acts_(o.weight_dtype == DType::bf16), tuning_(o.tuning) {
+      : dev_(o.device_index), bf16_acts_(o.weight_dtype == DType::bf16), keep_quant_(o.keep_quantized),
+        tuning_(o.tuning) {
     name_ = cuda_use_device(dev_);
     ck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     ck(cudaEventCreateWithFlags(&step_evt_, cudaEventDisableTiming), "cudaEventCreate");
@@ -112,7 +122,7 @@ class CudaBackend final : public Backend {
     if (stream_) cudaStreamSynchronize(stream_);
     drop_graphs();
     for (void* p : owned_) cudaFree(p);
-    for (Scratch* s : {&part_, &bfx_, &q16_, &o16_, &lse_, &kt_, &vt_, &f32tmp_, &argpart_, &hshadow_})
+    for (Scratch* s : {&part_, &bfx_, &q16_, &o16_, &lse_, &kt_, &vt_, &f32tmp_, &argpart_, &hshadow_, &deq_, &xq_, &yq_})
       if (s->p) cudaFree(s->p);
     if (d_step_) cudaFree(d_step_);
     if (h_step_) cudaFreeHost(h_step_);
@@ -217,10 +227,18 @@ class CudaBackend final : public Backend {
     flush();
     Matrix m;
     m.rows = rows, m.cols = cols;
-    m.w = alloc(DType::bf16, rows, cols);
+    bool keep = keep_quant_;
+    for (const auto* w : parts)
+      keep = keep && model::is_quantized(w->type) && cols % model::quant_block(w->type).values == 0;
+    if (keep) {
+      load_quantized(parts, m);
+    } else {
+      m.w = alloc(DType::bf16, rows, cols);
+      weight_bytes_ += uint64_t(rows) * uint64_t(cols) * 2;
+    }
     std::vector<uint16_t> host;
     int64_t r0 = 0;
-    for (const auto* w : parts) {
+    for (const auto* w : keep ? std::span<const model::WeightView* const>{} : parts) {
       const size_t n = size_t(w->numel());
       const void* src = w->data;
       if (w->type != model::WeightType::bf16) {
@@ -241,6 +259,7 @@ class CudaBackend final : public Backend {
       }
       if (int64_t(b.size()) != rows) fail(Status::invalid_argument, "load_matrix: bias sizes do not match the rows");
       m.bias = upload_f32(b);
+      weight_bytes_ += uint64_t(rows) * 4;
     }
     return m;
   }
@@ -248,6 +267,7 @@ class CudaBackend final : public Backend {
     std::vector<float> v(size_t(w.numel()));
     model::to_f32(w, v.data());
     for (float& x : v) x += offset;
+    weight_bytes_ += uint64_t(v.size()) * 4;
     return upload_f32(v);
   }
   Tensor upload_f32(std::span<const float> values) override {
@@ -258,6 +278,8 @@ class CudaBackend final : public Backend {
   }
   void free_matrix(Matrix& m) override {
     flush();
+    if (m.w.data) weight_bytes_ -= std::min<uint64_t>(weight_bytes_, matrix_bytes(m));
+    if (m.bias.data) weight_bytes_ -= std::min<uint64_t>(weight_bytes_, uint64_t(m.rows) * 4);
     if (m.w.data) release(m.w.data);
     if (m.bias.data) release(m.bias.data);
     m = Matrix{};
@@ -351,7 +373,12 @@ class CudaBackend final : public Backend {
     flush();
     drop_graphs();
   }
-  Stats stats() const override { return stats_; }
+  Stats stats() const override {
+    Stats s = stats_;
+    s.weight_bytes = weight_bytes_;
+    s.dequant_scratch_bytes = deq_.bytes;
+    return s;
+  }
 
   // ---------------------------------------------------------------- ops (queued)
   void embed(const Matrix& table, const Tensor& out, int64_t T, float scale) override {
@@ -449,6 +476,106 @@ class CudaBackend final : public Backend {
  private:
   static constexpr size_t kBlasWs = size_t(32) << 20;
   static constexpr size_t kCounters = 16384;  // [0]: GEMV side outputs, [1..]: attention heads
+  // Quantized matrices: steps of up to this many rows use the dequantize-in-kernel GEMV (its row limit).
+  static constexpr int64_t kQuantGemvRows = 8;
+  // The prefill scratch holds at most this many bf16 values (64 MiB): a larger matrix (a 128k-vocab lm_head) is
+  // dequantized and multiplied in row panels, so the scratch stays small next to the quantized weights.
+  static constexpr int64_t kDequantScratchElems = int64_t(32) << 20;
+  static constexpr DType kQuantMarker = DType::i32;
+
+  // A matrix kept as GGUF blocks: one segment per part, in order, each in the matrix's one device buffer.
+  struct QuantMatrix {
+    struct Segment {
+      model::WeightType type;
+      int64_t rows;
+      const uint8_t* blocks;  // device
+      int64_t row_bytes;
+    };
+    std::vector<Segment> segments;
+  };
+  static bool is_quant(const Matrix& m) { return m.w.dtype == kQuantMarker && m.impl; }
+  static const QuantMatrix& quant_of(const Matrix& m) { return *static_cast<const QuantMatrix*>(m.impl.get()); }
+  static uint64_t matrix_bytes(const Matrix& m) {
+    if (!is_quant(m)) return uint64_t(m.rows) * uint64_t(m.cols) * 2;
+    uint64_t b = 0;
+    for (const auto& s : quant_of(m).segments) b += uint64_t(s.rows) * uint64_t(s.row_bytes);
+    return b;
+  }
+
+  // Uploads the parts' blocks as they are into one device buffer and sizes the prefill scratch for the matrix.
+  void load_quantized(std::span<const model::WeightView* const> parts, Matrix& m) {
+    auto q = std::make_shared<QuantMatrix>();
+    size_t total = 0;
+    for (const auto* w : parts) {
+      const model::QuantBlock qb = model::quant_block(w->type);
+      const int64_t row_bytes = m.cols / qb.values * qb.bytes;
+      if (size_t(row_bytes) * size_t(w->shape[0]) != w->nbytes)
+        fail(Status::invalid_argument, "load_matrix: " + w->name + " holds " + std::to_string(w->nbytes) +
+                                           " bytes, expected " + std::to_string(row_bytes * w->shape[0]));
+      q->segments.push_back({w->type, w->shape[0], nullptr, row_bytes});
+      total += w->nbytes;
+    }
+    m.w = alloc(kQuantMarker, 1, int64_t((total + 3) / 4));  // a byte buffer; rows/cols set below
+    size_t off = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      auto* dst = static_cast<uint8_t*>(m.w.data) + off;
+      h2d(dst, parts[i]->data, parts[i]->nbytes, "load_matrix (quantized blocks)");
+      q->segments[i].blocks = dst;
+      off += parts[i]->nbytes;
+    }
+    m.w.rows = m.rows, m.w.cols = m.cols, m.w.ld = m.cols;
+    m.impl = q;
+    weight_bytes_ += total;
+    ensure(deq_, size_t(std::min(m.rows, std::max<int64_t>(1, kDequantScratchElems / m.cols)) * m.cols) * 2);
+  }
+
+  // out = x . W^T for a quantized W. T <= kQuantGemvRows: the GEMV per segment (bf16 operands through f32
+  // scratch). Else: each segment in row panels that fit the scratch, dequantized to bf16, then cuBLAS into the
+  // panel's output columns.
+  void linear_quant(const Op& o) {
+    const int64_t T = o.T, N = o.M.rows, K = o.M.cols;
+    const QuantMatrix& q = quant_of(o.M);
+    if (T <= kQuantGemvRows) {
+      const float* x = static_cast<const float*>(o.a.data);
+      int64_t ldx = o.a.ld;
+      if (bf(o.a)) {
+        kc::convert_rows(o.a.data, true, o.a.ld, xq_.p, false, K, T, K, stream_);
+        x = static_cast<const float*>(xq_.p), ldx = K;
+      }
+      float* y = bf(o.c) ? static_cast<float*>(yq_.p) : static_cast<float*>(o.c.data);
+      const int64_t ldy = bf(o.c) ? N : o.c.ld;
+      int64_t r0 = 0;
+      for (const auto& seg : q.segments) {
+        kc::gemv_quant(x, ldx, int(T), seg.blocks, seg.type, seg.rows, K, y + r0, ldy, stream_);
+        r0 += seg.rows;
+      }
+      if (bf(o.c)) kc::convert_rows(yq_.p, false, N, o.c.data, true, o.c.ld, T, N, stream_);
+    } else {
+      const void* xb = o.a.data;
+      int64_t ldx = o.a.ld;
+      if (!bf(o.a)) {
+        kc::convert_rows(o.a.data, false, o.a.ld, bfx_.p, true, K, T, K, stream_);
+        xb = bfx_.p, ldx = K;
+      }
+      const int64_t panel = std::max<int64_t>(1, int64_t(deq_.bytes / 2) / K);
+      const size_t es = size_t(dtype_size(o.c.dtype));
+      const float one = 1.0f, zero = 0.0f;
+      int64_t r0 = 0;
+      for (const auto& seg : q.segments) {
+        for (int64_t r = 0; r < seg.rows; r += panel) {
+          const int64_t n = std::min(panel, seg.rows - r);
+          kc::dequantize_bf16(seg.blocks + r * seg.row_bytes, seg.type, n, K, static_cast<uint16_t*>(deq_.p), stream_);
+          ckb(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(T), int(K), &one, deq_.p, CUDA_R_16BF, int(K),
+                           xb, CUDA_R_16BF, int(ldx), &zero, static_cast<char*>(o.c.data) + size_t(r0 + r) * es,
+                           bf(o.c) ? CUDA_R_16BF : CUDA_R_32F, int(o.c.ld), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              "cublasGemmEx (dequantized panel)");
+        }
+        r0 += seg.rows;
+      }
+    }
+    if (o.M.bias.data)
+      kc::add_bias(o.c.data, o.c.ld, bf(o.c), static_cast<const float*>(o.M.bias.data), T, N, stream_);
+  }
 
   struct Scratch {
     void* p = nullptr;
@@ -523,7 +650,10 @@ class CudaBackend final : public Backend {
   void prepare(const std::vector<Op>& ops) {
     ck(cudaSetDevice(dev_), "cudaSetDevice");
     for (const Op& o : ops) {
-      if (o.kind == OpKind::linear) {
+      if (o.kind == OpKind::linear && is_quant(o.M) && o.T <= kQuantGemvRows) {
+        if (bf(o.a)) ensure(xq_, size_t(o.T * o.M.cols) * 4);  // the quantized GEMV takes f32 x ...
+        if (bf(o.c)) ensure(yq_, size_t(o.T * o.M.rows) * 4);  // ... and writes f32 y
+      } else if (o.kind == OpKind::linear) {
         if (!bf(o.a)) ensure(bfx_, size_t(o.T * o.M.cols) * 2);  // cuBLAS takes bf16 x
       } else if ((o.kind == OpKind::add || o.kind == OpKind::add_rms_norm) && o.T <= 8 && fuse_) {
         ensure(hshadow_, extent_rows(o.c, o.T));  // residual ping-pong target (T <= 8 rows)
@@ -850,6 +980,7 @@ class CudaBackend final : public Backend {
   void gemm(const Op& o) {
     const int64_t T = o.T, N = o.M.rows, K = o.M.cols;
     if (T <= 0 || N <= 0) return;
+    if (is_quant(o.M)) return linear_quant(o);
     if (o.M.w.dtype != DType::bf16) fail(Status::internal, "cuda linear: weights are not bf16");
     const void* xb = o.a.data;
     int64_t ldx = o.a.ld;
@@ -870,6 +1001,11 @@ class CudaBackend final : public Backend {
     const int32_t* tokens = d_step_ + 1;
     switch (o.kind) {
       case OpKind::embed:
+        if (is_quant(o.M)) {
+          const auto& seg = quant_of(o.M).segments[0];
+          kc::embed_quant(seg.blocks, seg.type, o.M.rows, o.M.cols, tokens, o.T, o.a.data, bf(o.a), o.a.ld, o.f, stream_);
+          break;
+        }
         kc::embed(o.M.w.data, bf(o.M.w), o.M.w.ld, o.M.rows, tokens, o.a.data, bf(o.a), o.a.ld, o.T, o.M.cols, o.f,
                   stream_);
         break;
@@ -954,6 +1090,8 @@ class CudaBackend final : public Backend {
   int32_t* argmax_dev_ = nullptr;   // [counter, index, flags, pad]
   int32_t* argmax_host_ = nullptr;  // pinned [index, flags]
   bool bf16_acts_ = false;          // bf16 weights requested: bf16 intermediates and KV cache
+  bool keep_quant_ = false;         // keep GGUF block-quantized matrices as their blocks
+  uint64_t weight_bytes_ = 0;       // device bytes of the loaded matrices, biases and vectors (stats())
   std::set<void*> owned_;
   int32_t* d_step_ = nullptr;  // [pos0, tokens...]
   int32_t* h_step_ = nullptr;  // pinned staging copy
@@ -961,6 +1099,8 @@ class CudaBackend final : public Backend {
   size_t pinned_bytes_ = 0;
   int64_t step_rows_ = 0, host_pos0_ = 0;
   Scratch part_, bfx_, q16_, o16_, lse_, kt_, vt_, f32tmp_, argpart_, hshadow_;
+  Scratch deq_;      // bf16 row panel of a dequantized matrix (prefill GEMM); sized at load
+  Scratch xq_, yq_;  // f32 x / y of a quantized GEMV whose operands are bf16 (multi-row steps)
   // Residual ping-pong (see run()): while active, the current value of the residual at `home` is in hshadow_.
   struct Redirect {
     bool active = false;

@@ -6,6 +6,9 @@
 
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <type_traits>
+
 namespace flashkit::engine::cuda {
 namespace {
 
@@ -130,7 +133,79 @@ void launch_type(const float* x, int64_t ldx, int T, const uint8_t* W, int64_t N
   }
 }
 
+// One thread per value: value i of the panel (row i / K, column i % K).
+template <WeightType TYPE>
+__global__ void dequantize_bf16_kernel(const uint8_t* __restrict__ W, int64_t n, int64_t K, uint16_t* __restrict__ out) {
+  using L = Layout<TYPE>;
+  pdl_trigger();
+  pdl_wait();  // the previous GEMM may still read `out`
+  const int64_t nb = K / L::kValues;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / K, k = i % K;
+    out[i] = f2bf(value<TYPE>(W + (r * nb + k / L::kValues) * L::kBytes, int(k % L::kValues)));
+  }
+}
+
+template <WeightType TYPE, bool OBF>
+__global__ void embed_quant_kernel(const uint8_t* __restrict__ W, int64_t vocab, int64_t K,
+                                   const int32_t* __restrict__ tokens, void* __restrict__ out, int64_t ldo, float scale) {
+  using L = Layout<TYPE>;
+  pdl_trigger();
+  pdl_wait();
+  const int64_t t = blockIdx.y;
+  const int32_t id = tokens[t];
+  const bool ok = id >= 0 && id < vocab;
+  const int64_t nb = K / L::kValues;
+  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < K; k += int64_t(gridDim.x) * blockDim.x) {
+    const float v = ok ? value<TYPE>(W + (int64_t(id) * nb + k / L::kValues) * L::kBytes, int(k % L::kValues)) * scale
+                       : __int_as_float(0x7fc00000);
+    if constexpr (OBF) static_cast<uint16_t*>(out)[t * ldo + k] = f2bf(v);
+    else static_cast<float*>(out)[t * ldo + k] = v;
+  }
+}
+
+// Calls f(integral_constant-like tag) with the kernel type of `type`.
+template <class F>
+void with_type(WeightType type, const char* what, F&& f) {
+  switch (type) {
+    case WeightType::q8_0: return f(std::integral_constant<WeightType, WeightType::q8_0>{});
+    case WeightType::q4_0: return f(std::integral_constant<WeightType, WeightType::q4_0>{});
+    case WeightType::q4_k: return f(std::integral_constant<WeightType, WeightType::q4_k>{});
+    case WeightType::q5_k: return f(std::integral_constant<WeightType, WeightType::q5_k>{});
+    case WeightType::q6_k: return f(std::integral_constant<WeightType, WeightType::q6_k>{});
+    default: fail(Status::invalid_argument, std::string(what) + ": not a quantized type: " + weight_type_name(type));
+  }
+}
+
 }  // namespace
+
+void dequantize_bf16(const uint8_t* W, model::WeightType type, int64_t rows, int64_t K, uint16_t* out,
+                     cudaStream_t stream) {
+  const int64_t n = rows * K;
+  if (n <= 0) return;
+  constexpr int kThreads = 256;
+  const unsigned blocks = unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t(sm_count()) * 32));
+  with_type(type, "dequantize_bf16", [&](auto tag) {
+    launch("dequantize_bf16", dequantize_bf16_kernel<decltype(tag)::value>, dim3(blocks), dim3(kThreads), 0, stream, W,
+           n, K, out);
+  });
+}
+
+void embed_quant(const uint8_t* W, model::WeightType type, int64_t vocab, int64_t K, const int32_t* tokens, int64_t T,
+                 void* out, bool out_bf16, int64_t ldo, float scale, cudaStream_t stream) {
+  if (T <= 0 || K <= 0) return;
+  constexpr int kThreads = 256;
+  const dim3 grid(unsigned(std::min<int64_t>((K + kThreads - 1) / kThreads, 64)), unsigned(T));
+  with_type(type, "embed_quant", [&](auto tag) {
+    constexpr WeightType kType = decltype(tag)::value;
+    if (out_bf16)
+      launch("embed_quant", embed_quant_kernel<kType, true>, grid, dim3(kThreads), 0, stream, W, vocab, K, tokens, out,
+             ldo, scale);
+    else
+      launch("embed_quant", embed_quant_kernel<kType, false>, grid, dim3(kThreads), 0, stream, W, vocab, K, tokens, out,
+             ldo, scale);
+  });
+}
 
 void gemv_quant(const float* x, int64_t ldx, int T, const uint8_t* W, model::WeightType type, int64_t N, int64_t K,
                 float* out, int64_t ldo, cudaStream_t stream) {

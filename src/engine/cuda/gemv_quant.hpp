@@ -1,7 +1,9 @@
 // Decode GEMV over GGUF block-quantized weights on CUDA: out[t, n] = sum_k x[t, k] * dequant(W)[n, k] for T <= 8
 // rows of f32 x, W kept as its blocks on the device (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; layouts in model/quant.hpp).
 // One warp per output row walks the row's blocks; each lane expands the values it needs straight into registers
-// (no dequantized copy anywhere) and the warp reduces at the end. Plain C++ declaration, as kernels.hpp.
+// (no dequantized copy anywhere) and the warp reduces at the end. Beside it, the two other kernels a backend that
+// keeps the blocks needs: a row-panel dequantization into bf16 (prefill: the panel feeds cuBLAS) and the embedding
+// gather from a quantized table. Plain C++ declarations, as kernels.hpp.
 #pragma once
 #include <cstdint>
 
@@ -15,5 +17,14 @@ namespace flashkit::engine::cuda {
 // 1 <= T <= 8 and K a multiple of the block size (the caller checks); throws flashkit::Error on a failed launch.
 void gemv_quant(const float* x, int64_t ldx, int T, const uint8_t* W, model::WeightType type, int64_t N, int64_t K,
                 float* out, int64_t ldo, cudaStream_t stream);
+
+// out[r * K + k] = bf16(dequant(W)[r, k]) for r < rows (W: `rows` rows of K / block-size blocks), contiguous.
+void dequantize_bf16(const uint8_t* W, model::WeightType type, int64_t rows, int64_t K, uint16_t* out,
+                     cudaStream_t stream);
+
+// out[t, :] = dequant(W)[tokens[t], :] * scale for t < T (W: vocab rows of K values; an id outside [0, vocab) gives
+// NaN rows, as the plain embed kernel does). tokens is the device step buffer (graph rule); out f32 or bf16.
+void embed_quant(const uint8_t* W, model::WeightType type, int64_t vocab, int64_t K, const int32_t* tokens, int64_t T,
+                 void* out, bool out_bf16, int64_t ldo, float scale, cudaStream_t stream);
 
 }  // namespace flashkit::engine::cuda
