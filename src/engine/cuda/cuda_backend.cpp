@@ -492,14 +492,12 @@ class CudaBackend final : public Backend {
       int64_t row_bytes;
     };
     std::vector<Segment> segments;
+    uint64_t bytes = 0;  // of the device buffer (segments 16-byte aligned)
   };
   static bool is_quant(const Matrix& m) { return m.w.dtype == kQuantMarker && m.impl; }
   static const QuantMatrix& quant_of(const Matrix& m) { return *static_cast<const QuantMatrix*>(m.impl.get()); }
   static uint64_t matrix_bytes(const Matrix& m) {
-    if (!is_quant(m)) return uint64_t(m.rows) * uint64_t(m.cols) * 2;
-    uint64_t b = 0;
-    for (const auto& s : quant_of(m).segments) b += uint64_t(s.rows) * uint64_t(s.row_bytes);
-    return b;
+    return is_quant(m) ? quant_of(m).bytes : uint64_t(m.rows) * uint64_t(m.cols) * 2;
   }
 
   // Uploads the parts' blocks as they are into one device buffer and sizes the prefill scratch for the matrix.
@@ -513,17 +511,19 @@ class CudaBackend final : public Backend {
         fail(Status::invalid_argument, "load_matrix: " + w->name + " holds " + std::to_string(w->nbytes) +
                                            " bytes, expected " + std::to_string(row_bytes * w->shape[0]));
       q->segments.push_back({w->type, w->shape[0], nullptr, row_bytes});
-      total += w->nbytes;
+      total = (total + 15) / 16 * 16 + w->nbytes;  // each segment 16-byte aligned (the GEMV's word loads)
     }
     m.w = alloc(kQuantMarker, 1, int64_t((total + 3) / 4));  // a byte buffer; rows/cols set below
     size_t off = 0;
     for (size_t i = 0; i < parts.size(); ++i) {
+      off = (off + 15) / 16 * 16;
       auto* dst = static_cast<uint8_t*>(m.w.data) + off;
       h2d(dst, parts[i]->data, parts[i]->nbytes, "load_matrix (quantized blocks)");
       q->segments[i].blocks = dst;
       off += parts[i]->nbytes;
     }
     m.w.rows = m.rows, m.w.cols = m.cols, m.w.ld = m.cols;
+    q->bytes = total;
     m.impl = q;
     weight_bytes_ += total;
     ensure(deq_, size_t(std::min(m.rows, std::max<int64_t>(1, kDequantScratchElems / m.cols)) * m.cols) * 2);

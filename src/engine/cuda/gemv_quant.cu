@@ -1,8 +1,9 @@
-// See gemv_quant.hpp. Value i of a block is computed from the format's definition (the same as model/quant.cpp's
-// loops, indexed by value instead), so lane l of the warp handles values l, l + 32, ... of each block: consecutive
-// lanes read neighbouring quant bytes, and x is read coalesced.
+// See gemv_quant.hpp. The GEMV's inner loop is quant_dot.cuh (whole words per lane, scales once per group of
+// values). The panel dequantization and the embedding gather compute value i of a block from the format's
+// definition (the same as model/quant.cpp's loops, indexed by value instead): one thread per value.
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/gemv_quant.hpp"
+#include "engine/cuda/quant_dot.cuh"
 
 #include <cuda_fp16.h>
 
@@ -13,44 +14,9 @@ namespace flashkit::engine::cuda {
 namespace {
 
 using model::WeightType;
-
-__device__ __forceinline__ float half_at(const uint8_t* p) {
-  return __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(p)));  // blocks are 2-byte aligned
-}
-
-// Q4_K / Q5_K: sub-block j's 6-bit scale and min from the 12 packed bytes (model/quant.cpp explains the packing).
-__device__ __forceinline__ void k_scale_min(const uint8_t* s, int j, int* sc, int* mn) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *mn = s[j + 4] & 63;
-  } else {
-    *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-    *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
-
-template <WeightType TYPE>
-struct Layout;
-template <>
-struct Layout<WeightType::q8_0> {
-  static constexpr int kValues = 32, kBytes = 34;
-};
-template <>
-struct Layout<WeightType::q4_0> {
-  static constexpr int kValues = 32, kBytes = 18;
-};
-template <>
-struct Layout<WeightType::q4_k> {
-  static constexpr int kValues = 256, kBytes = 144;
-};
-template <>
-struct Layout<WeightType::q5_k> {
-  static constexpr int kValues = 256, kBytes = 176;
-};
-template <>
-struct Layout<WeightType::q6_k> {
-  static constexpr int kValues = 256, kBytes = 210;
-};
+using quant::half_at;
+using quant::k_scale_min;
+using quant::Layout;
 
 // Value i of block b.
 template <WeightType TYPE>
@@ -78,6 +44,7 @@ __device__ __forceinline__ float value(const uint8_t* b, int i) {
   }
 }
 
+// One warp per output row: each lane accumulates its share of the row (quant_dot.cuh), the warp reduces.
 template <WeightType TYPE, int T>
 __global__ void gemv_quant_kernel(const float* __restrict__ x, int64_t ldx, const uint8_t* __restrict__ W, int64_t N,
                                   int64_t K, float* __restrict__ out, int64_t ldo) {
@@ -88,21 +55,10 @@ __global__ void gemv_quant_kernel(const float* __restrict__ x, int64_t ldx, cons
   pdl_wait();
   if (n >= N) return;
   const int64_t nb = K / L::kValues;
-  const uint8_t* row = W + n * nb * L::kBytes;
   float acc[T];
 #pragma unroll
   for (int t = 0; t < T; ++t) acc[t] = 0.f;
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = row + b * L::kBytes;
-#pragma unroll
-    for (int j = 0; j < L::kValues / 32; ++j) {
-      const int i = 32 * j + lane;
-      const float w = value<TYPE>(blk, i);
-      const int64_t k = b * L::kValues + i;
-#pragma unroll
-      for (int t = 0; t < T; ++t) acc[t] += w * x[t * ldx + k];
-    }
-  }
+  quant::lane_dot<TYPE, T>(W + n * nb * L::kBytes, nb, x, ldx, lane, acc);
 #pragma unroll
   for (int t = 0; t < T; ++t) {
     const float s = warp_sum(acc[t]);

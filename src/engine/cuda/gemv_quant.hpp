@@ -1,7 +1,7 @@
 // Decode GEMV over GGUF block-quantized weights on CUDA: out[t, n] = sum_k x[t, k] * dequant(W)[n, k] for T <= 8
 // rows of f32 x, W kept as its blocks on the device (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; layouts in model/quant.hpp).
 // One warp per output row walks the row's blocks; each lane expands the values it needs straight into registers
-// (no dequantized copy anywhere) and the warp reduces at the end. Beside it, the two other kernels a backend that
+// (no dequantized copy anywhere; the lane mapping is quant_dot.cuh) and the warp reduces at the end. Beside it, the two other kernels a backend that
 // keeps the blocks needs: a row-panel dequantization into bf16 (prefill: the panel feeds cuBLAS) and the embedding
 // gather from a quantized table. Plain C++ declarations, as kernels.hpp.
 #pragma once
@@ -14,7 +14,8 @@ typedef struct CUstream_st* cudaStream_t;
 namespace flashkit::engine::cuda {
 
 // x: [T, K] f32 rows of stride ldx; W: N rows of K / block-size blocks of `type`; out: [T, N] f32, stride ldo.
-// 1 <= T <= 8 and K a multiple of the block size (the caller checks); throws flashkit::Error on a failed launch.
+// 1 <= T <= 8 and K a multiple of the block size (the caller checks); W 4-byte aligned for Q4_K / Q5_K, 2-byte for
+// the others; throws flashkit::Error on a failed launch.
 void gemv_quant(const float* x, int64_t ldx, int T, const uint8_t* W, model::WeightType type, int64_t N, int64_t K,
                 float* out, int64_t ldo, cudaStream_t stream);
 
