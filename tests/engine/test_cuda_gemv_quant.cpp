@@ -65,13 +65,22 @@ TEST(CudaGemvQuant, EveryTypeAgainstF64) {
         float* dx = to_device(x.data(), x.size());
         float* dout = to_device(out.data(), out.size());
         auto* dw = to_device(reinterpret_cast<const uint8_t*>(blocks.data()), blocks.size());
-        flashkit::engine::cuda::gemv_quant(dx, ldx, T, dw, weight_type(qt), N, K, dout, ldo, nullptr);
+        // Every other case also adds the output to a residual (the fused add after o / down), stride ldo + 2.
+        const bool add = N != 37;
+        const int64_t ldh = ldo + 2;
+        std::vector<float> h(size_t(T * ldh)), h_out(h.size());
+        for (auto& v : h) v = nd(rng);
+        float* dh = to_device(h.data(), h.size());
+        flashkit::engine::cuda::gemv_quant(dx, ldx, T, dw, weight_type(qt), N, K, dout, ldo, nullptr,
+                                           add ? dh : nullptr, ldh);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         ASSERT_EQ(cudaMemcpy(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(h_out.data(), dh, h.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
         cudaFree(dx);
         cudaFree(dout);
         cudaFree(dw);
-        double d = 0, r = 0;
+        cudaFree(dh);
+        double d = 0, r = 0, dh2 = 0;
         for (int t = 0; t < T; ++t)
           for (int64_t n = 0; n < N; ++n) {
             double e = 0;
@@ -79,8 +88,13 @@ TEST(CudaGemvQuant, EveryTypeAgainstF64) {
             const double o = out[size_t(t * ldo + n)];
             d += (o - e) * (o - e);
             r += e * e;
+            const double he = double(h[size_t(t * ldh + n)]) + (add ? e : 0.0), ho = h_out[size_t(t * ldh + n)];
+            dh2 += (ho - he) * (ho - he);
           }
         EXPECT_LT(std::sqrt(d / r), 1e-5) << fk_test::qtype_name(qt) << " T " << T << " N " << N;
+        EXPECT_LT(std::sqrt(dh2 / r), 1e-5) << "residual add: " << fk_test::qtype_name(qt) << " T " << T << " N " << N;
+        for (int t = 0; t < T; ++t)  // the gaps of the strided residual are untouched
+          for (int64_t n = N; n < ldh; ++n) ASSERT_EQ(h_out[size_t(t * ldh + n)], h[size_t(t * ldh + n)]);
       }
 #endif
 }

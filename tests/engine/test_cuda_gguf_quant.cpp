@@ -126,6 +126,20 @@ TEST_P(CudaGgufQuant, CudaFollowsCpuOnTheSameBlocks) {
   gs5->prefill(p5, true);
   EXPECT_LT(rel_err(gs5->all_logits().data(), cs5->all_logits().data(), int64_t(cs5->all_logits().size())), 3e-2);
 
+  // Unfused (FLASHKIT_CUDA_FUSE=0): the residual adds after the o / down GEMVs as their own kernels; same logits.
+  flashkit::LoadOptions nofuse = gpu;
+  nofuse.tuning = flashkit::default_tuning();
+  nofuse.tuning->cuda_fuse = false;
+  auto um = flashkit::Model::load(file.path, nofuse);
+  auto us = um->new_session(), cs2 = cm->new_session();
+  us->prefill(p5);
+  cs2->prefill(p5);
+  for (int32_t t : {9, 2}) {
+    us->decode(t);
+    cs2->decode(t);
+    EXPECT_LT(rel_err(us->logits().data(), cs2->logits().data(), V), 3e-2) << "unfused, token " << t;
+  }
+
   // Greedy generation of 16 tokens: the CPU's tokens, with its top-2 margins along its own sequence; CUDA must pick
   // the same ids up to the first step whose margin is too small for bf16 activations to be sure of the order.
   flashkit::GenerateOptions g;

@@ -532,7 +532,8 @@ class CudaBackend final : public Backend {
   // out = x . W^T for a quantized W. T <= kQuantGemvRows: the GEMV per segment (bf16 operands through f32
   // scratch). Else: each segment in row panels that fit the scratch, dequantized to bf16, then cuBLAS into the
   // panel's output columns.
-  void linear_quant(const Op& o) {
+  // add_to (T <= kQuantGemvRows, f32 out, no bias): the residual h that the next op adds `out` to, fused.
+  void linear_quant(const Op& o, const Tensor* add_to = nullptr) {
     const int64_t T = o.T, N = o.M.rows, K = o.M.cols;
     const QuantMatrix& q = quant_of(o.M);
     if (T <= kQuantGemvRows) {
@@ -546,7 +547,8 @@ class CudaBackend final : public Backend {
       const int64_t ldy = bf(o.c) ? N : o.c.ld;
       int64_t r0 = 0;
       for (const auto& seg : q.segments) {
-        kc::gemv_quant(x, ldx, int(T), seg.blocks, seg.type, seg.rows, K, y + r0, ldy, stream_);
+        kc::gemv_quant(x, ldx, int(T), seg.blocks, seg.type, seg.rows, K, y + r0, ldy, stream_,
+                       add_to ? static_cast<float*>(add_to->data) + r0 : nullptr, add_to ? add_to->ld : 0);
         r0 += seg.rows;
       }
       if (bf(o.c)) kc::convert_rows(yq_.p, false, N, o.c.data, true, o.c.ld, T, N, stream_);
@@ -755,6 +757,7 @@ class CudaBackend final : public Backend {
     while (i < ops.size()) {
       size_t used = fuse_ ? fused_attention(ops, i) : 0;  // (attention never touches the residual)
       if (!used) used = fused_linear(ops, i, fuse_);       // handles the shadow itself
+      if (!used && fuse_) used = fused_quant_linear_add(ops, i);
       if (!used) {
         if (redirect_.active && touches(ops[i], redirect_.home, redirect_.T)) materialize_residual();
         single(ops[i]);
@@ -763,6 +766,23 @@ class CudaBackend final : public Backend {
       i += used;
     }
     materialize_residual();
+  }
+
+  // linear (quantized, T <= 8 rows, f32 out, no bias) add(out -> h) as one quantized GEMV that writes out and adds it
+  // to h (the o and down projections of a decode step). Returns the ops consumed (0: no match).
+  size_t fused_quant_linear_add(const std::vector<Op>& ops, size_t i) {
+    if (i + 1 >= ops.size()) return 0;
+    const Op& lin = ops[i];
+    const Op& ad = ops[i + 1];
+    if (lin.kind != OpKind::linear || !is_quant(lin.M) || lin.T > kQuantGemvRows || lin.M.bias.data) return 0;
+    if (ad.kind != OpKind::add || ad.T != lin.T || !same(ad.a, lin.c) || ad.a.cols != lin.M.rows) return 0;
+    if (bf(lin.c) || bf(ad.c) || ad.c.cols != lin.M.rows) return 0;
+    if (overlaps(ad.c, ad.T, lin.a, lin.T) || overlaps(ad.c, ad.T, lin.c, lin.T)) return 0;
+    if (redirect_.active && (touches(lin, redirect_.home, redirect_.T) || touches(ad, redirect_.home, redirect_.T)))
+      materialize_residual();
+    linear_quant(lin, &ad.c);
+    ++stats_.quant_fused_adds;
+    return 2;
   }
 
   // [rms_norm(q|k) ... rope(q|k) ...] attention, T == 1. Returns the ops consumed (0: no match).

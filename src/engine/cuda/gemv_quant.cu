@@ -47,7 +47,8 @@ __device__ __forceinline__ float value(const uint8_t* b, int i) {
 // One warp per output row: each lane accumulates its share of the row (quant_dot.cuh), the warp reduces.
 template <WeightType TYPE, int T>
 __global__ void gemv_quant_kernel(const float* __restrict__ x, int64_t ldx, const uint8_t* __restrict__ W, int64_t N,
-                                  int64_t K, float* __restrict__ out, int64_t ldo) {
+                                  int64_t K, float* __restrict__ out, int64_t ldo, float* __restrict__ add_to,
+                                  int64_t ld_add) {
   using L = Layout<TYPE>;
   pdl_trigger();
   const int lane = threadIdx.x & 31;
@@ -62,30 +63,34 @@ __global__ void gemv_quant_kernel(const float* __restrict__ x, int64_t ldx, cons
 #pragma unroll
   for (int t = 0; t < T; ++t) {
     const float s = warp_sum(acc[t]);
-    if (lane == 0) out[t * ldo + n] = s;
+    if (lane == 0) {
+      out[t * ldo + n] = s;
+      if (add_to) add_to[t * ld_add + n] += s;
+    }
   }
 }
 
 template <WeightType TYPE, int T>
 void launch_rows(const float* x, int64_t ldx, const uint8_t* W, int64_t N, int64_t K, float* out, int64_t ldo,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, float* add_to, int64_t ld_add) {
   constexpr int kWarps = 4;
   const dim3 grid(unsigned((N + kWarps - 1) / kWarps));
-  launch("gemv_quant", gemv_quant_kernel<TYPE, T>, grid, dim3(32 * kWarps), 0, stream, x, ldx, W, N, K, out, ldo);
+  launch("gemv_quant", gemv_quant_kernel<TYPE, T>, grid, dim3(32 * kWarps), 0, stream, x, ldx, W, N, K, out, ldo,
+         add_to, ld_add);
 }
 
 template <WeightType TYPE>
 void launch_type(const float* x, int64_t ldx, int T, const uint8_t* W, int64_t N, int64_t K, float* out, int64_t ldo,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, float* add_to, int64_t ld_add) {
   switch (T) {
-    case 1: return launch_rows<TYPE, 1>(x, ldx, W, N, K, out, ldo, stream);
-    case 2: return launch_rows<TYPE, 2>(x, ldx, W, N, K, out, ldo, stream);
-    case 3: return launch_rows<TYPE, 3>(x, ldx, W, N, K, out, ldo, stream);
-    case 4: return launch_rows<TYPE, 4>(x, ldx, W, N, K, out, ldo, stream);
-    case 5: return launch_rows<TYPE, 5>(x, ldx, W, N, K, out, ldo, stream);
-    case 6: return launch_rows<TYPE, 6>(x, ldx, W, N, K, out, ldo, stream);
-    case 7: return launch_rows<TYPE, 7>(x, ldx, W, N, K, out, ldo, stream);
-    default: return launch_rows<TYPE, 8>(x, ldx, W, N, K, out, ldo, stream);
+    case 1: return launch_rows<TYPE, 1>(x, ldx, W, N, K, out, ldo, stream, add_to, ld_add);
+    case 2: return launch_rows<TYPE, 2>(x, ldx, W, N, K, out, ldo, stream, add_to, ld_add);
+    case 3: return launch_rows<TYPE, 3>(x, ldx, W, N, K, out, ldo, stream, add_to, ld_add);
+    case 4: return launch_rows<TYPE, 4>(x, ldx, W, N, K, out, ldo, stream, add_to, ld_add);
+    case 5: return launch_rows<TYPE, 5>(x, ldx, W, N, K, out, ldo, stream, add_to, ld_add);
+    case 6: return launch_rows<TYPE, 6>(x, ldx, W, N, K, out, ldo, stream, add_to, ld_add);
+    case 7: return launch_rows<TYPE, 7>(x, ldx, W, N, K, out, ldo, stream, add_to, ld_add);
+    default: return launch_rows<TYPE, 8>(x, ldx, W, N, K, out, ldo, stream, add_to, ld_add);
   }
 }
 
@@ -164,13 +169,13 @@ void embed_quant(const uint8_t* W, model::WeightType type, int64_t vocab, int64_
 }
 
 void gemv_quant(const float* x, int64_t ldx, int T, const uint8_t* W, model::WeightType type, int64_t N, int64_t K,
-                float* out, int64_t ldo, cudaStream_t stream) {
+                float* out, int64_t ldo, cudaStream_t stream, float* add_to, int64_t ld_add) {
   switch (type) {
-    case WeightType::q8_0: return launch_type<WeightType::q8_0>(x, ldx, T, W, N, K, out, ldo, stream);
-    case WeightType::q4_0: return launch_type<WeightType::q4_0>(x, ldx, T, W, N, K, out, ldo, stream);
-    case WeightType::q4_k: return launch_type<WeightType::q4_k>(x, ldx, T, W, N, K, out, ldo, stream);
-    case WeightType::q5_k: return launch_type<WeightType::q5_k>(x, ldx, T, W, N, K, out, ldo, stream);
-    case WeightType::q6_k: return launch_type<WeightType::q6_k>(x, ldx, T, W, N, K, out, ldo, stream);
+    case WeightType::q8_0: return launch_type<WeightType::q8_0>(x, ldx, T, W, N, K, out, ldo, stream, add_to, ld_add);
+    case WeightType::q4_0: return launch_type<WeightType::q4_0>(x, ldx, T, W, N, K, out, ldo, stream, add_to, ld_add);
+    case WeightType::q4_k: return launch_type<WeightType::q4_k>(x, ldx, T, W, N, K, out, ldo, stream, add_to, ld_add);
+    case WeightType::q5_k: return launch_type<WeightType::q5_k>(x, ldx, T, W, N, K, out, ldo, stream, add_to, ld_add);
+    case WeightType::q6_k: return launch_type<WeightType::q6_k>(x, ldx, T, W, N, K, out, ldo, stream, add_to, ld_add);
     default: fail(Status::invalid_argument, std::string("gemv_quant: not a quantized type: ") + weight_type_name(type));
   }
 }

@@ -16,8 +16,10 @@ namespace flashkit::engine::cuda {
 // x: [T, K] f32 rows of stride ldx; W: N rows of K / block-size blocks of `type`; out: [T, N] f32, stride ldo.
 // 1 <= T <= 8 and K a multiple of the block size (the caller checks); W 4-byte aligned for Q4_K / Q5_K, 2-byte for
 // the others; throws flashkit::Error on a failed launch.
+// add_to (optional, f32 [T, N] of stride ld_add, not overlapping x or out): also add_to[t, n] += out[t, n] (the
+// residual add that follows an o / down projection, fused).
 void gemv_quant(const float* x, int64_t ldx, int T, const uint8_t* W, model::WeightType type, int64_t N, int64_t K,
-                float* out, int64_t ldo, cudaStream_t stream);
+                float* out, int64_t ldo, cudaStream_t stream, float* add_to = nullptr, int64_t ld_add = 0);
 
 // out[r * K + k] = bf16(dequant(W)[r, k]) for r < rows (W: `rows` rows of K / block-size blocks), contiguous.
 void dequantize_bf16(const uint8_t* W, model::WeightType type, int64_t rows, int64_t K, uint16_t* out,
