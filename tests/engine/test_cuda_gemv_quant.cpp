@@ -65,32 +65,48 @@ TEST(CudaGemvQuant, EveryTypeAgainstF64) {
         float* dx = to_device(x.data(), x.size());
         float* dout = to_device(out.data(), out.size());
         auto* dw = to_device(reinterpret_cast<const uint8_t*>(blocks.data()), blocks.size());
-        // Every other case also adds the output to a residual (the fused add after o / down), stride ldo + 2.
-        const bool add = N != 37;
-        const int64_t ldh = ldo + 2;
-        std::vector<float> h(size_t(T * ldh)), h_out(h.size());
+        // The fused variants: N = 1 and 300 also add the output to a residual (the add after o / down; stride
+        // ldo + 2); N = 37 and 300 take the raw x with an RMSNorm prologue and write the normed rows (stride K + 1).
+        const bool add = N != 37, norm = N != 1;
+        const int64_t ldh = ldo + 2, ldn = K + 1;
+        const float eps = 1e-5f;
+        std::vector<float> h(size_t(T * ldh)), h_out(h.size()), nw(static_cast<size_t>(K)),
+            xn(size_t(T * ldn), std::numeric_limits<float>::quiet_NaN());
         for (auto& v : h) v = nd(rng);
+        for (auto& v : nw) v = 1.0f + 0.3f * nd(rng);
         float* dh = to_device(h.data(), h.size());
-        flashkit::engine::cuda::gemv_quant(dx, ldx, T, dw, weight_type(qt), N, K, dout, ldo, nullptr,
-                                           add ? dh : nullptr, ldh);
+        float* dnw = to_device(nw.data(), nw.size());
+        float* dxn = to_device(xn.data(), xn.size());
+        flashkit::engine::cuda::QuantGemvFusion fu;
+        if (add) fu.add_to = dh, fu.ld_add = ldh;
+        if (norm) fu.norm_w = dnw, fu.eps = eps, fu.norm_out = dxn, fu.ld_norm_out = ldn;
+        flashkit::engine::cuda::gemv_quant(dx, ldx, T, dw, weight_type(qt), N, K, dout, ldo, nullptr, fu);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         ASSERT_EQ(cudaMemcpy(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
         ASSERT_EQ(cudaMemcpy(h_out.data(), dh, h.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-        cudaFree(dx);
-        cudaFree(dout);
+        ASSERT_EQ(cudaMemcpy(xn.data(), dxn, xn.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        for (float* p : {dx, dout, dh, dnw, dxn}) cudaFree(p);
         cudaFree(dw);
-        cudaFree(dh);
         double d = 0, r = 0, dh2 = 0;
-        for (int t = 0; t < T; ++t)
+        for (int t = 0; t < T; ++t) {
+          double ss = 0;
+          for (int64_t k = 0; k < K; ++k) ss += double(x[size_t(t * ldx + k)]) * x[size_t(t * ldx + k)];
+          const double inv = norm ? 1.0 / std::sqrt(ss / double(K) + eps) : 1.0;
+          for (int64_t k = 0; norm && k < K; ++k) {
+            const double e = double(x[size_t(t * ldx + k)]) * inv * nw[size_t(k)];
+            ASSERT_NEAR(xn[size_t(t * ldn + k)], e, 1e-5 * (std::fabs(e) + 1)) << "normed row " << t << " col " << k;
+          }
           for (int64_t n = 0; n < N; ++n) {
             double e = 0;
-            for (int64_t k = 0; k < K; ++k) e += double(x[size_t(t * ldx + k)]) * w[size_t(n * K + k)];
+            for (int64_t k = 0; k < K; ++k)
+              e += double(x[size_t(t * ldx + k)]) * (norm ? inv * nw[size_t(k)] : 1.0) * w[size_t(n * K + k)];
             const double o = out[size_t(t * ldo + n)];
             d += (o - e) * (o - e);
             r += e * e;
             const double he = double(h[size_t(t * ldh + n)]) + (add ? e : 0.0), ho = h_out[size_t(t * ldh + n)];
             dh2 += (ho - he) * (ho - he);
           }
+        }
         EXPECT_LT(std::sqrt(d / r), 1e-5) << fk_test::qtype_name(qt) << " T " << T << " N " << N;
         EXPECT_LT(std::sqrt(dh2 / r), 1e-5) << "residual add: " << fk_test::qtype_name(qt) << " T " << T << " N " << N;
         for (int t = 0; t < T; ++t)  // the gaps of the strided residual are untouched

@@ -3,9 +3,10 @@
 # the GPU machine (an H200), in one call that fits in ~5 minutes:
 #   build     the library, the engine tests, flashkit_engine_bench and flashkit_quant_gguf_writer (sm_90a)
 #   test      CudaGgufQuant.* (a random tiny Llama per quant type: CUDA vs CPU logits in prefill, 5-row and decode
-#             steps, greedy tokens, the memory report), CudaGemvQuant.* (the kernels vs f64), GgufKQuant.*,
+#             steps, greedy tokens, the memory report), CudaGemvQuant.* (the kernels vs f64), CudaQuantBackend.*
+#             (the fused norm prologue and residual epilogue vs f64), CudaQuantLanes.*, GgufKQuant.*,
 #             FidelityGguf.*
-#   sanitize  compute-sanitizer memcheck on CudaGgufQuant.* and CudaGemvQuant.*
+#   sanitize  compute-sanitizer memcheck on CudaGgufQuant.* (q4_k, q5_k), CudaGemvQuant.*, CudaQuantBackend.*
 #   bench     decode of a Llama-3.2-1B-shaped random-weights GGUF in bf16, Q8_0, Q4_K and Q4_0 (CUDA graphs on and
 #             off, as flashkit_engine_bench runs them): tok/s, weight bytes per token, GB/s and % of the 4.24 TB/s
 #             copy ceiling -> $OUT/quantcuda-bench.json
@@ -25,7 +26,7 @@ status=0
 E=$BUILD/tests/engine/flashkit_engine_tests
 EB=$BUILD/bench/engine/flashkit_engine_bench
 W=$BUILD/bench/engine/flashkit_quant_gguf_writer
-TESTS='CudaGgufQuant.*:*/CudaGgufQuant.*:CudaGemvQuant.*:GgufKQuant.*:FidelityGguf.*'
+TESTS='*/CudaGgufQuant.*:CudaGemvQuant.*:CudaQuantBackend.*:CudaQuantLanes.*:GgufKQuant.*:FidelityGguf.*'
 for st in "${STAGES[@]}"; do
   case $st in
     build)
@@ -41,7 +42,7 @@ for st in "${STAGES[@]}"; do
       # q4_k: quantized embedding + separate Q6_K lm_head; q5_k: f32 embedding + Q8_0 lm_head (the kernels of
       # every type are memchecked by CudaGemvQuant.*, the GEMV's in tools/gpu/gguf.sh too).
       run memcheck_quant timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$E" --gtest_brief=1 \
-        --gtest_filter='*/CudaGgufQuant.CudaFollowsCpu*/q4_k:*/CudaGgufQuant.CudaFollowsCpu*/q5_k:CudaGemvQuant.*' ;;
+        --gtest_filter='*/CudaGgufQuant.CudaFollowsCpu*/q4_k:*/CudaGgufQuant.CudaFollowsCpu*/q5_k:CudaGemvQuant.*:CudaQuantBackend.*' ;;
     bench)
       D=${MODELS_DIR:-/tmp/quantcuda-models}; mkdir -p "$D"
       models=""

@@ -532,14 +532,15 @@ class CudaBackend final : public Backend {
   // out = x . W^T for a quantized W. T <= kQuantGemvRows: the GEMV per segment (bf16 operands through f32
   // scratch). Else: each segment in row panels that fit the scratch, dequantized to bf16, then cuBLAS into the
   // panel's output columns.
-  // add_to (T <= kQuantGemvRows, f32 out, no bias): the residual h that the next op adds `out` to, fused.
-  void linear_quant(const Op& o, const Tensor* add_to = nullptr) {
+  // Fusions (T <= kQuantGemvRows): add_to (f32 out, no bias): the residual h that the next op adds `out` to;
+  // norm: the rms_norm op (f32 x -> f32 out = o.a, over the whole row) that produces this linear's input.
+  void linear_quant(const Op& o, const Tensor* add_to = nullptr, const Op* norm = nullptr) {
     const int64_t T = o.T, N = o.M.rows, K = o.M.cols;
     const QuantMatrix& q = quant_of(o.M);
     if (T <= kQuantGemvRows) {
-      const float* x = static_cast<const float*>(o.a.data);
-      int64_t ldx = o.a.ld;
-      if (bf(o.a)) {
+      const float* x = static_cast<const float*>(norm ? norm->a.data : o.a.data);
+      int64_t ldx = norm ? norm->a.ld : o.a.ld;
+      if (!norm && bf(o.a)) {
         kc::convert_rows(o.a.data, true, o.a.ld, xq_.p, false, K, T, K, stream_);
         x = static_cast<const float*>(xq_.p), ldx = K;
       }
@@ -547,8 +548,13 @@ class CudaBackend final : public Backend {
       const int64_t ldy = bf(o.c) ? N : o.c.ld;
       int64_t r0 = 0;
       for (const auto& seg : q.segments) {
-        kc::gemv_quant(x, ldx, int(T), seg.blocks, seg.type, seg.rows, K, y + r0, ldy, stream_,
-                       add_to ? static_cast<float*>(add_to->data) + r0 : nullptr, add_to ? add_to->ld : 0);
+        kc::QuantGemvFusion f;
+        if (add_to) f.add_to = static_cast<float*>(add_to->data) + r0, f.ld_add = add_to->ld;
+        if (norm) {
+          f.norm_w = static_cast<const float*>(norm->b.data), f.eps = norm->f;
+          if (r0 == 0) f.norm_out = static_cast<float*>(norm->c.data), f.ld_norm_out = norm->c.ld;  // written once
+        }
+        kc::gemv_quant(x, ldx, int(T), seg.blocks, seg.type, seg.rows, K, y + r0, ldy, stream_, f);
         r0 += seg.rows;
       }
       if (bf(o.c)) kc::convert_rows(yq_.p, false, N, o.c.data, true, o.c.ld, T, N, stream_);
@@ -758,6 +764,7 @@ class CudaBackend final : public Backend {
       size_t used = fuse_ ? fused_attention(ops, i) : 0;  // (attention never touches the residual)
       if (!used) used = fused_linear(ops, i, fuse_);       // handles the shadow itself
       if (!used && fuse_) used = fused_quant_linear_add(ops, i);
+      if (!used && fuse_) used = fused_quant_norm_linear(ops, i);
       if (!used) {
         if (redirect_.active && touches(ops[i], redirect_.home, redirect_.T)) materialize_residual();
         single(ops[i]);
@@ -782,6 +789,25 @@ class CudaBackend final : public Backend {
       materialize_residual();
     linear_quant(lin, &ad.c);
     ++stats_.quant_fused_adds;
+    return 2;
+  }
+
+  // rms_norm(x -> xn, over the row) linear(xn, quantized, T <= 8 rows) as one quantized GEMV with the norm as its
+  // prologue (it reads x, writes xn as the norm would, and the product). Returns the ops consumed (0: no match).
+  size_t fused_quant_norm_linear(const std::vector<Op>& ops, size_t i) {
+    if (i + 1 >= ops.size()) return 0;
+    const Op& nm = ops[i];
+    const Op& lin = ops[i + 1];
+    if (nm.kind != OpKind::rms_norm || lin.kind != OpKind::linear || !is_quant(lin.M) || lin.T > kQuantGemvRows)
+      return 0;
+    const int64_t K = lin.M.cols, T = lin.T;
+    if (nm.T != T || nm.group != K || nm.a.cols != K || bf(nm.a) || bf(nm.c) || !same(lin.a, nm.c)) return 0;
+    // The kernel reads x while one warp writes xn: they must not overlap (nor xn the output).
+    if (overlaps(nm.a, T, nm.c, T) || overlaps(nm.c, T, lin.c, T) || overlaps(nm.a, T, lin.c, T)) return 0;
+    if (redirect_.active && (touches(nm, redirect_.home, redirect_.T) || touches(lin, redirect_.home, redirect_.T)))
+      materialize_residual();
+    linear_quant(lin, nullptr, &nm);
+    ++stats_.quant_fused_norms;
     return 2;
   }
 

@@ -44,11 +44,12 @@ __device__ __forceinline__ float value(const uint8_t* b, int i) {
   }
 }
 
-// One warp per output row: each lane accumulates its share of the row (quant_dot.cuh), the warp reduces.
-template <WeightType TYPE, int T>
+// One warp per output row: each lane accumulates its share of the row (quant_dot.cuh), the warp reduces. NORM: x is
+// the raw row; the lanes also sum x^2, and the dot product is scaled by the row's 1 / rms; warp 0 of block 0 writes
+// the normed rows when f.norm_out is set.
+template <WeightType TYPE, int T, bool NORM>
 __global__ void gemv_quant_kernel(const float* __restrict__ x, int64_t ldx, const uint8_t* __restrict__ W, int64_t N,
-                                  int64_t K, float* __restrict__ out, int64_t ldo, float* __restrict__ add_to,
-                                  int64_t ld_add) {
+                                  int64_t K, float* __restrict__ out, int64_t ldo, QuantGemvFusion f) {
   using L = Layout<TYPE>;
   pdl_trigger();
   const int lane = threadIdx.x & 31;
@@ -56,41 +57,51 @@ __global__ void gemv_quant_kernel(const float* __restrict__ x, int64_t ldx, cons
   pdl_wait();
   if (n >= N) return;
   const int64_t nb = K / L::kValues;
-  float acc[T];
+  float acc[T], sq[T];
 #pragma unroll
-  for (int t = 0; t < T; ++t) acc[t] = 0.f;
-  quant::lane_dot<TYPE, T>(W + n * nb * L::kBytes, nb, x, ldx, lane, acc);
+  for (int t = 0; t < T; ++t) acc[t] = 0.f, sq[t] = 0.f;
+  quant::lane_dot<TYPE, T, NORM>(W + n * nb * L::kBytes, nb, quant::XIn<NORM>{x, ldx, f.norm_w, sq}, lane, acc);
 #pragma unroll
   for (int t = 0; t < T; ++t) {
-    const float s = warp_sum(acc[t]);
+    float s = warp_sum(acc[t]);
+    if constexpr (NORM) {
+      const float r = rsqrtf(warp_sum(sq[t]) / float(K) + f.eps);  // every lane holds it after the butterfly
+      s *= r;
+      if (n == 0 && f.norm_out)
+        for (int64_t k = lane; k < K; k += 32) f.norm_out[t * f.ld_norm_out + k] = x[t * ldx + k] * r * f.norm_w[k];
+    }
     if (lane == 0) {
       out[t * ldo + n] = s;
-      if (add_to) add_to[t * ld_add + n] += s;
+      if (f.add_to) f.add_to[t * f.ld_add + n] += s;
     }
   }
 }
 
 template <WeightType TYPE, int T>
 void launch_rows(const float* x, int64_t ldx, const uint8_t* W, int64_t N, int64_t K, float* out, int64_t ldo,
-                 cudaStream_t stream, float* add_to, int64_t ld_add) {
+                 cudaStream_t stream, const QuantGemvFusion& f) {
   constexpr int kWarps = 4;
   const dim3 grid(unsigned((N + kWarps - 1) / kWarps));
-  launch("gemv_quant", gemv_quant_kernel<TYPE, T>, grid, dim3(32 * kWarps), 0, stream, x, ldx, W, N, K, out, ldo,
-         add_to, ld_add);
+  if (f.norm_w)
+    launch("gemv_quant", gemv_quant_kernel<TYPE, T, true>, grid, dim3(32 * kWarps), 0, stream, x, ldx, W, N, K, out,
+           ldo, f);
+  else
+    launch("gemv_quant", gemv_quant_kernel<TYPE, T, false>, grid, dim3(32 * kWarps), 0, stream, x, ldx, W, N, K, out,
+           ldo, f);
 }
 
 template <WeightType TYPE>
 void launch_type(const float* x, int64_t ldx, int T, const uint8_t* W, int64_t N, int64_t K, float* out, int64_t ldo,
-                 cudaStream_t stream, float* add_to, int64_t ld_add) {
+                 cudaStream_t stream, const QuantGemvFusion& f) {
   switch (T) {
-    case 1: return launch_rows<TYPE, 1>(x, ldx, W, N, K, out, ldo, stream, add_to, ld_add);
-    case 2: return launch_rows<TYPE, 2>(x, ldx, W, N, K, out, ldo, stream, add_to, ld_add);
-    case 3: return launch_rows<TYPE, 3>(x, ldx, W, N, K, out, ldo, stream, add_to, ld_add);
-    case 4: return launch_rows<TYPE, 4>(x, ldx, W, N, K, out, ldo, stream, add_to, ld_add);
-    case 5: return launch_rows<TYPE, 5>(x, ldx, W, N, K, out, ldo, stream, add_to, ld_add);
-    case 6: return launch_rows<TYPE, 6>(x, ldx, W, N, K, out, ldo, stream, add_to, ld_add);
-    case 7: return launch_rows<TYPE, 7>(x, ldx, W, N, K, out, ldo, stream, add_to, ld_add);
-    default: return launch_rows<TYPE, 8>(x, ldx, W, N, K, out, ldo, stream, add_to, ld_add);
+    case 1: return launch_rows<TYPE, 1>(x, ldx, W, N, K, out, ldo, stream, f);
+    case 2: return launch_rows<TYPE, 2>(x, ldx, W, N, K, out, ldo, stream, f);
+    case 3: return launch_rows<TYPE, 3>(x, ldx, W, N, K, out, ldo, stream, f);
+    case 4: return launch_rows<TYPE, 4>(x, ldx, W, N, K, out, ldo, stream, f);
+    case 5: return launch_rows<TYPE, 5>(x, ldx, W, N, K, out, ldo, stream, f);
+    case 6: return launch_rows<TYPE, 6>(x, ldx, W, N, K, out, ldo, stream, f);
+    case 7: return launch_rows<TYPE, 7>(x, ldx, W, N, K, out, ldo, stream, f);
+    default: return launch_rows<TYPE, 8>(x, ldx, W, N, K, out, ldo, stream, f);
   }
 }
 
@@ -169,15 +180,10 @@ void embed_quant(const uint8_t* W, model::WeightType type, int64_t vocab, int64_
 }
 
 void gemv_quant(const float* x, int64_t ldx, int T, const uint8_t* W, model::WeightType type, int64_t N, int64_t K,
-                float* out, int64_t ldo, cudaStream_t stream, float* add_to, int64_t ld_add) {
-  switch (type) {
-    case WeightType::q8_0: return launch_type<WeightType::q8_0>(x, ldx, T, W, N, K, out, ldo, stream, add_to, ld_add);
-    case WeightType::q4_0: return launch_type<WeightType::q4_0>(x, ldx, T, W, N, K, out, ldo, stream, add_to, ld_add);
-    case WeightType::q4_k: return launch_type<WeightType::q4_k>(x, ldx, T, W, N, K, out, ldo, stream, add_to, ld_add);
-    case WeightType::q5_k: return launch_type<WeightType::q5_k>(x, ldx, T, W, N, K, out, ldo, stream, add_to, ld_add);
-    case WeightType::q6_k: return launch_type<WeightType::q6_k>(x, ldx, T, W, N, K, out, ldo, stream, add_to, ld_add);
-    default: fail(Status::invalid_argument, std::string("gemv_quant: not a quantized type: ") + weight_type_name(type));
-  }
+                float* out, int64_t ldo, cudaStream_t stream, const QuantGemvFusion& f) {
+  with_type(type, "gemv_quant", [&](auto tag) {
+    launch_type<decltype(tag)::value>(x, ldx, T, W, N, K, out, ldo, stream, f);
+  });
 }
 
 }  // namespace flashkit::engine::cuda

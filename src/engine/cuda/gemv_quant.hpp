@@ -16,10 +16,21 @@ namespace flashkit::engine::cuda {
 // x: [T, K] f32 rows of stride ldx; W: N rows of K / block-size blocks of `type`; out: [T, N] f32, stride ldo.
 // 1 <= T <= 8 and K a multiple of the block size (the caller checks); W 4-byte aligned for Q4_K / Q5_K, 2-byte for
 // the others; throws flashkit::Error on a failed launch.
-// add_to (optional, f32 [T, N] of stride ld_add, not overlapping x or out): also add_to[t, n] += out[t, n] (the
-// residual add that follows an o / down projection, fused).
+// What a decode GEMV can fuse around itself (all optional; f32 buffers, none overlapping x or out):
+//   norm_w: x is the raw row, the GEMV multiplies rms_norm(x) * norm_w (mean over the K columns, + eps), computed in
+//           the kernel; norm_out (if set): the normed rows are also written there (stride ld_norm_out), as the
+//           unfused rms_norm would.
+//   add_to: also add_to[t, n] += out[t, n] (the residual add that follows an o / down projection).
+struct QuantGemvFusion {
+  const float* norm_w = nullptr;
+  float eps = 0;
+  float* norm_out = nullptr;
+  int64_t ld_norm_out = 0;
+  float* add_to = nullptr;
+  int64_t ld_add = 0;
+};
 void gemv_quant(const float* x, int64_t ldx, int T, const uint8_t* W, model::WeightType type, int64_t N, int64_t K,
-                float* out, int64_t ldo, cudaStream_t stream, float* add_to = nullptr, int64_t ld_add = 0);
+                float* out, int64_t ldo, cudaStream_t stream, const QuantGemvFusion& fusion = {});
 
 // out[r * K + k] = bf16(dequant(W)[r, k]) for r < rows (W: `rows` rows of K / block-size blocks), contiguous.
 void dequantize_bf16(const uint8_t* W, model::WeightType type, int64_t rows, int64_t K, uint16_t* out,

@@ -101,9 +101,29 @@ FK_QHD void k_scale_min(const uint8_t* s, int j, int* sc, int* mn) {
 // Byte j (0..3) of a word.
 FK_QHD int byte_of(uint32_t w, int j) { return int((w >> (8 * j)) & 255u); }
 
-// acc[t] += lane `lane`'s share of sum_k x[t * ldx + k] * dequant(row)[k] over the row's K values (nb blocks).
-template <WeightType TYPE, int T>
-FK_QHD void lane_dot(const uint8_t* row, int64_t nb, const float* x, int64_t ldx, int lane, float* acc) {
+// Value k of row t of x as the dot product sees it: x itself, or with NORM (the RMSNorm prologue) x * nw[k], with
+// x^2 summed into sq[t] (every value of a row is read by exactly one lane of the warp, so the warp's sum of sq[t] is
+// the row's sum of squares; the norm's scalar 1 / rms is applied to the finished dot product).
+template <bool NORM>
+struct XIn {
+  const float* x;
+  int64_t ldx;
+  const float* nw = nullptr;  // NORM: the norm weight [K]
+  float* sq = nullptr;        // NORM: [T] partial sums of x^2
+  FK_QHD float operator()(int t, int64_t k) const {
+    const float v = x[t * ldx + k];
+    if constexpr (NORM) {
+      sq[t] += v * v;
+      return v * nw[k];
+    } else {
+      return v;
+    }
+  }
+};
+
+// acc[t] += lane `lane`'s share of sum_k xin(t, k) * dequant(row)[k] over the row's K values (nb blocks).
+template <WeightType TYPE, int T, bool NORM>
+FK_QHD void lane_dot(const uint8_t* row, int64_t nb, const XIn<NORM>& xin, int lane, float* acc) {
   using L = Layout<TYPE>;
   if constexpr (TYPE == WeightType::q4_k || TYPE == WeightType::q5_k) {
     constexpr bool kFive = TYPE == WeightType::q5_k;
@@ -122,7 +142,6 @@ FK_QHD void lane_dot(const uint8_t* row, int64_t nb, const float* x, int64_t ldx
       const int64_t k0 = b * 256 + 64 * g + 4 * m;  // low nibbles: values k0 .. k0 + 3; high: k0 + 32 ..
       FK_QUNROLL
       for (int t = 0; t < T; ++t) {
-        const float* xt = x + t * ldx + k0;
         float dot0 = 0, dot1 = 0, xs0 = 0, xs1 = 0;
         FK_QUNROLL
         for (int j = 0; j < 4; ++j) {
@@ -131,7 +150,7 @@ FK_QHD void lane_dot(const uint8_t* row, int64_t nb, const float* x, int64_t ldx
             q0 |= ((byte_of(qh, j) >> s0) & 1) << 4;
             q1 |= ((byte_of(qh, j) >> s1) & 1) << 4;
           }
-          const float x0 = xt[j], x1 = xt[32 + j];
+          const float x0 = xin(t, k0 + j), x1 = xin(t, k0 + 32 + j);
           dot0 += x0 * float(q0), xs0 += x0;
           dot1 += x1 * float(q1), xs1 += x1;
         }
@@ -151,15 +170,15 @@ FK_QHD void lane_dot(const uint8_t* row, int64_t nb, const float* x, int64_t ldx
       const float a_lo = d * float(int8_t(blk[192 + i_lo / 16])), a_hi = d * float(int8_t(blk[192 + i_hi / 16]));
       FK_QUNROLL
       for (int t = 0; t < T; ++t) {
-        const float* xt = x + t * ldx + b * 256;
+        const int64_t kb = b * 256;
         float dlo = 0, dhi = 0;
         FK_QUNROLL
         for (int j = 0; j < 4; ++j) {
           const int hb = byte_of(qh, j);
           const int qlo = ((byte_of(ql, j) & 15) | (((hb >> (2 * klo)) & 3) << 4)) - 32;
           const int qhi = ((byte_of(ql, j) >> 4) | (((hb >> (2 * khi)) & 3) << 4)) - 32;
-          dlo += xt[i_lo + j] * float(qlo);
-          dhi += xt[i_hi + j] * float(qhi);
+          dlo += xin(t, kb + i_lo + j) * float(qlo);
+          dhi += xin(t, kb + i_hi + j) * float(qhi);
         }
         acc[t] += a_lo * dlo + a_hi * dhi;
       }
@@ -173,12 +192,13 @@ FK_QHD void lane_dot(const uint8_t* row, int64_t nb, const float* x, int64_t ldx
       const float d = half_at(blk);
       FK_QUNROLL
       for (int t = 0; t < T; ++t) {
-        const float* xt = x + t * ldx + b * 32 + p;
+        const int64_t kb = b * 32 + p;
         float dot = 0, xs = 0;
         FK_QUNROLL
         for (int j = 0; j < 4; ++j) {
-          dot += xt[j] * float(byte_of(qs, j) & 15) + xt[16 + j] * float(byte_of(qs, j) >> 4);
-          xs += xt[j] + xt[16 + j];
+          const float x0 = xin(t, kb + j), x1 = xin(t, kb + 16 + j);
+          dot += x0 * float(byte_of(qs, j) & 15) + x1 * float(byte_of(qs, j) >> 4);
+          xs += x0 + x1;
         }
         acc[t] += d * (dot - 8.0f * xs);
       }
@@ -192,14 +212,20 @@ FK_QHD void lane_dot(const uint8_t* row, int64_t nb, const float* x, int64_t ldx
       const float d = half_at(blk);
       FK_QUNROLL
       for (int t = 0; t < T; ++t) {
-        const float* xt = x + t * ldx + b * 32 + p;
+        const int64_t kb = b * 32 + p;
         float dot = 0;
         FK_QUNROLL
-        for (int j = 0; j < 4; ++j) dot += xt[j] * float(int8_t(byte_of(qs, j)));
+        for (int j = 0; j < 4; ++j) dot += xin(t, kb + j) * float(int8_t(byte_of(qs, j)));
         acc[t] += d * dot;
       }
     }
   }
+}
+
+// The plain dot product (no norm).
+template <WeightType TYPE, int T>
+FK_QHD void lane_dot(const uint8_t* row, int64_t nb, const float* x, int64_t ldx, int lane, float* acc) {
+  lane_dot<TYPE, T, false>(row, nb, XIn<false>{x, ldx}, lane, acc);
 }
 
 }  // namespace flashkit::engine::cuda::quant
