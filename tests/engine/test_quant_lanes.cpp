@@ -59,12 +59,10 @@ TEST(CudaQuantLanes, EveryTypeAgainstF64) {
         std::string bytes;
         std::vector<double> w;
         for (int64_t b = 0; b < nb; ++b) fk_test::pack_random_block(qt, rng, bytes, w);
-        std::vector<uint64_t> storage(bytes.size() / 8 + 2);  // 8-byte aligned; +16 gives the backend's alignment
-        auto* row = reinterpret_cast<uint8_t*>(storage.data()) + 16 - reinterpret_cast<uintptr_t>(storage.data()) % 16;
-        if (row + bytes.size() > reinterpret_cast<uint8_t*>(storage.data() + storage.size())) {
-          storage.resize(storage.size() + 2);
-          row = reinterpret_cast<uint8_t*>(storage.data()) + 16 - reinterpret_cast<uintptr_t>(storage.data()) % 16;
-        }
+        // The row at a 16-byte aligned address, as the backend places segments (8-byte aligned storage, room for the
+        // shift).
+        std::vector<uint64_t> storage(bytes.size() / 8 + 4);
+        auto* row = reinterpret_cast<uint8_t*>(storage.data()) + (16 - reinterpret_cast<uintptr_t>(storage.data()) % 16) % 16;
         std::memcpy(row, bytes.data(), bytes.size());
         std::vector<float> x(size_t(T * ldx)), nw(static_cast<size_t>(K));
         for (float& v : x) v = nd(rng);
