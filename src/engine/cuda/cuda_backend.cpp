@@ -763,8 +763,7 @@ class CudaBackend final : public Backend {
     while (i < ops.size()) {
       size_t used = fuse_ ? fused_attention(ops, i) : 0;  // (attention never touches the residual)
       if (!used) used = fused_linear(ops, i, fuse_);       // handles the shadow itself
-      if (!used && fuse_) used = fused_quant_linear_add(ops, i);
-      if (!used && fuse_) used = fused_quant_norm_linear(ops, i);
+      if (!used && fuse_) used = fused_quant(ops, i);
       if (!used) {
         if (redirect_.active && touches(ops[i], redirect_.home, redirect_.T)) materialize_residual();
         single(ops[i]);
@@ -775,40 +774,61 @@ class CudaBackend final : public Backend {
     materialize_residual();
   }
 
-  // linear (quantized, T <= 8 rows, f32 out, no bias) add(out -> h) as one quantized GEMV that writes out and adds it
-  // to h (the o and down projections of a decode step). Returns the ops consumed (0: no match).
-  size_t fused_quant_linear_add(const std::vector<Op>& ops, size_t i) {
-    if (i + 1 >= ops.size()) return 0;
-    const Op& lin = ops[i];
-    const Op& ad = ops[i + 1];
-    if (lin.kind != OpKind::linear || !is_quant(lin.M) || lin.T > kQuantGemvRows || lin.M.bias.data) return 0;
-    if (ad.kind != OpKind::add || ad.T != lin.T || !same(ad.a, lin.c) || ad.a.cols != lin.M.rows) return 0;
-    if (bf(lin.c) || bf(ad.c) || ad.c.cols != lin.M.rows) return 0;
-    if (overlaps(ad.c, ad.T, lin.a, lin.T) || overlaps(ad.c, ad.T, lin.c, lin.T)) return 0;
-    if (redirect_.active && (touches(lin, redirect_.home, redirect_.T) || touches(ad, redirect_.home, redirect_.T)))
-      materialize_residual();
-    linear_quant(lin, &ad.c);
-    ++stats_.quant_fused_adds;
-    return 2;
-  }
-
-  // rms_norm(x -> xn, over the row) linear(xn, quantized, T <= 8 rows) as one quantized GEMV with the norm as its
-  // prologue (it reads x, writes xn as the norm would, and the product). Returns the ops consumed (0: no match).
-  size_t fused_quant_norm_linear(const std::vector<Op>& ops, size_t i) {
-    if (i + 1 >= ops.size()) return 0;
-    const Op& nm = ops[i];
-    const Op& lin = ops[i + 1];
-    if (nm.kind != OpKind::rms_norm || lin.kind != OpKind::linear || !is_quant(lin.M) || lin.T > kQuantGemvRows)
-      return 0;
-    const int64_t K = lin.M.cols, T = lin.T;
-    if (nm.T != T || nm.group != K || nm.a.cols != K || bf(nm.a) || bf(nm.c) || !same(lin.a, nm.c)) return 0;
-    // The kernel reads x while one warp writes xn: they must not overlap (nor xn the output).
-    if (overlaps(nm.a, T, nm.c, T) || overlaps(nm.c, T, lin.c, T) || overlaps(nm.a, T, lin.c, T)) return 0;
-    if (redirect_.active && (touches(nm, redirect_.home, redirect_.T) || touches(lin, redirect_.home, redirect_.T)))
-      materialize_residual();
-    linear_quant(lin, nullptr, &nm);
-    ++stats_.quant_fused_norms;
-    return 2;
+  // [rms_norm] linear (quantized, T <= 8 rows) [add | gated_act] as one quantized GEMV: the norm of the row as its
+  // prologue (it reads the raw x, writes the normed row as the norm would), the residual add after an o / down
+  // projection (h += out; f32 out, no bias) or, for one row, the gated activation after gate|up (two segments of one
+  // type) as its epilogue. Returns the ops consumed (0: none of the three fusions applies).
+  size_t fused_quant(const std::vector<Op>& ops, size_t i) {
+    size_t j = i;
+    const Op* nm = ops[j].kind == OpKind::rms_norm ? &ops[j++] : nullptr;
+    if (j >= ops.size() || ops[j].kind != OpKind::linear || !is_quant(ops[j].M) || ops[j].T > kQuantGemvRows) return 0;
+    const Op& lin = ops[j++];
+    const int64_t K = lin.M.cols, N = lin.M.rows, T = lin.T;
+    if (nm) {  // f32 rows normed over the whole row; x, the normed row and the output apart (one warp writes xn)
+      if (nm->T != T || nm->group != K || nm->a.cols != K || bf(nm->a) || bf(nm->c) || !same(lin.a, nm->c)) return 0;
+      if (overlaps(nm->a, T, nm->c, T) || overlaps(nm->c, T, lin.c, T) || overlaps(nm->a, T, lin.c, T)) return 0;
+    }
+    const Tensor& x = nm ? nm->a : lin.a;
+    const Op* ad = nullptr;
+    const Op* ga = nullptr;
+    if (j < ops.size() && ops[j].kind == OpKind::add) {
+      const Op& a = ops[j];
+      if (a.T == T && same(a.a, lin.c) && a.a.cols == N && a.c.cols == N && !bf(lin.c) && !bf(a.c) &&
+          !lin.M.bias.data && !overlaps(a.c, T, x, T) && !overlaps(a.c, T, lin.c, T) &&
+          !(nm && overlaps(a.c, T, nm->c, T)))
+        ad = &ops[j++];
+    } else if (j < ops.size() && ops[j].kind == OpKind::gated_act) {
+      const Op& g = ops[j];
+      const QuantMatrix& q = quant_of(lin.M);
+      if (T == 1 && g.T == 1 && same(g.a, lin.c) && g.c.cols * 2 == N && !bf(lin.c) && !bf(g.c) && !lin.M.bias.data &&
+          q.segments.size() == 2 && q.segments[0].type == q.segments[1].type && q.segments[0].rows * 2 == N &&
+          !bf(x) && !overlaps(g.c, 1, x, 1) && !overlaps(g.c, 1, lin.c, 1) && !(nm && overlaps(g.c, 1, nm->c, 1)))
+        ga = &ops[j++];
+    }
+    if (!nm && !ad && !ga) return 0;
+    if (redirect_.active)
+      for (size_t k = i; k < j; ++k)
+        if (touches(ops[k], redirect_.home, redirect_.T)) {
+          materialize_residual();
+          break;
+        }
+    if (ga) {
+      const QuantMatrix& q = quant_of(lin.M);
+      kc::QuantGemvFusion f;
+      if (nm) {
+        f.norm_w = static_cast<const float*>(nm->b.data), f.eps = nm->f;
+        f.norm_out = static_cast<float*>(nm->c.data), f.ld_norm_out = nm->c.ld;
+      }
+      kc::gemv_quant_gated(static_cast<const float*>(x.data), q.segments[0].blocks, q.segments[1].blocks,
+                           q.segments[0].type, N / 2, K, static_cast<float*>(lin.c.data),
+                           static_cast<float*>(ga->c.data), to_act(ga->act), stream_, f);
+      ++stats_.quant_fused_gated;
+    } else {
+      linear_quant(lin, ad ? &ad->c : nullptr, nm);
+    }
+    if (nm) ++stats_.quant_fused_norms;
+    if (ad) ++stats_.quant_fused_adds;
+    return j - i;
   }
 
   // [rms_norm(q|k) ... rope(q|k) ...] attention, T == 1. Returns the ops consumed (0: no match).

@@ -77,6 +77,35 @@ __global__ void gemv_quant_kernel(const float* __restrict__ x, int64_t ldx, cons
   }
 }
 
+// gate|up with the gated activation, T = 1 (see gemv_quant_gated).
+template <WeightType TYPE, bool NORM>
+__global__ void gemv_quant_gated_kernel(const float* __restrict__ x, const uint8_t* __restrict__ Wg,
+                                        const uint8_t* __restrict__ Wu, int64_t F, int64_t K, float* __restrict__ gu,
+                                        float* __restrict__ act_out, Act act, QuantGemvFusion f) {
+  using L = Layout<TYPE>;
+  pdl_trigger();
+  const int lane = threadIdx.x & 31;
+  const int64_t n = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  pdl_wait();
+  if (n >= F) return;
+  const int64_t nb = K / L::kValues;
+  float ag[1] = {0.f}, au[1] = {0.f}, sq[1] = {0.f}, sq_up[1] = {0.f};
+  quant::lane_dot<TYPE, 1, NORM>(Wg + n * nb * L::kBytes, nb, quant::XIn<NORM>{x, K, f.norm_w, sq}, lane, ag);
+  quant::lane_dot<TYPE, 1, NORM>(Wu + n * nb * L::kBytes, nb, quant::XIn<NORM>{x, K, f.norm_w, sq_up}, lane, au);
+  float g = warp_sum(ag[0]), u = warp_sum(au[0]);
+  if constexpr (NORM) {
+    const float r = rsqrtf(warp_sum(sq[0]) / float(K) + f.eps);
+    g *= r, u *= r;
+    if (n == 0 && f.norm_out)
+      for (int64_t k = lane; k < K; k += 32) f.norm_out[k] = x[k] * r * f.norm_w[k];
+  }
+  if (lane == 0) {
+    gu[n] = g;
+    gu[F + n] = u;
+    act_out[n] = act_fn(act, g) * u;
+  }
+}
+
 template <WeightType TYPE, int T>
 void launch_rows(const float* x, int64_t ldx, const uint8_t* W, int64_t N, int64_t K, float* out, int64_t ldo,
                  cudaStream_t stream, const QuantGemvFusion& f) {
@@ -183,6 +212,21 @@ void gemv_quant(const float* x, int64_t ldx, int T, const uint8_t* W, model::Wei
                 float* out, int64_t ldo, cudaStream_t stream, const QuantGemvFusion& f) {
   with_type(type, "gemv_quant", [&](auto tag) {
     launch_type<decltype(tag)::value>(x, ldx, T, W, N, K, out, ldo, stream, f);
+  });
+}
+
+void gemv_quant_gated(const float* x, const uint8_t* W_gate, const uint8_t* W_up, model::WeightType type, int64_t F,
+                      int64_t K, float* gu, float* act_out, Act act, cudaStream_t stream, const QuantGemvFusion& f) {
+  constexpr int kWarps = 4;
+  const dim3 grid(unsigned((F + kWarps - 1) / kWarps));
+  with_type(type, "gemv_quant_gated", [&](auto tag) {
+    constexpr WeightType kType = decltype(tag)::value;
+    if (f.norm_w)
+      launch("gemv_quant_gated", gemv_quant_gated_kernel<kType, true>, grid, dim3(32 * kWarps), 0, stream, x, W_gate,
+             W_up, F, K, gu, act_out, act, f);
+    else
+      launch("gemv_quant_gated", gemv_quant_gated_kernel<kType, false>, grid, dim3(32 * kWarps), 0, stream, x, W_gate,
+             W_up, F, K, gu, act_out, act, f);
   });
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 
+#include "engine/cuda/kernels.hpp"
 #include "model/weights.hpp"
 
 typedef struct CUstream_st* cudaStream_t;
@@ -33,6 +34,14 @@ void gemv_quant(const float* x, int64_t ldx, int T, const uint8_t* W, model::Wei
                 float* out, int64_t ldo, cudaStream_t stream, const QuantGemvFusion& fusion = {});
 
 // out[r * K + k] = bf16(dequant(W)[r, k]) for r < rows (W: `rows` rows of K / block-size blocks), contiguous.
+// The gate|up projection of a decode step (T = 1) with its gated activation as the epilogue: one warp per f < F
+// multiplies row f of W_gate and row f of W_up (both `type`, F rows of K values) with x and writes
+// gu[f] = gate, gu[F + f] = up (what the unfused linear writes) and act_out[f] = act(gate) * up. fusion: the
+// norm prologue as above (add_to unused).
+void gemv_quant_gated(const float* x, const uint8_t* W_gate, const uint8_t* W_up, model::WeightType type, int64_t F,
+                      int64_t K, float* gu, float* act_out, Act act, cudaStream_t stream,
+                      const QuantGemvFusion& fusion = {});
+
 void dequantize_bf16(const uint8_t* W, model::WeightType type, int64_t rows, int64_t K, uint16_t* out,
                      cudaStream_t stream);
 
