@@ -5,9 +5,9 @@
 //     their blocks instead (0.56 .. 1.06 bytes per weight; Matrix::w.dtype == DType::i32 marks them, one segment
 //     per fused part in Matrix::impl) and computed as they are: T <= 8 rows -> the dequantize-in-kernel GEMV
 //     (gemv_quant.cu); more rows -> row panels dequantized into one bf16 scratch buffer (sized at load, at most
-//     kDequantScratchElems values, counted in stats().dequant_scratch_bytes) and cuBLAS. Norms, residual adds and
-//     activations around a quantized linear run as their own kernels (the bf16 GEMV's prologue/epilogue fusion is
-//     for bf16 weights only). Embedding rows of a quantized table are expanded by their own gather kernel.
+//     kDequantScratchElems values, counted in stats().dequant_scratch_bytes) and cuBLAS. Fusion at flush
+//     (fused_quant): [rms_norm] quantized linear [add | gated_act] -> one quantized GEMV (norm prologue; residual add
+//     or, for one row, gated activation epilogue). Embedding rows of a quantized table have their own gather kernel.
 //   * Activations: the residual stream is f32 (as on the CPU backend). For bf16 weights (the requested storage),
 //     activation_dtype() and kv_dtype() are bf16: multi-row steps keep their intermediates (qkv, attention output,
 //     gate|up, ...) in bf16, as transformers does, which halves a long prefill's element-wise traffic and feeds
