@@ -10,7 +10,7 @@
 #   bench     decode of a Llama-3.2-1B-shaped random-weights GGUF in bf16, Q8_0, Q4_K and Q4_0 (CUDA graphs on and
 #             off, as flashkit_engine_bench runs them): tok/s, weight bytes per token, GB/s and % of the 4.24 TB/s
 #             copy ceiling -> $OUT/quantcuda-bench.json
-#   tools/gpu/quantcuda.sh [STAGES...]     default: build test sanitize bench
+#   tools/gpu/quantcuda.sh [STAGES...]     default: build test bench sanitize (the numbers before the slow memcheck)
 # Results: $OUT/quantcuda.log (everything), $OUT/quantcuda-bench.json, $OUT/failed.txt. Exit status non-zero if a
 # stage failed. Needs no .fkdeps (no tokenizer is used).
 set -u
@@ -20,7 +20,7 @@ OUT=${OUT:-$PWD/build-gpu-out}; mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}
 ARCHS=${ARCHS:-90a-real}
 LOG="$OUT/quantcuda.log"
-STAGES=("$@"); [ ${#STAGES[@]} -eq 0 ] && STAGES=(build test sanitize bench)
+STAGES=("$@"); [ ${#STAGES[@]} -eq 0 ] && STAGES=(build test bench sanitize)
 status=0
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvcc --version | tail -1; } >> "$LOG" 2>&1
 E=$BUILD/tests/engine/flashkit_engine_tests
