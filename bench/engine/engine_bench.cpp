@@ -44,6 +44,19 @@ bool random_weights() {
   return e && *e == '1';
 }
 
+// FLASHKIT_BENCH_DTYPE: the LoadOptions::dtype of every load (default bf16; `auto` keeps a GGUF's quantized blocks).
+std::string bench_dtype() {
+  const char* e = std::getenv("FLASHKIT_BENCH_DTYPE");
+  return e && *e ? e : "bf16";
+}
+
+// FLASHKIT_BENCH_CEILING_GBPS: the device's copy bandwidth (default 4240 GB/s, the H200's measured copy ceiling);
+// decode's weight bytes per step times steps per second are reported as a fraction of it.
+double ceiling_gbps() {
+  const char* e = std::getenv("FLASHKIT_BENCH_CEILING_GBPS");
+  return e && *e ? std::atof(e) : 4240.0;
+}
+
 nlohmann::json bench_model(const std::string& dir) {
   const int64_t n_prompt = env_int("FLASHKIT_BENCH_PROMPT", 128), n_new = env_int("FLASHKIT_BENCH_NEW", 256),
                 n_prefill = env_int("FLASHKIT_BENCH_PREFILL", 4096), reps = env_int("FLASHKIT_BENCH_REPS", 3);
@@ -63,7 +76,7 @@ nlohmann::json bench_model(const std::string& dir) {
     o.tuning = flashkit::default_tuning();  // the FLASHKIT_* switches of an A/B run (engine.sh ab) ...
     o.tuning->cuda_graphs = std::string(graphs) != "0";  // ... and graphs on, then off
     o.device = "cuda";
-    o.dtype = "bf16";
+    o.dtype = bench_dtype();
     o.random_weights = random_weights();
     o.max_context = std::max<int64_t>(int64_t(prompt.size()) + n_new + 8, 1024);
     auto t0 = std::chrono::steady_clock::now();
@@ -94,8 +107,20 @@ nlohmann::json bench_model(const std::string& dir) {
       best_step = std::max(best_step, double(n_new) / dt);
     }
     const std::string key = std::string("graphs_") + (graphs[0] == '1' ? "on" : "off");
+    // Bytes a decode step must read at least: every weight once (the device's memory report; a tied lm_head is
+    // the embedding, read once per step as the lm_head).
+    const double wbytes = double(model->info().device_weight_bytes);
+    const double gbps = wbytes * best_step / 1e9;
+    j["dtype"] = bench_dtype();
+    j["weight_dtype"] = model->info().weight_dtype;
+    j["device_weight_bytes"] = model->info().device_weight_bytes;
+    j["device_scratch_bytes"] = model->info().device_scratch_bytes;
     j[key] = {{"decode_tok_s", best}, {"decode_step_only_tok_s", best_step}, {"prompt_prefill_tok_s", best_prefill},
-              {"load_s", load_s}};
+              {"load_s", load_s}, {"weight_bytes_per_token", wbytes}, {"weight_GBps", gbps},
+              {"pct_of_copy_ceiling", 100.0 * gbps / ceiling_gbps()}};
+    std::printf("[bench] %s %s: %s weights %.1f MB/token, %.0f GB/s = %.1f%% of %.0f GB/s\n", dir.c_str(), key.c_str(),
+                model->info().weight_dtype.c_str(), wbytes / 1e6, gbps, 100.0 * gbps / ceiling_gbps(),
+                ceiling_gbps());
     std::printf("[bench] %s %s: Session::decode alone %.1f steps/s\n", dir.c_str(), key.c_str(), best_step);
     j[key]["tokens"] = tokens;
     std::printf("[bench] %s %s: decode %.1f tok/s (best of %lld), %lld-token prefill %.0f tok/s\n", dir.c_str(),
@@ -105,7 +130,7 @@ nlohmann::json bench_model(const std::string& dir) {
   if (std::getenv("FLASHKIT_BENCH_PROFILE")) {  // per-op times (a device sync after every op: no fusion, no graphs)
     flashkit::LoadOptions o;
     o.device = "cuda";
-    o.dtype = "bf16";
+    o.dtype = bench_dtype();
     o.random_weights = random_weights();
     o.profile = true;
     o.max_context = std::max<int64_t>(int64_t(prompt.size()) + n_new + 8, 1024);
@@ -121,7 +146,7 @@ nlohmann::json bench_model(const std::string& dir) {
   {  // long prefill in one chunk
     flashkit::LoadOptions o;
     o.device = "cuda";
-    o.dtype = "bf16";
+    o.dtype = bench_dtype();
     o.random_weights = random_weights();
     o.max_context = n_prefill + 8;
     o.prefill_chunk = n_prefill;

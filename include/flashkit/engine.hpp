@@ -8,8 +8,8 @@
 //   ...or the whole loop: flashkit::generate(*session, prompt_ids, opts, on_token) -> GenerationResult
 //
 // `dir` is a model directory (config.json + model.safetensors or shards), a config.json with random_weights, or a
-// .gguf file (config from its metadata; f32/f16/bf16 tensors are converted at load; Q8_0 matrices stay Q8_0 on the
-// CPU with dtype auto or q8_0, and are converted to bf16 on CUDA).
+// .gguf file (config from its metadata; f32/f16/bf16 tensors are converted at load; block-quantized matrices (Q8_0,
+// Q4_0, Q4_K, Q5_K, Q6_K) stay as their blocks with dtype auto (or q8_0 for a Q8_0 file) on the CPU and on CUDA).
 // Architectures: gemma3_text (Gemma 3), llama (Llama 3.x incl. llama3 rope scaling), qwen2, qwen3. Config files
 // written by transformers 4 (rope_theta / rope_scaling / rope_local_base_freq / sliding_window_pattern) and 5
 // (rope_parameters, layer_types) are both read. Weights are memory-mapped; matrices are stored as f32 or bf16 on
@@ -66,6 +66,11 @@ struct ModelInfo {
   int64_t vocab_size = 0, hidden_size = 0, num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
   int64_t max_context = 0;
   int64_t parameters = 0;
+  // The CUDA backend's memory report (0 on the CPU): device bytes of the weights as stored (bf16 matrices, or a
+  // GGUF's quantized blocks as they are, plus f32 vectors and biases) and of the bf16 scratch that quantized matrices
+  // are dequantized into for prefill (allocated at load).
+  int64_t device_weight_bytes = 0;
+  int64_t device_scratch_bytes = 0;
   int32_t bos_id = -1;
   std::vector<int32_t> eos_ids;
 };

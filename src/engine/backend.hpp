@@ -177,9 +177,10 @@ struct BackendOptions {
   int threads = 0;          // CPU: 0 = flashkit::num_threads()
   int device_index = 0;     // CUDA
   DType weight_dtype = DType::f32;  // requested storage for matrices (f32 / bf16 / f16)
-  // CPU: keep GGUF block-quantized matrices (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) as their blocks and compute with them
+  // Keep GGUF block-quantized matrices (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) as their blocks and compute with them
   // (other matrices use weight_dtype). Such a Matrix has w.dtype == DType::i32 as its marker and its blocks in
-  // Matrix::impl; the blocks stay in the store's mapped file. Other backends ignore this.
+  // Matrix::impl (backend-private). CPU: the blocks stay in the store's mapped file. CUDA: they are uploaded as they
+  // are (no bf16 copy); decode multiplies them with a dequantize-in-kernel GEMV.
   bool keep_quantized = false;
   Tuning tuning;  // the model's resolved Tuning (LoadOptions::tuning or the process default)
 };
@@ -244,6 +245,14 @@ class Backend {
   struct Stats {
     uint64_t residual_redirects = 0;  // CUDA: in-place residual updates written to the shadow buffer (ping-pong)
     uint64_t residual_copies = 0;     // CUDA: copies of the residual back home before another op touched it
+    uint64_t quant_fused_adds = 0;    // CUDA: quantized GEMVs that also added their output to the residual
+    uint64_t quant_fused_norms = 0;   // CUDA: quantized GEMVs that computed their input's RMSNorm themselves
+    uint64_t quant_fused_gated = 0;   // CUDA: quantized gate|up GEMVs that applied the gated activation too
+    // The memory report (CUDA; zeros on the CPU, whose weights are mostly the mapped file): device bytes of the
+    // loaded weights (matrices as stored: bf16, or the GGUF blocks as they are; biases and vectors f32), and of the
+    // bf16 scratch quantized matrices are dequantized into for prefill GEMMs (allocated at load).
+    uint64_t weight_bytes = 0;
+    uint64_t dequant_scratch_bytes = 0;
   };
   virtual Stats stats() const { return {}; }
 

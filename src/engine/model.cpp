@@ -626,9 +626,6 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   }
 
   using model::WeightType;
-  if (dt == "q8_0" && cuda)
-    bad("dtype q8_0: Q8_0 weights are computed as such on the CPU backend only; on CUDA use auto or bf16 (a Q8_0 "
-        "checkpoint is converted to bf16 at load)");
   if (dt == "q8_0" && opts.random_weights) bad("dtype q8_0 needs a GGUF checkpoint with Q8_0 tensors, not --random-weights");
   if (opts.random_weights) {
     WeightType rt = (dt == "f32") ? WeightType::f32 : (dt == "f16" ? WeightType::f16 : WeightType::bf16);
@@ -666,16 +663,18 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   const model::WeightView& emb = get(mamba ? "backbone.embeddings.weight" : P + "embed_tokens.weight",
                                      {c.vocab_size, c.hidden_size});
   // A GGUF with quantized matrices (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; the first layer's q_proj tells) keeps them
-  // quantized on the CPU (`auto`, or q8_0 for Q8_0 files): 0.56 .. 1.06 bytes per weight instead of 4 after
-  // dequantizing, and the GEMV expands one block at a time.
+  // quantized (`auto`, or q8_0 for Q8_0 files): 0.56 .. 1.06 bytes per weight instead of 4 (CPU, f32) or 2 (CUDA,
+  // bf16) after dequantizing; the GEMVs expand one block at a time. On CUDA the other matrices, the activations of
+  // multi-row steps and the KV cache are bf16, as for a bf16 checkpoint.
   const model::WeightView* q0 = store_->find(P + "layers.0.self_attn.q_proj.weight");
   const bool q8_src = q0 && q0->type == model::WeightType::q8_0;
   const bool quant_src = q0 && model::is_quantized(q0->type);
   if (dt == "q8_0" && !q8_src) bad("dtype q8_0: " + src + " holds no Q8_0 weight matrices (layer 0's q_proj is not Q8_0)");
-  if (dt == "auto" && quant_src && !cuda) dt = q0->type == model::WeightType::q8_0 ? "q8_0" : "quantized";
+  if (dt == "auto" && quant_src) dt = q0->type == model::WeightType::q8_0 ? "q8_0" : "quantized";
   if (dt == "auto") dt = emb.type == model::WeightType::bf16 ? "bf16" : "f32";
   bo.keep_quantized = dt == "q8_0" || dt == "quantized";
   bo.weight_dtype = dt == "bf16" ? DType::bf16 : (dt == "f16" ? DType::f16 : DType::f32);
+  if (cuda && bo.keep_quantized) bo.weight_dtype = DType::bf16;
   // The CPU backend converts the (memory-mapped) checkpoint into its own buffers: refuse a model whose converted
   // weights cannot fit before converting any (Q8_0 kept as is: ~1.06 bytes per weight, counted as 1).
   if (!cuda && !opts.random_weights)
@@ -817,6 +816,8 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   info_.backend = be_->name();
   info_.weight_dtype = bo.keep_quantized ? model::weight_type_name(q0->type) : std::string(dtype_name(embed_.w.dtype));
   info_.activation_dtype = std::string(dtype_name(be_->activation_dtype()));
+  info_.device_weight_bytes = int64_t(be_->stats().weight_bytes);
+  info_.device_scratch_bytes = int64_t(be_->stats().dequant_scratch_bytes);
   info_.kv_dtype = std::string(dtype_name(be_->kv_dtype()));
   info_.vocab_size = c.vocab_size;
   info_.hidden_size = H;

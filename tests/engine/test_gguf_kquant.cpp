@@ -46,8 +46,8 @@ TEST(GgufKQuant, KeptBlocksEqualDequantizedWeights) {
   }
 }
 
-// CUDA converts the blocks to bf16 at load: its logits follow the CPU's f32 ones within bf16 rounding of the
-// weights. Skips without a CUDA device.
+// CUDA keeps the blocks too (q/k/v of three types: one GEMV per segment) with bf16 activations: its logits follow
+// the CPU's f32 ones within bf16 rounding. Skips without a CUDA device.
 TEST(GgufKQuant, CudaFollowsCpu) {
   if (flashkit::cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device";
   flashkit::LoadOptions f32, gpu;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GGUF K-quant checks on the GPU machine (run by tools/gpu/gguf.sh): the logits of tests/data/gguf/
 tiny-qwen3-kquant.gguf from flashkit on the CPU (blocks kept, dtype auto), the CPU with weights dequantized to f32,
-and CUDA (weights dequantized to bf16 at load), compared with each other and, when the `gguf` package is
+and CUDA (blocks kept on the device, dequantized in the kernels), compared with each other and, when the `gguf` package is
 importable, with transformers' own GGUF loader (which dequantizes with gguf-py, an implementation independent of
 flashkit's). Prints one line per comparison and writes a JSON summary to argv[1]. Exit status 1 on a failed bound.
 """

@@ -1,6 +1,13 @@
 // The CUDA engine backend (the contract is src/engine/backend.hpp).
 //
-//   * Weights: bf16 on the device (f32 / f16 / Q8_0 checkpoints are converted once at load); norm vectors f32.
+//   * Weights: bf16 on the device (f32 / f16 checkpoints are converted once at load); norm vectors f32. With
+//     BackendOptions::keep_quantized, GGUF block-quantized matrices (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) are uploaded as
+//     their blocks instead (0.56 .. 1.06 bytes per weight; Matrix::w.dtype == DType::i32 marks them, one segment
+//     per fused part in Matrix::impl) and computed as they are: T <= 8 rows -> the dequantize-in-kernel GEMV
+//     (gemv_quant.cu); more rows -> row panels dequantized into one bf16 scratch buffer (sized at load, at most
+//     kDequantScratchElems values, counted in stats().dequant_scratch_bytes) and cuBLAS. Fusion at flush
+//     (fused_quant): [rms_norm] quantized linear [add | gated_act] -> one quantized GEMV (norm prologue; residual add
+//     or, for one row, gated activation epilogue). Embedding rows of a quantized table have their own gather kernel.
 //   * Activations: the residual stream is f32 (as on the CPU backend). For bf16 weights (the requested storage),
 //     activation_dtype() and kv_dtype() are bf16: multi-row steps keep their intermediates (qkv, attention output,
 //     gate|up, ...) in bf16, as transformers does, which halves a long prefill's element-wise traffic and feeds
@@ -44,12 +51,14 @@
 
 #include "engine/backend.hpp"
 #include "core/cuda_check.hpp"
+#include "engine/cuda/gemv_quant.hpp"
 #include "engine/cuda/kernels.hpp"
 #include "engine/cuda/paged.hpp"
 #include "kernels/cuda/ssm/ssm_cuda.hpp"
 #include "flashkit/attention.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/runtime.hpp"
+#include "model/quant.hpp"
 #include "model/weights.hpp"
 
 namespace flashkit::engine {
@@ -91,7 +100,8 @@ kc::Act to_act(Activation a) { return a == Activation::silu ? kc::Act::silu : kc
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const BackendOptions& o)
-      : dev_(o.device_index), bf16_acts_(o.weight_dtype == DType::bf16), tuning_(o.tuning) {
+      : dev_(o.device_index), bf16_acts_(o.weight_dtype == DType::bf16), keep_quant_(o.keep_quantized),
+        tuning_(o.tuning) {
     name_ = cuda_use_device(dev_);
     ck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     ck(cudaEventCreateWithFlags(&step_evt_, cudaEventDisableTiming), "cudaEventCreate");
@@ -119,7 +129,8 @@ class CudaBackend final : public Backend {
     if (stream_) cudaStreamSynchronize(stream_);
     drop_graphs();
     for (void* p : owned_) cudaFree(p);
-    for (Scratch* s : {&part_, &bfx_, &q16_, &o16_, &lse_, &kt_, &vt_, &f32tmp_, &argpart_, &hshadow_, &ppart_, &argrows_})
+    for (Scratch* s : {&part_, &bfx_, &q16_, &o16_, &lse_, &kt_, &vt_, &f32tmp_, &argpart_, &hshadow_, &ppart_, &argrows_,
+                       &deq_, &xq_, &yq_})
       if (s->p) cudaFree(s->p);
     if (d_step_) cudaFree(d_step_);
     if (h_step_) cudaFreeHost(h_step_);
@@ -224,10 +235,18 @@ class CudaBackend final : public Backend {
     flush();
     Matrix m;
     m.rows = rows, m.cols = cols;
-    m.w = alloc(DType::bf16, rows, cols);
+    bool keep = keep_quant_;
+    for (const auto* w : parts)
+      keep = keep && model::is_quantized(w->type) && cols % model::quant_block(w->type).values == 0;
+    if (keep) {
+      load_quantized(parts, m);
+    } else {
+      m.w = alloc(DType::bf16, rows, cols);
+      weight_bytes_ += uint64_t(rows) * uint64_t(cols) * 2;
+    }
     std::vector<uint16_t> host;
     int64_t r0 = 0;
-    for (const auto* w : parts) {
+    for (const auto* w : keep ? std::span<const model::WeightView* const>{} : parts) {
       const size_t n = size_t(w->numel());
       const void* src = w->data;
       if (w->type != model::WeightType::bf16) {
@@ -248,6 +267,7 @@ class CudaBackend final : public Backend {
       }
       if (int64_t(b.size()) != rows) fail(Status::invalid_argument, "load_matrix: bias sizes do not match the rows");
       m.bias = upload_f32(b);
+      weight_bytes_ += uint64_t(rows) * 4;
     }
     return m;
   }
@@ -255,6 +275,7 @@ class CudaBackend final : public Backend {
     std::vector<float> v(size_t(w.numel()));
     model::to_f32(w, v.data());
     for (float& x : v) x += offset;
+    weight_bytes_ += uint64_t(v.size()) * 4;
     return upload_f32(v);
   }
   Tensor upload_f32(std::span<const float> values) override {
@@ -265,6 +286,8 @@ class CudaBackend final : public Backend {
   }
   void free_matrix(Matrix& m) override {
     flush();
+    if (m.w.data) weight_bytes_ -= std::min<uint64_t>(weight_bytes_, matrix_bytes(m));
+    if (m.bias.data) weight_bytes_ -= std::min<uint64_t>(weight_bytes_, uint64_t(m.rows) * 4);
     if (m.w.data) release(m.w.data);
     if (m.bias.data) release(m.bias.data);
     m = Matrix{};
@@ -411,7 +434,12 @@ class CudaBackend final : public Backend {
     flush();
     drop_graphs();
   }
-  Stats stats() const override { return stats_; }
+  Stats stats() const override {
+    Stats s = stats_;
+    s.weight_bytes = weight_bytes_;
+    s.dequant_scratch_bytes = deq_.bytes;
+    return s;
+  }
 
   // ---------------------------------------------------------------- ops (queued)
   void embed(const Matrix& table, const Tensor& out, int64_t T, float scale) override {
@@ -509,6 +537,114 @@ class CudaBackend final : public Backend {
  private:
   static constexpr size_t kBlasWs = size_t(32) << 20;
   static constexpr size_t kCounters = 16384;  // [0]: GEMV side outputs, [1..]: attention heads
+  // Quantized matrices: steps of up to this many rows use the dequantize-in-kernel GEMV (its row limit).
+  static constexpr int64_t kQuantGemvRows = 8;
+  // The prefill scratch holds at most this many bf16 values (64 MiB): a larger matrix (a 128k-vocab lm_head) is
+  // dequantized and multiplied in row panels, so the scratch stays small next to the quantized weights.
+  static constexpr int64_t kDequantScratchElems = int64_t(32) << 20;
+  static constexpr DType kQuantMarker = DType::i32;
+
+  // A matrix kept as GGUF blocks: one segment per part, in order, each in the matrix's one device buffer.
+  struct QuantMatrix {
+    struct Segment {
+      model::WeightType type;
+      int64_t rows;
+      const uint8_t* blocks;  // device
+      int64_t row_bytes;
+    };
+    std::vector<Segment> segments;
+    uint64_t bytes = 0;  // of the device buffer (segments 16-byte aligned)
+  };
+  static bool is_quant(const Matrix& m) { return m.w.dtype == kQuantMarker && m.impl; }
+  static const QuantMatrix& quant_of(const Matrix& m) { return *static_cast<const QuantMatrix*>(m.impl.get()); }
+  static uint64_t matrix_bytes(const Matrix& m) {
+    return is_quant(m) ? quant_of(m).bytes : uint64_t(m.rows) * uint64_t(m.cols) * 2;
+  }
+
+  // Uploads the parts' blocks as they are into one device buffer and sizes the prefill scratch for the matrix.
+  void load_quantized(std::span<const model::WeightView* const> parts, Matrix& m) {
+    auto q = std::make_shared<QuantMatrix>();
+    size_t total = 0;
+    for (const auto* w : parts) {
+      const model::QuantBlock qb = model::quant_block(w->type);
+      const int64_t row_bytes = m.cols / qb.values * qb.bytes;
+      if (size_t(row_bytes) * size_t(w->shape[0]) != w->nbytes)
+        fail(Status::invalid_argument, "load_matrix: " + w->name + " holds " + std::to_string(w->nbytes) +
+                                           " bytes, expected " + std::to_string(row_bytes * w->shape[0]));
+      q->segments.push_back({w->type, w->shape[0], nullptr, row_bytes});
+      total = (total + 15) / 16 * 16 + w->nbytes;  // each segment 16-byte aligned (the GEMV's word loads)
+    }
+    m.w = alloc(kQuantMarker, 1, int64_t((total + 3) / 4));  // a byte buffer; rows/cols set below
+    size_t off = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      off = (off + 15) / 16 * 16;
+      auto* dst = static_cast<uint8_t*>(m.w.data) + off;
+      h2d(dst, parts[i]->data, parts[i]->nbytes, "load_matrix (quantized blocks)");
+      q->segments[i].blocks = dst;
+      off += parts[i]->nbytes;
+    }
+    m.w.rows = m.rows, m.w.cols = m.cols, m.w.ld = m.cols;
+    q->bytes = total;
+    m.impl = q;
+    weight_bytes_ += total;
+    ensure(deq_, size_t(std::min(m.rows, std::max<int64_t>(1, kDequantScratchElems / m.cols)) * m.cols) * 2);
+  }
+
+  // out = x . W^T for a quantized W. T <= kQuantGemvRows: the GEMV per segment (bf16 operands through f32
+  // scratch). Else: each segment in row panels that fit the scratch, dequantized to bf16, then cuBLAS into the
+  // panel's output columns.
+  // Fusions (T <= kQuantGemvRows): add_to (f32 out, no bias): the residual h that the next op adds `out` to;
+  // norm: the rms_norm op (f32 x -> f32 out = o.a, over the whole row) that produces this linear's input.
+  void linear_quant(const Op& o, const Tensor* add_to = nullptr, const Op* norm = nullptr) {
+    const int64_t T = o.T, N = o.M.rows, K = o.M.cols;
+    const QuantMatrix& q = quant_of(o.M);
+    if (T <= kQuantGemvRows) {
+      const float* x = static_cast<const float*>(norm ? norm->a.data : o.a.data);
+      int64_t ldx = norm ? norm->a.ld : o.a.ld;
+      if (!norm && bf(o.a)) {
+        kc::convert_rows(o.a.data, true, o.a.ld, xq_.p, false, K, T, K, stream_);
+        x = static_cast<const float*>(xq_.p), ldx = K;
+      }
+      float* y = bf(o.c) ? static_cast<float*>(yq_.p) : static_cast<float*>(o.c.data);
+      const int64_t ldy = bf(o.c) ? N : o.c.ld;
+      int64_t r0 = 0;
+      for (const auto& seg : q.segments) {
+        kc::QuantGemvFusion f;
+        if (add_to) f.add_to = static_cast<float*>(add_to->data) + r0, f.ld_add = add_to->ld;
+        if (norm) {
+          f.norm_w = static_cast<const float*>(norm->b.data), f.eps = norm->f;
+          if (r0 == 0) f.norm_out = static_cast<float*>(norm->c.data), f.ld_norm_out = norm->c.ld;  // written once
+        }
+        kc::gemv_quant(x, ldx, int(T), seg.blocks, seg.type, seg.rows, K, y + r0, ldy, stream_, f);
+        r0 += seg.rows;
+      }
+      if (bf(o.c)) kc::convert_rows(yq_.p, false, N, o.c.data, true, o.c.ld, T, N, stream_);
+    } else {
+      const void* xb = o.a.data;
+      int64_t ldx = o.a.ld;
+      if (!bf(o.a)) {
+        kc::convert_rows(o.a.data, false, o.a.ld, bfx_.p, true, K, T, K, stream_);
+        xb = bfx_.p, ldx = K;
+      }
+      const int64_t panel = std::max<int64_t>(1, int64_t(deq_.bytes / 2) / K);
+      const size_t es = size_t(dtype_size(o.c.dtype));
+      const float one = 1.0f, zero = 0.0f;
+      int64_t r0 = 0;
+      for (const auto& seg : q.segments) {
+        for (int64_t r = 0; r < seg.rows; r += panel) {
+          const int64_t n = std::min(panel, seg.rows - r);
+          kc::dequantize_bf16(seg.blocks + r * seg.row_bytes, seg.type, n, K, static_cast<uint16_t*>(deq_.p), stream_);
+          ckb(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(T), int(K), &one, deq_.p, CUDA_R_16BF, int(K),
+                           xb, CUDA_R_16BF, int(ldx), &zero, static_cast<char*>(o.c.data) + size_t(r0 + r) * es,
+                           bf(o.c) ? CUDA_R_16BF : CUDA_R_32F, int(o.c.ld), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              "cublasGemmEx (dequantized panel)");
+        }
+        r0 += seg.rows;
+      }
+    }
+    if (o.M.bias.data)
+      kc::add_bias(o.c.data, o.c.ld, bf(o.c), static_cast<const float*>(o.M.bias.data), T, N, stream_);
+  }
 
   struct Scratch {
     void* p = nullptr;
@@ -591,7 +727,10 @@ class CudaBackend final : public Backend {
   void prepare(const std::vector<Op>& ops) {
     ck(cudaSetDevice(dev_), "cudaSetDevice");
     for (const Op& o : ops) {
-      if (o.kind == OpKind::linear) {
+      if (o.kind == OpKind::linear && is_quant(o.M) && o.T <= kQuantGemvRows) {
+        if (bf(o.a)) ensure(xq_, size_t(o.T * o.M.cols) * 4);  // the quantized GEMV takes f32 x ...
+        if (bf(o.c)) ensure(yq_, size_t(o.T * o.M.rows) * 4);  // ... and writes f32 y
+      } else if (o.kind == OpKind::linear) {
         if (!bf(o.a)) ensure(bfx_, size_t(o.T * o.M.cols) * 2);  // cuBLAS takes bf16 x
       } else if ((o.kind == OpKind::add || o.kind == OpKind::add_rms_norm) && o.T <= 8 && fuse_) {
         ensure(hshadow_, extent_rows(o.c, o.T));  // residual ping-pong target (T <= 8 rows)
@@ -698,6 +837,7 @@ class CudaBackend final : public Backend {
     while (i < ops.size()) {
       size_t used = fuse_ ? fused_attention(ops, i) : 0;  // (attention never touches the residual)
       if (!used) used = fused_linear(ops, i, fuse_);       // handles the shadow itself
+      if (!used && fuse_) used = fused_quant(ops, i);
       if (!used) {
         if (redirect_.active && touches(ops[i], redirect_.home, redirect_.T)) materialize_residual();
         single(ops[i]);
@@ -706,6 +846,63 @@ class CudaBackend final : public Backend {
       i += used;
     }
     materialize_residual();
+  }
+
+  // [rms_norm] linear (quantized, T <= 8 rows) [add | gated_act] as one quantized GEMV: the norm of the row as its
+  // prologue (it reads the raw x, writes the normed row as the norm would), the residual add after an o / down
+  // projection (h += out; f32 out, no bias) or, for one row, the gated activation after gate|up (two segments of one
+  // type) as its epilogue. Returns the ops consumed (0: none of the three fusions applies).
+  size_t fused_quant(const std::vector<Op>& ops, size_t i) {
+    size_t j = i;
+    const Op* nm = ops[j].kind == OpKind::rms_norm ? &ops[j++] : nullptr;
+    if (j >= ops.size() || ops[j].kind != OpKind::linear || !is_quant(ops[j].M) || ops[j].T > kQuantGemvRows) return 0;
+    const Op& lin = ops[j++];
+    const int64_t K = lin.M.cols, N = lin.M.rows, T = lin.T;
+    if (nm) {  // f32 rows normed over the whole row; x, the normed row and the output apart (one warp writes xn)
+      if (nm->T != T || nm->group != K || nm->a.cols != K || bf(nm->a) || bf(nm->c) || !same(lin.a, nm->c)) return 0;
+      if (overlaps(nm->a, T, nm->c, T) || overlaps(nm->c, T, lin.c, T) || overlaps(nm->a, T, lin.c, T)) return 0;
+    }
+    const Tensor& x = nm ? nm->a : lin.a;
+    const Op* ad = nullptr;
+    const Op* ga = nullptr;
+    if (j < ops.size() && ops[j].kind == OpKind::add) {
+      const Op& a = ops[j];
+      if (a.T == T && same(a.a, lin.c) && a.a.cols == N && a.c.cols == N && !bf(lin.c) && !bf(a.c) &&
+          !lin.M.bias.data && !overlaps(a.c, T, x, T) && !overlaps(a.c, T, lin.c, T) &&
+          !(nm && overlaps(a.c, T, nm->c, T)))
+        ad = &ops[j++];
+    } else if (j < ops.size() && ops[j].kind == OpKind::gated_act) {
+      const Op& g = ops[j];
+      const QuantMatrix& q = quant_of(lin.M);
+      if (T == 1 && g.T == 1 && same(g.a, lin.c) && g.c.cols * 2 == N && !bf(lin.c) && !bf(g.c) && !lin.M.bias.data &&
+          q.segments.size() == 2 && q.segments[0].type == q.segments[1].type && q.segments[0].rows * 2 == N &&
+          !bf(x) && !overlaps(g.c, 1, x, 1) && !overlaps(g.c, 1, lin.c, 1) && !(nm && overlaps(g.c, 1, nm->c, 1)))
+        ga = &ops[j++];
+    }
+    if (!nm && !ad && !ga) return 0;
+    if (redirect_.active)
+      for (size_t k = i; k < j; ++k)
+        if (touches(ops[k], redirect_.home, redirect_.T)) {
+          materialize_residual();
+          break;
+        }
+    if (ga) {
+      const QuantMatrix& q = quant_of(lin.M);
+      kc::QuantGemvFusion f;
+      if (nm) {
+        f.norm_w = static_cast<const float*>(nm->b.data), f.eps = nm->f;
+        f.norm_out = static_cast<float*>(nm->c.data), f.ld_norm_out = nm->c.ld;
+      }
+      kc::gemv_quant_gated(static_cast<const float*>(x.data), q.segments[0].blocks, q.segments[1].blocks,
+                           q.segments[0].type, N / 2, K, static_cast<float*>(lin.c.data),
+                           static_cast<float*>(ga->c.data), to_act(ga->act), stream_, f);
+      ++stats_.quant_fused_gated;
+    } else {
+      linear_quant(lin, ad ? &ad->c : nullptr, nm);
+    }
+    if (nm) ++stats_.quant_fused_norms;
+    if (ad) ++stats_.quant_fused_adds;
+    return j - i;
   }
 
   // [rms_norm(q|k) ... rope(q|k) ...] attention, T == 1. Returns the ops consumed (0: no match).
@@ -923,6 +1120,7 @@ class CudaBackend final : public Backend {
   void gemm(const Op& o) {
     const int64_t T = o.T, N = o.M.rows, K = o.M.cols;
     if (T <= 0 || N <= 0) return;
+    if (is_quant(o.M)) return linear_quant(o);
     if (o.M.w.dtype != DType::bf16) fail(Status::internal, "cuda linear: weights are not bf16");
     const void* xb = o.a.data;
     int64_t ldx = o.a.ld;
@@ -943,6 +1141,11 @@ class CudaBackend final : public Backend {
     const int32_t* tokens = o.paged ? pstep_.tokens() : d_step_ + 1;
     switch (o.kind) {
       case OpKind::embed:
+        if (is_quant(o.M)) {
+          const auto& seg = quant_of(o.M).segments[0];
+          kc::embed_quant(seg.blocks, seg.type, o.M.rows, o.M.cols, tokens, o.T, o.a.data, bf(o.a), o.a.ld, o.f, stream_);
+          break;
+        }
         kc::embed(o.M.w.data, bf(o.M.w), o.M.w.ld, o.M.rows, tokens, o.a.data, bf(o.a), o.a.ld, o.T, o.M.cols, o.f,
                   stream_);
         break;
@@ -1040,6 +1243,8 @@ class CudaBackend final : public Backend {
   int32_t* argmax_dev_ = nullptr;   // [counter, index, flags, pad]
   int32_t* argmax_host_ = nullptr;  // pinned [index, flags]
   bool bf16_acts_ = false;          // bf16 weights requested: bf16 intermediates and KV cache
+  bool keep_quant_ = false;         // keep GGUF block-quantized matrices as their blocks
+  uint64_t weight_bytes_ = 0;       // device bytes of the loaded matrices, biases and vectors (stats())
   std::set<void*> owned_;
   int32_t* d_step_ = nullptr;  // [pos0, tokens...]
   int32_t* h_step_ = nullptr;  // pinned staging copy
@@ -1050,6 +1255,8 @@ class CudaBackend final : public Backend {
   std::vector<int32_t> argrows_host_;  // argmax_rows_result's download (pageable: 8 bytes a row)
   kc::PagedStepBuffer pstep_;  // the current batched paged step's tables (set_paged_step)
   bool paged_ = false;         // set_paged_step was the last step input: queued ops read pstep_
+  Scratch deq_;      // bf16 row panel of a dequantized matrix (prefill GEMM); sized at load
+  Scratch xq_, yq_;  // f32 x / y of a quantized GEMV whose operands are bf16 (multi-row steps)
   // Residual ping-pong (see run()): while active, the current value of the residual at `home` is in hshadow_.
   struct Redirect {
     bool active = false;
