@@ -3,10 +3,10 @@
 // (include/flashkit/ssm.hpp, the CPU forward and backward kernels), f64 as plain loops for the finite-difference
 // gradient tests (the op is f32 only). Layouts: backend.hpp. Every reduction runs in a fixed order.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "flashkit/ssm.hpp"

@@ -13,8 +13,9 @@
 #           (7 and 29 pairs), 3000 steps of batch 64 (the CPU runs' 3k-64k sequences never got past 1/pairs;
 #           this is 192k per run); the stage is cut at 150 s and summarises what finished -> eval-mqar-h200.*
 #           Mamba: the CUDA trainer has no selective-scan ops yet, so the mamba kind trains and evaluates on the
-#           host's CPU cores (DEVICE=cpu), in the background beside the CUDA sweep, with a CPU-sized budget (600
-#           steps of batch 64, widths 64/128, the same lengths, cut at 150 s) -> eval-mqar-h200-mamba-cpu.*
+#           host's CPU cores (DEVICE=cpu, 12 threads: 4 cores left to the CUDA sweep), in the background beside it,
+#           with a CPU-sized budget (600 steps of batch 64, widths 64/128, the same lengths, cut at 150 s)
+#           -> eval-mqar-h200-mamba-cpu.*
 #           (its own table: another budget than the CUDA kinds')
 #   pack    results/ (the JSON, tables, plots above) and the sweep's eval/ (per-run results and training logs) and
 #           recipes/ as $OUT/eval-results.tar.gz; the log is $OUT/eval.log
@@ -60,7 +61,7 @@ PY
       ;;
     mqar)
       # Mamba on the CPU cores (no CUDA scan training ops yet), in the background while the GPU trains the others.
-      timeout 150 env DEVICE=cpu KINDS=mamba WIDTHS="64 128" SEQ_LENS="32 120" STEPS=600 BATCH=64 SAMPLES=128 \
+      timeout 150 env FLASHKIT_NUM_THREADS=12 DEVICE=cpu KINDS=mamba WIDTHS="64 128" SEQ_LENS="32 120" STEPS=600 BATCH=64 SAMPLES=128 \
         EXAMPLES=20000 TAG=h200-mamba-cpu RESULTS="$RES" FLASHKIT="$FK" PY="$PY" \
         tools/eval/mqar_sweep.sh "$WORK/mqar-mamba" > "$WORK/mqar-mamba.log" 2>&1 &
       mamba_pid=$!
