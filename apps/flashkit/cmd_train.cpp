@@ -53,7 +53,7 @@ void add_train(CLI::App& app) {
     bool quiet = false;
   };
   auto a = std::make_shared<Args>();
-  auto* c = app.add_subcommand("train", "Train a Llama / Gemma-3-style model from a recipe (docs/training.md)");
+  auto* c = app.add_subcommand("train", "Train a Llama / Gemma-3-style or Mamba model from a recipe (docs/training.md)");
   c->add_option("--config", a->config, "Recipe JSON (model config block, data, schedule, output)")->required();
   c->add_option("--resume", a->resume, "Continue from a run directory's latest checkpoint (or one checkpoint dir)");
   c->add_option("--steps", a->steps, "Override train.steps (e.g. a short CPU run of a GPU recipe; the warmup is scaled)")

@@ -1,4 +1,4 @@
-// Training: small Llama / Gemma-3-style language models (the engine's architectures) and their tokenizers.
+// Training: small Llama / Gemma-3-style and Mamba-1 language models (the engine's architectures) and their tokenizers.
 //
 //   auto recipe = flashkit::train::load_recipe("models/recipes/draft.json");
 //   flashkit::train::TrainResult r = flashkit::train::train(recipe, {});   // checkpoints + a Hugging Face model dir
@@ -28,7 +28,7 @@ namespace flashkit::train {
 struct Recipe {
   std::string source = "recipe";  // where it came from (messages)
   std::string text;               // the recipe as given (copied into the run directory)
-  std::string model_json;         // the "model" block: a Hugging Face config.json (llama or gemma3_text)
+  std::string model_json;         // the "model" block: a Hugging Face config.json (llama, gemma3_text or mamba)
   std::filesystem::path train_data, val_data;  // token files (prepare_data); val optional
   std::filesystem::path tokenizer;             // tokenizer directory copied into the exported model (optional)
   std::string device = "cpu";

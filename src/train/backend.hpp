@@ -137,6 +137,25 @@ class Backend {
   virtual void cross_entropy_chunk(const Mat& logits, const Mat& targets, const Mat& losses, float softcap,
                                    float grad_scale) = 0;
 
+  // ---- Mamba-1 ops (selective state space); a backend without them says so in supports_ssm() ----
+  // Layouts as include/flashkit/ssm.hpp with rows r = b * seq + t: x / out / u / delta / z / y [B*T, Di] and
+  // Bm / Cm [B*T, N], any row stride (column slices of the projections); conv weight [Di, W], A_log [Di, N],
+  // D / conv bias / delta bias [1, Di] in the parameter dtype (bias may be empty).
+  virtual bool supports_ssm() const { return false; }
+  // out = silu(bias + causal depthwise conv1d(x)) per sequence of `seq` rows.
+  virtual void conv1d_silu_fwd(const Mat& x, const Mat& w, const Mat& bias, const Mat& out, int64_t seq);
+  // dx written; dw, dbias (when not empty) accumulated. The pre-activation is recomputed from x.
+  virtual void conv1d_silu_bwd(const Mat& dout, const Mat& x, const Mat& w, const Mat& bias, const Mat& dx,
+                               const Mat& dw, const Mat& dbias, int64_t seq);
+  // y = scan(u, softplus(delta + delta_bias), A = -exp(A_log), Bm, Cm) + D u, times silu(z).
+  virtual void selective_scan_fwd(const Mat& u, const Mat& delta, const Mat& A_log, const Mat& Bm, const Mat& Cm,
+                                  const Mat& D, const Mat& z, const Mat& delta_bias, const Mat& y, int64_t seq);
+  // du, ddelta, dBm, dCm, dz written; dA_log, dD, ddelta_bias accumulated.
+  virtual void selective_scan_bwd(const Mat& dy, const Mat& u, const Mat& delta, const Mat& A_log, const Mat& Bm,
+                                  const Mat& Cm, const Mat& D, const Mat& z, const Mat& delta_bias, const Mat& du,
+                                  const Mat& ddelta, const Mat& dBm, const Mat& dCm, const Mat& dz,
+                                  const Mat& dA_log, const Mat& dD, const Mat& ddelta_bias, int64_t seq);
+
   // ---- optimizer over flat arenas ([1, n] views of the parameter dtype) ----
   virtual double global_norm_sq(const Mat& g) = 0;  // sum of squares, deterministic order; synchronizes
   virtual void adamw_step(const Mat& params, const Mat& grads, const Mat& m, const Mat& v, const AdamW& h) = 0;

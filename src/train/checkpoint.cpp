@@ -158,7 +158,9 @@ void export_hf(const fs::path& out_dir, const json& model_block, const engine::M
 
   json config = model_block;
   const bool gemma = cfg.arch == engine::Arch::gemma3;
-  config["architectures"] = {gemma ? "Gemma3ForCausalLM" : "LlamaForCausalLM"};
+  config["architectures"] = {cfg.arch == engine::Arch::mamba ? "MambaForCausalLM"
+                             : gemma                          ? "Gemma3ForCausalLM"
+                                                              : "LlamaForCausalLM"};
   config["torch_dtype"] = dtype == "f32" ? "float32" : dtype == "bf16" ? "bfloat16" : "float16";
   config["tie_word_embeddings"] = cfg.tie_embeddings;
   json gen = {{"_from_model_config", true}};

@@ -17,6 +17,7 @@
 #include "flashkit/error.hpp"
 #include "flashkit/runtime.hpp"
 #include "train/backend.hpp"
+#include "train/cpu_ssm.hpp"
 
 namespace flashkit::train {
 namespace {
@@ -332,6 +333,31 @@ class CpuBackend final : public Backend {
     T* p = static_cast<T*>(x.data);
     for (int64_t i = 0; i < x.numel(); ++i) p[i] *= T(s);
   }
+  bool supports_ssm() const override { return true; }
+  void conv1d_silu_fwd(const Mat& x, const Mat& w, const Mat& bias, const Mat& out, int64_t seq) override {
+    cpu_ssm::conv1d_silu_fwd<T>(x, w, bias, out, seq, threads_);
+  }
+  void conv1d_silu_bwd(const Mat& dout, const Mat& x, const Mat& w, const Mat& bias, const Mat& dx, const Mat& dw,
+                       const Mat& dbias, int64_t seq) override {
+    cpu_ssm::conv1d_silu_bwd<T>(dout, x, w, bias, dx, dw, dbias, seq, threads_);
+  }
+  void selective_scan_fwd(const Mat& u, const Mat& delta, const Mat& A_log, const Mat& Bm, const Mat& Cm, const Mat& D,
+                          const Mat& z, const Mat& delta_bias, const Mat& y, int64_t seq) override {
+    const cpu_ssm::ScanIo io{&u, &delta, &A_log, &Bm, &Cm, &D, &z, &delta_bias};
+    if constexpr (kType == DType::f32) cpu_ssm::scan_fwd_f32(io, y, seq, threads_);
+    else cpu_ssm::scan_fwd_f64(io, y, seq, threads_);
+  }
+  void selective_scan_bwd(const Mat& dy, const Mat& u, const Mat& delta, const Mat& A_log, const Mat& Bm, const Mat& Cm,
+                          const Mat& D, const Mat& z, const Mat& delta_bias, const Mat& du, const Mat& ddelta,
+                          const Mat& dBm, const Mat& dCm, const Mat& dz, const Mat& dA_log, const Mat& dD,
+                          const Mat& ddelta_bias, int64_t seq) override {
+    const cpu_ssm::ScanIo io{&u, &delta, &A_log, &Bm, &Cm, &D, &z, &delta_bias};
+    if constexpr (kType == DType::f32)
+      cpu_ssm::scan_bwd_f32(io, dy, du, ddelta, dBm, dCm, dz, dA_log, dD, ddelta_bias, seq, threads_);
+    else
+      cpu_ssm::scan_bwd_f64(io, dy, du, ddelta, dBm, dCm, dz, dA_log, dD, ddelta_bias, seq);
+  }
+
   bool all_finite(const Mat& x) override {
     for (int64_t r = 0; r < x.rows; ++r) {
       const T* p = row(x, r);

@@ -16,8 +16,13 @@ namespace {
 }  // namespace
 
 void check_trainable(const engine::ModelConfig& c, const std::string& where) {
+  if (c.arch == engine::Arch::mamba) {
+    if (c.ssm.proj_bias)
+      bad(where + ": use_bias: training supports Mamba models without in_proj / out_proj biases (use_bias false)");
+    return;
+  }
   if (c.arch != engine::Arch::llama && c.arch != engine::Arch::gemma3)
-    bad(where + ": model_type \"" + c.model_type + "\": training supports llama and gemma3_text");
+    bad(where + ": model_type \"" + c.model_type + "\": training supports llama, gemma3_text and mamba");
   if (c.attention_bias || c.o_bias) bad(where + ": attention_bias: training supports models without biases");
   if (c.head_dim % 8 != 0 || c.head_dim > 256)
     bad(where + ": head_dim " + std::to_string(c.head_dim) +
@@ -35,6 +40,14 @@ TrainModel::TrainModel(const engine::ModelConfig& cfg, Backend& be, int64_t batc
   kvd_ = cfg.num_kv_heads * hd_;
   V_ = cfg.vocab_size;
   const int64_t L = cfg.num_layers;
+  if (mamba()) {
+    if (!be.supports_ssm())
+      fail(Status::unsupported, "model_type mamba: the " + be.name() +
+                                    " training backend has no selective-scan ops yet (train Mamba recipes with "
+                                    "\"device\": \"cpu\")");
+    setup_mamba();
+    return;
+  }
 
   // The table: decayed matrices first (q|k|v and gate|up adjacent), then embeddings and norms.
   for (int64_t l = 0; l < L; ++l) {
@@ -78,7 +91,6 @@ TrainModel::TrainModel(const engine::ModelConfig& cfg, Backend& be, int64_t batc
   final_norm_ = p("model.norm.weight");
   g_final_norm_ = g("model.norm.weight");
 
-  const int64_t N = B_ * T_;  // rows of a full micro-batch
   const int64_t qkv_cols = qd_ + 2 * kvd_;
   layers_.resize(size_t(L));
   Mat h_prev = act(H_);
@@ -137,10 +149,7 @@ TrainModel::TrainModel(const engine::ModelConfig& cfg, Backend& be, int64_t batc
   h_final_ = h_prev;
   xnf_ = act(H_);
   rstdf_ = act(1, P, false);
-  ids_ = be_.alloc(DType::i32, N, 1);
-  targets_ = be_.alloc(DType::i32, N, 1);
-  owned_.push_back(ids_);
-  owned_.push_back(targets_);
+  setup_head();
   dh_ = act(H_);
   dtmp_ = act(H_);
   dxn_ = act(H_);
@@ -148,12 +157,6 @@ TrainModel::TrainModel(const engine::ModelConfig& cfg, Backend& be, int64_t batc
   dgu_ = act(2 * F_);
   datt_ = act(qd_);
   dqkv_ = act(qkv_cols);
-  // Logit chunks of about 4M elements (16 MB in f32).
-  chunk_rows_ = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t(4) << 20) / V_));
-  logits_chunk_ = be_.alloc(P, chunk_rows_, V_);
-  losses_ = be_.alloc(P, chunk_rows_, 1);
-  owned_.push_back(logits_chunk_);
-  owned_.push_back(losses_);
 
   // RoPE tables [T, hd/2], as the engine computes them: f32 angle pos * inv_freq, cos/sin in double.
   auto tables = [&](const engine::RopeConfig& rc, Mat& cs, Mat& sn) {
@@ -175,6 +178,20 @@ TrainModel::TrainModel(const engine::ModelConfig& cfg, Backend& be, int64_t batc
   };
   tables(cfg.rope_global, cos_g_, sin_g_);
   tables(cfg.rope_local, cos_l_, sin_l_);
+}
+
+void TrainModel::setup_head() {
+  const int64_t N = B_ * T_;
+  ids_ = be_.alloc(DType::i32, N, 1);
+  targets_ = be_.alloc(DType::i32, N, 1);
+  owned_.push_back(ids_);
+  owned_.push_back(targets_);
+  // Logit chunks of about 4M elements (16 MB in f32).
+  chunk_rows_ = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t(4) << 20) / V_));
+  logits_chunk_ = be_.alloc(be_.param_dtype(), chunk_rows_, V_);
+  losses_ = be_.alloc(be_.param_dtype(), chunk_rows_, 1);
+  owned_.push_back(logits_chunk_);
+  owned_.push_back(losses_);
 }
 
 TrainModel::~TrainModel() {
@@ -199,6 +216,7 @@ Mat TrainModel::act(int64_t cols, DType dt, bool act_type) {
 }
 
 void TrainModel::init_weights(uint64_t seed) {
+  if (mamba()) return init_mamba(seed);
   std::vector<double> host(size_t(table_.size()), 0.0);
   const double std0 = 0.02, std_res = 0.02 / std::sqrt(2.0 * double(cfg_.num_layers));
   const double norm_value = cfg_.norm_plus_one ? 0.0 : 1.0;
@@ -215,6 +233,7 @@ void TrainModel::init_weights(uint64_t seed) {
 }
 
 double TrainModel::memory_bytes(const engine::ModelConfig& c, int64_t batch, int64_t seq) {
+  if (c.arch == engine::Arch::mamba) return mamba_memory_bytes(c, batch, seq);
   const double H = double(c.hidden_size), F = double(c.intermediate_size), qd = double(c.num_heads * c.head_dim),
                kvd = double(c.num_kv_heads * c.head_dim), V = double(c.vocab_size), L = double(c.num_layers);
   const double qkv = qd + 2 * kvd;
@@ -227,6 +246,7 @@ double TrainModel::memory_bytes(const engine::ModelConfig& c, int64_t batch, int
 }
 
 double TrainModel::flops_per_token(int64_t seq) const {
+  if (mamba()) return mamba_flops_per_token(cfg_);
   // 6 FLOPs per weight per token (forward 2, backward 4) for every matmul weight (the lm_head included, the
   // embedding lookup not), plus the attention scores and values: forward 2 * 2 * qd * (average visible keys).
   double matmul_params = 0;
@@ -244,6 +264,7 @@ double TrainModel::flops_per_token(int64_t seq) const {
 }
 
 void TrainModel::forward(int64_t b, int64_t t) {
+  if (mamba()) return forward_mamba(b, t);
   Backend& be = be_;
   const engine::ModelConfig& c = cfg_;
   const int64_t N = b * t;
@@ -324,6 +345,7 @@ LossSum TrainModel::loss_head(int64_t b, int64_t t, bool backward, float grad_sc
 }
 
 void TrainModel::backward(int64_t b, int64_t t) {
+  if (mamba()) return backward_mamba(b, t);
   Backend& be = be_;
   const engine::ModelConfig& c = cfg_;
   const int64_t N = b * t;

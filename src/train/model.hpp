@@ -1,4 +1,5 @@
-// The trainable decoder: the engine's architectures (Llama-style and Gemma-3-style) from one engine::ModelConfig,
+// The trainable decoder: the engine's architectures (Llama-style, Gemma-3-style and Mamba-1) from one
+// engine::ModelConfig,
 // with the forward and backward schedule over a train::Backend. The forward is the engine's schedule
 // (src/engine/model.cpp) op for op, so a trained model exported as a Hugging Face directory gives the engine's
 // logits. The loss is cross-entropy fused with the lm_head in chunks of rows: the [tokens, vocab] logits are never
@@ -15,6 +16,10 @@ namespace flashkit::train {
 
 // Throws invalid_argument naming the field for configurations the trainer does not support (qwen, biases, ...).
 void check_trainable(const engine::ModelConfig& c, const std::string& where);
+
+// The Mamba parts of TrainModel::memory_bytes and flops_per_token (model_mamba.cpp).
+double mamba_memory_bytes(const engine::ModelConfig& c, int64_t batch, int64_t seq);
+double mamba_flops_per_token(const engine::ModelConfig& c);
 
 struct LossSum {
   double sum = 0;    // summed token losses
@@ -63,7 +68,19 @@ class TrainModel {
     // saved activations of the last forward
     Mat h_in, xn1, rstd1, qkv_raw, rstd_q, rstd_k, qkv, att, lse, ao, rstd_pa, h_mid, xn2, rstd2, gu, act, mo, rstd_pf;
     bool sliding = false;
+    // Mamba mixer (model_type mamba, model_mamba.cpp): parameters, gradients, saved activations (with h_in, xn1,
+    // rstd1 above): xz = in_proj(xn1) [x | z], xc = silu(conv(x)), dbc = x_proj(xc) [dt | B | C], delta =
+    // dt_proj(dt) without its bias (the scan adds it), y = the scan's gated output.
+    Mat w_in, conv_w, conv_b, w_x, w_dt, dt_bias, A_log, Dp, w_out;
+    Mat g_w_in, g_conv_w, g_conv_b, g_w_x, g_w_dt, g_dt_bias, g_A_log, g_Dp, g_w_out;
+    Mat xz, xc, dbc, delta, ssm_y;
   };
+  bool mamba() const { return cfg_.arch == engine::Arch::mamba; }
+  void setup_mamba();
+  void init_mamba(uint64_t seed);
+  void forward_mamba(int64_t b, int64_t t);
+  void backward_mamba(int64_t b, int64_t t);
+  void setup_head();  // ids, targets, logit chunk, losses (both families)
   void forward(int64_t b, int64_t t);
   void backward(int64_t b, int64_t t);
   LossSum loss_head(int64_t b, int64_t t, bool backward, float grad_scale);
@@ -81,6 +98,7 @@ class TrainModel {
   Mat cos_g_, sin_g_, cos_l_, sin_l_;
   Mat ids_, targets_, h_final_, xnf_, rstdf_;
   Mat dh_, dtmp_, dxn_, dact_, dgu_, datt_, dqkv_, logits_chunk_, losses_;
+  Mat dxz_, dxc_, ddbc_, ddelta_, dy_;  // Mamba backward scratch
   int64_t chunk_rows_ = 0;
   std::vector<Mat> owned_;
   std::vector<double> loss_host_;

@@ -98,7 +98,7 @@ Recipe parse_recipe(const std::string& text, const std::string& where) {
   r.source = where;
   r.text = text;
   const Reader top(j, where, "");
-  if (!top.has("model")) top.bad("missing the \"model\" block (a Hugging Face config.json: llama or gemma3_text)");
+  if (!top.has("model")) top.bad("missing the \"model\" block (a Hugging Face config.json: llama, gemma3_text or mamba)");
   const json& model = top.raw("model");
   if (!model.is_object()) top.bad("must be an object", "model");
   engine::ModelConfig cfg;

@@ -3,6 +3,8 @@
 // differences of the reference forward.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "ssm_fixture.hpp"
 
 using namespace flashkit;
@@ -236,6 +238,33 @@ TEST(ScanBackward, CpuMatchesReference) {
           EXPECT_LE(rel_err(cpu[i], ref[i]), 2e-5) << names[i] << " b" << s.b << " L" << s.L << " Di" << s.Di << " N"
                                                   << s.N << " threads " << threads;
     }
+}
+
+// The CPU backward repeats bit for bit with several threads (dB / dC sum over channels in per-thread partials:
+// the channel -> thread map must not depend on timing; training resumes rely on it).
+TEST(ScanBackward, CpuIsBitReproducibleWithThreads) {
+  ScanProblem p(2, 40, 64, 16, true, true, true, 21);
+  std::vector<float> w(p.y.size());
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  for (auto& e : w) e = d(rng);
+  std::vector<float> first_B, first_C;
+  for (int run = 0; run < 8; ++run) {
+    std::vector<float> du(p.u.size()), dd(p.u.size()), dA(p.A.size()), dB(p.B.size()), dC(p.C.size()),
+        dD(p.D.size()), dz(p.z.size()), db(p.bias.size());
+    auto a = p.args();
+    a.impl = SsmImpl::cpu;
+    a.threads = 3;
+    SelectiveScanGrads g{view(du, {2, 40, 64}), view(dd, {2, 40, 64}), view(dA, {64, 16}), view(dB, {2, 40, 16}),
+                         view(dC, {2, 40, 16}), view(dD, {64}),        view(dz, {2, 40, 64}), view(db, {64})};
+    selective_scan_backward(a, view(w, {2, 40, 64}), g);
+    if (run == 0) {
+      first_B = dB, first_C = dC;
+      continue;
+    }
+    ASSERT_EQ(std::memcmp(dB.data(), first_B.data(), dB.size() * 4), 0) << "dB, run " << run;
+    ASSERT_EQ(std::memcmp(dC.data(), first_C.data(), dC.size() * 4), 0) << "dC, run " << run;
+  }
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ TEST(TrainBadInput, RecipeFieldsAreNamed) {
       {[](json& j) { j["eval"] = {{"interval", 5}}; }, "field \"eval.interval\": is set but data.val is not"},
       {[](json& j) { j["output"]["dtype"] = "fp8"; }, "field \"output.dtype\": \"fp8\""},
       {[](json& j) { j["device"] = "tpu"; }, "field \"device\": \"tpu\""},
-      {[](json& j) { j["model"]["model_type"] = "qwen2"; }, "training supports llama and gemma3_text"},
+      {[](json& j) { j["model"]["model_type"] = "qwen2"; }, "training supports llama, gemma3_text and mamba"},
       {[](json& j) { j["model"]["head_dim"] = 6; }, "head_dim 6: flashkit's attention needs a multiple of 8"},
       {[](json& j) { j["model"].erase("hidden_size"); }, "missing \"hidden_size\""},
       {[](json& j) { j.erase("model"); }, "missing the \"model\" block"},

@@ -46,6 +46,12 @@ def parameters(run_dir):
     except OSError:
         return None
     h, v, i, L = m["hidden_size"], m["vocab_size"], m["intermediate_size"], m["num_hidden_layers"]
+    if m.get("model_type") == "mamba":  # in_proj, conv, x_proj, dt_proj (+ bias), A_log, D, out_proj; norms left out
+        n, w = m.get("state_size", 16), m.get("conv_kernel", 4)
+        r = m.get("time_step_rank", "auto")
+        r = (h + 15) // 16 if r == "auto" else int(r)
+        layer = 2 * i * h + i * (w + 1) + (r + 2 * n) * i + i * (r + 1) + i * (n + 1) + h * i
+        return v * h * (1 if m.get("tie_word_embeddings", True) else 2) + L * layer
     q = m["num_attention_heads"] * m["head_dim"]
     kv = m["num_key_value_heads"] * m["head_dim"]
     return v * h + L * (2 * h * q + 2 * h * kv + 3 * h * i)  # embeddings (tied) + attention + MLP, norms left out

@@ -12,6 +12,11 @@
 #   mqar    tools/eval/mqar_sweep.sh with DEVICE=cuda: attention and sliding window, widths 64/128, lengths 32/120
 #           (7 and 29 pairs), 3000 steps of batch 64 (the CPU runs' 3k-64k sequences never got past 1/pairs;
 #           this is 192k per run); the stage is cut at 150 s and summarises what finished -> eval-mqar-h200.*
+#           Mamba: the CUDA trainer has no selective-scan ops yet, so the mamba kind trains and evaluates on the
+#           host's CPU cores (DEVICE=cpu, 12 threads: 4 cores left to the CUDA sweep), in the background beside it,
+#           with a CPU-sized budget (600 steps of batch 64, widths 64/128, the same lengths, cut at 150 s)
+#           -> eval-mqar-h200-mamba-cpu.*
+#           (its own table: another budget than the CUDA kinds')
 #   pack    results/ (the JSON, tables, plots above) and the sweep's eval/ (per-run results and training logs) and
 #           recipes/ as $OUT/eval-results.tar.gz; the log is $OUT/eval.log
 # The tokenizer's PCRE2/ICU come from .fkdeps (carry=[".fkdeps"]).
@@ -55,15 +60,26 @@ print(f"eval parity: {same}/{len(a)} cells with equal accuracy; mean tokens/s cp
 PY
       ;;
     mqar)
+      # Mamba on the CPU cores (no CUDA scan training ops yet), in the background while the GPU trains the others.
+      timeout 150 env FLASHKIT_NUM_THREADS=12 DEVICE=cpu KINDS=mamba WIDTHS="64 128" SEQ_LENS="32 120" STEPS=600 BATCH=64 SAMPLES=128 \
+        EXAMPLES=20000 TAG=h200-mamba-cpu RESULTS="$RES" FLASHKIT="$FK" PY="$PY" \
+        tools/eval/mqar_sweep.sh "$WORK/mqar-mamba" > "$WORK/mqar-mamba.log" 2>&1 &
+      mamba_pid=$!
       run mqar_sweep timeout 150 env DEVICE=cuda KINDS="attention swa" WIDTHS="64 128" SEQ_LENS="32 120" \
         STEPS=3000 BATCH=64 SAMPLES=128 EXAMPLES=20000 TAG=h200 RESULTS="$RES" FLASHKIT="$FK" PY="$PY" \
         tools/eval/mqar_sweep.sh "$WORK/mqar"
       # the summary of whatever finished (the sweep writes it too when it is not cut short)
       run mqar_summary "$PY" tools/eval/mqar_summary.py "$WORK/mqar" --tag h200 --results "$RES" --steps 3000 \
         --batch 64 --vocab 64
-      cat "$RES/eval-mqar-h200.md" 2>/dev/null | tee -a "$LOG" ;;
+      cat "$RES/eval-mqar-h200.md" 2>/dev/null | tee -a "$LOG"
+      wait "$mamba_pid"
+      cat "$WORK/mqar-mamba.log" >> "$LOG"
+      run mqar_mamba_summary "$PY" tools/eval/mqar_summary.py "$WORK/mqar-mamba" --tag h200-mamba-cpu \
+        --results "$RES" --steps 600 --batch 64 --vocab 64
+      cat "$RES/eval-mqar-h200-mamba-cpu.md" 2>/dev/null | tee -a "$LOG" ;;
     pack)
-      tar czf "$OUT/eval-results.tar.gz" -C "$WORK" results mqar/eval mqar/recipes 2>> "$LOG" ;;
+      tar czf "$OUT/eval-results.tar.gz" -C "$WORK" results mqar/eval mqar/recipes mqar-mamba/eval \
+        mqar-mamba/recipes 2>> "$LOG" ;;
     *) log "unknown stage $st"; status=1 ;;
   esac
 done

@@ -28,7 +28,7 @@ void selective_scan_backward_cpu(const ScanArgs& a, const ScanGradArgs& g) {
     const size_t ns = static_cast<size_t>(N), ls = static_cast<size_t>(L);
     std::vector<float> hs((ls + 1) * ns), dts(ls), dy0(ls), gs(ns), A(ns);
     std::vector<double> dA(ns);
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(static)  // a fixed channel -> thread map: the dB / dC partials, and so their sum, repeat
     for (int64_t c = 0; c < Di; ++c) {
       for (int64_t n = 0; n < N; ++n) A[n] = a.A[c * N + n], dA[n] = 0.0;
       double dD = 0.0, dbias = 0.0;
@@ -91,7 +91,8 @@ void selective_scan_backward_cpu(const ScanArgs& a, const ScanGradArgs& g) {
       if (g.ddelta_bias) g.ddelta_bias[c] = float(dbias);
     }
   }
-  // dB, dC: the threads' partial sums (threads ordered: deterministic for a given thread count).
+  // dB, dC: the threads' partial sums in thread order (with the static schedule: bit-identical for a given thread
+  // count, which resumed training runs rely on).
   for (size_t i = 0; i < per; ++i) {
     float sb = 0.f, sc = 0.f;
     for (int th = 0; th < threads; ++th) sb += part[size_t(th) * per * 2 + i], sc += part[size_t(th) * per * 2 + per + i];
