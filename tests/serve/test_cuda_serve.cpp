@@ -184,6 +184,28 @@ std::vector<int32_t> alone(Model& m, const std::vector<int32_t>& prompt, int64_t
   return flashkit::generate(*s, prompt, g).tokens;
 }
 
+// Greedy tokens `got` against the same prompt generated alone: equal, or equal up to a position where the alone run's
+// own logits put got's token within kTie of the best one (a near-tie: the session's flash prefill rounds q/k/v to
+// bf16, the paged kernel does not, and either choice is then greedy). A real error picks a token far from the best.
+void expect_same_greedy(Model& m, const std::vector<int32_t>& prompt, const std::vector<int32_t>& got,
+                        int64_t max_tokens, const std::string& what) {
+  constexpr float kTie = 0.05f;
+  const std::vector<int32_t> want = alone(m, prompt, max_tokens);
+  size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  if (i == want.size() && got.size() == want.size()) return;
+  ASSERT_LT(i, got.size()) << what << ": " << got.size() << " tokens, expected " << want.size();
+  std::vector<int32_t> ctx = prompt;
+  ctx.insert(ctx.end(), want.begin(), want.begin() + std::ptrdiff_t(i));
+  auto s = m.new_session();
+  s->prefill(ctx);
+  const std::span<const float> lg = s->logits();
+  const float best = *std::max_element(lg.begin(), lg.end());
+  EXPECT_LT(best - lg[size_t(got[i])], kTie)
+      << what << ": token " << i << " is " << got[i] << " (logit " << lg[size_t(got[i])] << "), alone " << want[i]
+      << " (best logit " << best << "): not a near-tie";
+}
+
 // The scheduler on the CUDA backend: requests of many lengths (chunked prompts longer than the step budget), a pool
 // too small for all of them (preemption by recomputation), then the same prompts behind a shared prefix (prefix-cache
 // hits). Greedy output must be what each request gets alone. f32 activations and pool (weights are bf16 on the GPU
@@ -236,8 +258,9 @@ TEST(CudaServe, GreedyRequestsMatchGenerateAloneOnDraft) {
     e->wait_idle();
     for (size_t i = 0; i < prompts.size(); ++i) {
       EXPECT_NE(res[i].finish_reason, "error") << res[i].error;
-      EXPECT_EQ(out[i], alone(*model, prompts[i], max_tokens[i]))
-          << (shared ? "shared prefix, " : "") << "request " << i << " prompt " << prompts[i].size();
+      expect_same_greedy(*model, prompts[i], out[i], max_tokens[i],
+                         std::string(shared ? "shared prefix, " : "") + "request " + std::to_string(i) + " prompt " +
+                             std::to_string(prompts[i].size()));
     }
     const auto st = e->stats();
     if (!shared) {

@@ -12,9 +12,10 @@
 #             copy ceiling -> $OUT/quantcuda-bench.json
 #   tools/gpu/quantcuda.sh [STAGES...]     default: build test bench sanitize (the numbers before the slow memcheck)
 # Results: $OUT/quantcuda.log (everything), $OUT/quantcuda-bench.json, $OUT/failed.txt. Exit status non-zero if a
-# stage failed. Needs no .fkdeps (no tokenizer is used).
+# stage failed. carry=[".fkdeps.tar.xz"]: the test binaries link the tokenizer's PCRE2/ICU (carried_deps.sh).
 set -u
 cd "$(dirname "$0")/../.."
+. tools/gpu/carried_deps.sh; fk_use_deps
 . tools/gpu/steps.sh
 OUT=${OUT:-$PWD/build-gpu-out}; mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}
