@@ -13,31 +13,9 @@
 
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
-#include "kernels/cuda/nonfinite_row.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace flashkit::cuda {
-
-// Recomputes one warp's flagged rows (bit b: tile row s0 + b, query row m0 + s0 + b) in f64 into the staging panels
-// and their lse; called by the whole warp, rarely (nonfinite_row.cuh). Inlined, unlike the sm_80 and decode
-// fix-ups: a call made the 128-register configurations of flash_fwd_sm90.cuh spill more than this cold inline code
-// does (docs/worklog/attention-cuda.md, v13); the warp-specialized kernel is unchanged either way.
-template <typename T, int D, int BM>
-__device__ __forceinline__ void fix_staged_rows_sm90(const kernels::AttentionFwdArgs& a, const kernels::SeqRange& sr,
-                                                     const TileRows& trows, int64_t m0, uint8_t* smem, int s0,
-                                                     uint32_t flagged) {
-  while (flagged) {
-    const int b = __ffs(flagged) - 1;
-    flagged &= flagged - 1;
-    int64_t h, i;
-    trows.head_query(m0 + s0 + b, h, i);
-    const float lse = recompute_row_f64<T, D>(f64_row<T>(a, sr, h, i), [=](int c, double x) {
-      *reinterpret_cast<T*>(smem + pswz<BM>(s0 + b, c >> 3) + (c & 7) * 2) = nonfinite_from_f64<T>(x);
-    });
-    if ((threadIdx.x & 31) == 0) a.lse[a.lse_index(sr, h, i)] = lse;
-  }
-  __syncwarp();
-}
 
 // The key tiles a warpgroup's own rows can see, within the CTA's [nb_begin, nb_end) (mask bounds are monotone in
 // the query index), and the bounds inside which a tile needs no mask. Empty (wb == we) when its rows are past the end
@@ -197,17 +175,11 @@ struct Sm90FwdRows {
     const int wg = Sm90FwdRows::wg(), wq = Sm90FwdRows::wq(), g = Sm90FwdRows::g(), t4 = Sm90FwdRows::t4();
     const int wtid = int(threadIdx.x) & 127;
     float inv[2], lse[2];
-    uint32_t flagged = 0;  // bit g + 8r: the thread's rows its f32 result cannot vouch for (nonfinite_row.cuh)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float l = quad_sum(lrow[r]);
       inv[r] = l > 0.f ? 1.f / l : 0.f;
       lse[r] = row_lse(mrow[r], l);
-      float osum = 0.f;
-#pragma unroll
-      for (int d = 0; d < DTILE; ++d) osum += o[4 * d + 2 * r] + o[4 * d + 2 * r + 1];
-      const bool sees = m0 + wg * 64 + wq * 16 + g + 8 * r < rows && my_lo[r] < my_hi[r];
-      if (flagged_row(sees, l, osum)) flagged |= 1u << (g + 8 * r);
     }
     named_barrier(bar, 128);
 #pragma unroll
@@ -224,12 +196,6 @@ struct Sm90FwdRows {
       int64_t h, i;
       trows.head_query(gr, h, i);
       a.lse[a.lse_index(sr, h, i)] = lse[r];
-    }
-    // Flagged rows are recomputed in f64 into the staging panels before the warpgroup copies them out.
-    flagged = __reduce_or_sync(0xffffffffu, flagged);
-    if (flagged) {
-      __syncwarp();
-      fix_staged_rows_sm90<T, D, BM>(a, sr, trows, m0, smem, wg * 64 + wq * 16, flagged);
     }
     named_barrier(bar, 128);
     T* obase = static_cast<T*>(a.o.data) + sr.bslot * a.o.stride_b;

@@ -10,7 +10,6 @@
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
 #include "kernels/cuda/launch.hpp"
-#include "kernels/cuda/nonfinite_row.cuh"
 
 namespace flashkit::cuda {
 
@@ -22,35 +21,8 @@ namespace {
 // meet in shared memory. Spreading a row's columns over blocks matters when rows are few: one KV head at batch 1
 // is 8 rows x ~130 splits x 256 columns (1 MB of partials) that one block per row read with only 8 SMs.
 constexpr int kCombineCols = 64, kCombineThreads = 256;
-// 8 blocks per SM: caps the kernel at the 32 registers it used before the non-finite fix-up (fix_combined_row, whose
-// registers would otherwise count for the whole kernel: 58); the rare fix-up spills instead.
-constexpr int kCombineMinBlocks = 8;
-
-// A row whose merged lse is NaN (a split flagged it: its f32 result was not clean, flash_decode.cuh) recomputed in
-// f64 by one warp (nonfinite_row.cuh), which computes and writes only this block's columns [c0, c0 + kCombineCols)
-// and, in the first block, the lse. Rare; inlined under the kernel's register cap (kCombineMinBlocks): a call made
-// the merge itself spill; inlined, the spills (72/80 bytes) belong to this path, whose values share nothing with
-// the merge's (their count does not change with what the merge keeps live).
 template <typename T>
-__device__ __forceinline__ void fix_combined_row(const kernels::AttentionFwdArgs& a) {
-  // Everything from the block index and the parameters: no value of the merge stays live into this rare path.
-  const int64_t ridx = blockIdx.x;
-  const int c0 = int(blockIdx.y) * kCombineCols;
-  const RowIndex ri = split_row_index(ridx, a.shape.heads, a.shape.seqlen_q);
-  int64_t b = ri.bslot;  // varlen: the sequence whose tokens hold row ri.row
-  if (a.shape.varlen())
-    for (b = 0; b + 1 < a.shape.batch && a.shape.cu_seqlens_q[b + 1] <= ri.row;) ++b;
-  const kernels::SeqRange sr = kernels::seq_range(a.shape, b);
-  const int64_t i = ri.row - sr.q0;
-  T* o = static_cast<T*>(a.o.data) + ri.bslot * a.o.stride_b + ri.row * a.o.stride_s + ri.h * a.o.stride_h;
-  const F64Row<T> r = f64_row<T>(a, sr, ri.h, i);
-  const float lse = recompute_row_f64<T, kCombineCols / 32>(
-      r, c0, [=](int c, double x) { o[c] = nonfinite_from_f64<T>(x); });  // this block's columns only
-  if (c0 == 0 && (threadIdx.x & 31) == 0) a.lse[ridx] = lse;
-}
-
-template <typename T>
-__global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks) split_combine_kernel(const FwdParams p, int dpad) {
+__global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const FwdParams p, int dpad) {
   __shared__ float wsh[kMaxDecodeSplits];
   __shared__ float red[8][kCombineCols];
   __shared__ float stat[8];
@@ -67,10 +39,6 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks) split_comb
   if (m_sum.x == -INFINITY && m_sum.y == 0.f) {  // uniform across the block: every split empty
     if (tid < kCombineCols && c0 + tid < hd) o[c0 + tid] = MmaOp<T>::from_f32(0.f);
     if (blockIdx.y == 0 && tid == 0) a.lse[ridx] = -INFINITY;
-    return;
-  }
-  if (isnan(m_sum.y)) {  // uniform across the block (and the row's blocks): a split flagged the row
-    if (wid == 0) fix_combined_row<T>(a);
     return;
   }
   const int col = c0 + 2 * lane;  // head_dim is a multiple of 8: col < hd implies col + 1 < hd

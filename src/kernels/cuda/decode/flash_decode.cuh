@@ -55,34 +55,13 @@
 #include "kernels/cuda/launch.hpp"
 #include "kernels/cuda/flash_fwd.cuh"
 #include "kernels/cuda/decode/merge.cuh"
-#include "kernels/cuda/nonfinite_row.cuh"
 
 namespace flashkit::cuda {
 
 
 
-// Recomputes in f64 the flagged rows (bit r: tile row r, packed query row m0 + r) that fall to warp `warp` of NW
-// (rows warp, warp + NW, ...), writing o and lse directly; rare (nonfinite_row.cuh). A call, not inlined, taking
-// the kernel's parameters by address (__grid_constant__: no local copy).
 template <typename T, int D>
-__device__ __noinline__ void fix_decode_rows(const kernels::AttentionFwdArgs* ap, int kvh, int64_t m0,
-                                             uint32_t flagged, int warp, int NW) {
-  const kernels::AttentionFwdArgs& a = *ap;
-  const kernels::SeqRange sr = kernels::seq_range(a.shape, blockIdx.z);
-  const int64_t group = a.shape.heads / a.shape.kv_heads;
-  T* obase = static_cast<T*>(a.o.data) + sr.bslot * a.o.stride_b;
-  for (int row = warp; row < 16; row += NW) {
-    if (!((flagged >> row) & 1u)) continue;
-    const int64_t gr = m0 + row, h = int64_t(kvh) * group + gr / sr.nq, i = gr % sr.nq;
-    T* orow = obase + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h;
-    const float lse = recompute_row_f64<T, D>(f64_row<T>(a, sr, h, i),
-                                              [=](int c, double x) { orow[c] = nonfinite_from_f64<T>(x); });
-    if ((threadIdx.x & 31) == 0) a.lse[a.lse_index(sr, h, i)] = lse;
-  }
-}
-
-template <typename T, int D>
-__global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_kernel(const __grid_constant__ FwdParams p) {
+__global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_kernel(const FwdParams p) {
   using Op = MmaOp<T>;
   constexpr int NW = DecodeCfg<D>::kWarps, ST = DecodeCfg<D>::kStages, NT = NW * 32;
   constexpr int CH = D / 8, DTILE = D / 8, DP = D + 8;  // DP: f32 row pitch of the merge buffer (no bank conflicts)
@@ -117,9 +96,6 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
   // Uniform over the tile's splits: a cluster (the splits of one m-tile of one sequence) exits whole, so no CTA
   // waits at a cluster barrier for one that left.
   if (m0 >= rows) return;
-  // Rows (bits) this CTA's f32 result cannot vouch for (nonfinite_row.cuh), and (clusters) merged rows to recompute.
-  __shared__ uint32_t s_flagged, s_fix;
-  if (tid == 0) s_flagged = 0u, s_fix = 0u;  // ordered before their uses by the warp-merge barriers
   const int kvh = blockIdx.y;
   const int nrows = int(rows - m0 < 16 ? rows - m0 : 16);
   const int dreal = int(a.shape.head_dim);
@@ -347,27 +323,10 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
     for (int w = 0; w < NW; ++w) M = fmaxf(M, ml[(w * 16 + row) * 2]);
     const float sc = M == -INFINITY ? 0.f : fast_exp2(mrow[r] - M);
     float* dst = ob + (warp * 16 + row) * DP + 2 * t4;
-    float osum = 0.f;
 #pragma unroll
-    for (int d = 0; d < DTILE; ++d) {
-      *reinterpret_cast<float2*>(dst + d * 8) = make_float2(o[d][2 * r] * sc, o[d][2 * r + 1] * sc);
-      osum += o[d][2 * r] + o[d][2 * r + 1];
-    }
-    // Flag the row: a warp's output not finite (a non-finite v, or a masked NaN v times p = 0), or (warp 0) the
-    // merged softmax sum not positive although the row sees keys of this split (NaN/+inf scores, all -inf in f32).
-    bool bad = !isfinite(osum);
-    if (warp == 0 && t4 == 0) {
-      float L = 0.f;
-#pragma unroll
-      for (int w = 0; w < NW; ++w)
-        L += M == -INFINITY ? ml[(w * 16 + row) * 2 + 1] : ml[(w * 16 + row) * 2 + 1] * fast_exp2(ml[(w * 16 + row) * 2] - M);
-      const int kb = int(b0) * 16, ke = int(b1) * 16;
-      bad = bad || flagged_row(row < nrows && (my_lo[r] > kb ? my_lo[r] : kb) < (my_hi[r] < ke ? my_hi[r] : ke), L, 0.f);
-    }
-    if (bad) atomicOr(&s_flagged, 1u << row);
+    for (int d = 0; d < DTILE; ++d) *reinterpret_cast<float2*>(dst + d * 8) = make_float2(o[d][2 * r] * sc, o[d][2 * r + 1] * sc);
   }
   __syncthreads();
-  const uint32_t flagged = s_flagged;
 
   // ---- this CTA's result: o/lse (one split), the f32 partial of this split in global memory, or (clusters) in
   // this CTA's shared memory past the warp merge buffer: cpart [16][D] (normalized O), clse [16] (natural log).
@@ -399,13 +358,11 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
       for (int w = 0; w < NW; ++w) L += ml[(w * 16 + row) * 2 + 1];  // 0, or NaN: a warp saw only NaN scores
     }
     const float inv = L > 0.f ? 1.f / L : L == 0.f ? 0.f : kNaN;
-    const bool bad = (flagged >> row) & 1u;
-    const float lse = bad ? kNaN : row_lse(M, L);  // several splits: the merge recomputes a NaN row
+    const float lse = row_lse(M, L);
     int64_t h, i;
     row_hi(row, h, i);
     const int64_t ridx = a.lse_index(sr, h, i);
     if (S == 1) {
-      if (bad) continue;  // recomputed below
       uint4 v;
       v.x = Op::pack(acc[0] * inv, acc[1] * inv);
       v.y = Op::pack(acc[2] * inv, acc[3] * inv);
@@ -425,10 +382,7 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
       if (c == 0) p.lse_part[int64_t(split) * p.num_rows + ridx] = lse;
     }
   }
-  if (S == 1) {
-    if (flagged) fix_decode_rows<T, D>(&a, kvh, m0, flagged & ((1u << nrows) - 1u), warp, NW);
-    return;
-  }
+  if (S == 1) return;
   if (clustered) {
     // ---- cluster split merge (sm_90). Only whole clusters get here (see the early exit above).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -451,12 +405,8 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
       v.y = Op::pack(acc.z, acc.w);
       *reinterpret_cast<uint2*>(obase + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h + c4 * 4) = v;
       if (c4 == 0) a.lse[a.lse_index(sr, h, i)] = lse;
-      if (c4 == 0 && isnan(lse)) atomicOr(&s_fix, 1u << row);  // a flagged split: this rank recomputes the row
     }
     cl.sync();  // no CTA leaves (and frees its shared memory) before every rank has read it
-    // After the barrier every rank's writes of the row are done: the rank that wrote its lse overwrites it whole.
-    const uint32_t fix = s_fix;
-    if (fix) fix_decode_rows<T, D>(&a, kvh, m0, fix, warp, NW);
 #else
     __trap();  // the host never launches clusters with code before sm_90 (decode_cluster_residency is all 0)
 #endif
