@@ -1,8 +1,8 @@
 // The CUDA selective scan against its floors: forward bytes/s (the op's compulsory bytes, OpCost) as a fraction of
 // the H200's measured copy ceiling, flashkit's flash attention forward (causal, bf16) at matched width
 // (heads * head_dim = d_inner), and the decode step at batch 1 and 8. One JSON object per line on stdout. The scan
-// row also times every kernel generation on the same inputs ("generations": choose_scan_kernel's 0 = production v2,
-// 1 = v1 (also v1_ms), 2..4 = v3: one state per thread with chunks of 16 / 32 steps, two states per thread) and the
+// row also times every kernel generation on the same inputs ("generations": choose_scan_kernel's 0 = production, v3
+// with two states per thread; 1 = v1 (also v1_ms); 2, 3 = v3 with one state per thread, chunks of 16 / 32; 4 = v2) and the
 // backward (bwd_ms: production; bwd1_ms: plan_scan_backward's generation 1; against its compulsory
 // bytes: u, delta, z, dout in, du, ddelta, dz out, B, C in, dB, dC out).
 //   flashkit_ssm_bench [max_seqlen [MAMBA_DIR]]   (default 16384; batch 8, d_inner 1536, d_state 16 as issue 18 asks)
@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
     k1.u_t = k1.dl_t = k1.z_t = k1.y_t = Di;
     k1.B_b = k1.C_b = L * N;
     k1.B_t = k1.C_t = N;
-    // choose_scan_kernel's generations side by side: 0 production (v2), 1 v1, 2..4 the v3 variants
+    // choose_scan_kernel's generations side by side: 0 production (v3, two states per thread), 1 v1, 2-3 v3, 4 v2
     std::string gens = "[";
     double v1_ms = 0;
     std::string v1_kernel;

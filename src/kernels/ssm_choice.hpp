@@ -1,7 +1,8 @@
 // Which CUDA selective-scan kernel runs (src/kernels/cuda/ssm/scan.cu): a pure function of the problem, unit-tested
-// in the CPU build (tests/ssm/test_ssm_choice.cpp). `generation` 0 is production (v2 until the H200 has measured v3);
-// 1 keeps v1 reachable, 2..4 select v3 variants (2: one state per thread, chunks of 16 steps; 3: chunks of 32; 4: two
-// states per thread), so the tests and the benchmark compare every generation on the same inputs.
+// in the CPU build (tests/ssm/test_ssm_choice.cpp). `generation` 0 is production: for d_state <= 16 v3 with two
+// states per thread (H200, batch 8, d_inner 1536: 26% of the copy ceiling at 1k-32k tokens against v2's 11%, 2.3x;
+// docs/worklog/ssm-scan.md). 1 keeps v1 reachable, 2 and 3 the other v3 variants (one state per thread, chunks of 16
+// / 32 steps: 19-20%), 4 keeps v2, so the tests and the benchmark compare every generation on the same inputs.
 #pragma once
 #include <cstdint>
 
@@ -31,8 +32,8 @@ inline ScanKernel choose_scan_kernel(int64_t d_state, bool step, int generation 
     case 1: return ScanKernel::v1_n16;
     case 2: return ScanKernel::v3_n16;
     case 3: return ScanKernel::v3_n16_tc32;
-    case 4: return ScanKernel::v3_n16_npt2;
-    default: return ScanKernel::v2_n16;
+    case 4: return ScanKernel::v2_n16;
+    default: return ScanKernel::v3_n16_npt2;
   }
 }
 

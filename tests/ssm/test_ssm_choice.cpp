@@ -1,6 +1,7 @@
-// The CUDA selective-scan kernel choice (src/kernels/ssm_choice.hpp), a pure function run in the CPU build: v2 for
-// d_state <= 16 in production, v1 kept reachable through generation 1, v3 through generations 2 and 3 (until the H200
-// has measured it), v1's wide-state kernel beyond 16, the decode step by d_state; and the backward's plan.
+// The CUDA selective-scan kernel choice (src/kernels/ssm_choice.hpp), a pure function run in the CPU build: v3 with
+// two states per thread for d_state <= 16 in production, v1 kept reachable through generation 1, the other v3
+// variants through 2 and 3, v2 through 4, v1's wide-state kernel beyond 16, the decode step by d_state; and the
+// backward's plan.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -12,8 +13,8 @@ using flashkit::kernels::choose_scan_kernel;
 using flashkit::kernels::scan_kernel_name;
 using flashkit::kernels::ScanKernel;
 
-TEST(ScanChoice, ProductionPicksV2UpToSixteenStates) {
-  for (int64_t n : {1, 5, 8, 16}) EXPECT_EQ(choose_scan_kernel(n, false), ScanKernel::v2_n16) << n;
+TEST(ScanChoice, ProductionPicksV3TwoStatesPerThreadUpToSixteenStates) {
+  for (int64_t n : {1, 5, 8, 16}) EXPECT_EQ(choose_scan_kernel(n, false), ScanKernel::v3_n16_npt2) << n;
   for (int64_t n : {17, 40, 64}) EXPECT_EQ(choose_scan_kernel(n, false), ScanKernel::v1_n64) << n;
 }
 
@@ -22,11 +23,11 @@ TEST(ScanChoice, GenerationOneKeepsV1) {
   EXPECT_EQ(choose_scan_kernel(64, false, 1), ScanKernel::v1_n64);
 }
 
-TEST(ScanChoice, GenerationsTwoToFourSelectV3UpToSixteenStates) {
+TEST(ScanChoice, GenerationsTwoToFourKeepTheOtherKernelsUpToSixteenStates) {
   for (int64_t n : {1, 5, 16}) {
     EXPECT_EQ(choose_scan_kernel(n, false, 2), ScanKernel::v3_n16) << n;
     EXPECT_EQ(choose_scan_kernel(n, false, 3), ScanKernel::v3_n16_tc32) << n;
-    EXPECT_EQ(choose_scan_kernel(n, false, 4), ScanKernel::v3_n16_npt2) << n;
+    EXPECT_EQ(choose_scan_kernel(n, false, 4), ScanKernel::v2_n16) << n;
   }
   EXPECT_EQ(choose_scan_kernel(17, false, 2), ScanKernel::v1_n64);  // v3 has one state per thread, 16 threads
   EXPECT_EQ(choose_scan_kernel(16, true, 2), ScanKernel::step_n16);
