@@ -78,18 +78,8 @@ TrainModel::TrainModel(const engine::ModelConfig& cfg, Backend& be, int64_t batc
   }
   table_.add("model.norm.weight", {H_}, false);
   table_.pad();
-
+  alloc_params("model.embed_tokens.weight", "model.norm.weight");
   const DType P = be_.param_dtype();
-  params_ = be_.alloc(P, 1, table_.size());
-  grads_ = be_.alloc(P, 1, table_.size());
-  owned_.push_back(params_);
-  owned_.push_back(grads_);
-  embed_ = p("model.embed_tokens.weight");
-  g_embed_ = g("model.embed_tokens.weight");
-  lm_head_ = cfg.tie_embeddings ? embed_ : p("lm_head.weight");
-  g_lm_head_ = cfg.tie_embeddings ? g_embed_ : g("lm_head.weight");
-  final_norm_ = p("model.norm.weight");
-  g_final_norm_ = g("model.norm.weight");
 
   const int64_t qkv_cols = qd_ + 2 * kvd_;
   layers_.resize(size_t(L));
@@ -178,6 +168,22 @@ TrainModel::TrainModel(const engine::ModelConfig& cfg, Backend& be, int64_t batc
   };
   tables(cfg.rope_global, cos_g_, sin_g_);
   tables(cfg.rope_local, cos_l_, sin_l_);
+}
+
+// The parameter and gradient buffers of the table, and the views both families share: embedding, (tied) lm_head,
+// final norm.
+void TrainModel::alloc_params(const std::string& embed_name, const std::string& final_norm_name) {
+  const DType P = be_.param_dtype();
+  params_ = be_.alloc(P, 1, table_.size());
+  grads_ = be_.alloc(P, 1, table_.size());
+  owned_.push_back(params_);
+  owned_.push_back(grads_);
+  embed_ = p(embed_name);
+  g_embed_ = g(embed_name);
+  lm_head_ = cfg_.tie_embeddings ? embed_ : p("lm_head.weight");
+  g_lm_head_ = cfg_.tie_embeddings ? g_embed_ : g("lm_head.weight");
+  final_norm_ = p(final_norm_name);
+  g_final_norm_ = g(final_norm_name);
 }
 
 void TrainModel::setup_head() {

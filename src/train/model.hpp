@@ -80,6 +80,7 @@ class TrainModel {
   void init_mamba(uint64_t seed);
   void forward_mamba(int64_t b, int64_t t);
   void backward_mamba(int64_t b, int64_t t);
+  void alloc_params(const std::string& embed_name, const std::string& final_norm_name);
   void setup_head();  // ids, targets, logit chunk, losses (both families)
   void forward(int64_t b, int64_t t);
   void backward(int64_t b, int64_t t);

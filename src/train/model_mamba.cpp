@@ -42,18 +42,8 @@ void TrainModel::setup_mamba() {
   }
   table_.add("backbone.norm_f.weight", {H_}, false);
   table_.pad();
-
+  alloc_params("backbone.embeddings.weight", "backbone.norm_f.weight");
   const DType P = be_.param_dtype();
-  params_ = be_.alloc(P, 1, table_.size());
-  grads_ = be_.alloc(P, 1, table_.size());
-  owned_.push_back(params_);
-  owned_.push_back(grads_);
-  embed_ = p("backbone.embeddings.weight");
-  g_embed_ = g("backbone.embeddings.weight");
-  lm_head_ = cfg_.tie_embeddings ? embed_ : p("lm_head.weight");
-  g_lm_head_ = cfg_.tie_embeddings ? g_embed_ : g("lm_head.weight");
-  final_norm_ = p("backbone.norm_f.weight");
-  g_final_norm_ = g("backbone.norm_f.weight");
 
   layers_.resize(size_t(L));
   Mat h_prev = act(H_);
