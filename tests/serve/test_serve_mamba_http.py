@@ -14,6 +14,9 @@ import pytest
 
 from test_serve_http import CLI, DATA, Server, sse_events
 
+# FLASHKIT_SERVE_DEVICE=cuda runs server and reference on the CUDA backend (tools/gpu/mambaserve.sh); CI: the CPU.
+DEVICE = os.environ.get("FLASHKIT_SERVE_DEVICE", "cpu")
+
 VOCAB, HIDDEN, STATE, INNER, RANK, KERNEL, LAYERS = 280, 32, 4, 64, 2, 4, 2
 
 
@@ -68,14 +71,15 @@ def mamba_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def mamba_server(mamba_dir):
-    s = Server(mamba_dir, "--max-running", "2")  # fewer slots than the concurrent requests below: some queue
+    # Fewer slots than the concurrent requests below: some queue.
+    s = Server(mamba_dir, "--max-running", "2", "--device", DEVICE)
     yield s
     assert s.stop() == 0, "".join(s.log)
 
 
 def generate_alone(model_dir, prompt, n):
     out = subprocess.run([CLI, "generate", "-m", model_dir, "--prompt-ids", ",".join(map(str, prompt)), "--ids",
-                          "--temp", "0", "-n", str(n), "--ignore-eos", "-q", "--threads", "1"],
+                          "--temp", "0", "-n", str(n), "--ignore-eos", "-q", "--threads", "1", "--device", DEVICE],
                          capture_output=True, text=True, check=True)
     return [int(x) for x in out.stdout.split()]
 
@@ -85,7 +89,7 @@ def test_mamba_completions_match_generate_also_concurrently(mamba_server, mamba_
     prompts = [[1, 17, 42, 99, 250, 3, 77], [5], [200, 201, 202, 203, 204, 205, 206, 207, 208, 209, 210, 211], [64, 9]]
     want = [generate_alone(mamba_dir, p, 6 + i) for i, p in enumerate(prompts)]
     # The third starts with 274, the tokenizer's eos: with ignore_eos it must not end the text (a server fix).
-    assert want[2][0] == 274
+    assert want[2][0] == 274 or DEVICE != "cpu"  # CUDA rounds the weights to bf16: other tokens
     got = [None] * len(prompts)
 
     def ask(i):
