@@ -181,14 +181,18 @@ std::unique_ptr<Stack> build_stack(const ServeArgs& a, bool log) {
                     (long long)(st.kv_blocks_total * st.block_size / std::max<int64_t>(1, mi.max_context)));
     else
       std::snprintf(kv, sizeof kv, "no KV cache: one session (recurrent state) per running request");
+    char batch[96];
+    if (o.kv_memory > 0)
+      std::snprintf(batch, sizeof batch, "batch: %lld sequences, %lld tokens per step", (long long)o.max_running,
+                    (long long)o.max_step_tokens);
+    else
+      std::snprintf(batch, sizeof batch, "up to %lld sessions, one token each per step", (long long)o.max_running);
     std::fprintf(stderr,
                  "flashkit serve: %s (%s, %s weights) on %s, context %lld\n"
-                 "  %s; batch: %lld "
-                 "sequences, %lld tokens per step; prefix cache %s\n"
+                 "  %s; %s; prefix cache %s\n"
                  "  listening on http://%s:%d (model id \"%s\")\n",
                  a.model.c_str(), mi.architecture.c_str(), mi.weight_dtype.c_str(), mi.backend.c_str(),
-                 (long long)mi.max_context, kv,
-                 (long long)o.max_running, (long long)o.max_step_tokens, o.prefix_caching ? "on" : "off",
+                 (long long)mi.max_context, kv, batch, o.prefix_caching ? "on" : "off",
                  a.host.c_str(), s->port, so.model_id.c_str());
   }
   return s;
