@@ -173,16 +173,26 @@ std::unique_ptr<Stack> build_stack(const ServeArgs& a, bool log) {
     const ModelInfo& mi = s->model->info();
     const serve::EngineStats st = s->engine->stats();
     const serve::EngineOptions& o = s->engine->options();
+    // A model without a KV cache (Mamba) runs one session per request: there is no block pool to describe.
+    char kv[192];
+    if (o.kv_memory > 0)
+      std::snprintf(kv, sizeof kv, "KV cache: %lld blocks of %lld positions = %.1f MiB (%lld full-context sequences)",
+                    (long long)st.kv_blocks_total, (long long)st.block_size, double(st.kv_bytes) / (1 << 20),
+                    (long long)(st.kv_blocks_total * st.block_size / std::max<int64_t>(1, mi.max_context)));
+    else
+      std::snprintf(kv, sizeof kv, "no KV cache: one session (recurrent state) per running request");
+    char batch[96];
+    if (o.kv_memory > 0)
+      std::snprintf(batch, sizeof batch, "batch: %lld sequences, %lld tokens per step", (long long)o.max_running,
+                    (long long)o.max_step_tokens);
+    else
+      std::snprintf(batch, sizeof batch, "up to %lld sessions, one token each per step", (long long)o.max_running);
     std::fprintf(stderr,
                  "flashkit serve: %s (%s, %s weights) on %s, context %lld\n"
-                 "  KV cache: %lld blocks of %lld positions = %.1f MiB (%lld full-context sequences); batch: %lld "
-                 "sequences, %lld tokens per step; prefix cache %s\n"
+                 "  %s; %s; prefix cache %s\n"
                  "  listening on http://%s:%d (model id \"%s\")\n",
                  a.model.c_str(), mi.architecture.c_str(), mi.weight_dtype.c_str(), mi.backend.c_str(),
-                 (long long)mi.max_context, (long long)st.kv_blocks_total, (long long)st.block_size,
-                 double(st.kv_bytes) / (1 << 20),
-                 (long long)(st.kv_blocks_total * st.block_size / std::max<int64_t>(1, mi.max_context)),
-                 (long long)o.max_running, (long long)o.max_step_tokens, o.prefix_caching ? "on" : "off",
+                 (long long)mi.max_context, kv, batch, o.prefix_caching ? "on" : "off",
                  a.host.c_str(), s->port, so.model_id.c_str());
   }
   return s;

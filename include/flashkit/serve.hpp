@@ -15,6 +15,9 @@
 // prompt and the tokens generated so far and recomputed later, without losing anything), and reuses the blocks of
 // any earlier request with the same token prefix (prefix caching, keyed by the model's identity). Greedy output of a
 // request is the same as flashkit::generate on a session of its own.
+// Models without a KV cache (model_type mamba: a constant-size recurrent state per sequence) run instead one engine
+// Session per running request, at most max_running of them, each advanced by one token per step in turn (no batching
+// across sequences, no prefix cache, no KV blocks: their stats are 0); the request API is the same.
 // Runs on backends with paged KV ops (the CPU backend; CUDA throws unsupported for now).
 #pragma once
 #include <cstdint>
@@ -100,7 +103,8 @@ class Engine {
   virtual void wait_idle() = 0;
   virtual EngineStats stats() const = 0;
   virtual const Model& model() const = 0;
-  virtual const EngineOptions& options() const = 0;  // with kv_memory resolved
+  // With kv_memory resolved; for a model without a KV cache (Mamba) kv_memory is 0 and prefix_caching false.
+  virtual const EngineOptions& options() const = 0;
 };
 
 // The KV pool size used when EngineOptions::kv_memory is 0: a quarter of the host memory available now (CPU

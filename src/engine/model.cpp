@@ -947,11 +947,12 @@ GenerationResult generate(Session& session, std::span<const int32_t> prompt, con
 namespace flashkit::engine {
 namespace {
 
-// Serving runs over paged KV blocks; a Mamba sequence has a recurrent state instead (no per-token cache to page).
+// Paged steps need a KV cache; a Mamba sequence has a recurrent state instead (no per-token cache to page), so the
+// serving engine runs it in a Session of its own (has_kv_cache; src/serve/session_core.hpp).
 void refuse_paged_mamba(const ModelConfig& c) {
   if (c.arch == Arch::mamba)
     fail(Status::unsupported, "paged serving: model_type mamba keeps one recurrent state per sequence, not a paged KV "
-                              "cache: batched serving does not run mamba models yet (generate and chat do)");
+                              "cache (serve::Engine runs such models one session per sequence instead)");
 }
 
 class PagedRunnerImpl final : public PagedRunner {
@@ -1163,6 +1164,8 @@ int64_t paged_kv_bytes_per_token(const Model& model) {
   refuse_paged_mamba(m.cfg_);  // no KV cache: 0 bytes per token would divide by zero in the serving engine
   return m.cfg_.num_layers * 2 * m.kv_dim_ * dtype_size(m.be_->kv_dtype());
 }
+
+bool has_kv_cache(const Model& model) { return impl_of(model).cfg_.arch != Arch::mamba; }
 
 int64_t paged_device_free_bytes(const Model& model) { return impl_of(model).be_->free_memory_bytes(); }
 

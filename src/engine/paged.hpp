@@ -41,6 +41,10 @@ class PagedRunner {
   virtual bool greedy_allowed() const = 0;
 };
 
+// False for models whose sequences keep a constant-size recurrent state instead of a KV cache (model_type mamba):
+// the serving engine then runs each sequence in a Session of its own (src/serve/session_core.hpp) instead of paged
+// steps, and the functions below (but model_identity) throw unsupported for them.
+bool has_kv_cache(const Model& model);
 // Bytes of KV cache per position (all layers, keys and values) in the model's KV dtype.
 int64_t paged_kv_bytes_per_token(const Model& model);
 // Free memory of the model's device now (CUDA), or -1 when its backend computes in host memory.

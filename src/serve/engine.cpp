@@ -1,4 +1,6 @@
-// serve::Engine (include/flashkit/serve.hpp): the scheduler thread around Scheduler + engine::PagedRunner.
+// serve::Engine (include/flashkit/serve.hpp): the scheduler thread around a StepCore (serve/step_core.hpp): the paged
+// core below (Scheduler + engine::PagedRunner) for models with a KV cache, the session core (serve/session_core.hpp)
+// for models without one (Mamba).
 //
 // Threads. submit / cancel / reset_prefix_cache / stats may be called from any thread; they only touch the inbox
 // (under mu_). Everything else -- the scheduler, the block pool, the runner, the callbacks -- lives on the engine
@@ -19,6 +21,8 @@
 #include "flashkit/runtime.hpp"
 #include "flashkit/serve.hpp"
 #include "serve/scheduler.hpp"
+#include "serve/session_core.hpp"
+#include "serve/step_core.hpp"
 
 namespace flashkit::serve {
 
@@ -36,11 +40,107 @@ int64_t available_memory_bytes() {
   return physical_memory_bytes();
 }
 
+// Attention models: continuous batching over paged KV blocks (Scheduler plans, engine::PagedRunner computes).
+class PagedCore final : public StepCore {
+ public:
+  // Resolves opts.kv_memory (0: default_kv_memory) to whole blocks and caps opts.max_running at max_step_tokens.
+  PagedCore(Model& model, EngineOptions& opts) : block_size_(opts.block_size) {
+    const ModelInfo& info = model.info();
+    if (opts.kv_memory == 0) opts.kv_memory = default_kv_memory(model, opts);
+    const int64_t per_block = engine::paged_kv_bytes_per_token(model) * opts.block_size;
+    const int64_t blocks = opts.kv_memory / per_block;
+    if (blocks < 1)
+      bad("kv_memory of " + std::to_string(opts.kv_memory) + " bytes holds no KV block (one block of " +
+          std::to_string(opts.block_size) + " positions takes " + std::to_string(per_block) + " bytes)");
+    engine::PagedRunnerOptions ro;
+    ro.block_size = opts.block_size;
+    ro.num_blocks = blocks;
+    ro.max_rows = opts.max_step_tokens;
+    ro.max_seqs = std::min(opts.max_running, opts.max_step_tokens);
+    opts.max_running = ro.max_seqs;
+    runner_ = engine::make_paged_runner(model, ro);
+    opts.kv_memory = blocks * per_block;
+    kv_bytes_ = opts.kv_memory;
+    SchedulerConfig sc;
+    sc.block_size = opts.block_size;
+    sc.num_blocks = blocks;
+    sc.max_step_tokens = opts.max_step_tokens;
+    sc.max_running = opts.max_running;
+    sc.max_blocks_per_seq = runner_->max_blocks_per_seq();
+    sc.max_context = info.max_context;
+    sc.prefix_caching = opts.prefix_caching;
+    // The prefix cache's salt: the model identity and the block size (engine/paged.hpp, block_pool.hpp).
+    const std::string ident = engine::model_identity(model) + "block_size=" + std::to_string(opts.block_size);
+    sc.salt = hash_bytes(ident.data(), ident.size());
+    sched_ = std::make_unique<Scheduler>(sc);
+    vocab_ = info.vocab_size;
+    logits_.resize(size_t(ro.max_seqs * vocab_));
+  }
+
+  void add(std::unique_ptr<Sequence> seq) override { sched_->add(std::move(seq)); }
+  void cancel(uint64_t id) override { sched_->cancel(id); }
+  void reset_prefix_cache() override { sched_->reset_prefix_cache(); }
+  bool has_work() const override { return sched_->has_work(); }
+
+  bool run_step() override {
+    if (!sched_->schedule(plan_)) return false;
+    const auto t0 = Clock::now();
+    try {
+      if (runner_->greedy_allowed() && Scheduler::all_greedy(plan_)) {
+        // Only the ids come back (CUDA: 8 bytes a row instead of the vocabulary's logits and a host scan of them).
+        greedy_.resize(plan_.logit_rows.size());
+        runner_->step_greedy(plan_.view(runner_->max_blocks_per_seq()), greedy_);
+        busy_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+        sched_->commit_greedy(plan_, greedy_, [&](int64_t i, float* out) { runner_->logits_row(i, out); }, vocab_);
+      } else {
+        runner_->step(plan_.view(runner_->max_blocks_per_seq()), logits_.data());
+        busy_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+        sched_->commit(plan_, logits_.data(), vocab_);
+      }
+    } catch (const std::exception& e) {
+      sched_->fail_step(plan_, e.what());
+    }
+    return true;
+  }
+
+  void fill_stats(EngineStats& s) const override {
+    const BlockPoolStats ps = sched_->pool().stats();
+    const SchedulerCounters& c = sched_->counters();
+    s.running = sched_->running();
+    s.waiting = sched_->waiting();
+    s.kv_blocks_total = ps.total;
+    s.kv_blocks_free = ps.free;
+    s.kv_blocks_used = ps.used;
+    s.kv_blocks_cached = ps.cached;
+    s.block_size = block_size_;
+    s.kv_bytes = kv_bytes_;
+    s.prefix_hit_blocks = ps.hit_blocks;
+    s.prefix_miss_blocks = ps.miss_blocks;
+    s.prefix_evictions = ps.evictions;
+    s.prefix_resets = ps.resets;
+    s.prompt_tokens = c.prompt_tokens;
+    s.generation_tokens = c.generation_tokens;
+    s.steps = c.steps;
+    s.preemptions = c.preemptions;
+    s.requests_finished = c.finished;
+    s.requests_cancelled = c.cancelled;
+    s.busy_s = busy_s_;
+  }
+
+ private:
+  int64_t block_size_ = 0, kv_bytes_ = 0, vocab_ = 0;
+  std::unique_ptr<engine::PagedRunner> runner_;
+  std::unique_ptr<Scheduler> sched_;
+  StepPlan plan_;
+  std::vector<float> logits_;
+  std::vector<engine::ArgmaxResult> greedy_;  // a greedy step's ids
+  double busy_s_ = 0;
+};
+
 class EngineImpl final : public Engine {
  public:
   EngineImpl(std::shared_ptr<Model> model, const EngineOptions& opts) : model_(std::move(model)), opts_(opts) {
     if (!model_) bad("serve engine: no model");
-    const ModelInfo& info = model_->info();
     if (opts.block_size < 1 || opts.block_size > 1024)
       bad("block_size must be in [1, 1024], got " + std::to_string(opts.block_size));
     if (opts.kv_memory < 0) bad("kv_memory must be >= 0 bytes (0: default), got " + std::to_string(opts.kv_memory));
@@ -48,33 +148,14 @@ class EngineImpl final : public Engine {
       bad("max_step_tokens must be in [1, 65536], got " + std::to_string(opts.max_step_tokens));
     if (opts.max_running < 1 || opts.max_running > 4096)
       bad("max_running must be in [1, 4096], got " + std::to_string(opts.max_running));
-    if (opts_.kv_memory == 0) opts_.kv_memory = default_kv_memory(*model_, opts_);
-    const int64_t per_block = engine::paged_kv_bytes_per_token(*model_) * opts.block_size;
-    const int64_t blocks = opts_.kv_memory / per_block;
-    if (blocks < 1)
-      bad("kv_memory of " + std::to_string(opts_.kv_memory) + " bytes holds no KV block (one block of " +
-          std::to_string(opts.block_size) + " positions takes " + std::to_string(per_block) + " bytes)");
-    engine::PagedRunnerOptions ro;
-    ro.block_size = opts.block_size;
-    ro.num_blocks = blocks;
-    ro.max_rows = opts.max_step_tokens;
-    ro.max_seqs = std::min(opts.max_running, opts.max_step_tokens);
-    opts_.max_running = ro.max_seqs;
-    runner_ = engine::make_paged_runner(*model_, ro);
-    opts_.kv_memory = blocks * per_block;
-    SchedulerConfig sc;
-    sc.block_size = opts.block_size;
-    sc.num_blocks = blocks;
-    sc.max_step_tokens = opts.max_step_tokens;
-    sc.max_running = opts_.max_running;
-    sc.max_blocks_per_seq = runner_->max_blocks_per_seq();
-    sc.max_context = info.max_context;
-    sc.prefix_caching = opts.prefix_caching;
-    // The prefix cache's salt: the model identity and the block size (engine/paged.hpp, block_pool.hpp).
-    const std::string ident = engine::model_identity(*model_) + "block_size=" + std::to_string(opts.block_size);
-    sc.salt = hash_bytes(ident.data(), ident.size());
-    sched_ = std::make_unique<Scheduler>(sc);
-    logits_.resize(size_t(ro.max_seqs * info.vocab_size));
+    if (engine::has_kv_cache(*model_)) {
+      core_ = std::make_unique<PagedCore>(*model_, opts_);  // resolves kv_memory and max_running in opts_
+    } else {
+      // One Session per running sequence, a constant-size state each: no KV pool, nothing to cache by prefix.
+      opts_.kv_memory = 0;
+      opts_.prefix_caching = false;
+      core_ = std::make_unique<SessionCore>(model_, opts_.max_running);
+    }
     publish_stats();
     if (opts.background) thread_ = std::thread([this] { loop(); });
   }
@@ -87,7 +168,7 @@ class EngineImpl final : public Engine {
     if (thread_.joinable()) thread_.join();
     // Whatever is left (queued in the inbox or in the scheduler) ends as "cancelled".
     take_inbox();
-    sched_.reset();
+    core_.reset();
   }
 
   uint64_t submit(Request r) override {
@@ -111,13 +192,15 @@ class EngineImpl final : public Engine {
     sp.seed = r.sampling.seed;
     auto s = std::make_unique<Sequence>();
     s->sampler = std::make_unique<engine::Sampler>(sp);  // validates
-    // The most positions the sequence can hold: it must fit the pool on its own, or it could never finish.
-    const int64_t most = std::min(n + r.max_tokens, info.max_context);
-    const int64_t need = (most + opts_.block_size - 1) / opts_.block_size;
-    const int64_t have = opts_.kv_memory / (engine::paged_kv_bytes_per_token(*model_) * opts_.block_size);
-    if (need > have)
-      bad("the request needs up to " + std::to_string(most) + " positions (" + std::to_string(need) +
-          " KV blocks) but the KV pool has " + std::to_string(have) + " blocks (raise the KV memory or lower max_tokens)");
+    if (opts_.kv_memory > 0) {
+      // The most positions the sequence can hold: it must fit the pool on its own, or it could never finish.
+      const int64_t most = std::min(n + r.max_tokens, info.max_context);
+      const int64_t need = (most + opts_.block_size - 1) / opts_.block_size;
+      const int64_t have = opts_.kv_memory / (engine::paged_kv_bytes_per_token(*model_) * opts_.block_size);
+      if (need > have)
+        bad("the request needs up to " + std::to_string(most) + " positions (" + std::to_string(need) +
+            " KV blocks) but the KV pool has " + std::to_string(have) + " blocks (raise the KV memory or lower max_tokens)");
+    }
     s->tokens = r.prompt;
     s->prompt_len = n;
     s->stops = r.stop_ids;
@@ -190,7 +273,7 @@ class EngineImpl final : public Engine {
       reset = reset_;
       reset_ = false;
     }
-    if (!sched_) return;
+    if (!core_) return;
     for (auto& s : in) {
       auto done = std::move(s->req.on_done);
       // Count the request off when it ends, whatever ends it.
@@ -199,43 +282,23 @@ class EngineImpl final : public Engine {
         std::lock_guard<std::mutex> lk(mu_);
         if (--pending_ == 0) idle_cv_.notify_all();
       };
-      sched_->add(std::move(s));
+      core_->add(std::move(s));
     }
-    for (uint64_t id : cancels) sched_->cancel(id);
-    if (reset) sched_->reset_prefix_cache();
+    for (uint64_t id : cancels) core_->cancel(id);
+    if (reset) core_->reset_prefix_cache();
   }
 
   bool run_step() {
-    if (!sched_->schedule(plan_)) {
-      publish_stats();
-      return false;
-    }
-    const auto t0 = Clock::now();
-    try {
-      const int64_t V = model_->info().vocab_size;
-      if (runner_->greedy_allowed() && Scheduler::all_greedy(plan_)) {
-        // Only the ids come back (CUDA: 8 bytes a row instead of the vocabulary's logits and a host scan of them).
-        greedy_.resize(plan_.logit_rows.size());
-        runner_->step_greedy(plan_.view(runner_->max_blocks_per_seq()), greedy_);
-        busy_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
-        sched_->commit_greedy(plan_, greedy_, [&](int64_t i, float* out) { runner_->logits_row(i, out); }, V);
-      } else {
-        runner_->step(plan_.view(runner_->max_blocks_per_seq()), logits_.data());
-        busy_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
-        sched_->commit(plan_, logits_.data(), V);
-      }
-    } catch (const std::exception& e) {
-      sched_->fail_step(plan_, e.what());
-    }
+    const bool ran = core_->run_step();
     publish_stats();
-    return true;
+    return ran;
   }
 
   void loop() {
     while (true) {
       {
         std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return stop_ || !inbox_.empty() || !cancels_.empty() || reset_ || sched_->has_work(); });
+        cv_.wait(lk, [&] { return stop_ || !inbox_.empty() || !cancels_.empty() || reset_ || core_->has_work(); });
         if (stop_) return;
       }
       take_inbox();
@@ -244,39 +307,15 @@ class EngineImpl final : public Engine {
   }
 
   void publish_stats() {
-    const BlockPoolStats ps = sched_->pool().stats();
-    const SchedulerCounters& c = sched_->counters();
+    EngineStats st;
+    core_->fill_stats(st);
     std::lock_guard<std::mutex> lk(mu_);
-    EngineStats& s = stats_;
-    s.running = sched_->running();
-    s.waiting = sched_->waiting();
-    s.kv_blocks_total = ps.total;
-    s.kv_blocks_free = ps.free;
-    s.kv_blocks_used = ps.used;
-    s.kv_blocks_cached = ps.cached;
-    s.block_size = opts_.block_size;
-    s.kv_bytes = opts_.kv_memory;
-    s.prefix_hit_blocks = ps.hit_blocks;
-    s.prefix_miss_blocks = ps.miss_blocks;
-    s.prefix_evictions = ps.evictions;
-    s.prefix_resets = ps.resets;
-    s.prompt_tokens = c.prompt_tokens;
-    s.generation_tokens = c.generation_tokens;
-    s.steps = c.steps;
-    s.preemptions = c.preemptions;
-    s.requests_finished = c.finished;
-    s.requests_cancelled = c.cancelled;
-    s.busy_s = busy_s_;
+    stats_ = st;
   }
 
   std::shared_ptr<Model> model_;
   EngineOptions opts_;
-  std::unique_ptr<engine::PagedRunner> runner_;
-  std::unique_ptr<Scheduler> sched_;
-  StepPlan plan_;
-  std::vector<float> logits_;
-  std::vector<engine::ArgmaxResult> greedy_;  // a greedy step's ids
-  double busy_s_ = 0;
+  std::unique_ptr<StepCore> core_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
@@ -292,6 +331,7 @@ class EngineImpl final : public Engine {
 }  // namespace
 
 int64_t default_kv_memory(const Model& model, const EngineOptions& opts) {
+  if (!engine::has_kv_cache(model)) return 0;  // its sequences run in sessions of their own (session_core.hpp)
   const int64_t per_token = engine::paged_kv_bytes_per_token(model);
   const int64_t ctx = model.info().max_context;
   const int64_t want = per_token * ctx * std::max<int64_t>(1, opts.max_running);

@@ -49,6 +49,7 @@ struct Sequence {
   bool finished = false;
   RequestResult result;
   Clock::time_point submitted;
+  std::unique_ptr<Session> session;  // models without a KV cache: the sequence's own state (session_core.hpp)
 };
 
 struct SchedulerConfig {

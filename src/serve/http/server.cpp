@@ -193,6 +193,8 @@ struct HttpServer::Impl {
   std::optional<chat::ChatTemplate> chat_template;
   std::mutex template_mu;
   std::vector<int32_t> stop_ids;  // the tokenizer's eos ids (the model's come from the engine)
+  // The ids that end a request's text: the tokenizer's eos ids, none with ignore_eos (as the engine request does).
+  std::vector<int32_t> eos_stops(const GenRequest& g) const { return g.ignore_eos ? std::vector<int32_t>{} : stop_ids; }
   std::atomic<bool> stopping{false};
   std::atomic<int64_t> in_flight{0};
   std::atomic<uint64_t> next_id{1};
@@ -499,7 +501,7 @@ struct HttpServer::Impl {
     Live l = start(g);
     if (!g.stream) {
       const int fd = connection_fd(req);
-      TextState ts(*tok, g.stop, stop_ids);
+      TextState ts(*tok, g.stop, eos_stops(g));
       std::string text;
       RequestResult r;
       std::vector<int32_t> got;
@@ -538,7 +540,7 @@ struct HttpServer::Impl {
       StreamState(Impl* s, GenRequest gg, Live ll, const Tokenizer& tok, const std::vector<int32_t>& stops)
           : self(s), g(std::move(gg)), l(std::move(ll)), ts(tok, g.stop, stops) {}
     };
-    auto st = std::make_shared<StreamState>(this, g, l, *tok, stop_ids);
+    auto st = std::make_shared<StreamState>(this, g, l, *tok, eos_stops(g));
     done.owned = false;  // the releaser below decrements in_flight
     st->fd = connection_fd(req);
     res.set_header("Cache-Control", "no-cache");
@@ -665,6 +667,11 @@ struct HttpServer::Impl {
     metric("kv_blocks_cached", "gauge", "KV blocks in the prefix cache.", double(s.kv_blocks_cached));
     metric("kv_block_size", "gauge", "Positions per KV block.", double(s.block_size));
     metric("kv_cache_bytes", "gauge", "Bytes of the KV block pool.", double(s.kv_bytes));
+    // Models without a KV cache (Mamba) run one session per sequence: no blocks, no prefix cache (docs/serving.md).
+    metric("kv_cache_paged", "gauge", "1: paged KV blocks; 0: a model without a KV cache, one session per sequence.",
+           engine.options().kv_memory > 0 ? 1.0 : 0.0);
+    metric("prefix_caching_enabled", "gauge", "1 when prefix caching is on (always off without a KV cache).",
+           engine.options().prefix_caching ? 1.0 : 0.0);
     metric("prefix_cache_hits_total", "counter", "Prompt blocks found in the prefix cache.", double(s.prefix_hit_blocks));
     metric("prefix_cache_misses_total", "counter", "Prompt blocks looked up and not found.", double(s.prefix_miss_blocks));
     metric("prefix_cache_hit_rate", "gauge", "Hits / lookups of prompt blocks since start.",
