@@ -55,10 +55,8 @@ void Scheduler::release_blocks(Sequence* s) {
   s->computed = 0;
 }
 
-void Scheduler::finish(Sequence* s, const char* reason, const std::string& error) {
-  if (s->finished) return;
+void complete_request(Sequence* s, const char* reason, const std::string& error, SchedulerCounters& counters) {
   s->finished = true;
-  release_blocks(s);
   RequestResult& r = s->result;
   r.id = s->id;
   r.finish_reason = reason;
@@ -66,15 +64,23 @@ void Scheduler::finish(Sequence* s, const char* reason, const std::string& error
   r.prompt_tokens = s->prompt_len;
   r.completion_tokens = s->generated;
   r.total_s = std::chrono::duration<double>(Clock::now() - s->submitted).count();
-  if (r.finish_reason == "cancelled") ++counters_.cancelled;
-  else ++counters_.finished;
+  if (r.finish_reason == "cancelled") ++counters.cancelled;
+  else ++counters.finished;
   if (s->req.on_done) s->req.on_done(r);
 }
 
-void Scheduler::reap() {
-  running_.erase(std::remove_if(running_.begin(), running_.end(), [](auto& s) { return s->finished; }), running_.end());
-  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), [](auto& s) { return s->finished; }), waiting_.end());
+void reap_finished(std::vector<std::unique_ptr<Sequence>>& running, std::deque<std::unique_ptr<Sequence>>& waiting) {
+  running.erase(std::remove_if(running.begin(), running.end(), [](auto& s) { return s->finished; }), running.end());
+  waiting.erase(std::remove_if(waiting.begin(), waiting.end(), [](auto& s) { return s->finished; }), waiting.end());
 }
+
+void Scheduler::finish(Sequence* s, const char* reason, const std::string& error) {
+  if (s->finished) return;
+  release_blocks(s);
+  complete_request(s, reason, error, counters_);
+}
+
+void Scheduler::reap() { reap_finished(running_, waiting_); }
 
 void Scheduler::preempt(Sequence* s) {
   release_blocks(s);

@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/backend.hpp"
@@ -74,6 +75,11 @@ struct SchedulerCounters {
   int64_t prompt_tokens = 0, generation_tokens = 0, steps = 0, preemptions = 0;
   int64_t finished = 0, cancelled = 0;
 };
+
+// Shared by the two step cores (Scheduler, SessionCore): fill s's result, count it, call on_done (s is marked
+// finished; the caller has released its blocks or session first), and drop finished sequences from both queues.
+void complete_request(Sequence* s, const char* reason, const std::string& error, SchedulerCounters& counters);
+void reap_finished(std::vector<std::unique_ptr<Sequence>>& running, std::deque<std::unique_ptr<Sequence>>& waiting);
 
 class Scheduler {
  public:

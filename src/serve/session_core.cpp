@@ -24,24 +24,11 @@ void SessionCore::cancel(uint64_t id) {
 
 void SessionCore::finish(Sequence* s, const char* reason, const std::string& error) {
   if (s->finished) return;
-  s->finished = true;
   s->session.reset();  // the slot's memory goes back now, not at the next step
-  RequestResult& r = s->result;
-  r.id = s->id;
-  r.finish_reason = reason;
-  r.error = error;
-  r.prompt_tokens = s->prompt_len;
-  r.completion_tokens = s->generated;
-  r.total_s = std::chrono::duration<double>(Clock::now() - s->submitted).count();
-  if (r.finish_reason == "cancelled") ++counters_.cancelled;
-  else ++counters_.finished;
-  if (s->req.on_done) s->req.on_done(r);
+  complete_request(s, reason, error, counters_);
 }
 
-void SessionCore::reap() {
-  running_.erase(std::remove_if(running_.begin(), running_.end(), [](auto& s) { return s->finished; }), running_.end());
-  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), [](auto& s) { return s->finished; }), waiting_.end());
-}
+void SessionCore::reap() { reap_finished(running_, waiting_); }
 
 bool SessionCore::run_step() {
   reap();
