@@ -6,6 +6,11 @@ cache_batch_idx[b] (default b) and its first cache_seqlens[b] (+ seqlen_new afte
 lengths take one attention call on a strided view of the cache (nothing copied); unequal lengths take one call per
 sequence. Tensor cache_seqlens are read to the host (a synchronization on CUDA), which also lets the positions be
 checked against the cache and the rotary table.
+
+With block_table (batch, max_blocks_per_seq) the cache is paged as flash-attn pages it: (num_blocks, page_block_size,
+nheads_k, headdim), position p of sequence b at block block_table[b, p // page_block_size], row p % page_block_size.
+New keys are written into their pages in place; each sequence's pages are then gathered into a contiguous copy for
+the attention call (correct for any table; a copy per call, not the paged kernel's speed).
 """
 
 import numbers
@@ -53,6 +58,30 @@ def _rows(cache_batch_idx, batch, batch_cache, device):
     return rows
 
 
+def _block_table(block_table, cache_batch_idx, batch, num_blocks, device):
+    """block_table as host lists (a synchronization on CUDA, like cache_seqlens)."""
+    if cache_batch_idx is not None:
+        raise ValueError("cache_batch_idx: not with block_table (the table already picks each sequence's pages)")
+    if (not isinstance(block_table, torch.Tensor) or block_table.dim() != 2 or block_table.shape[0] != batch
+            or block_table.is_floating_point() or block_table.dtype == torch.bool):
+        raise ValueError("block_table: expected an int32 tensor (%d, max_blocks_per_seq), got %s"
+                         % (batch, getattr(block_table, "shape", block_table)))
+    if block_table.device != device:
+        raise ValueError("block_table: expected a tensor on %s (q's device), got %s" % (device, block_table.device))
+    if num_blocks == 0:
+        raise ValueError("k_cache: a paged cache needs at least one block")
+    return [[int(x) for x in row] for row in block_table.tolist()]
+
+
+def _check_pages(table, lengths, seqlen_new, page, num_blocks):
+    """Every page a sequence reaches (its first cache_seqlens + seqlen_new positions) names a block of the cache."""
+    for b, n in enumerate(lengths):
+        for i in range((n + seqlen_new + page - 1) // page):
+            if not 0 <= table[b][i] < num_blocks:
+                raise ValueError("block_table: entry [%d, %d] is %d; expected 0..%d (k_cache's blocks)"
+                                 % (b, i, table[b][i], num_blocks - 1))
+
+
 def _rotary(x, cos, sin, positions, interleaved):
     """x (batch, seqlen, heads, headdim) rotated at positions (batch, seqlen): the first 2 * cos.shape[1] features,
     as pairs (0,1), (2,3), ... when interleaved (GPT-J), else as halves (GPT-NeoX); the rest pass through."""
@@ -88,11 +117,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False, *,
                             impl="auto"):
-    """q (batch, seqlen_q, nheads, headdim); k_cache/v_cache (batch_size_cache, seqlen_cache, nheads_k, headdim),
+    """q (batch, seqlen_q, nheads, headdim); k_cache/v_cache (batch_size_cache, seqlen_cache, nheads_k, headdim), or
+    paged (num_blocks, page_block_size, nheads_k, headdim) with block_table (batch, max_blocks_per_seq) int32,
     updated in place with k/v (batch, seqlen_new, nheads_k, headdim) at cache_seqlens. Returns out like q (and
     softmax_lse (batch, nheads, seqlen_q) with return_softmax_lse). num_splits is a kernel hint and is ignored."""
-    if block_table is not None:
-        raise NotImplementedError("block_table: flashkit has no paged-KV attention kernel yet; expected None")
     if cache_leftpad is not None:
         raise NotImplementedError("cache_leftpad: left-padded caches are not supported; expected None")
     if isinstance(num_splits, bool) or not isinstance(num_splits, numbers.Integral) or num_splits < 0:
@@ -105,6 +133,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if (k is None) != (v is None):
         raise ValueError("k, v: pass both new keys and values, or neither")
     batch, seqlen_q = q.shape[0], q.shape[1]
+    paged = block_table is not None
+    if paged:
+        table = _block_table(block_table, cache_batch_idx, batch, k_cache.shape[0], q.device)
+        page = k_cache.shape[1]
+        capacity = len(table[0]) * page if table else 0
+    else:
+        capacity = k_cache.shape[1]
     seqlen_new = 0
     if k is not None:
         for name, t in (("k", k), ("v", v)):
@@ -115,11 +150,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         if cache_seqlens is None:
             raise ValueError("cache_seqlens: needed with k/v (where the new keys go in the cache)")
         seqlen_new = k.shape[1]
-    rows = _rows(cache_batch_idx, batch, k_cache.shape[0], q.device)
+    rows = list(range(batch)) if paged else _rows(cache_batch_idx, batch, k_cache.shape[0], q.device)
     if cache_seqlens is None:
-        lengths = [k_cache.shape[1]] * batch
+        lengths = [capacity] * batch
     else:
-        lengths = _lengths(cache_seqlens, batch, k_cache.shape[1], seqlen_new)
+        lengths = _lengths(cache_seqlens, batch, capacity, seqlen_new)
+    if paged:
+        _check_pages(table, lengths, seqlen_new, page, k_cache.shape[0])
     rotate_all_q = causal or tuple(window_size) != (-1, -1)
     _check_rotary(rotary_cos, rotary_sin, q.shape[3],
                   max(n + max(seqlen_new, seqlen_q if rotate_all_q else 1) - 1 for n in lengths) if lengths else 0)
@@ -135,15 +172,31 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if k is not None:
         with torch.no_grad():
             for b, (r, n) in enumerate(zip(rows, lengths)):
-                k_cache[r, n:n + seqlen_new] = k[b]
-                v_cache[r, n:n + seqlen_new] = v[b]
+                if paged:
+                    pos = torch.arange(n, n + seqlen_new)
+                    blocks = torch.tensor([table[b][p // page] for p in pos.tolist()], dtype=torch.long)
+                    k_cache[blocks.to(k_cache.device), (pos % page).to(k_cache.device)] = k[b]
+                    v_cache[blocks.to(v_cache.device), (pos % page).to(v_cache.device)] = v[b]
+                else:
+                    k_cache[r, n:n + seqlen_new] = k[b]
+                    v_cache[r, n:n + seqlen_new] = v[b]
     totals = [n + seqlen_new for n in lengths]
+    if paged:  # each sequence's pages gathered into a contiguous (1, total, nheads_k, headdim) copy
+        def gathered(cache, b, n):
+            used = torch.tensor(table[b][:(n + page - 1) // page], dtype=torch.long, device=cache.device)
+            return cache[used].reshape(-1, cache.shape[2], cache.shape[3])[:n].unsqueeze(0)
+        k_seq = [gathered(k_cache, b, n) for b, n in enumerate(totals)]
+        v_seq = [gathered(v_cache, b, n) for b, n in enumerate(totals)]
 
     def attend(qb, kb, vb):
         return _fa._run(qb, kb, vb, None, None, 0.0, softmax_scale, causal, window_size, softcap, alibi_slopes, False,
                         impl)
 
-    if len(set(totals)) == 1 and rows == list(range(rows[0], rows[0] + batch)):
+    if paged:
+        parts = [attend(q[b:b + 1], k_seq[b], v_seq[b]) for b in range(batch)]
+        out = torch.cat([p[0] for p in parts])
+        lse = torch.cat([p[1] for p in parts])
+    elif len(set(totals)) == 1 and rows == list(range(rows[0], rows[0] + batch)):
         r0, n = rows[0], totals[0]
         out, lse = attend(q, k_cache[r0:r0 + batch, :n], v_cache[r0:r0 + batch, :n])
     else:

@@ -11,7 +11,9 @@ scores. What flashkit does not do is refused with an exception that names the ar
   alibi_slopes   only None (no ALiBi bias)                                             ValueError
   deterministic  True is accepted on CPU tensors; on CUDA tensors that need gradients it is refused (the CUDA
                  backward accumulates dq with atomics, so its summation order varies)  ValueError
-  block_table, cache_leftpad  only None (no paged or left-padded KV cache yet)         NotImplementedError
+  block_table    flash_attn_with_kvcache takes flash-attn's paged cache (pages gathered per call); the varlen
+                 functions only None                                                   NotImplementedError
+  cache_leftpad  only None (no left-padded KV cache)                                   NotImplementedError
 return_attn_probs=True returns (out, softmax_lse, None): flashkit never forms the probabilities (flash-attn's third
 value is for testing only, and only meaningful with dropout). max_seqlen_q/k are checked for type only: the kernels
 do not need them. Backends (compiled extension, torch.library custom op, ctypes) are in flashkit._torch_ops; every
@@ -188,7 +190,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     """q (total_q, nheads, headdim), k/v (total_k, nheads_k, headdim), cu_seqlens_q/k int32 (batch+1,) on the
     tensors' device -> out like q (with return_attn_probs: (out, softmax_lse (nheads, total_q), None))."""
     if block_table is not None:
-        raise NotImplementedError("block_table: flashkit has no paged-KV attention kernel yet; expected None")
+        raise NotImplementedError("block_table: paged caches go through flash_attn_with_kvcache; expected None here")
     for name, t in (("q", q), ("k", k), ("v", v)):
         _dims(name, t, 3, "(total_tokens, nheads, headdim)")
     return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,

@@ -155,6 +155,35 @@ def test_kvcache_equal_lengths_positional_decode():
     assert np.array_equal(tkc.numpy(), kc)
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_kvcache_paged_block_table_matches_the_contiguous_cache(causal):
+    # flash-attn's paged form: k_cache (num_blocks, page_block_size, nheads_k, headdim), block_table (batch,
+    # max_blocks_per_seq); the same call on a contiguous copy of each sequence's pages is the reference.
+    rng = np.random.default_rng(12)
+    b, sq, h, hkv, d, page, max_blocks = 3, 2, 4, 2, 8, 4, 4
+    num_blocks = b * max_blocks + 2
+    k_pages, v_pages = rand(rng, (num_blocks, page, hkv, d)), rand(rng, (num_blocks, page, hkv, d))
+    table = rng.permutation(num_blocks)[:b * max_blocks].reshape(b, max_blocks).astype(np.int32)
+    seqlens = [5, 0, 13]
+    q, k_new, v_new = rand(rng, (b, sq, h, d)), rand(rng, (b, sq, hkv, d)), rand(rng, (b, sq, hkv, d))
+    tk, tv = torch.tensor(k_pages), torch.tensor(v_pages)
+    out, lse = fa.flash_attn_with_kvcache(
+        torch.tensor(q), tk, tv, torch.tensor(k_new), torch.tensor(v_new),
+        cache_seqlens=torch.tensor(seqlens, dtype=torch.int32), block_table=torch.tensor(table), causal=causal,
+        return_softmax_lse=True)
+    for i, n in enumerate(seqlens):
+        contiguous = lambda pages: pages[table[i]].reshape(max_blocks * page, hkv, d)  # noqa: E731
+        want_k = np.concatenate([contiguous(k_pages)[:n], k_new[i]])
+        want_v = np.concatenate([contiguous(v_pages)[:n], v_new[i]])
+        assert rel_err(contiguous(tk.numpy())[:n + sq], want_k) < TOL  # the new rows went into their pages
+        assert rel_err(contiguous(tv.numpy())[:n + sq], want_v) < TOL
+        ref, ref_lse = attention_np(q[i:i + 1], want_k[None], want_v[None], causal=causal)
+        _check(out[i:i + 1], ref)
+        _check(lse[i:i + 1], ref_lse)
+    unused = sorted(set(range(num_blocks)) - set(table.flatten().tolist()))
+    assert np.array_equal(tk.numpy()[unused], k_pages[unused])
+
+
 def _qkv_small():
     return _qkv(11, 1, 4, 4, 2, 2, 8)[1]
 
@@ -184,8 +213,12 @@ def _qkv_small():
                                                torch.tensor([0, 4], dtype=torch.int32), 4, 4,
                                                block_table=torch.zeros(1, 1, dtype=torch.int32)),
      NotImplementedError, "block_table"),
-    (lambda q, k, v: fa.flash_attn_with_kvcache(q, k, v, block_table=torch.zeros(1, 1, dtype=torch.int32)),
-     NotImplementedError, "block_table"),
+    (lambda q, k, v: fa.flash_attn_with_kvcache(q, k, v, block_table=torch.zeros(1, 1, dtype=torch.int32),
+                                                cache_batch_idx=torch.tensor([0])), ValueError, "cache_batch_idx"),
+    (lambda q, k, v: fa.flash_attn_with_kvcache(q, k, v, block_table=torch.tensor([[3]], dtype=torch.int32)),
+     ValueError, r"block_table: entry \[0, 0\] is 3"),
+    (lambda q, k, v: fa.flash_attn_with_kvcache(q, k, v, block_table=torch.zeros(2, 1, dtype=torch.int32)),
+     ValueError, "block_table: expected an int32 tensor"),
     (lambda q, k, v: fa.flash_attn_with_kvcache(q, k, v, k[:, :1], v[:, :1], cache_seqlens=4), ValueError,
      "cache_seqlens"),
     (lambda q, k, v: fa.flash_attn_with_kvcache(q, k, v, k[:, :1], None, cache_seqlens=1), ValueError, "k, v"),
