@@ -10,20 +10,21 @@
 #include <vector>
 
 #include "flashkit/ssm.hpp"
+#include "kernels/ssm_math.hpp"
 #include "train/backend.hpp"
 
 namespace flashkit::train::cpu_ssm {
 
 template <class T>
 inline T* rowp(const Mat& m, int64_t r) { return static_cast<T*>(m.data) + r * m.ld; }
+// SiLU and its derivative, on the scan kernels' one sigmoid (kernels/ssm_math.hpp); softplus is theirs too.
 template <class T>
 inline T silu_of(T x, T* deriv) {
-  const T s = T(1) / (T(1) + std::exp(-x));
+  const T s = kernels::ssm_sigmoid(x);
   if (deriv) *deriv = s * (T(1) + x * (T(1) - s));
   return x * s;
 }
-template <class T>
-inline T softplus_of(T x) { return x > T(20) ? x : std::log1p(std::exp(x)); }
+using kernels::ssm_softplus;
 
 // Pre-activation of row r, channel c: bias + sum_k w[c, k] x[t - (W-1) + k] inside row r's sequence.
 template <class T>
@@ -90,7 +91,7 @@ inline void scan_fwd_f64(const ScanIo& io, const Mat& y, int64_t seq, int thread
       for (int64_t t = 0; t < seq; ++t) {
         const int64_t r = b * seq + t;
         const double u = rowp<double>(*io.u, r)[c];
-        const double dt = softplus_of(rowp<double>(*io.delta, r)[c] + rowp<double>(*io.delta_bias, 0)[c]);
+        const double dt = ssm_softplus(rowp<double>(*io.delta, r)[c] + rowp<double>(*io.delta_bias, 0)[c]);
         double acc = 0;
         for (int64_t n = 0; n < N; ++n) {
           const double A = -std::exp(rowp<double>(*io.A_log, c)[n]);
@@ -119,7 +120,7 @@ inline void scan_bwd_f64(const ScanIo& io, const Mat& dy, const Mat& du, const M
       std::fill(hs.begin(), hs.begin() + N, 0.0);
       for (int64_t t = 0; t < seq; ++t) {
         const int64_t r = b * seq + t;
-        const double u = rowp<double>(*io.u, r)[c], dt = softplus_of(rowp<double>(*io.delta, r)[c] + bias);
+        const double u = rowp<double>(*io.u, r)[c], dt = ssm_softplus(rowp<double>(*io.delta, r)[c] + bias);
         for (int64_t n = 0; n < N; ++n)
           hs[size_t((t + 1) * N + n)] = std::exp(dt * A[size_t(n)]) * hs[size_t(t * N + n)] + dt * rowp<double>(*io.Bm, r)[n] * u;
       }
@@ -127,7 +128,7 @@ inline void scan_bwd_f64(const ScanIo& io, const Mat& dy, const Mat& du, const M
       for (int64_t t = seq - 1; t >= 0; --t) {
         const int64_t r = b * seq + t;
         const double u = rowp<double>(*io.u, r)[c], pre = rowp<double>(*io.delta, r)[c] + bias;
-        const double dt = softplus_of(pre), z = rowp<double>(*io.z, r)[c];
+        const double dt = ssm_softplus(pre), z = rowp<double>(*io.z, r)[c];
         const double* h = &hs[size_t((t + 1) * N)];
         const double* hp = &hs[size_t(t * N)];
         double y0 = Dc * u;
