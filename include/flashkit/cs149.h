@@ -14,9 +14,12 @@ extern "C" {
 /* data uint8 [length, channels] -> out int32 [channels, num_bins]. */
 FK_API fk_status fk_cs149_histogram(const uint8_t* data, int64_t length, int64_t channels, int64_t num_bins,
                                     int32_t* out, int32_t device);
-/* out [m, n] = swish_beta(x w + b) * (x v + c); x [m, k], w and v [k, n], b and c [n], all f32. */
+/* out [m, n] = swish_beta(x w + b) * (x v + c); x [m, k], w and v [k, n], b and c [n], all f32.
+ * kernel: 0 automatic, 2 / 3 the CUDA kernel v2 (split per fragment) / v3 (split in shared memory), for A/B runs
+ * (1, the retired v1, is rejected); the CPU ignores it. */
 FK_API fk_status fk_cs149_swiglu(const float* x, const float* w, const float* v, const float* b, const float* c,
-                                 float beta, int64_t m, int64_t k, int64_t n, float* out, int32_t device);
+                                 float beta, int64_t m, int64_t k, int64_t n, float* out, int32_t device,
+                                 int32_t kernel);
 /* RK4 heat equation on u0 f32 [nz, ny, nx] for n_steps; out (same shape, not aliasing u0) receives the field.
  * kernel: 0 automatic, 1 / 3 the CUDA stage kernel v1 (L1) / v3 (v1 with 4 rows per thread), for A/B runs (2, the
  * retired v2, is rejected). */

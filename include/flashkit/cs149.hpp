@@ -26,6 +26,13 @@ void histogram(const HistogramArgs& a);
 
 // SwiGLU, f32: out[m, n] = swish_beta(x W + b)[m, n] * (x V + c)[m, n], swish_beta(g) = g * sigmoid(beta g).
 // x [m, k], W and V [k, n], b and c [n], out [m, n]. f32-accurate on every device (no plain TF32).
+// Which CUDA kernel runs (an A/B switch for benchmarks; the CPU ignores it; both are 3xTF32 with the running
+// sums outside the tensor cores): automatic picks by choose_swiglu_kernel; split_per_fragment splits operands
+// into TF32 pairs at every fragment read (v2); split_in_shared splits them once per k tile into shared memory
+// (v3). Value 1 was v1 (all of K summed inside the tensor cores, which truncate: it failed the course check);
+// it is rejected (docs/worklog/cs149-swiglu.md).
+enum class SwigluKernel : int32_t { automatic = 0, split_per_fragment = 2, split_in_shared = 3 };
+
 struct SwigluArgs {
   const float* x = nullptr;
   const float* w = nullptr;
@@ -36,8 +43,11 @@ struct SwigluArgs {
   int64_t m = 0, k = 0, n = 0;
   float* out = nullptr;
   Device device = Device::cpu;
+  SwigluKernel kernel = SwigluKernel::automatic;
 };
 void swiglu(const SwigluArgs& a);
+// The CUDA kernel swiglu runs for these arguments (never automatic): a pure function, unit-tested.
+SwigluKernel choose_swiglu_kernel(const SwigluArgs& a);
 
 // RK4 heat equation u_t = alpha * Laplacian(u), 8th-order (radius-4) second differences in x, y, z, f32 field
 // [nz, ny, nx]; the 4-point boundary layer keeps its initial values; dt = 0.05 / (alpha (1/hx^2 + 1/hy^2 +

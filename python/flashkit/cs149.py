@@ -29,7 +29,8 @@ _P, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c
 _lib.fk_cs149_histogram.restype = _I32
 _lib.fk_cs149_histogram.argtypes = [_P, _I64, _I64, _I64, _P, _I32]
 _lib.fk_cs149_swiglu.restype = _I32
-_lib.fk_cs149_swiglu.argtypes = [_P, _P, _P, _P, _P, _F32, _I64, _I64, _I64, _P, _I32]
+_lib.fk_cs149_swiglu.argtypes = [_P, _P, _P, _P, _P, _F32, _I64, _I64, _I64, _P, _I32, _I32]
+_SWIGLU_KERNELS = {"auto": 0, "split_per_fragment": 2, "split_in_shared": 3}
 _lib.fk_cs149_rk4.restype = _I32
 _lib.fk_cs149_rk4.argtypes = [_P, _I64, _I64, _I64, _F32, _F32, _F32, _F32, _I64, _P, _I32, _I32]
 _RK4_KERNELS = {"auto": 0, "l1": 1, "l1_y4": 3}
@@ -80,8 +81,11 @@ def histogram(data):
     return out
 
 
-def swiglu(data):
-    """(x [..., K], W [K, N], V [K, N], b [N], c [N], beta) f32 -> swish_beta(x W + b) * (x V + c), [..., N]."""
+def swiglu(data, kernel="auto"):
+    """(x [..., K], W [K, N], V [K, N], b [N], c [N], beta) f32 -> swish_beta(x W + b) * (x V + c), [..., N].
+    kernel: "auto", or the CUDA kernel "split_per_fragment" (v2) / "split_in_shared" (v3) for A/B runs."""
+    if kernel not in _SWIGLU_KERNELS:
+        raise ValueError("kernel must be one of %s, got %r" % (sorted(_SWIGLU_KERNELS), kernel))
     x, w, v, b, c, beta = data
     x = _tensor("x", x, torch.float32)
     dev = x.device
@@ -99,7 +103,8 @@ def swiglu(data):
     out = torch.empty(tuple(x.shape[:-1]) + (n,), dtype=torch.float32, device=dev)
     with _OnStream(dev):
         _capi.check(_lib.fk_cs149_swiglu(x.data_ptr(), w.data_ptr(), v.data_ptr(), b.data_ptr(), c.data_ptr(),
-                                         _scalar("beta", beta), m, k, n, out.data_ptr(), _code(x)))
+                                         _scalar("beta", beta), m, k, n, out.data_ptr(), _code(x),
+                                         _SWIGLU_KERNELS[kernel]))
     return out
 
 

@@ -38,10 +38,11 @@ fk_status fk_cs149_histogram(const uint8_t* data, int64_t length, int64_t channe
 }
 
 fk_status fk_cs149_swiglu(const float* x, const float* w, const float* v, const float* b, const float* c, float beta,
-                          int64_t m, int64_t k, int64_t n, float* out, int32_t device) {
+                          int64_t m, int64_t k, int64_t n, float* out, int32_t device, int32_t kernel) {
   return guarded([&] {
     flashkit::cs149::SwigluArgs a;
     a.x = x; a.w = w; a.v = v; a.b = b; a.c = c; a.beta = beta; a.m = m; a.k = k; a.n = n; a.out = out;
+    a.kernel = static_cast<flashkit::cs149::SwigluKernel>(kernel);
     a.device = to_device(device, "swiglu");
     flashkit::cs149::swiglu(a);
   });

@@ -81,14 +81,15 @@ inline void check_histogram(Memory& mem, int64_t length, int64_t channels, int64
 
 // rows: check only these rows of out against the f64 reference (all rows when empty), for full-size shapes.
 inline void check_swiglu(Memory& mem, int64_t m, int64_t k, int64_t n, float beta, uint32_t seed, double tol,
-                         int64_t check_rows = -1) {
+                         int64_t check_rows = -1,
+                         flashkit::cs149::SwigluKernel kernel = flashkit::cs149::SwigluKernel::automatic) {
   std::mt19937 rng(seed);
   const auto x = randn(size_t(m * k), rng), w = randn(size_t(k * n), rng), v = randn(size_t(k * n), rng);
   const auto b = randn(size_t(n), rng), c = randn(size_t(n), rng);
   std::vector<float> poison(size_t(m * n), std::numeric_limits<float>::quiet_NaN());
   flashkit::cs149::SwigluArgs a;
   a.x = mem.put(x); a.w = mem.put(w); a.v = mem.put(v); a.b = mem.put(b); a.c = mem.put(c);
-  a.beta = beta; a.m = m; a.k = k; a.n = n;
+  a.beta = beta; a.m = m; a.k = k; a.n = n; a.kernel = kernel;
   a.out = mem.put(poison);
   a.device = mem.device();
   flashkit::cs149::swiglu(a);

@@ -65,6 +65,17 @@ TEST(Cs149QueryEmbed, MatchesReference) {
   cs149_test::check_query_embed(mem, 7, 16, 37, flashkit::DType::f16, 43);
 }
 
+TEST(Cs149Swiglu, KernelChoice) {
+  using flashkit::cs149::SwigluKernel;
+  flashkit::cs149::SwigluArgs a;
+  a.m = 16384; a.k = 2048; a.n = 4096;  // the course shape
+  EXPECT_EQ(flashkit::cs149::choose_swiglu_kernel(a), SwigluKernel::split_per_fragment);  // passed the course check
+  a.kernel = SwigluKernel::split_per_fragment;
+  EXPECT_EQ(flashkit::cs149::choose_swiglu_kernel(a), SwigluKernel::split_per_fragment);
+  a.kernel = SwigluKernel::split_in_shared;  // v3: only on request until measured
+  EXPECT_EQ(flashkit::cs149::choose_swiglu_kernel(a), SwigluKernel::split_in_shared);
+}
+
 TEST(Cs149Rk4, KernelChoice) {
   using flashkit::cs149::Rk4Kernel;
   flashkit::cs149::Rk4Args a;
@@ -108,6 +119,11 @@ TEST(Cs149Errors, NameTheArgument) {
   expect_error([&] { flashkit::cs149::swiglu(s); }, flashkit::Status::invalid_argument, "beta");
   s.beta = 1.0f; s.k = -3;
   expect_error([&] { flashkit::cs149::swiglu(s); }, flashkit::Status::invalid_argument, "k must be");
+  s.k = 2; s.kernel = static_cast<flashkit::cs149::SwigluKernel>(1);  // the retired v1
+  expect_error([&] { flashkit::cs149::swiglu(s); }, flashkit::Status::invalid_argument, "kernel must be");
+  s.kernel = static_cast<flashkit::cs149::SwigluKernel>(7);
+  expect_error([&] { flashkit::cs149::swiglu(s); }, flashkit::Status::invalid_argument, "kernel must be");
+  s.kernel = flashkit::cs149::SwigluKernel::automatic;
 
   std::vector<float> u(1000, 1.0f), out(1000);
   flashkit::cs149::Rk4Args r;
@@ -147,10 +163,12 @@ TEST(Cs149CApi, StatusAndMessage) {
   EXPECT_EQ(fk_cs149_histogram(data, 3, 2, 3, hist, 7), FK_INVALID_ARGUMENT);
   EXPECT_NE(std::string(fk_last_error()).find("device"), std::string::npos);
   float x[1] = {1.0f}, out[1];
-  EXPECT_EQ(fk_cs149_swiglu(x, x, x, x, x, 1.0f, 1, 1, 1, nullptr, FK_CPU), FK_INVALID_ARGUMENT);
+  EXPECT_EQ(fk_cs149_swiglu(x, x, x, x, x, 1.0f, 1, 1, 1, nullptr, FK_CPU, 0), FK_INVALID_ARGUMENT);
   EXPECT_NE(std::string(fk_last_error()).find("out is NULL"), std::string::npos);
-  ASSERT_EQ(fk_cs149_swiglu(x, x, x, x, x, 1.0f, 1, 1, 1, out, FK_CPU), FK_OK);
+  ASSERT_EQ(fk_cs149_swiglu(x, x, x, x, x, 1.0f, 1, 1, 1, out, FK_CPU, 0), FK_OK);
   EXPECT_NEAR(out[0], 2.0 / (1.0 + std::exp(-2.0)) * 2.0, 1e-5);
+  EXPECT_EQ(fk_cs149_swiglu(x, x, x, x, x, 1.0f, 1, 1, 1, out, FK_CPU, 1), FK_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fk_last_error()).find("kernel must be"), std::string::npos);
   EXPECT_EQ(fk_cs149_rk4(x, 1, 1, 1, -1.0f, 1, 1, 1, 1, out, FK_CPU, 0), FK_INVALID_ARGUMENT);
   EXPECT_NE(std::string(fk_last_error()).find("alpha"), std::string::npos);
 }

@@ -107,6 +107,9 @@ def test_swiglu_f32_accurate():
     assert out.shape == (3, 7, 29) and out.dtype == torch.float32
     want = ref_swiglu(x, w, v, b, c, 1.0)
     assert torch.allclose(out.double(), want, rtol=1e-5, atol=1e-4)
+    # The kernel choice only matters on CUDA; every valid name is accepted on either device.
+    for kernel in ("split_per_fragment", "split_in_shared"):
+        assert torch.equal(cs149.swiglu((x, w, v, b, c, 1.0), kernel=kernel), out)
 
 
 def test_rk4_course_tolerance():
@@ -174,6 +177,9 @@ def test_bad_input_names_the_argument():
         cs149.histogram((torch.zeros(4, 4, dtype=torch.uint8), 0))
     with pytest.raises(ValueError, match="last dimension"):
         cs149.swiglu((torch.ones(2, 3), torch.ones(4, 5), torch.ones(4, 5), torch.ones(5), torch.ones(5), 1.0))
+    with pytest.raises(ValueError, match="kernel must be"):
+        cs149.swiglu((torch.ones(2, 4), torch.ones(4, 5), torch.ones(4, 5), torch.ones(5), torch.ones(5), 1.0),
+                     kernel="v1")
     with pytest.raises(ValueError, match="kernel must be"):
         cs149.rk4((torch.ones(9, 9, 9), 1.0, 1.0, 1.0, 1.0, 1), kernel="fast")
     with pytest.raises(ValueError, match="kernel must be"):  # v2, retired after it lost on the H200

@@ -57,20 +57,32 @@ TEST(Cs149CudaHistogram, CourseShape) {
   cs149_test::check_histogram(mem, 1048576, 512, 256, 256, 1001);
 }
 
-TEST(Cs149CudaSwiglu, OddShapes) {
+class Cs149CudaSwiglu : public ::testing::TestWithParam<flashkit::cs149::SwigluKernel> {};
+
+TEST_P(Cs149CudaSwiglu, OddShapes) {
   REQUIRE_GPU();
   CudaMemory mem;
-  cs149_test::check_swiglu(mem, 37, 53, 29, 1.0f, 11, 1e-5);     // scalar loads, partial tiles
-  cs149_test::check_swiglu(mem, 200, 260, 132, 0.7f, 12, 1e-5);  // vector loads, partial tiles
-  cs149_test::check_swiglu(mem, 1, 1, 1, 1.0f, 13, 1e-5);
-  cs149_test::check_swiglu(mem, 129, 0, 65, 1.0f, 14, 1e-5);     // k = 0: the biases alone
+  const auto kernel = GetParam();
+  cs149_test::check_swiglu(mem, 37, 53, 29, 1.0f, 11, 1e-5, -1, kernel);     // scalar loads, partial tiles
+  cs149_test::check_swiglu(mem, 200, 260, 132, 0.7f, 12, 1e-5, -1, kernel);  // vector loads, partial tiles
+  cs149_test::check_swiglu(mem, 130, 36, 70, 1.0f, 15, 1e-5, -1, kernel);    // scalar x, vector W/V, partial k tile
+  cs149_test::check_swiglu(mem, 1, 1, 1, 1.0f, 13, 1e-5, -1, kernel);
+  cs149_test::check_swiglu(mem, 129, 0, 65, 1.0f, 14, 1e-5, -1, kernel);     // k = 0: the biases alone
 }
 
-TEST(Cs149CudaSwiglu, CourseShapeSampledRows) {
+TEST_P(Cs149CudaSwiglu, CourseShapeSampledRows) {
   REQUIRE_GPU();
   CudaMemory mem;
-  cs149_test::check_swiglu(mem, 16384, 2048, 4096, 1.0f, 8846, 1e-5, 48);
+  cs149_test::check_swiglu(mem, 16384, 2048, 4096, 1.0f, 8846, 1e-5, 48, GetParam());
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, Cs149CudaSwiglu,
+                         ::testing::Values(flashkit::cs149::SwigluKernel::automatic,
+                                           flashkit::cs149::SwigluKernel::split_in_shared),
+                         [](const auto& info) {
+                           return std::string(info.param == flashkit::cs149::SwigluKernel::split_in_shared
+                                                  ? "split_in_shared" : "automatic");
+                         });
 
 class Cs149CudaRk4 : public ::testing::TestWithParam<flashkit::cs149::Rk4Kernel> {};
 
