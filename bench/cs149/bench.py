@@ -84,9 +84,35 @@ def candidates(problem, data, use_compile):
         out["compile"] = torch.compile(fn)
     if problem == "flashattention":
         out["sdpa"] = ref.attention_sdpa
-    if problem == "rk4":  # v3, an A/B option until measured (docs/worklog/cs149-rk4.md)
+    # The A/B variants, timed and checked beside the default (docs/worklog/cs149-*.md): every kernel the
+    # default does not pick, so a run answers whether a new version is correct and faster.
+    if problem == "rk4":
+        out["flashkit_l1"] = lambda d: cs149.rk4(d, kernel="l1")
         out["flashkit_l1_y4"] = lambda d: cs149.rk4(d, kernel="l1_y4")
+    if problem == "swiglu":
+        out["flashkit_split_per_fragment"] = lambda d: cs149.swiglu(d, kernel="split_per_fragment")
+        out["flashkit_split_in_shared"] = lambda d: cs149.swiglu(d, kernel="split_in_shared")
     return out
+
+
+def time_steps(data, runs):
+    """The occupancy decoder's steps (cs149.occupancy_decoder_steps) timed inside whole forward passes: CUDA events
+    between the steps of one pass, L2 flushed before each pass; median per step over the runs."""
+    per_step = {}
+    for i in range(runs + 1):  # the first pass warms up
+        steps = cs149.occupancy_decoder_steps(data)
+        flush_l2()
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(len(steps) + 1)]
+        state = {}
+        events[0].record()
+        for (name, step), ev in zip(steps, events[1:]):
+            step(state)
+            ev.record()
+        torch.cuda.synchronize()
+        if i:
+            for j, (name, _) in enumerate(steps):
+                per_step.setdefault(name, []).append(events[j].elapsed_time(events[j + 1]))
+    return {name: statistics.median(t) for name, t in per_step.items()}
 
 
 def main(argv=None):
@@ -113,6 +139,7 @@ def main(argv=None):
             failed |= not v_ok
             print("%s: %s %s (%s)" % (problem, name, "OK" if v_ok else "FAILED", v_detail), flush=True)
             row[name + "_check_ok"] = v_ok
+            row[name + "_check"] = v_detail
         for name, fn in fns.items():
             try:
                 ms, n = time_ms(fn, data, args.runs, args.budget_s)
@@ -121,6 +148,10 @@ def main(argv=None):
                 continue
             row[name + "_ms"] = ms
             print("%s %s: %.3f ms (median of %d)" % (problem, name, ms, n), flush=True)
+        if problem == "occupancy_decoder":
+            row["steps_ms"] = time_steps(data, args.runs)
+            print("%s flashkit steps: %s" % (problem, ", ".join("%s %.3f ms" % kv for kv in row["steps_ms"].items())),
+                  flush=True)
         base = [row[k] for k in ("eager_ms", "compile_ms", "sdpa_ms") if k in row]
         if "flashkit_ms" in row and base:
             row["speedup_vs_best_torch"] = min(base) / row["flashkit_ms"]
@@ -137,10 +168,14 @@ def main(argv=None):
             r["problem"], f(r, "flashkit_ms"), f(r, "eager_ms"), f(r, "compile_ms"), f(r, "sdpa_ms"),
             ("%.2fx" % r["speedup_vs_best_torch"]) if "speedup_vs_best_torch" in r else "-", r["goal_ms"],
             "OK" if r["check_ok"] else "FAILED"))
+    print("\n| problem | variant | ms | vs default | check |")
+    print("|---|---|---|---|---|")
     for r in results:
-        if "flashkit_l1_y4_ms" in r:
-            print("%s with the v3 stage kernel (stage_l1_y4): %.3f ms (check %s)" % (
-                r["problem"], r["flashkit_l1_y4_ms"], "OK" if r.get("flashkit_l1_y4_check_ok") else "FAILED"))
+        for key in [k for k in r if k.startswith("flashkit_") and k.endswith("_ms")]:
+            name = key[:-3]
+            print("| %s | %s | %.3f | %.2fx | %s |" % (r["problem"], name[len("flashkit_"):], r[key],
+                                                    r["flashkit_ms"] / r[key] if "flashkit_ms" in r else 0.0,
+                                                    "OK" if r.get(name + "_check_ok") else "FAILED"))
     return 1 if failed else 0
 
 

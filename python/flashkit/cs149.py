@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from . import _capi
 from .torch import _OnStream
 
-__all__ = ["histogram", "swiglu", "rk4", "flashattention", "occupancy_decoder", "layernorm_head", "query_embed"]
+__all__ = ["histogram", "swiglu", "rk4", "flashattention", "occupancy_decoder", "occupancy_decoder_steps", "layernorm_head",
+           "query_embed"]
 
 _lib = _capi.lib
 _P, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float
@@ -172,6 +173,15 @@ def occupancy_decoder(data, num_heads=12):
     runs on flashkit's attention with the projections in their natural [B, S, H, D] layout (no transposes);
     LayerNorm and the output Linear are one flashkit kernel (`layernorm_head`), statistics in f32 as the
     reference computes them."""
+    state = {}
+    for _, step in occupancy_decoder_steps(data, num_heads):
+        step(state)
+    return state["out"]
+
+
+def occupancy_decoder_steps(data, num_heads=12):
+    """occupancy_decoder as its named steps [(name, fn(state))], run in order on one dict; the benchmark times
+    each step (bench/cs149/bench.py). Arguments are checked here, before any step runs."""
     queries, latents, wts = data
     queries = _tensor("queries", queries, None, 3)
     latents = _tensor("latents", latents, queries.dtype, 3, queries.device)
@@ -181,28 +191,47 @@ def occupancy_decoder(data, num_heads=12):
     if width % num_heads:
         raise ValueError("width (%d) must be a multiple of num_heads (%d)" % (width, num_heads))
     w = {name: _tensor(name, t, dt, None, queries.device) for name, t in wts.items()}
-    # c_q(out_layer(h)) = h (Wq Wo)^T + (Wq bo + bq). On CUDA the 768^3 product runs on tensor cores in the
-    # weights' dtype with f32 accumulation (a few us; the f32 SIMT product would cost ~0.1 ms per call); the
-    # CPU computes it in f32 (no half matmul there).
-    acc_dt = dt if queries.is_cuda else torch.float32
-    w_o, b_o = w["query_in_out_layer_weight"].to(acc_dt), w["query_in_out_layer_bias"].float()
-    w_q, b_q = w["attn_c_q_weight"].to(acc_dt), w["attn_c_q_bias"].float()
-    w_qo = (w_q @ w_o).to(dt)
-    b_qo = (w_q.float() @ b_o + b_q).to(dt)
-    h = query_embed(queries, w["query_in_in_layer_weight"], w["query_in_in_layer_bias"])
-    q = F.linear(h, w_qo, b_qo)
-    k = F.linear(latents, w["attn_c_k_weight"], w["attn_c_k_bias"])
-    v = F.linear(latents, w["attn_c_v_weight"], w["attn_c_v_bias"])
     hd = width // num_heads
-    y = torch.empty_like(q)
-    _attention_bshd(q.view(b, nq, num_heads, hd), k.view(b, nl, num_heads, hd), v.view(b, nl, num_heads, hd),
-                    y.view(b, nq, num_heads, hd))
-    x = F.linear(y, w["attn_c_proj_weight"], w["attn_c_proj_bias"])
-    w_out, b_out = w["out_proj_weight"], w["out_proj_bias"]
-    if dt not in _HEAD_DTYPES or w_out.shape[0] != 1:
-        x = F.layer_norm(x.float(), (width,), eps=1e-6).to(dt)
-        return F.linear(x, w_out, b_out)
-    return layernorm_head(x, w_out.reshape(width), b_out.reshape(1), 1e-6).view(b, nq, 1)
+
+    def fold(s):
+        # c_q(out_layer(h)) = h (Wq Wo)^T + (Wq bo + bq). On CUDA the 768^3 product runs on tensor cores in the
+        # weights' dtype with f32 accumulation (a few us; the f32 SIMT product would cost ~0.1 ms per call); the
+        # CPU computes it in f32 (no half matmul there).
+        acc_dt = dt if queries.is_cuda else torch.float32
+        w_o, b_o = w["query_in_out_layer_weight"].to(acc_dt), w["query_in_out_layer_bias"].float()
+        w_q, b_q = w["attn_c_q_weight"].to(acc_dt), w["attn_c_q_bias"].float()
+        s["w_qo"] = (w_q @ w_o).to(dt)
+        s["b_qo"] = (w_q.float() @ b_o + b_q).to(dt)
+
+    def embed(s):
+        s["h"] = query_embed(queries, w["query_in_in_layer_weight"], w["query_in_in_layer_bias"])
+
+    def q_proj(s):
+        s["q"] = F.linear(s.pop("h"), s["w_qo"], s["b_qo"])
+
+    def kv_proj(s):
+        s["k"] = F.linear(latents, w["attn_c_k_weight"], w["attn_c_k_bias"])
+        s["v"] = F.linear(latents, w["attn_c_v_weight"], w["attn_c_v_bias"])
+
+    def attention(s):
+        q = s.pop("q")
+        y = torch.empty_like(q)
+        _attention_bshd(q.view(b, nq, num_heads, hd), s.pop("k").view(b, nl, num_heads, hd),
+                        s.pop("v").view(b, nl, num_heads, hd), y.view(b, nq, num_heads, hd))
+        s["y"] = y
+
+    def c_proj(s):
+        s["x"] = F.linear(s.pop("y"), w["attn_c_proj_weight"], w["attn_c_proj_bias"])
+
+    def head(s):
+        x, w_out, b_out = s.pop("x"), w["out_proj_weight"], w["out_proj_bias"]
+        if dt not in _HEAD_DTYPES or w_out.shape[0] != 1:
+            s["out"] = F.linear(F.layer_norm(x.float(), (width,), eps=1e-6).to(dt), w_out, b_out)
+        else:
+            s["out"] = layernorm_head(x, w_out.reshape(width), b_out.reshape(1), 1e-6).view(b, nq, 1)
+
+    return [("fold", fold), ("embed", embed), ("q_proj", q_proj), ("kv_proj", kv_proj), ("attention", attention),
+            ("c_proj", c_proj), ("head", head)]
 
 
 def query_embed(q, w, b):

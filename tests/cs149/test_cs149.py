@@ -144,6 +144,13 @@ def test_occupancy_decoder():
     out = cs149.occupancy_decoder((queries, latents, w), num_heads=heads)
     assert out.shape == (1, 50, 1)
     assert torch.allclose(out.double(), ref_decoder(queries, latents, w, heads), rtol=1e-4, atol=1e-4)
+    # The steps the benchmark times one by one are the whole forward, in order.
+    steps = cs149.occupancy_decoder_steps((queries, latents, w), num_heads=heads)
+    assert [name for name, _ in steps] == ["fold", "embed", "q_proj", "kv_proj", "attention", "c_proj", "head"]
+    state = {}
+    for _, step in steps:
+        step(state)
+    assert torch.equal(state["out"], out)
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float16, 5e-3)])

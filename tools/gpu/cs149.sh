@@ -3,8 +3,14 @@
 # benchmark against PyTorch eager / torch.compile at the course shapes, Nsight Compute once per kernel.
 #   tools/gpu/cs149.sh [STAGES...]    default: build test bench ncu  (about 5 minutes from a warm build dir;
 #                                     a cold library build takes longer: run `build` alone first then)
-# Results under $OUT: cs149.log (every step), cs149-bench.json and cs149-bench.md (the table), failed.txt,
-# cs149-ncu.txt (SOL and memory lines of each kernel) and cs149-ncu.tar.gz (the full ncu output).
+#   tools/gpu/cs149.sh build test ab ncu_ab    the A/B question in one call (< 8 minutes from a cold machine):
+#                                     are the new versions correct (CUDA tests of every kernel variant, the
+#                                     bench's course check of each) and faster (swiglu, rk4 and the decoder with
+#                                     every variant beside the default, no torch.compile; the decoder per step),
+#                                     and what ncu says of the new kernels (SOL, compute, memory, warp stalls).
+# Results under $OUT: cs149.log (every step), cs149-bench.json and cs149-bench.md (the tables), failed.txt,
+# cs149-ncu.txt (SOL and memory lines of each kernel) and cs149-ncu.tar.gz (the full ncu output); the ab stages
+# write cs149-ab.json, cs149-ab.md, cs149-ncu-ab.txt and add their full ncu text to cs149-ncu.tar.gz.
 # The tokenizer's PCRE2/ICU come from .fkdeps (carry=[".fkdeps.tar.xz"], see tools/gpu/carried_deps.sh).
 set -u
 cd "$(dirname "$0")/../.."
@@ -18,6 +24,16 @@ STAGES=("$@"); [ ${#STAGES[@]} -eq 0 ] && STAGES=(build test bench ncu)
 status=0
 export PYTHONPATH=$PWD/python FLASHKIT_LIBRARY=$PWD/$BUILD/lib/libflashkit.so
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1; } >> "$LOG" 2>&1
+# The lines of an ncu text report that say what bounds each kernel.
+ncu_summary() {
+  grep -E "^  [A-Za-z_0-9:<>, ]+\(|Duration|Memory Throughput|DRAM Throughput|L1/TEX Cache Throughput|L2 Cache Throughput|Compute \(SM\) Throughput|Executed Ipc Active|Issue Slots Busy|Registers Per Thread|Achieved Occupancy|Warp Cycles Per Issued Instruction|Dynamic Shared Memory Per Block" "$1"
+}
+# Adds a full ncu text to cs149-ncu.tar.gz (at most 8 files come back from the machine).
+pack_ncu() {
+  local dir="$OUT/.ncu"; mkdir -p "$dir"
+  [ -f "$OUT/cs149-ncu.tar.gz" ] && tar xzf "$OUT/cs149-ncu.tar.gz" -C "$dir"
+  mv "$OUT/$1" "$dir/" && tar czf "$OUT/cs149-ncu.tar.gz" -C "$dir" . && rm -rf "$dir"
+}
 for st in "${STAGES[@]}"; do
   case $st in
     build)
@@ -41,10 +57,24 @@ for st in "${STAGES[@]}"; do
       K='regex:histogram_kernel|swiglu_3xtf32|rk4_stage|flash_fwd|layernorm_head|query_embed'
       run ncu timeout 240 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
         -k "$K" -c 14 --log-file "$OUT/cs149-ncu-full.txt" python3 tools/gpu/cs149_ncu.py
-      grep -E "^  [A-Za-z_0-9:<>, ]+\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput" \
-        "$OUT/cs149-ncu-full.txt" > "$OUT/cs149-ncu.txt"
-      tar czf "$OUT/cs149-ncu.tar.gz" -C "$OUT" cs149-ncu-full.txt && rm -f "$OUT/cs149-ncu-full.txt"
+      ncu_summary "$OUT/cs149-ncu-full.txt" > "$OUT/cs149-ncu.txt"
+      pack_ncu cs149-ncu-full.txt
       cat "$OUT/cs149-ncu.txt" ;;
+    ab)  # every variant beside the default, checked with the course tolerance; no torch.compile (it takes minutes)
+      run ab timeout 240 python3 bench/cs149/bench.py --problems swiglu,rk4,occupancy_decoder --no-compile \
+        --runs 10 --budget-s 2 --json "$OUT/cs149-ab.json"
+      { sed -n '/^| problem | variant/,/^== ab: rc/p' "$LOG" | grep -v '^== '; echo
+        grep -E "^[a-z_0-9]+: flashkit[a-z_0-9]* (OK|FAILED)|flashkit steps:" "$LOG" | tail -12; } > "$OUT/cs149-ab.md"
+      cat "$OUT/cs149-ab.md" ;;
+    ncu_ab)  # the new kernels beside the ones they replace, with the sections that say why
+      K='regex:swiglu_3xtf32|rk4_stage'
+      run ncu_ab timeout 200 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
+        -k "$K" -c 10 --log-file "$OUT/cs149-ncu-ab-full.txt" python3 tools/gpu/cs149_ncu.py \
+        swiglu:split_per_fragment swiglu:split_in_shared rk4:l1 rk4:l1_y4
+      ncu_summary "$OUT/cs149-ncu-ab-full.txt" > "$OUT/cs149-ncu-ab.txt"
+      pack_ncu cs149-ncu-ab-full.txt
+      cat "$OUT/cs149-ncu-ab.txt" ;;
     *) log "unknown stage $st"; status=1 ;;
   esac
 done
