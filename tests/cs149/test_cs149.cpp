@@ -86,6 +86,8 @@ TEST(Cs149Rk4, KernelChoice) {
   EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1);
   a.kernel = Rk4Kernel::stage_l1_y4;  // v3: only on request until measured
   EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1_y4);
+  a.kernel = Rk4Kernel::stage_l1_aligned;  // v4: only on request until measured
+  EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1_aligned);
 }
 
 template <typename F>

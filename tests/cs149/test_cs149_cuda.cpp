@@ -101,39 +101,49 @@ TEST_P(Cs149CudaRk4, OddShapes) {
 INSTANTIATE_TEST_SUITE_P(Kernels, Cs149CudaRk4,
                          ::testing::Values(flashkit::cs149::Rk4Kernel::automatic,
                                            flashkit::cs149::Rk4Kernel::stage_l1,
-                                           flashkit::cs149::Rk4Kernel::stage_l1_y4),
+                                           flashkit::cs149::Rk4Kernel::stage_l1_y4,
+                                           flashkit::cs149::Rk4Kernel::stage_l1_aligned),
                          [](const auto& info) {
                            switch (info.param) {
                              case flashkit::cs149::Rk4Kernel::stage_l1: return std::string("l1");
                              case flashkit::cs149::Rk4Kernel::stage_l1_y4: return std::string("l1_y4");
+                             case flashkit::cs149::Rk4Kernel::stage_l1_aligned: return std::string("l1_aligned");
                              default: return std::string("automatic");
                            }
                          });
 
-// v3 keeps v1's operations and only changes where the y neighbours come from: the fields must be bit-identical.
-// ny 77: 69 interior rows = two full 32-row blocks and a partial one whose last thread has rows past ny.
-TEST(Cs149CudaRk4Blocked, BitIdenticalToL1) {
+// v3 and v4 keep v1's operations and only change where the neighbours come from (v3) or which thread owns which
+// column (v4): the fields must be bit-identical to v1's. ny 77: 69 interior rows = two full 32-row blocks of v3 and
+// a partial one whose last thread has rows past ny; nx 45 and 101: rows start at every offset mod 32, v4's warps
+// begin up to 31 columns before x = 4 and span one to four column blocks.
+TEST(Cs149CudaRk4Variants, BitIdenticalToL1) {
   REQUIRE_GPU();
   CudaMemory mem;
   std::mt19937 rng(31);
-  const int64_t nz = 23, ny = 77, nx = 45;
-  const auto u0 = cs149_test::randn(size_t(nz * ny * nx), rng);
-  flashkit::cs149::Rk4Args a;
-  a.u0 = mem.put(u0);
-  a.nz = nz; a.ny = ny; a.nx = nx; a.alpha = 0.7f; a.hx = 1.1f; a.hy = 0.8f; a.hz = 1.3f; a.n_steps = 3;
-  a.device = Device::cuda;
-  std::vector<float> out[2];
-  const flashkit::cs149::Rk4Kernel kernels[2] = {flashkit::cs149::Rk4Kernel::stage_l1,
-                                                 flashkit::cs149::Rk4Kernel::stage_l1_y4};
-  for (int i = 0; i < 2; ++i) {
-    a.kernel = kernels[i];
-    a.out = mem.put(std::vector<float>(u0.size(), std::numeric_limits<float>::quiet_NaN()));
-    flashkit::cs149::rk4(a);
-    out[i] = mem.get(a.out, u0.size());
+  const int64_t shapes[2][3] = {{23, 77, 45}, {13, 20, 101}};
+  for (const auto& shape : shapes) {
+    const int64_t nz = shape[0], ny = shape[1], nx = shape[2];
+    const auto u0 = cs149_test::randn(size_t(nz * ny * nx), rng);
+    flashkit::cs149::Rk4Args a;
+    a.u0 = mem.put(u0);
+    a.nz = nz; a.ny = ny; a.nx = nx; a.alpha = 0.7f; a.hx = 1.1f; a.hy = 0.8f; a.hz = 1.3f; a.n_steps = 3;
+    a.device = Device::cuda;
+    const flashkit::cs149::Rk4Kernel kernels[3] = {flashkit::cs149::Rk4Kernel::stage_l1,
+                                                   flashkit::cs149::Rk4Kernel::stage_l1_y4,
+                                                   flashkit::cs149::Rk4Kernel::stage_l1_aligned};
+    std::vector<float> out[3];
+    for (int i = 0; i < 3; ++i) {
+      a.kernel = kernels[i];
+      a.out = mem.put(std::vector<float>(u0.size(), std::numeric_limits<float>::quiet_NaN()));
+      flashkit::cs149::rk4(a);
+      out[i] = mem.get(a.out, u0.size());
+    }
+    for (int k = 1; k < 3; ++k) {
+      int64_t differ = 0;
+      for (size_t i = 0; i < u0.size(); ++i) differ += std::memcmp(&out[0][i], &out[k][i], sizeof(float)) != 0;
+      EXPECT_EQ(differ, 0) << "kernel " << int(kernels[k]) << ", shape " << nz << " x " << ny << " x " << nx;
+    }
   }
-  int64_t differ = 0;
-  for (size_t i = 0; i < u0.size(); ++i) differ += std::memcmp(&out[0][i], &out[1][i], sizeof(float)) != 0;
-  EXPECT_EQ(differ, 0);
 }
 
 TEST(Cs149CudaQueryEmbed, Shapes) {

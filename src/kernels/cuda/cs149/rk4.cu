@@ -4,7 +4,7 @@
 // u_new = u + dt/6 (sum + k4) directly), so no k field and no separate axpy pass exists.
 // A thread owns one (x, y) column and walks a chunk of z planes with the 9 z-neighbours in registers (each plane
 // is read once per column). The x and y neighbours come through L1 (v1, the default; v3 keeps 4 rows per thread
-// to reuse the y neighbours). v2 read them from a shared-memory copy of the plane and lost on the H200 (141.4 ms
+// to reuse the y neighbours; v4 starts each warp on a 128-byte boundary). v2 read them from a shared-memory copy of the plane and lost on the H200 (141.4 ms
 // vs 77.7 ms, run s8-2): retired to dev/cuda/cs149_rk4_smem.cu.
 // Compiled with -fmad=false (src/kernels/cuda/sources.cmake): every multiply and add rounds separately, as the
 // course reference's elementwise PyTorch ops do, so results track it to a few ulp.
@@ -48,13 +48,21 @@ __device__ __forceinline__ void stage_update(const StageArgs& s, int64_t i, floa
   }
 }
 
-template <int kStage>
+// kAligned (v4, Rk4Kernel::stage_l1_aligned, an A/B option until measured): a warp (one row, kTX = 32 columns)
+// starts at a 128-byte boundary of its row instead of at x = 4, so its centre accesses (the z window, u, the k sum
+// read and write, the stage output) are one L1 wavefront each instead of two: ~41 -> ~36 wavefronts per warp and
+// plane. The x- and y-neighbour loads stay two (rows of the course shape, 600 floats, start at 24-float steps mod
+// 32, so the neighbour rows have other offsets). Idle lanes: ~8% at nx = 600 (v1: ~3%). A probe of whether L1
+// wavefronts bound v1: bit-identical results, only the thread-to-column map changes.
+template <int kStage, bool kAligned>
 __global__ void __launch_bounds__(kTX * kTY) rk4_stage_kernel(StageArgs s) {
   constexpr float c0 = float(-205.0 / 72.0), c1 = float(8.0 / 5.0), c2 = float(-1.0 / 5.0),
                   c3 = float(8.0 / 315.0), c4 = float(-1.0 / 560.0);
-  const int x = 4 + blockIdx.x * kTX + threadIdx.x;
   const int y = 4 + blockIdx.y * kTY + threadIdx.y;
-  if (x >= s.nx - 4 || y >= s.ny - 4) return;
+  // Floats from row y's start (plane 0 of the stage input) back to the previous 128-byte boundary.
+  const int shift = kAligned ? int((reinterpret_cast<uintptr_t>(s.in + int64_t(y) * s.nx) / sizeof(float)) % kTX) : 0;
+  const int x = kAligned ? int(blockIdx.x) * kTX + int(threadIdx.x) - shift : 4 + blockIdx.x * kTX + threadIdx.x;
+  if (x < 4 || x >= s.nx - 4 || y >= s.ny - 4) return;
   const int z_begin = 4 + blockIdx.z * kZChunk;
   const int z_end = min(s.nz - 4, z_begin + kZChunk);
   const int64_t sy = s.nx, sz = int64_t(s.nx) * s.ny;
@@ -163,18 +171,25 @@ void rk4(const Rk4Args& a) {
   const dim3 grid(unsigned((nx - 8 + kTX - 1) / kTX), unsigned((ny - 8 + kTY - 1) / kTY),
                   unsigned((nz - 8 + kZChunk - 1) / kZChunk));
   const dim3 grid_y4(grid.x, unsigned((ny - 8 + kTY * kRows - 1) / (kTY * kRows)), grid.z);
-  const bool y4 = choose_rk4_kernel(a) == Rk4Kernel::stage_l1_y4;
-  auto stage = [&](auto kernel_l1, auto kernel_y4, const StageArgs& args) {
-    if (y4) kernel_y4<<<grid_y4, block, 0, stream>>>(args);
+  // Aligned rows start up to 31 columns before x = 4: columns [-31, nx - 4) in blocks of kTX.
+  const dim3 grid_aligned(unsigned((nx - 4 + 31 + kTX - 1) / kTX), grid.y, grid.z);
+  const Rk4Kernel chosen = choose_rk4_kernel(a);
+  auto stage = [&](auto kernel_l1, auto kernel_aligned, auto kernel_y4, const StageArgs& args) {
+    if (chosen == Rk4Kernel::stage_l1_y4) kernel_y4<<<grid_y4, block, 0, stream>>>(args);
+    else if (chosen == Rk4Kernel::stage_l1_aligned) kernel_aligned<<<grid_aligned, block, 0, stream>>>(args);
     else kernel_l1<<<grid, block, 0, stream>>>(args);
   };
   float* u = a.out;
   float* u_new = other;
   for (int64_t step = 0; step < a.n_steps; ++step) {
-    stage(rk4_stage_kernel<0>, rk4_stage_y4_kernel<0>, StageArgs{u, u, acc, staged, nz, ny, nx, k});
-    stage(rk4_stage_kernel<1>, rk4_stage_y4_kernel<1>, StageArgs{staged, u, acc, u_new, nz, ny, nx, k});
-    stage(rk4_stage_kernel<2>, rk4_stage_y4_kernel<2>, StageArgs{u_new, u, acc, staged, nz, ny, nx, k});
-    stage(rk4_stage_kernel<3>, rk4_stage_y4_kernel<3>, StageArgs{staged, u, acc, u_new, nz, ny, nx, k});
+    stage(rk4_stage_kernel<0, false>, rk4_stage_kernel<0, true>, rk4_stage_y4_kernel<0>,
+          StageArgs{u, u, acc, staged, nz, ny, nx, k});
+    stage(rk4_stage_kernel<1, false>, rk4_stage_kernel<1, true>, rk4_stage_y4_kernel<1>,
+          StageArgs{staged, u, acc, u_new, nz, ny, nx, k});
+    stage(rk4_stage_kernel<2, false>, rk4_stage_kernel<2, true>, rk4_stage_y4_kernel<2>,
+          StageArgs{u_new, u, acc, staged, nz, ny, nx, k});
+    stage(rk4_stage_kernel<3, false>, rk4_stage_kernel<3, true>, rk4_stage_y4_kernel<3>,
+          StageArgs{staged, u, acc, u_new, nz, ny, nx, k});
     check_cuda(cudaGetLastError(), "cs149::rk4: launch");
     std::swap(u, u_new);
   }
