@@ -57,8 +57,15 @@ SwigluKernel choose_swiglu_kernel(const SwigluArgs& a);
 // choose_rk4_kernel; stage_l1 reads the x/y neighbours through L1 (v1); stage_l1_y4 is v1 with 4 rows per thread
 // in registers (v3). Value 2 was v2 (a shared-memory plane), retired after it lost on the H200
 // (docs/worklog/cs149-rk4.md); it is rejected now.
-// stage_l1_aligned is v1 with each warp's row starting on a 128-byte boundary (v4).
-enum class Rk4Kernel : int32_t { automatic = 0, stage_l1 = 1, stage_l1_y4 = 3, stage_l1_aligned = 4 };
+// stage_l1_aligned is v1 with each warp's row starting on a 128-byte boundary (v4); stage_l1_tall is v1 with blocks
+// of 32 rows instead of 8 (v5).
+enum class Rk4Kernel : int32_t {
+  automatic = 0,
+  stage_l1 = 1,
+  stage_l1_y4 = 3,
+  stage_l1_aligned = 4,
+  stage_l1_tall = 5,
+};
 
 struct Rk4Args {
   const float* u0 = nullptr;

@@ -86,8 +86,10 @@ TEST(Cs149Rk4, KernelChoice) {
   EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1);
   a.kernel = Rk4Kernel::stage_l1_y4;  // v3: only on request until measured
   EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1_y4);
-  a.kernel = Rk4Kernel::stage_l1_aligned;  // v4: only on request until measured
+  a.kernel = Rk4Kernel::stage_l1_aligned;  // v4 and v5: only on request until measured
   EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1_aligned);
+  a.kernel = Rk4Kernel::stage_l1_tall;
+  EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1_tall);
 }
 
 template <typename F>
@@ -134,7 +136,7 @@ TEST(Cs149Errors, NameTheArgument) {
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "hy must be positive");
   r.hy = 1.0f; r.out = u.data();
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "alias");
-  r.out = out.data(); r.kernel = static_cast<flashkit::cs149::Rk4Kernel>(5);
+  r.out = out.data(); r.kernel = static_cast<flashkit::cs149::Rk4Kernel>(6);
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "kernel must be");
   r.kernel = static_cast<flashkit::cs149::Rk4Kernel>(2);  // the retired v2
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "kernel must be");

@@ -54,11 +54,18 @@ __device__ __forceinline__ void stage_update(const StageArgs& s, int64_t i, floa
 // plane. The x- and y-neighbour loads stay two (rows of the course shape, 600 floats, start at 24-float steps mod
 // 32, so the neighbour rows have other offsets). Idle lanes: ~8% at nx = 600 (v1: ~3%). A probe of whether L1
 // wavefronts bound v1: bit-identical results, only the thread-to-column map changes.
-template <int kStage, bool kAligned>
-__global__ void __launch_bounds__(kTX * kTY) rk4_stage_kernel(StageArgs s) {
+// kBY = kTallY (v5, Rk4Kernel::stage_l1_tall, an A/B option until measured): blocks of 32 x 32 threads instead of
+// 32 x 8. ncu of v1 (run s10-1): L1 28-45%, DRAM 40-59%, L2 68-92% of peak with a 59-75% L2 hit rate: the y
+// neighbours of a block's 8 rows span 16 rows, half of them other blocks' rows that come from L2. With 32 rows per
+// block the y halo is 40 rows per 32 (L2 -> L1 traffic of the stencil input ~20 -> ~12.5 B per point); 32
+// registers per thread keep 2 blocks (64 warps) per SM.
+constexpr int kTallY = 32;
+
+template <int kStage, bool kAligned, int kBY>
+__global__ void __launch_bounds__(kTX * kBY) rk4_stage_kernel(StageArgs s) {
   constexpr float c0 = float(-205.0 / 72.0), c1 = float(8.0 / 5.0), c2 = float(-1.0 / 5.0),
                   c3 = float(8.0 / 315.0), c4 = float(-1.0 / 560.0);
-  const int y = 4 + blockIdx.y * kTY + threadIdx.y;
+  const int y = 4 + blockIdx.y * kBY + threadIdx.y;
   // Floats from row y's start (plane 0 of the stage input) back to the previous 128-byte boundary.
   const int shift = kAligned ? int((reinterpret_cast<uintptr_t>(s.in + int64_t(y) * s.nx) / sizeof(float)) % kTX) : 0;
   const int x = kAligned ? int(blockIdx.x) * kTX + int(threadIdx.x) - shift : 4 + blockIdx.x * kTX + threadIdx.x;
@@ -173,22 +180,28 @@ void rk4(const Rk4Args& a) {
   const dim3 grid_y4(grid.x, unsigned((ny - 8 + kTY * kRows - 1) / (kTY * kRows)), grid.z);
   // Aligned rows start up to 31 columns before x = 4: columns [-31, nx - 4) in blocks of kTX.
   const dim3 grid_aligned(unsigned((nx - 4 + 31 + kTX - 1) / kTX), grid.y, grid.z);
+  const dim3 grid_tall(grid.x, unsigned((ny - 8 + kTallY - 1) / kTallY), grid.z);
   const Rk4Kernel chosen = choose_rk4_kernel(a);
-  auto stage = [&](auto kernel_l1, auto kernel_aligned, auto kernel_y4, const StageArgs& args) {
+  auto stage = [&](auto kernel_l1, auto kernel_aligned, auto kernel_tall, auto kernel_y4, const StageArgs& args) {
     if (chosen == Rk4Kernel::stage_l1_y4) kernel_y4<<<grid_y4, block, 0, stream>>>(args);
     else if (chosen == Rk4Kernel::stage_l1_aligned) kernel_aligned<<<grid_aligned, block, 0, stream>>>(args);
+    else if (chosen == Rk4Kernel::stage_l1_tall) kernel_tall<<<grid_tall, dim3(kTX, kTallY), 0, stream>>>(args);
     else kernel_l1<<<grid, block, 0, stream>>>(args);
   };
   float* u = a.out;
   float* u_new = other;
   for (int64_t step = 0; step < a.n_steps; ++step) {
-    stage(rk4_stage_kernel<0, false>, rk4_stage_kernel<0, true>, rk4_stage_y4_kernel<0>,
+    stage(rk4_stage_kernel<0, false, kTY>, rk4_stage_kernel<0, true, kTY>, rk4_stage_kernel<0, false, kTallY>,
+          rk4_stage_y4_kernel<0>,
           StageArgs{u, u, acc, staged, nz, ny, nx, k});
-    stage(rk4_stage_kernel<1, false>, rk4_stage_kernel<1, true>, rk4_stage_y4_kernel<1>,
+    stage(rk4_stage_kernel<1, false, kTY>, rk4_stage_kernel<1, true, kTY>, rk4_stage_kernel<1, false, kTallY>,
+          rk4_stage_y4_kernel<1>,
           StageArgs{staged, u, acc, u_new, nz, ny, nx, k});
-    stage(rk4_stage_kernel<2, false>, rk4_stage_kernel<2, true>, rk4_stage_y4_kernel<2>,
+    stage(rk4_stage_kernel<2, false, kTY>, rk4_stage_kernel<2, true, kTY>, rk4_stage_kernel<2, false, kTallY>,
+          rk4_stage_y4_kernel<2>,
           StageArgs{u_new, u, acc, staged, nz, ny, nx, k});
-    stage(rk4_stage_kernel<3, false>, rk4_stage_kernel<3, true>, rk4_stage_y4_kernel<3>,
+    stage(rk4_stage_kernel<3, false, kTY>, rk4_stage_kernel<3, true, kTY>, rk4_stage_kernel<3, false, kTallY>,
+          rk4_stage_y4_kernel<3>,
           StageArgs{staged, u, acc, u_new, nz, ny, nx, k});
     check_cuda(cudaGetLastError(), "cs149::rk4: launch");
     std::swap(u, u_new);
