@@ -152,16 +152,20 @@ TEST(Cs149CudaQueryEmbed, Shapes) {
   REQUIRE_GPU();
   CudaMemory mem;
   cs149_test::check_query_embed(mem, 5000, 3, 768, flashkit::DType::f16, 41);  // the course's dims, many row chunks
-  cs149_test::check_query_embed(mem, 77, 3, 300, flashkit::DType::f32, 42);    // partial column block
-  cs149_test::check_query_embed(mem, 9, 16, 37, flashkit::DType::f16, 43);
+  cs149_test::check_query_embed(mem, 77, 3, 300, flashkit::DType::f32, 42);    // partial column block, float4 stores
+  cs149_test::check_query_embed(mem, 9, 16, 37, flashkit::DType::f16, 43);      // in_dim at run time, scalar stores
+  cs149_test::check_query_embed(mem, 41, 3, 30, flashkit::DType::f16, 44);     // in_dim 3, scalar stores
 }
 
 TEST(Cs149CudaLayerNormHead, Shapes) {
   REQUIRE_GPU();
   CudaMemory mem;
-  cs149_test::check_layernorm_head(mem, 1001, 768, flashkit::DType::f16, 31);   // the course width, partial block
-  cs149_test::check_layernorm_head(mem, 37, 768, flashkit::DType::f32, 32);
+  cs149_test::check_layernorm_head(mem, 1001, 768, flashkit::DType::f16, 31);   // the course width (v2: 3 chunks)
+  cs149_test::check_layernorm_head(mem, 37, 768, flashkit::DType::f32, 32);     // 192 chunks: v1
   cs149_test::check_layernorm_head(mem, 19, 13, flashkit::DType::f16, 33);      // narrow rows
+  cs149_test::check_layernorm_head(mem, 50, 256, flashkit::DType::f32, 34);     // v2: 2 chunks per lane
+  cs149_test::check_layernorm_head(mem, 33, 1024, flashkit::DType::f16, 35);    // v2: 4 chunks per lane
+  cs149_test::check_layernorm_head(mem, 21, 40, flashkit::DType::f16, 36);      // v2: 5 chunks, most lanes idle
   cs149_test::check_layernorm_head(mem, 7, 1100, flashkit::DType::f32, 34);     // wider than the register path
   cs149_test::check_layernorm_head(mem, 20000, 768, flashkit::DType::f16, 35);   // many blocks
 }
