@@ -117,12 +117,35 @@ def time_steps(data, runs):
     return {name: statistics.median(t) for name, t in per_step.items()}
 
 
+def kernel_split(fn, data):
+    """One call of fn under torch.profiler (after the timed runs: warm): the CUDA kernels it launched, summed and the
+    three longest, against the call's CUDA-event time. Says whether time goes outside the kernels (copies, gaps)."""
+    from torch.profiler import ProfilerActivity, profile
+    flush_l2()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(data)
+        end.record()
+        torch.cuda.synchronize()
+    kernels = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and "memset" not in e.name.lower():
+            kernels[e.name] = kernels.get(e.name, 0.0) + e.time_range.elapsed_us() / 1000.0  # us -> ms
+    top = sorted(kernels.items(), key=lambda kv: -kv[1])[:3]
+    return {"event_ms": start.elapsed_time(end), "kernels_ms": sum(kernels.values()),
+            "top": [(name[:60], ms) for name, ms in top]}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--problems", default=",".join(GOALS_MS))
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--budget-s", type=float, default=8.0, help="time budget per measurement")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--kernel-split", action="store_true",
+                    help="also profile one flashkit call: kernel time vs event time (torch.profiler)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.backends.cuda.matmul.allow_tf32 = False  # the references in f32, as the course runs them
@@ -150,6 +173,14 @@ def main(argv=None):
                 continue
             row[name + "_ms"] = ms
             print("%s %s: %.3f ms (median of %d)" % (problem, name, ms, n), flush=True)
+        if args.kernel_split:
+            try:
+                row["kernel_split"] = split = kernel_split(fns["flashkit"], data)
+                print("%s flashkit kernels: %.3f ms of %.3f ms (event); longest: %s" % (
+                    problem, split["kernels_ms"], split["event_ms"],
+                    ", ".join("%s %.3f" % kv for kv in split["top"])), flush=True)
+            except Exception as e:  # the profiler is a diagnostic, not a result
+                print("%s kernel split failed: %s" % (problem, str(e).splitlines()[0][:200]), flush=True)
         if problem == "occupancy_decoder":
             row["steps_ms"] = time_steps(data, args.runs)
             print("%s flashkit steps: %s" % (problem, ", ".join("%s %.3f ms" % kv for kv in row["steps_ms"].items())),

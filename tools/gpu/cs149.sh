@@ -6,7 +6,8 @@
 #   tools/gpu/cs149.sh build test ab ncu_ab    the A/B question in one call (< 8 minutes from a cold machine):
 #                                     are the new versions correct (CUDA tests of every kernel variant, the
 #                                     bench's course check of each) and faster (swiglu, rk4 and the decoder with
-#                                     every variant beside the default, no torch.compile; the decoder per step),
+#                                     every variant beside the default, no torch.compile; the decoder per step;
+#                                     kernel time vs op time of each flashkit call from torch.profiler),
 #                                     and what ncu says of the new kernels (SOL, compute, memory, warp stalls).
 # Results under $OUT: cs149.log (every step), cs149-bench.json and cs149-bench.md (the tables), failed.txt,
 # cs149-ncu.txt (SOL and memory lines of each kernel) and cs149-ncu.tar.gz (the full ncu output); the ab stages
@@ -61,10 +62,11 @@ for st in "${STAGES[@]}"; do
       pack_ncu cs149-ncu-full.txt
       cat "$OUT/cs149-ncu.txt" ;;
     ab)  # every variant beside the default, checked with the course tolerance; no torch.compile (it takes minutes)
-      run ab timeout 240 python3 bench/cs149/bench.py --problems swiglu,rk4,occupancy_decoder --no-compile \
-        --runs 10 --budget-s 2 --json "$OUT/cs149-ab.json"
+      run ab timeout 270 python3 bench/cs149/bench.py --problems swiglu,rk4,occupancy_decoder,flashattention \
+        --no-compile --kernel-split --runs 10 --budget-s 2 --json "$OUT/cs149-ab.json"
       { sed -n '/^| problem | variant/,/^== ab: rc/p' "$LOG" | grep -v '^== '; echo
-        grep -E "^[a-z_0-9]+: flashkit[a-z_0-9]* (OK|FAILED)|flashkit steps:" "$LOG" | tail -12; } > "$OUT/cs149-ab.md"
+        grep -E "^[a-z_0-9]+: flashkit[a-z_0-9]* (OK|FAILED)|flashkit steps:|flashkit kernels:" "$LOG" | tail -20
+      } > "$OUT/cs149-ab.md"
       cat "$OUT/cs149-ab.md" ;;
     ncu_ab)  # the new kernels beside the ones they replace, with the sections that say why
       K='regex:swiglu_3xtf32|rk4_stage|query_embed|layernorm_head'
