@@ -88,7 +88,6 @@ def candidates(problem, data, use_compile):
     # default does not pick, so a run answers whether a new version is correct and faster.
     if problem == "rk4":
         out["flashkit_l1"] = lambda d: cs149.rk4(d, kernel="l1")
-        out["flashkit_l1_y4"] = lambda d: cs149.rk4(d, kernel="l1_y4")
         out["flashkit_l1_aligned"] = lambda d: cs149.rk4(d, kernel="l1_aligned")
         out["flashkit_l1_tall"] = lambda d: cs149.rk4(d, kernel="l1_tall")
     if problem == "swiglu":

@@ -54,15 +54,13 @@ SwigluKernel choose_swiglu_kernel(const SwigluArgs& a);
 // 1/hz^2)), computed in f32 as the course reference does. out [nz, ny, nx] receives u after n_steps steps (it may
 // not alias u0). CUDA calls allocate three field-sized work buffers on the stream.
 // Which CUDA stage kernel runs (an A/B switch for benchmarks; all compute the same values): automatic picks by
-// choose_rk4_kernel; stage_l1 reads the x/y neighbours through L1 (v1); stage_l1_y4 is v1 with 4 rows per thread
-// in registers (v3). Value 2 was v2 (a shared-memory plane), retired after it lost on the H200
-// (docs/worklog/cs149-rk4.md); it is rejected now.
-// stage_l1_aligned is v1 with each warp's row starting on a 128-byte boundary (v4); stage_l1_tall is v1 with blocks
-// of 32 rows instead of 8 (v5).
+// choose_rk4_kernel; stage_l1 reads the x/y neighbours through L1 (v1); stage_l1_aligned is v1 with each warp's row
+// starting on a 128-byte boundary (v4); stage_l1_tall is v1 with blocks of 32 rows instead of 8 (v5). Values 2 (v2,
+// a shared-memory plane) and 3 (v3, 4 rows per thread) were retired after they lost on the H200
+// (docs/worklog/cs149-rk4.md); they are rejected now.
 enum class Rk4Kernel : int32_t {
   automatic = 0,
   stage_l1 = 1,
-  stage_l1_y4 = 3,
   stage_l1_aligned = 4,
   stage_l1_tall = 5,
 };

@@ -84,8 +84,6 @@ TEST(Cs149Rk4, KernelChoice) {
   EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1);
   a.kernel = Rk4Kernel::stage_l1;
   EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1);
-  a.kernel = Rk4Kernel::stage_l1_y4;  // v3: only on request until measured
-  EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1_y4);
   a.kernel = Rk4Kernel::stage_l1_aligned;  // v4 and v5: only on request until measured
   EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1_aligned);
   a.kernel = Rk4Kernel::stage_l1_tall;
@@ -139,6 +137,8 @@ TEST(Cs149Errors, NameTheArgument) {
   r.out = out.data(); r.kernel = static_cast<flashkit::cs149::Rk4Kernel>(6);
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "kernel must be");
   r.kernel = static_cast<flashkit::cs149::Rk4Kernel>(2);  // the retired v2
+  expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "kernel must be");
+  r.kernel = static_cast<flashkit::cs149::Rk4Kernel>(3);  // the retired v3
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "kernel must be");
   r.kernel = flashkit::cs149::Rk4Kernel::automatic; r.n_steps = -1;
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "n_steps");

@@ -3,9 +3,10 @@
 // input) and writes the next stage input (u + a dt k) and the running sum k1 + 2 k2 + 2 k3 (stage 4 writes
 // u_new = u + dt/6 (sum + k4) directly), so no k field and no separate axpy pass exists.
 // A thread owns one (x, y) column and walks a chunk of z planes with the 9 z-neighbours in registers (each plane
-// is read once per column). The x and y neighbours come through L1 (v1, the default; v3 keeps 4 rows per thread
-// to reuse the y neighbours; v4 starts each warp on a 128-byte boundary). v2 read them from a shared-memory copy of the plane and lost on the H200 (141.4 ms
-// vs 77.7 ms, run s8-2): retired to dev/cuda/cs149_rk4_smem.cu.
+// is read once per column). The x and y neighbours come through L1 (v1, the default; v4 starts each warp on a
+// 128-byte boundary, v5 uses 32-row blocks: A/B options). Retired to dev/cuda/ after they lost on the H200: v2
+// (x/y neighbours from a shared-memory plane, 141.4 ms vs 77.7 ms, run s8-2) and v3 (4 rows per thread in
+// registers, 101.3 ms vs 76.4 ms, run s10-1).
 // Compiled with -fmad=false (src/kernels/cuda/sources.cmake): every multiply and add rounds separately, as the
 // course reference's elementwise PyTorch ops do, so results track it to a few ulp.
 #include <cuda_runtime.h>
@@ -97,62 +98,6 @@ __global__ void __launch_bounds__(kTX * kBY) rk4_stage_kernel(StageArgs s) {
 }
 
 
-// v3 (Rk4Kernel::stage_l1_y4, an A/B option until measured): v1 with register blocking in y. A thread owns kRows
-// consecutive rows of its x column, each with its own z window; the y neighbours of its kRows points come from the
-// kRows + 8 rows of the plane around them (kRows of them already in the windows), i.e. 2 loads per point instead
-// of 8. The x neighbours and the stage update are v1's, so results are bit-identical to v1.
-constexpr int kRows = 4;
-
-template <int kStage>
-__global__ void __launch_bounds__(kTX * kTY) rk4_stage_y4_kernel(StageArgs s) {
-  constexpr float c0 = float(-205.0 / 72.0), c1 = float(8.0 / 5.0), c2 = float(-1.0 / 5.0),
-                  c3 = float(8.0 / 315.0), c4 = float(-1.0 / 560.0);
-  const int x = 4 + blockIdx.x * kTX + threadIdx.x;
-  const int y0 = 4 + (blockIdx.y * kTY + threadIdx.y) * kRows;
-  if (x >= s.nx - 4 || y0 >= s.ny - 4) return;
-  const int z_begin = 4 + blockIdx.z * kZChunk;
-  const int z_end = min(s.nz - 4, z_begin + kZChunk);
-  const int64_t sy = s.nx, sz = int64_t(s.nx) * s.ny;
-  const float* in = s.in + int64_t(y0 - 4) * sy + x;  // row y0 - 4 + j of plane z: in + j * sy + z * sz
-  // Rows past ny (when y0 + kRows + 3 >= ny) are never a neighbour of an interior point: they stay 0.
-  float win[kRows][9];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int j = 0; j < 8; ++j) win[r][j] = y0 + r < s.ny ? __ldg(in + (r + 4) * sy + (z_begin - 4 + j) * sz) : 0.f;
-  for (int z = z_begin; z < z_end; ++z) {
-    const float* plane = in + int64_t(z) * sz;
-    float rows[kRows + 8];  // plane z at rows y0 - 4 .. y0 + kRows + 3
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      win[r][8] = y0 + r < s.ny ? __ldg(plane + (r + 4) * sy + 4 * sz) : 0.f;
-      rows[r + 4] = win[r][4];
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      rows[j] = __ldg(plane + j * sy);
-      rows[kRows + 4 + j] = y0 + kRows + j < s.ny ? __ldg(plane + (kRows + 4 + j) * sy) : 0.f;
-    }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if (y0 + r < s.ny - 4) {
-        const float* p = plane + (r + 4) * sy;
-        const float center = win[r][4];
-        const float uxx = c0 * center + c1 * (__ldg(p + 1) + __ldg(p - 1)) + c2 * (__ldg(p + 2) + __ldg(p - 2)) +
-                          c3 * (__ldg(p + 3) + __ldg(p - 3)) + c4 * (__ldg(p + 4) + __ldg(p - 4));
-        const float uyy = c0 * center + c1 * (rows[r + 5] + rows[r + 3]) + c2 * (rows[r + 6] + rows[r + 2]) +
-                          c3 * (rows[r + 7] + rows[r + 1]) + c4 * (rows[r + 8] + rows[r]);
-        const float uzz = c0 * center + c1 * (win[r][5] + win[r][3]) + c2 * (win[r][6] + win[r][2]) +
-                          c3 * (win[r][7] + win[r][1]) + c4 * (win[r][8] + win[r][0]);
-        const float lap = uxx * s.k.inv_hx2 + uyy * s.k.inv_hy2 + uzz * s.k.inv_hz2;
-        stage_update<kStage>(s, int64_t(z) * sz + int64_t(y0 + r) * sy + x, s.k.alpha * lap);
-      }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) win[r][j] = win[r][j + 1];
-    }
-  }
-}
-
 }  // namespace
 
 void rk4(const Rk4Args& a) {
@@ -177,14 +122,12 @@ void rk4(const Rk4Args& a) {
   const dim3 block(kTX, kTY);
   const dim3 grid(unsigned((nx - 8 + kTX - 1) / kTX), unsigned((ny - 8 + kTY - 1) / kTY),
                   unsigned((nz - 8 + kZChunk - 1) / kZChunk));
-  const dim3 grid_y4(grid.x, unsigned((ny - 8 + kTY * kRows - 1) / (kTY * kRows)), grid.z);
   // Aligned rows start up to 31 columns before x = 4: columns [-31, nx - 4) in blocks of kTX.
   const dim3 grid_aligned(unsigned((nx - 4 + 31 + kTX - 1) / kTX), grid.y, grid.z);
   const dim3 grid_tall(grid.x, unsigned((ny - 8 + kTallY - 1) / kTallY), grid.z);
   const Rk4Kernel chosen = choose_rk4_kernel(a);
-  auto stage = [&](auto kernel_l1, auto kernel_aligned, auto kernel_tall, auto kernel_y4, const StageArgs& args) {
-    if (chosen == Rk4Kernel::stage_l1_y4) kernel_y4<<<grid_y4, block, 0, stream>>>(args);
-    else if (chosen == Rk4Kernel::stage_l1_aligned) kernel_aligned<<<grid_aligned, block, 0, stream>>>(args);
+  auto stage = [&](auto kernel_l1, auto kernel_aligned, auto kernel_tall, const StageArgs& args) {
+    if (chosen == Rk4Kernel::stage_l1_aligned) kernel_aligned<<<grid_aligned, block, 0, stream>>>(args);
     else if (chosen == Rk4Kernel::stage_l1_tall) kernel_tall<<<grid_tall, dim3(kTX, kTallY), 0, stream>>>(args);
     else kernel_l1<<<grid, block, 0, stream>>>(args);
   };
@@ -192,16 +135,12 @@ void rk4(const Rk4Args& a) {
   float* u_new = other;
   for (int64_t step = 0; step < a.n_steps; ++step) {
     stage(rk4_stage_kernel<0, false, kTY>, rk4_stage_kernel<0, true, kTY>, rk4_stage_kernel<0, false, kTallY>,
-          rk4_stage_y4_kernel<0>,
           StageArgs{u, u, acc, staged, nz, ny, nx, k});
     stage(rk4_stage_kernel<1, false, kTY>, rk4_stage_kernel<1, true, kTY>, rk4_stage_kernel<1, false, kTallY>,
-          rk4_stage_y4_kernel<1>,
           StageArgs{staged, u, acc, u_new, nz, ny, nx, k});
     stage(rk4_stage_kernel<2, false, kTY>, rk4_stage_kernel<2, true, kTY>, rk4_stage_kernel<2, false, kTallY>,
-          rk4_stage_y4_kernel<2>,
           StageArgs{u_new, u, acc, staged, nz, ny, nx, k});
     stage(rk4_stage_kernel<3, false, kTY>, rk4_stage_kernel<3, true, kTY>, rk4_stage_kernel<3, false, kTallY>,
-          rk4_stage_y4_kernel<3>,
           StageArgs{staged, u, acc, u_new, nz, ny, nx, k});
     check_cuda(cudaGetLastError(), "cs149::rk4: launch");
     std::swap(u, u_new);
