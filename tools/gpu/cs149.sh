@@ -5,8 +5,8 @@
 #                                     a cold library build takes longer: run `build` alone first then)
 #   tools/gpu/cs149.sh build test ab ncu_ab    the A/B question in one call (< 8 minutes from a cold machine):
 #                                     are the new versions correct (CUDA tests of every kernel variant, the
-#                                     bench's course check of each) and faster (swiglu, rk4 and the decoder with
-#                                     every variant beside the default, no torch.compile; the decoder per step;
+#                                     bench's course check of each) and faster (all five problems, swiglu and rk4
+#                                     with every variant beside the default, no torch.compile; the decoder per step;
 #                                     kernel time vs op time of each flashkit call from torch.profiler),
 #                                     and what ncu says of the new kernels (SOL, compute, memory, warp stalls).
 # Results under $OUT: cs149.log (every step), cs149-bench.json and cs149-bench.md (the tables), failed.txt,
@@ -62,18 +62,18 @@ for st in "${STAGES[@]}"; do
       pack_ncu cs149-ncu-full.txt
       cat "$OUT/cs149-ncu.txt" ;;
     ab)  # every variant beside the default, checked with the course tolerance; no torch.compile (it takes minutes)
-      run ab timeout 270 python3 bench/cs149/bench.py --problems swiglu,rk4,occupancy_decoder,flashattention \
+      run ab timeout 270 python3 bench/cs149/bench.py --problems histogram,swiglu,rk4,occupancy_decoder,flashattention \
         --no-compile --kernel-split --runs 10 --budget-s 2 --json "$OUT/cs149-ab.json"
       { sed -n '/^| problem | variant/,/^== ab: rc/p' "$LOG" | grep -v '^== '; echo
         grep -E "^[a-z_0-9]+: flashkit[a-z_0-9]* (OK|FAILED)|flashkit steps:|flashkit kernels:" "$LOG" | tail -20
       } > "$OUT/cs149-ab.md"
       cat "$OUT/cs149-ab.md" ;;
     ncu_ab)  # the new kernels beside the ones they replace, with the sections that say why
-      K='regex:swiglu_3xtf32|rk4_stage|query_embed|layernorm_head'
+      K='regex:histogram_kernel|swiglu_3xtf32|rk4_stage|query_embed|layernorm_head'
       run ncu_ab timeout 200 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis \
         --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
-        -k "$K" -c 16 --log-file "$OUT/cs149-ncu-ab-full.txt" python3 tools/gpu/cs149_ncu.py \
-        swiglu:split_per_fragment swiglu:split_in_shared rk4:l1 rk4:l1_aligned rk4:l1_tall occupancy_decoder
+        -k "$K" -c 17 --log-file "$OUT/cs149-ncu-ab-full.txt" python3 tools/gpu/cs149_ncu.py \
+        histogram swiglu:split_per_fragment swiglu:split_in_shared rk4:l1 rk4:l1_aligned rk4:l1_tall occupancy_decoder
       ncu_summary "$OUT/cs149-ncu-ab-full.txt" > "$OUT/cs149-ncu-ab.txt"
       pack_ncu cs149-ncu-ab-full.txt
       cat "$OUT/cs149-ncu-ab.txt" ;;
