@@ -90,6 +90,7 @@ def candidates(problem, data, use_compile):
         out["flashkit_l1"] = lambda d: cs149.rk4(d, kernel="l1")
         out["flashkit_l1_aligned"] = lambda d: cs149.rk4(d, kernel="l1_aligned")
         out["flashkit_l1_tall"] = lambda d: cs149.rk4(d, kernel="l1_tall")
+        out["flashkit_pair"] = lambda d: cs149.rk4(d, kernel="pair")
     if problem == "swiglu":
         out["flashkit_split_per_fragment"] = lambda d: cs149.swiglu(d, kernel="split_per_fragment")
         out["flashkit_split_in_shared"] = lambda d: cs149.swiglu(d, kernel="split_in_shared")

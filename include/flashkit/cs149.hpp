@@ -55,7 +55,8 @@ SwigluKernel choose_swiglu_kernel(const SwigluArgs& a);
 // not alias u0). CUDA calls allocate three field-sized work buffers on the stream.
 // Which CUDA stage kernel runs (an A/B switch for benchmarks; all compute the same values): automatic picks by
 // choose_rk4_kernel; stage_l1 reads the x/y neighbours through L1 (v1); stage_l1_aligned is v1 with each warp's row
-// starting on a 128-byte boundary (v4); stage_l1_tall is v1 with blocks of 32 rows instead of 8 (v5). Values 2 (v2,
+// starting on a 128-byte boundary (v4); stage_l1_tall is v1 with blocks of 32 rows instead of 8 (v5); stage_pair
+// runs two stages per kernel, the intermediate stage input kept on chip (v6). Values 2 (v2,
 // a shared-memory plane) and 3 (v3, 4 rows per thread) were retired after they lost on the H200
 // (docs/worklog/cs149-rk4.md); they are rejected now.
 enum class Rk4Kernel : int32_t {
@@ -63,6 +64,7 @@ enum class Rk4Kernel : int32_t {
   stage_l1 = 1,
   stage_l1_aligned = 4,
   stage_l1_tall = 5,
+  stage_pair = 6,
 };
 
 struct Rk4Args {

@@ -34,7 +34,7 @@ _lib.fk_cs149_swiglu.argtypes = [_P, _P, _P, _P, _P, _F32, _I64, _I64, _I64, _P,
 _SWIGLU_KERNELS = {"auto": 0, "split_per_fragment": 2, "split_in_shared": 3}
 _lib.fk_cs149_rk4.restype = _I32
 _lib.fk_cs149_rk4.argtypes = [_P, _I64, _I64, _I64, _F32, _F32, _F32, _F32, _I64, _P, _I32, _I32]
-_RK4_KERNELS = {"auto": 0, "l1": 1, "l1_aligned": 4, "l1_tall": 5}
+_RK4_KERNELS = {"auto": 0, "l1": 1, "l1_aligned": 4, "l1_tall": 5, "pair": 6}
 
 _lib.fk_cs149_layernorm_head.restype = _I32
 _lib.fk_cs149_layernorm_head.argtypes = [_P, _P, _P, _F32, _I64, _I64, _I32, _P, _I32]
@@ -112,7 +112,7 @@ def swiglu(data, kernel="auto"):
 def rk4(data, kernel="auto"):
     """(u0 f32 [Nz, Ny, Nx], alpha, hx, hy, hz, n_steps) -> the field after n_steps RK4 steps. kernel: "auto", or
     the CUDA stage kernel "l1" (v1) / "l1_aligned" (v4: v1 with warps starting on 128-byte boundaries) /
-    "l1_tall" (v5: v1 with 32-row blocks) for A/B runs."""
+    "l1_tall" (v5: v1 with 32-row blocks) / "pair" (v6: two stages per kernel) for A/B runs."""
     if kernel not in _RK4_KERNELS:
         raise ValueError("kernel must be one of %s, got %r" % (sorted(_RK4_KERNELS), kernel))
     u0, alpha, hx, hy, hz, n_steps = data

@@ -124,8 +124,8 @@ SwigluKernel choose_swiglu_kernel(const SwigluArgs& a) {
 Rk4Kernel choose_rk4_kernel(const Rk4Args& a) {
   // v1 (x/y neighbours through L1) is the measured winner on the H200: 77.7 ms at 600^3 x 10 steps against
   // 141.4 ms for the retired shared-memory-plane v2 (run s8-2, docs/worklog/cs149-rk4.md) and 101.3 ms for the
-  // retired v3 (4 rows per thread, run s10-1). v4 (stage_l1_aligned) and v5 (stage_l1_tall) are not measured yet:
-  // only on request.
+  // retired v3 (4 rows per thread, run s10-1). v4 (stage_l1_aligned), v5 (stage_l1_tall) and v6 (stage_pair) are
+  // not measured yet: only on request.
   return a.kernel == Rk4Kernel::automatic ? Rk4Kernel::stage_l1 : a.kernel;
 }
 
@@ -141,9 +141,9 @@ void rk4(const Rk4Args& a) {
   check_ptr(op, "out", a.out);
   if (a.out == a.u0) bad(op, "out must not alias u0");
   if (a.kernel != Rk4Kernel::automatic && a.kernel != Rk4Kernel::stage_l1 && a.kernel != Rk4Kernel::stage_l1_aligned &&
-      a.kernel != Rk4Kernel::stage_l1_tall)
-    bad(op, "kernel must be 0 (automatic), 1 (stage_l1), 4 (stage_l1_aligned) or 5 (stage_l1_tall), got " +
-                std::to_string(int(a.kernel)));
+      a.kernel != Rk4Kernel::stage_l1_tall && a.kernel != Rk4Kernel::stage_pair)
+    bad(op, "kernel must be 0 (automatic), 1 (stage_l1), 4 (stage_l1_aligned), 5 (stage_l1_tall) or 6 (stage_pair), "
+            "got " + std::to_string(int(a.kernel)));
   const float scalars[4] = {a.alpha, a.hx, a.hy, a.hz};
   const char* names[4] = {"alpha", "hx", "hy", "hz"};
   for (int i = 0; i < 4; ++i)

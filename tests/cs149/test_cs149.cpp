@@ -88,6 +88,8 @@ TEST(Cs149Rk4, KernelChoice) {
   EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1_aligned);
   a.kernel = Rk4Kernel::stage_l1_tall;
   EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1_tall);
+  a.kernel = Rk4Kernel::stage_pair;
+  EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_pair);
 }
 
 template <typename F>
@@ -134,7 +136,7 @@ TEST(Cs149Errors, NameTheArgument) {
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "hy must be positive");
   r.hy = 1.0f; r.out = u.data();
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "alias");
-  r.out = out.data(); r.kernel = static_cast<flashkit::cs149::Rk4Kernel>(6);
+  r.out = out.data(); r.kernel = static_cast<flashkit::cs149::Rk4Kernel>(99);
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "kernel must be");
   r.kernel = static_cast<flashkit::cs149::Rk4Kernel>(2);  // the retired v2
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "kernel must be");

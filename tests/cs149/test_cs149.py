@@ -122,7 +122,7 @@ def test_rk4_course_tolerance():
     assert torch.allclose(out, want, rtol=1e-6, atol=1e-6), (out - want).abs().max()
     assert not torch.equal(out, u0)
     # The kernel choice only matters on CUDA; every valid name is accepted on either device.
-    for kernel in ("l1", "l1_aligned", "l1_tall"):
+    for kernel in ("l1", "l1_aligned", "l1_tall", "pair"):
         assert torch.equal(cs149.rk4((u0, alpha, hx, hy, hz, 3), kernel=kernel), out)
 
 

@@ -69,11 +69,11 @@ for st in "${STAGES[@]}"; do
       } > "$OUT/cs149-ab.md"
       cat "$OUT/cs149-ab.md" ;;
     ncu_ab)  # the new kernels beside the ones they replace, with the sections that say why
-      K='regex:histogram_kernel|swiglu_3xtf32|rk4_stage|query_embed|layernorm_head'
+      K='regex:histogram_kernel|swiglu_3xtf32|rk4_stage|rk4_pair|query_embed|layernorm_head'
       run ncu_ab timeout 200 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis \
         --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
-        -k "$K" -c 17 --log-file "$OUT/cs149-ncu-ab-full.txt" python3 tools/gpu/cs149_ncu.py \
-        histogram swiglu:split_per_fragment swiglu:split_in_shared rk4:l1 rk4:l1_aligned rk4:l1_tall occupancy_decoder
+        -k "$K" -c 19 --log-file "$OUT/cs149-ncu-ab-full.txt" python3 tools/gpu/cs149_ncu.py histogram \
+        swiglu:split_per_fragment swiglu:split_in_shared rk4:l1 rk4:l1_aligned rk4:l1_tall rk4:pair occupancy_decoder
       ncu_summary "$OUT/cs149-ncu-ab-full.txt" > "$OUT/cs149-ncu-ab.txt"
       pack_ncu cs149-ncu-ab-full.txt
       cat "$OUT/cs149-ncu-ab.txt" ;;
