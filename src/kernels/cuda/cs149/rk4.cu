@@ -4,9 +4,9 @@
 // u_new = u + dt/6 (sum + k4) directly), so no k field and no separate axpy pass exists.
 // A thread owns one (x, y) column and walks a chunk of z planes with the 9 z-neighbours in registers (each plane
 // is read once per column). The x and y neighbours come through L1 (v1, the default; v4 starts each warp on a
-// 128-byte boundary, v5 uses 32-row blocks, v6 runs two stages per kernel: A/B options). Retired to dev/cuda/ after they lost on the H200: v2
-// (x/y neighbours from a shared-memory plane, 141.4 ms vs 77.7 ms, run s8-2) and v3 (4 rows per thread in
-// registers, 101.3 ms vs 76.4 ms, run s10-1).
+// 128-byte boundary, v5 uses 32-row blocks, v6 runs two stages per kernel: A/B options). Retired to dev/cuda/
+// after they lost on the H200: v2 (x/y neighbours from a shared-memory plane, 141.4 ms vs 77.7 ms, run s8-2) and
+// v3 (4 rows per thread in registers, 101.3 ms vs 76.4 ms, run s10-1).
 // Compiled with -fmad=false (src/kernels/cuda/sources.cmake): every multiply and add rounds separately, as the
 // course reference's elementwise PyTorch ops do, so results track it to a few ulp.
 #include <cuda_runtime.h>
