@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from . import _capi
 from .torch import _OnStream
 
-__all__ = ["histogram", "swiglu", "rk4", "flashattention", "occupancy_decoder", "occupancy_decoder_steps", "layernorm_head",
-           "query_embed"]
+__all__ = ["histogram", "swiglu", "rk4", "flashattention", "occupancy_decoder", "occupancy_decoder_steps",
+           "layernorm_head", "query_embed"]
 
 _lib = _capi.lib
 _P, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float

@@ -27,7 +27,10 @@ export PYTHONPATH=$PWD/python FLASHKIT_LIBRARY=$PWD/$BUILD/lib/libflashkit.so
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1; } >> "$LOG" 2>&1
 # The lines of an ncu text report that say what bounds each kernel.
 ncu_summary() {
-  grep -E "^  [A-Za-z_0-9:<>, ]+\(|Duration|Memory Throughput|DRAM Throughput|L1/TEX Cache Throughput|L2 Cache Throughput|Compute \(SM\) Throughput|Executed Ipc Active|Issue Slots Busy|Registers Per Thread|Achieved Occupancy|Warp Cycles Per Issued Instruction|Dynamic Shared Memory Per Block" "$1"
+  local keys="Duration|Memory Throughput|DRAM Throughput|L1/TEX Cache Throughput|L2 Cache Throughput"
+  keys+="|Compute \(SM\) Throughput|Executed Ipc Active|Issue Slots Busy|Registers Per Thread|Achieved Occupancy"
+  keys+="|Warp Cycles Per Issued Instruction|Dynamic Shared Memory Per Block"
+  grep -E "^  [A-Za-z_0-9:<>, ]+\(|$keys" "$1"
 }
 # Adds a full ncu text to cs149-ncu.tar.gz (at most 8 files come back from the machine).
 pack_ncu() {
