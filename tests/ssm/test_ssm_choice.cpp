@@ -1,6 +1,6 @@
 // The CUDA selective-scan kernel choice (src/kernels/ssm_choice.hpp), a pure function run in the CPU build: v3 with
 // two states per thread for d_state <= 16 in production, v1 kept reachable through generation 1, the other v3
-// variants through 2 and 3, v2 through 4, v1's wide-state kernel beyond 16, the decode step by d_state; and the
+// variants through 2 and 3, v2 through 4, v4 through 5 and 6, v1's wide-state kernel beyond 16, the decode step by d_state; and the
 // backward's plan.
 #include <gtest/gtest.h>
 
@@ -35,6 +35,20 @@ TEST(ScanChoice, GenerationsTwoToFourKeepTheOtherKernelsUpToSixteenStates) {
   for (int g = 0; g < flashkit::kernels::kScanGenerations; ++g)
     names.insert(scan_kernel_name(choose_scan_kernel(16, false, g)));
   EXPECT_EQ(int(names.size()), flashkit::kernels::kScanGenerations);
+}
+
+// v4 (cp.async ring) is reachable through generations 5 (two states per thread) and 6 (four) until the H200 numbers
+// promote it; beyond 16 states and for the decode step the choice does not depend on the generation.
+TEST(ScanChoice, GenerationsFiveAndSixAreV4) {
+  for (int64_t n : {1, 7, 16}) {
+    EXPECT_EQ(choose_scan_kernel(n, false, 5), ScanKernel::v4_npt2) << n;
+    EXPECT_EQ(choose_scan_kernel(n, false, 6), ScanKernel::v4_npt4) << n;
+  }
+  EXPECT_EQ(choose_scan_kernel(17, false, 5), ScanKernel::v1_n64);
+  EXPECT_EQ(choose_scan_kernel(64, false, 6), ScanKernel::v1_n64);
+  EXPECT_EQ(choose_scan_kernel(16, true, 5), ScanKernel::step_n16);
+  EXPECT_EQ(choose_scan_kernel(40, true, 6), ScanKernel::step_n64);
+  EXPECT_EQ(flashkit::kernels::kScanGenerations, 7);
 }
 
 TEST(ScanChoice, DecodeStepByStateSize) {
