@@ -3,8 +3,8 @@
 // states per thread (H200, batch 8, d_inner 1536: 26% of the copy ceiling at 1k-32k tokens against v2's 11%, 2.3x;
 // docs/worklog/ssm-scan.md). 1 keeps v1 reachable, 2 and 3 the other v3 variants (one state per thread, chunks of 16
 // / 32 steps: 19-20%), 4 keeps v2, 5 and 6 are v4 (cp.async ring, two / four states per thread; not yet measured),
-// so the tests and the benchmark compare every generation on the same inputs. Promoting v4 is the default case's
-// one line below.
+// 7 is v3 with two states per thread by its own number (today the same kernel as 0), so the tests and the benchmark
+// compare every kernel on the same inputs and it stays reachable when kProductionScan changes.
 #pragma once
 #include <cstdint>
 
@@ -27,8 +27,12 @@ enum class ScanKernel : int {
   step_n64,  // decode step: 16 threads per channel x 4 states (d_state <= 64)
 };
 
+// Production's kernel for d_state <= 16 (generation 0). Promoting another generation is this one line (and the
+// production test in tests/ssm/test_ssm_choice.cpp); every kernel keeps its own generation number below.
+constexpr ScanKernel kProductionScan = ScanKernel::v3_n16_npt2;
+
 // d_state <= 64 is validated before (kCudaMaxState); `step`: the one-token decode kernel.
-constexpr int kScanGenerations = 7;  // 0..6
+constexpr int kScanGenerations = 8;  // 0..7
 
 inline ScanKernel choose_scan_kernel(int64_t d_state, bool step, int generation = 0) {
   if (step) return d_state <= 16 ? ScanKernel::step_n16 : ScanKernel::step_n64;
@@ -40,7 +44,8 @@ inline ScanKernel choose_scan_kernel(int64_t d_state, bool step, int generation 
     case 4: return ScanKernel::v2_n16;
     case 5: return ScanKernel::v4_npt2;
     case 6: return ScanKernel::v4_npt4;
-    default: return ScanKernel::v3_n16_npt2;
+    case 7: return ScanKernel::v3_n16_npt2;
+    default: return kProductionScan;
   }
 }
 
