@@ -3,7 +3,8 @@
 // states per thread (H200, batch 8, d_inner 1536: 26% of the copy ceiling at 1k-32k tokens against v2's 11%, 2.3x;
 // docs/worklog/ssm-scan.md). 1 keeps v1 reachable, 2 and 3 the other v3 variants (one state per thread, chunks of 16
 // / 32 steps: 19-20%), 4 keeps v2, 5 and 6 are v4 (cp.async ring, two / four states per thread; not yet measured),
-// 7 is v3 with two states per thread by its own number (today the same kernel as 0), so the tests and the benchmark
+// 7 is v3 with two states per thread by its own number (today the same kernel as 0), 8 is v4 with four states per
+// thread, one exp of four on the FMA pipe (the SFU is the scan's second floor), so the tests and the benchmark
 // compare every kernel on the same inputs and it stays reachable when kProductionScan changes.
 #pragma once
 #include <cstdint>
@@ -23,6 +24,7 @@ enum class ScanKernel : int {
   v4_npt2,   // v4 (scan_v4.cu): 32 channels per block, chunks of 16 steps through a 4-stage cp.async ring;
              // 8 threads per channel x 2 states (d_state <= 16)
   v4_npt4,   // v4 with 4 threads per channel x 4 states (128-thread blocks)
+  v4_npt4_fma1,  // v4_npt4 with one of a thread's 4 exps on the FMA pipe (a polynomial) instead of the SFU
   step_n16,  // decode step: 16 threads per channel (d_state <= 16)
   step_n64,  // decode step: 16 threads per channel x 4 states (d_state <= 64)
 };
@@ -32,7 +34,7 @@ enum class ScanKernel : int {
 constexpr ScanKernel kProductionScan = ScanKernel::v3_n16_npt2;
 
 // d_state <= 64 is validated before (kCudaMaxState); `step`: the one-token decode kernel.
-constexpr int kScanGenerations = 8;  // 0..7
+constexpr int kScanGenerations = 9;  // 0..8
 
 inline ScanKernel choose_scan_kernel(int64_t d_state, bool step, int generation = 0) {
   if (step) return d_state <= 16 ? ScanKernel::step_n16 : ScanKernel::step_n64;
@@ -45,6 +47,7 @@ inline ScanKernel choose_scan_kernel(int64_t d_state, bool step, int generation 
     case 5: return ScanKernel::v4_npt2;
     case 6: return ScanKernel::v4_npt4;
     case 7: return ScanKernel::v3_n16_npt2;
+    case 8: return ScanKernel::v4_npt4_fma1;
     default: return kProductionScan;
   }
 }
@@ -97,6 +100,7 @@ inline const char* scan_kernel_name(ScanKernel k) {
     case ScanKernel::v3_n16_npt2: return "cuda.scan.v3.n16.split8.tc16";
     case ScanKernel::v4_npt2: return "cuda.scan.v4.n16.split8.tc16.s4";
     case ScanKernel::v4_npt4: return "cuda.scan.v4.n16.split4.tc16.s4";
+    case ScanKernel::v4_npt4_fma1: return "cuda.scan.v4.n16.split4.tc16.s4.fmaexp1";
     case ScanKernel::step_n16: return "cuda.scan_step.n16.split16";
     case ScanKernel::step_n64: return "cuda.scan_step.n64.split16";
   }

@@ -1,4 +1,4 @@
-// The scan forward v4 (src/kernels/cuda/ssm/scan_v4.cu: cp.async ring, generations 5 and 6 of choose_scan_kernel)
+// The scan forward v4 (src/kernels/cuda/ssm/scan_v4.cu: cp.async ring, generations 5, 6, 8 of choose_scan_kernel)
 // against the f64 reference: odd sizes (seqlen not a multiple of the 16-step chunk, fewer and more chunks than the
 // 4 stages, d_inner not a multiple of the 32-channel block or of the 4-channel copies, d_state 1..16, batch 1..3),
 // with and without z, D, delta bias, softplus and the state; both copy paths (16-byte when every pointer and stride
@@ -19,7 +19,7 @@ using namespace ssm_test;
 
 namespace {
 
-constexpr int kV4Generations[] = {5, 6};
+constexpr int kV4Generations[] = {5, 6, 8};  // two / four states per thread; four, one exp on the FMA pipe
 
 // A [batch, seqlen, d_inner] tensor in rows of d_inner + pad elements, starting `shift` elements into the buffer.
 struct Rows {

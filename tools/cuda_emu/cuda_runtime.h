@@ -57,6 +57,8 @@ inline float __shfl_xor_sync(unsigned, float v, int off) {
   return r;
 }
 inline float __expf(float x) { return std::exp(x); }
+inline int __float_as_int(float x) { int i; std::memcpy(&i, &x, 4); return i; }
+inline float __int_as_float(int i) { float x; std::memcpy(&x, &i, 4); return x; }
 
 inline void emu_launch(dim3 grid, dim3 block, size_t, const std::function<void()>& body) {
   gridDim = grid; blockDim = block;

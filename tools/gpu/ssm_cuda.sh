@@ -110,7 +110,8 @@ EOF
 import json, sys
 for l in open(sys.argv[1]):
     r = json.loads(l)
-    print("decode: %d layers, hidden %d, %s weights %.1f MB: %.4f ms/token, roofline %.4f ms -> %.2fx (goal <= 1.5x: %s)"
+    print("decode: %d layers, hidden %d, %s weights %.1f MB: %.4f ms/token, roofline %.4f ms -> %.2fx "
+          "(goal <= 1.5x: %s)"
           % (r["layers"], r["hidden"], r["weight_dtype"], r["device_weight_bytes"] / 1e6, r["ms_per_token"],
              r["weight_roofline_ms"], r["of_roofline"], "met" if r["of_roofline"] <= 1.5 else "not met"))
 EOF

@@ -6,15 +6,17 @@
 //   * a block owns 32 channels (128-byte rows of u, delta, z, y) of one sequence and walks time in chunks of TC
 //     steps through a ring of STAGES shared-memory stages filled by cp.async (16-byte copies when every pointer
 //     and stride allows, 4-byte ones otherwise; zero-filled past the end), so STAGES - 1 chunks are in flight
-//     while one is scanned: ~18 KB per block, 3-4 blocks per SM;
+//     while one is scanned: ~24 KB per block (18 KB of u, delta, z), ~3 blocks per SM at batch 8;
 //   * every thread owns (step, 4-channel group) items: it copies their u, delta, z, turns them into {dt, dt u}
 //     (bias, softplus; dt = 0 past the end so h is unchanged), and later sums their partial outputs, applies D and
 //     the gate and stores y as one 16-byte row piece. Because a thread reads back only what it copied itself, its
 //     own cp.async.wait_group is enough before that work: two barriers per chunk instead of v3's three;
 //   * the recurrence: NPT states per thread (16 / NPT threads per channel), A pre-scaled by log2(e), exp as
-//     ex2.approx.ftz, the state in registers across chunks; the thread's C h goes to a padded [step][thread][channel]
-//     tile (conflict-free writes, 16-byte conflict-free reads in the epilogue).
-// Generations 5 (NPT 2, 256 threads) and 6 (NPT 4, 128 threads) of choose_scan_kernel (kernels/ssm_choice.hpp).
+//     ex2.approx.ftz (for POLY of a thread's states a polynomial on the FMA pipe), the state in registers across
+//     chunks; the thread's C h goes to a padded [step][thread][channel] tile (conflict-free writes, 16-byte
+//     conflict-free reads in the epilogue).
+// Generations 5 (NPT 2, 256 threads), 6 (NPT 4, 128 threads) and 8 (as 6, one of a thread's 4 exps on the FMA pipe
+// instead of the SFU) of choose_scan_kernel (kernels/ssm_choice.hpp).
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -50,6 +52,23 @@ struct V4 {
 };
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.f ? x : log1pf(__expf(x)); }
+
+// 2^x on the FMA pipe, for the states that relieve the SFU (16 ex2 per SM and clock: the scan's second floor, equal to
+// HBM's): n = round(x) by adding 1.5 * 2^23 (its low mantissa bits then hold n), f = x - n in [-0.5, 0.5], 2^f by a
+// degree-5 polynomial (a Chebyshev fit made for this file: relative error 2.5e-7 in f32 arithmetic, the size of
+// ex2.approx's), n added to the exponent field. x is clamped to [-126, 126] (decays below 2^-126 are negligible).
+__device__ __forceinline__ float exp2_fma(float x) {
+  x = fminf(fmaxf(x, -126.f), 126.f);
+  const float r = x + 12582912.f;
+  const float f = x - (r - 12582912.f);
+  float p = 1.34004327e-3f;
+  p = fmaf(p, f, 9.67603736e-3f);
+  p = fmaf(p, f, 5.55032715e-2f);
+  p = fmaf(p, f, 2.40221068e-1f);
+  p = fmaf(p, f, 6.93147182e-1f);
+  p = fmaf(p, f, 1.00000012f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(r) << 23));
+}
 
 // `live` (0..4) channels of a 4-channel row piece from `src` (16-byte aligned when `vec`); `base`: any valid address
 // for the copies that read nothing.
@@ -100,7 +119,8 @@ template <int NPT> struct Vec;
 template <> struct Vec<2> { using T = float2; };
 template <> struct Vec<4> { using T = float4; };
 
-template <int NPT, int TC, int STAGES>
+// POLY: how many of a thread's NPT states take exp2_fma instead of ex2.approx.
+template <int NPT, int TC, int STAGES, int POLY>
 __global__ void __launch_bounds__(V4<NPT, TC, STAGES>::kThreads, NPT == 2 ? 3 : 4) scan_v4_kernel(ScanArgs a,
                                                                                                   bool vec) {
   using P = V4<NPT, TC, STAGES>;
@@ -178,7 +198,8 @@ __global__ void __launch_bounds__(V4<NPT, TC, STAGES>::kThreads, NPT == 2 ? 3 : 
       float acc = 0.f;
 #pragma unroll
       for (int i = 0; i < NPT; ++i) {
-        h[i] = ex2_approx(term.x * A2[i]) * h[i] + term.y * Bn[i];
+        const float decay = i < POLY ? exp2_fma(term.x * A2[i]) : ex2_approx(term.x * A2[i]);
+        h[i] = decay * h[i] + term.y * Bn[i];
         acc += Cn[i] * h[i];
       }
       sY[(tt * SPLIT + s) * P::kYRow + rc] = acc;
@@ -239,10 +260,11 @@ bool vector_ok(const ScanArgs& a) {
   return ok;
 }
 
-template <int NPT, int TC, int STAGES>
+template <int NPT, int TC, int STAGES, int POLY>
 void launch(const ScanArgs& a, cudaStream_t s) {
   using P = V4<NPT, TC, STAGES>;
-  auto* kernel = scan_v4_kernel<NPT, TC, STAGES>;
+  static_assert(POLY >= 0 && POLY <= NPT, "POLY counts a thread's states");
+  auto* kernel = scan_v4_kernel<NPT, TC, STAGES, POLY>;
   // Above 48 KB of dynamic shared memory needs an opt-in, once per device (not a stream operation: allowed while a
   // CUDA graph is being captured).
   static std::atomic<uint64_t> opted_in{0};
@@ -260,10 +282,11 @@ void launch(const ScanArgs& a, cudaStream_t s) {
 
 }  // namespace
 
-void launch_scan_v4(const ScanArgs& a, void* stream, int states_per_thread) {
+void launch_scan_v4(const ScanArgs& a, void* stream, int states_per_thread, int fma_exp_states) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream ? stream : cuda_stream());
-  if (states_per_thread == 4) launch<4, 16, 4>(a, s);
-  else launch<2, 16, 4>(a, s);
+  if (states_per_thread == 4 && fma_exp_states == 1) launch<4, 16, 4, 1>(a, s);
+  else if (states_per_thread == 4) launch<4, 16, 4, 0>(a, s);
+  else launch<2, 16, 4, 0>(a, s);
   check_cuda(cudaGetLastError(), "selective scan v4 kernel launch");
 }
 
