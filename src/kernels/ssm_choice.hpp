@@ -2,7 +2,10 @@
 // in the CPU build (tests/ssm/test_ssm_choice.cpp). `generation` 0 is production: for d_state <= 16 v3 with two
 // states per thread (H200, batch 8, d_inner 1536: 26% of the copy ceiling at 1k-32k tokens against v2's 11%, 2.3x;
 // docs/worklog/ssm-scan.md). 1 keeps v1 reachable, 2 and 3 the other v3 variants (one state per thread, chunks of 16
-// / 32 steps: 19-20%), 4 keeps v2, so the tests and the benchmark compare every generation on the same inputs.
+// / 32 steps: 19-20%), 4 keeps v2, 5 and 6 are v4 (cp.async ring, two / four states per thread; not yet measured),
+// 7 is v3 with two states per thread by its own number (today the same kernel as 0), 8 is v4 with four states per
+// thread, one exp of four on the FMA pipe (the SFU is the scan's second floor), so the tests and the benchmark
+// compare every kernel on the same inputs and it stays reachable when kProductionScan changes.
 #pragma once
 #include <cstdint>
 
@@ -18,12 +21,20 @@ enum class ScanKernel : int {
              // chunks of 16 steps (d_state <= 16)
   v3_n16_tc32,  // v3 with chunks of 32 steps
   v3_n16_npt2,  // v3 with 8 threads per channel x 2 states, chunks of 16 steps
+  v4_npt2,   // v4 (scan_v4.cu): 32 channels per block, chunks of 16 steps through a 4-stage cp.async ring;
+             // 8 threads per channel x 2 states (d_state <= 16)
+  v4_npt4,   // v4 with 4 threads per channel x 4 states (128-thread blocks)
+  v4_npt4_fma1,  // v4_npt4 with one of a thread's 4 exps on the FMA pipe (a polynomial) instead of the SFU
   step_n16,  // decode step: 16 threads per channel (d_state <= 16)
   step_n64,  // decode step: 16 threads per channel x 4 states (d_state <= 64)
 };
 
+// Production's kernel for d_state <= 16 (generation 0). Promoting another generation is this one line (and the
+// production test in tests/ssm/test_ssm_choice.cpp); every kernel keeps its own generation number below.
+constexpr ScanKernel kProductionScan = ScanKernel::v3_n16_npt2;
+
 // d_state <= 64 is validated before (kCudaMaxState); `step`: the one-token decode kernel.
-constexpr int kScanGenerations = 5;  // 0..4
+constexpr int kScanGenerations = 9;  // 0..8
 
 inline ScanKernel choose_scan_kernel(int64_t d_state, bool step, int generation = 0) {
   if (step) return d_state <= 16 ? ScanKernel::step_n16 : ScanKernel::step_n64;
@@ -33,7 +44,11 @@ inline ScanKernel choose_scan_kernel(int64_t d_state, bool step, int generation 
     case 2: return ScanKernel::v3_n16;
     case 3: return ScanKernel::v3_n16_tc32;
     case 4: return ScanKernel::v2_n16;
-    default: return ScanKernel::v3_n16_npt2;
+    case 5: return ScanKernel::v4_npt2;
+    case 6: return ScanKernel::v4_npt4;
+    case 7: return ScanKernel::v3_n16_npt2;
+    case 8: return ScanKernel::v4_npt4_fma1;
+    default: return kProductionScan;
   }
 }
 
@@ -83,6 +98,9 @@ inline const char* scan_kernel_name(ScanKernel k) {
     case ScanKernel::v3_n16: return "cuda.scan.v3.n16.split16.tc16";
     case ScanKernel::v3_n16_tc32: return "cuda.scan.v3.n16.split16.tc32";
     case ScanKernel::v3_n16_npt2: return "cuda.scan.v3.n16.split8.tc16";
+    case ScanKernel::v4_npt2: return "cuda.scan.v4.n16.split8.tc16.s4";
+    case ScanKernel::v4_npt4: return "cuda.scan.v4.n16.split4.tc16.s4";
+    case ScanKernel::v4_npt4_fma1: return "cuda.scan.v4.n16.split4.tc16.s4.fmaexp1";
     case ScanKernel::step_n16: return "cuda.scan_step.n16.split16";
     case ScanKernel::step_n64: return "cuda.scan_step.n64.split16";
   }

@@ -1,7 +1,7 @@
 // The CUDA selective-scan kernel choice (src/kernels/ssm_choice.hpp), a pure function run in the CPU build: v3 with
 // two states per thread for d_state <= 16 in production, v1 kept reachable through generation 1, the other v3
-// variants through 2 and 3, v2 through 4, v1's wide-state kernel beyond 16, the decode step by d_state; and the
-// backward's plan.
+// variants through 2 and 3, v2 through 4, v4 through 5, 6 and 8 (v3's production kernel also through 7), v1's
+// wide-state kernel beyond 16, the decode step by d_state; and the backward's plan.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -31,10 +31,31 @@ TEST(ScanChoice, GenerationsTwoToFourKeepTheOtherKernelsUpToSixteenStates) {
   }
   EXPECT_EQ(choose_scan_kernel(17, false, 2), ScanKernel::v1_n64);  // v3 has one state per thread, 16 threads
   EXPECT_EQ(choose_scan_kernel(16, true, 2), ScanKernel::step_n16);
+  // generations 1.. name every kernel once; 0 is production, one of them
   std::set<std::string> names;
-  for (int g = 0; g < flashkit::kernels::kScanGenerations; ++g)
+  for (int g = 1; g < flashkit::kernels::kScanGenerations; ++g)
     names.insert(scan_kernel_name(choose_scan_kernel(16, false, g)));
-  EXPECT_EQ(int(names.size()), flashkit::kernels::kScanGenerations);
+  EXPECT_EQ(int(names.size()), flashkit::kernels::kScanGenerations - 1);
+  EXPECT_EQ(names.count(scan_kernel_name(choose_scan_kernel(16, false, 0))), 1u);
+}
+
+// v4 (cp.async ring) is reachable through generations 5 (two states per thread), 6 (four) and 8 (four, one exp on
+// the FMA pipe) until the H200 numbers
+// promote it (kProductionScan); v3 with two states per thread through 7 as well as 0; beyond 16 states and for the
+// decode step the choice does not depend on the generation.
+TEST(ScanChoice, GenerationsFiveAndSixAreV4) {
+  for (int64_t n : {1, 7, 16}) {
+    EXPECT_EQ(choose_scan_kernel(n, false, 5), ScanKernel::v4_npt2) << n;
+    EXPECT_EQ(choose_scan_kernel(n, false, 6), ScanKernel::v4_npt4) << n;
+  }
+  EXPECT_EQ(choose_scan_kernel(17, false, 5), ScanKernel::v1_n64);
+  EXPECT_EQ(choose_scan_kernel(64, false, 6), ScanKernel::v1_n64);
+  EXPECT_EQ(choose_scan_kernel(16, true, 5), ScanKernel::step_n16);
+  EXPECT_EQ(choose_scan_kernel(40, true, 6), ScanKernel::step_n64);
+  EXPECT_EQ(choose_scan_kernel(16, false, 7), ScanKernel::v3_n16_npt2);  // production today, by its own number
+  EXPECT_EQ(choose_scan_kernel(5, false, 8), ScanKernel::v4_npt4_fma1);
+  EXPECT_EQ(choose_scan_kernel(17, false, 8), ScanKernel::v1_n64);
+  EXPECT_EQ(flashkit::kernels::kScanGenerations, 9);
 }
 
 TEST(ScanChoice, DecodeStepByStateSize) {

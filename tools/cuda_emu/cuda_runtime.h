@@ -22,6 +22,8 @@ struct dim3 {
 struct float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
 inline float2 make_float2(float a, float b) { return {a, b}; }
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 inline const char* cudaGetErrorString(cudaError_t) { return "emu error"; }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t) {
@@ -55,6 +57,8 @@ inline float __shfl_xor_sync(unsigned, float v, int off) {
   return r;
 }
 inline float __expf(float x) { return std::exp(x); }
+inline int __float_as_int(float x) { int i; std::memcpy(&i, &x, 4); return i; }
+inline float __int_as_float(int i) { float x; std::memcpy(&x, &i, 4); return x; }
 
 inline void emu_launch(dim3 grid, dim3 block, size_t, const std::function<void()>& body) {
   gridDim = grid; blockDim = block;

@@ -8,11 +8,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 R=$PWD; BUILD=${1:-build}; W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
-mkdir -p "$W/inc"; cp tools/cuda_emu/cuda_runtime.h "$W/inc/"
-for f in scan scan_v3 scan_backward scan_backward_v2; do
+mkdir -p "$W/inc/kernels/cuda/ssm"; cp tools/cuda_emu/cuda_runtime.h "$W/inc/"
+cp tools/cuda_emu/async_copy.cuh "$W/inc/kernels/cuda/ssm/"  # deferred copies in place of cp.async
+for f in scan scan_v3 scan_v4 scan_backward scan_backward_v2; do
   /usr/bin/python3 tools/cuda_emu/convert.py "src/kernels/cuda/ssm/$f.cu" "$W/$f.cpp"
 done
-for f in scan scan_v3 scan_backward scan_backward_v2; do
+for f in scan scan_v3 scan_v4 scan_backward scan_backward_v2; do
   g++ -std=c++20 -O1 -w -I"$W/inc" -Iinclude -Isrc -Itests/ssm -c "$W/$f.cpp" -o "$W/$f.o"
 done
 g++ -std=c++20 -O1 -w -I"$W/inc" -Iinclude -Isrc -Itests/ssm -c tools/cuda_emu/ssm_harness.cpp -o "$W/harness.o"

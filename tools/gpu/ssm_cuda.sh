@@ -2,18 +2,24 @@
 # The CUDA selective scan (issue 18) on the GPU machine (an H200), one call, under 5 minutes with a warm build-gpu/
 # (the same build directory as tools/gpu/mamba.sh; cold, the library's attention kernels dominate the build):
 #   build     the CUDA library, flashkit_ssm_cuda_tests, flashkit_ssm_tests, flashkit_ssm_bench (targets only)
-#   test      the SSM CUDA tests (forward: every kernel generation v1 / v2 / v3-16 / v3-32, decode step, conv1d;
+#   test      the SSM CUDA tests (forward: every kernel generation v1 / v2 / v3 (3 variants) / v4 (2 variants), v4 on
+#             odd shapes with both copy paths and the state carried into decode steps, decode step, conv1d;
 #             backward vs the f64 reference, determinism, seqlen 0, central differences of the CUDA forward) and the
 #             CPU SSM tests
-#   sanitize  compute-sanitizer memcheck on the backward and forward-generation tests, racecheck on small shapes of
-#             both (v3 and the backward share tiles through shared memory)
+#   sanitize  compute-sanitizer memcheck on the backward, forward-generation and v4 tests, racecheck on small shapes of
+#             all three (v3, v4 and the backward share tiles through shared memory; v4 fills them with cp.async)
 #   regs      registers / spills / shared memory per SSM kernel (cuobjdump -res-usage) into the log
 #   bench     flashkit_ssm_bench 32768: batch 8, d_inner 1536, d_state 16, seqlen 1k..32k: each generation's ms and
 #             fraction of the 4.24 TB/s copy ceiling, the backward's (both generations), flash attention forward at
-#             matched width; the
-#             decode step; then $OUT/ssm_cuda_summary.json (one row per seqlen)
-#   tools/gpu/ssm_cuda.sh [STAGES...]     default: build test sanitize regs bench
-# Results: $OUT/ssm_cuda.log, $OUT/ssm_bench.jsonl, $OUT/ssm_cuda_summary.json, $OUT/failed.txt. Exit status non-zero
+#             matched width; the decode step; then $OUT/ssm_cuda_summary.json (one row per seqlen) and one "v4:" line
+#             per seqlen: the faster v4 variant against the 70% goal, production (v3) and attention
+#   decode    the Mamba decode step against the weight-streaming roofline (issue 18: within 1.5x at batch 1): a
+#             random model at mamba-130m's shape made by transformers (tools/gpu/make_mamba_decode_model.py, kept in
+#             $BUILD/mamba-130m-random), then `flashkit_ssm_bench decode DIR`: greedy decode ms/token on CUDA against
+#             its stored weight bytes at 4.24 TB/s; $OUT/ssm_decode.jsonl and one "decode:" line
+#   tools/gpu/ssm_cuda.sh [STAGES...]     default: build test sanitize regs bench decode
+# Results: $OUT/ssm_cuda.log, $OUT/ssm_bench.jsonl, $OUT/ssm_cuda_summary.json, $OUT/ssm_decode.jsonl,
+# $OUT/failed.txt. Exit status non-zero
 # if any stage failed; every stage runs whatever happened before it (only a failed configure stops the job).
 # carry=[".fkdeps.tar.xz"] (the tokenizer's PCRE2/ICU that libflashkit links, tools/gpu/carried_deps.sh pack).
 set -u
@@ -24,7 +30,7 @@ OUT=${OUT:-$PWD/build-gpu-out}; mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}
 ARCHS=${ARCHS:-90a-real}
 LOG="$OUT/ssm_cuda.log"
-STAGES=("$@"); [ ${#STAGES[@]} -eq 0 ] && STAGES=(build test sanitize regs bench)
+STAGES=("$@"); [ ${#STAGES[@]} -eq 0 ] && STAGES=(build test sanitize regs bench decode)
 status=0
 bin() { find "$BUILD" -name "$1" -type f -perm -u+x | head -1; }
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1; } >> "$LOG" 2>&1
@@ -45,10 +51,12 @@ for st in "${STAGES[@]}"; do
       p=$(bin flashkit_ssm_cuda_tests); [ -n "$p" ] || { log "flashkit_ssm_cuda_tests: not built"; status=1; continue; }
       MF='Shapes/CudaScanBackward.*:CudaScanBackward.Deterministic:CudaScanBackward.EmptySequence*'
       run memcheck_ssm timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$p" \
-        --gtest_filter="$MF:Shapes/CudaScanGenerations.*" --gtest_brief=1
+        --gtest_filter="$MF:Shapes/CudaScanGenerations.*:Shapes/CudaScanV4.*:CudaScanV4Continuation.*" --gtest_brief=1
       RF='Shapes/CudaScanBackward.MatchesReference/1:Shapes/CudaScanBackward.MatchesReference/6'
+      # v4: 4-byte copies over 2 chunks (b2 L17 Di19), 16-byte copies over 7 chunks through the 4-stage ring (b3 L100)
+      V4F='Shapes/CudaScanV4.MatchesReference/1:Shapes/CudaScanV4.MatchesReference/2'
       run racecheck_ssm timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 "$p" \
-        --gtest_filter="$RF:Shapes/CudaScanGenerations.BothMatchReference/5" --gtest_brief=1
+        --gtest_filter="$RF:Shapes/CudaScanGenerations.BothMatchReference/5:$V4F" --gtest_brief=1
       grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt" ;;
     regs)
       log "regs: cuobjdump -res-usage, SSM kernels"
@@ -77,7 +85,35 @@ for r in rows:
           + "  | bwd %.3f ms %4.1f%%  bwd1 %.3f ms %4.1f%%  | attention %.3f ms" % (
               r["bwd_ms"], 100 * r["bwd_of_copy_ceiling"], r["bwd1_ms"], 100 * r["bwd1_of_copy_ceiling"],
               r["attention_fwd_ms"]))
+    v4 = {k: v for k, v in g.items() if ".v4." in k}
+    if v4:
+        k4, (ms4, f4) = min(v4.items(), key=lambda kv: kv[1][0])
+        out[-1]["v4_best"] = {"kernel": k4, "ms": ms4, "of_copy_ceiling": f4,
+                              "vs_production": r["ms"] / ms4, "vs_attention": r["attention_fwd_ms"] / ms4}
+        print("v4: seqlen %6d  best %s %.3f ms = %4.1f%% of the copy ceiling (goal 70%%: %s)  %.2fx production (%s)"
+              "  %.2fx attention" % (r["seqlen"], k4.replace("cuda.scan.", ""), ms4, 100 * f4,
+                                     "met" if f4 >= 0.70 else "not met", r["ms"] / ms4,
+                                     r["kernel"].replace("cuda.scan.", ""), r["attention_fwd_ms"] / ms4))
 json.dump(out, open(sys.argv[2], "w"), indent=1)
+EOF
+      ;;
+    decode)
+      p=$(bin flashkit_ssm_bench)
+      [ -n "$p" ] || { log "flashkit_ssm_bench: not built"; status=1; continue; }
+      M="$BUILD/mamba-130m-random"
+      [ -f "$M/config.json" ] || run decode_model timeout 150 python3 tools/gpu/make_mamba_decode_model.py "$M"
+      log "decode: $p decode $M"
+      timeout 120 "$p" decode "$M" > "$OUT/ssm_decode.jsonl" 2>> "$LOG"; rc=$?
+      log "decode: rc=$rc"; [ $rc -ne 0 ] && status=1
+      cat "$OUT/ssm_decode.jsonl" >> "$LOG"
+      python3 - "$OUT/ssm_decode.jsonl" <<'EOF' | tee -a "$LOG"
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    print("decode: %d layers, hidden %d, %s weights %.1f MB: %.4f ms/token, roofline %.4f ms -> %.2fx "
+          "(goal <= 1.5x: %s)"
+          % (r["layers"], r["hidden"], r["weight_dtype"], r["device_weight_bytes"] / 1e6, r["ms_per_token"],
+             r["weight_roofline_ms"], r["of_roofline"], "met" if r["of_roofline"] <= 1.5 else "not met"))
 EOF
       ;;
     *) log "unknown stage $st"; status=1 ;;

@@ -14,7 +14,8 @@
 // gate of one step could not overlap those of the next. v2 keeps v1's ownership but computes the per-step channel
 // terms (dt, the gate) for the whole chunk first, runs a branch-free recurrence (the tail and states beyond d_state
 // become dt = 0, u = 0, B = C = 0: h unchanged, no contribution), then reduces and writes the chunk's outputs, each
-// of the SPLIT threads storing TC / SPLIT of them. v3: scan_v3.cu. Kernel choice: src/kernels/ssm_choice.hpp.
+// of the SPLIT threads storing TC / SPLIT of them. v3: scan_v3.cu; v4: scan_v4.cu. Kernel choice:
+// src/kernels/ssm_choice.hpp.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -229,6 +230,9 @@ std::string run_scan(ScanKernel k, const ScanArgs& a, void* stream) {
     case ScanKernel::v3_n16: launch_scan_v3(a, stream, 16, 1); break;
     case ScanKernel::v3_n16_tc32: launch_scan_v3(a, stream, 32, 1); break;
     case ScanKernel::v3_n16_npt2: launch_scan_v3(a, stream, 16, 2); break;
+    case ScanKernel::v4_npt2: launch_scan_v4(a, stream, 2); break;
+    case ScanKernel::v4_npt4: launch_scan_v4(a, stream, 4); break;
+    case ScanKernel::v4_npt4_fma1: launch_scan_v4(a, stream, 4, 1); break;
     case ScanKernel::step_n16: launch<1, 16, 1>(a, stream); break;
     case ScanKernel::step_n64: launch<4, 16, 1>(a, stream); break;
   }

@@ -15,6 +15,9 @@ std::string selective_scan_step_cuda(const ScanArgs& a, void* stream = nullptr);
 // v3 of the scan forward (scan_v3.cu; run_scan in scan.cu launches it for ScanKernel::v3_*): chunks of 16 or 32
 // steps with one state per thread, or chunks of 16 with two.
 void launch_scan_v3(const ScanArgs& a, void* stream, int chunk, int states_per_thread);
+// v4 (scan_v4.cu; ScanKernel::v4_*): chunks of 16 steps through a 4-stage cp.async ring, 2 or 4 states per thread;
+// fma_exp_states (0 or, with 4 states, 1) of them take their exp on the FMA pipe instead of the SFU.
+void launch_scan_v4(const ScanArgs& a, void* stream, int states_per_thread, int fma_exp_states = 0);
 // The backward (scan_backward.cu): allocates its workspace (plan_scan_backward, kernels/ssm_choice.hpp) on the stream.
 // generation: see plan_scan_backward (kernels/ssm_choice.hpp); 0 in production.
 std::string selective_scan_backward_cuda(const ScanArgs& a, const ScanGradArgs& g, void* stream = nullptr,
