@@ -1,5 +1,6 @@
 // The engine's decode attention: the decode family's fused_prologue kernel (kernels/cuda/decode/), planned by
 // plan_decode for this device and launched with the plan. Arguments are checked here (the kernel trusts them).
+#include <climits>
 #include <string>
 
 #include "core/cuda_device.hpp"
@@ -56,6 +57,23 @@ void decode_attention(const DecodeAttnArgs& a, cudaStream_t stream) {
   if (a.block_table || a.block_size)
     fail(Status::unsupported, "decode_attention: a paged KV cache (block_table) is not implemented yet");
   fc::launch_fused_decode(a, plan_for(a.heads, a.kv_heads, D, 0, a.splits, a.merge), stream);
+}
+
+void decode_attention_rows(const DecodeAttnArgs& a, int64_t rows, int64_t ldq, int64_t ldk, int64_t ldv, int64_t ldo,
+                           cudaStream_t stream) {
+  if (rows < 1 || rows > INT32_MAX || a.row != 0)
+    fail(Status::invalid_argument, "decode_attention_rows: rows must be positive and a.row 0");
+  const size_t in = a.in_bf16 ? 2 : 4, out = a.out_bf16 ? 2 : 4;
+  auto at = [](const void* p, int64_t r, int64_t ld, size_t es) {
+    return static_cast<const void*>(static_cast<const char*>(p) + size_t(r * ld) * es);
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    DecodeAttnArgs ar = a;
+    ar.row = int32_t(r);
+    ar.q = at(a.q, r, ldq, in), ar.k = at(a.k, r, ldk, in), ar.v = at(a.v, r, ldv, in);
+    ar.out = const_cast<void*>(at(a.out, r, ldo, out));
+    decode_attention(ar, stream);
+  }
 }
 
 }  // namespace flashkit::engine::cuda

@@ -107,11 +107,11 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
   const float knw = a.k_norm_w && in_d ? a.k_norm_w[tid] : 1.0f;
   const float invf = a.inv_freq && tid < D / 2 ? a.inv_freq[tid] : 0.0f;
   pdl_trigger();
-  // The position and the cached keys of earlier positions are read BEFORE waiting for the previous kernel: no
+  // The position and (for row 0) the cached keys of earlier positions are read BEFORE waiting for the previous kernel: no
   // kernel of this step writes them. The step buffer is uploaded (a stream-ordered copy, which waits for every
   // earlier kernel) before the step's first kernel, and cache row j < p was written by an earlier step; this
   // launch's own row p comes from shared memory. Only q/k/v, written by the previous kernel, wait.
-  const int64_t p = *a.pos0;
+  const int64_t p = int64_t(*a.pos0) + a.row;
   // Visible keys: positions [start, p], n of them. The grid has a.splits splits (fixed: the launch is captured
   // once; gridDim.x may be larger, rounded up to whole clusters), but a short context only uses S of them, each
   // with at least kMinKeys keys (two loop iterations): a split costs a memory round trip or two whatever its
@@ -165,6 +165,7 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
   // The first iteration's keys depend only on p: load them now, so their memory latency overlaps the q/k prologue.
   const int64_t base0 = lo + int64_t(warp) * KPW;
   uint4 kA[2][2], vA[2][2], kB[2][2], vB[2][2];
+  if (a.row > 0) pdl_wait();  // a verification row: earlier rows of this step are written by earlier launches
   if (base0 < hi) load_iter(base0, kA, vA);
   pdl_wait();
   float qv = in_d ? ld_any(a.q, a.in_bf16, int64_t(h) * D + tid) : 0.0f;

@@ -43,6 +43,10 @@ struct FusedDecodeArgs {
   bool ring = false;
   int64_t window = 0;
   const int32_t* pos0 = nullptr;
+  // The query's position is *pos0 + row: row r of a decode-exact verification step (launched once per row, in
+  // order). With row > 0 the cache rows of positions *pos0 .. p - 1 were written by this step's earlier launches,
+  // so the kernel waits for the previous kernel before reading any cache row.
+  int32_t row = 0;
   // Paged cache (reserved for the serving layer; must be null / 0 today): see the header comment.
   const int32_t* block_table = nullptr;
   int32_t block_size = 0;
