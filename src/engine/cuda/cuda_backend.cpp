@@ -14,6 +14,8 @@
 //     cuBLAS and flash attention without conversions; the KV cache is bf16 (half the bytes decode attention reads).
 //     f32 checkpoints keep f32 activations and an f32 cache. Every op takes f32 or bf16 operands.
 //   * Linear: T <= 8 rows -> the bandwidth-bound GEMV (gemv.cu); more rows -> cuBLAS (bf16 x bf16 -> f32 or bf16).
+//   * Decode-exact steps (speculative verification, set_step_shape): linear on the GEMV for any T, attention one
+//     decode-kernel launch per row (position *pos0 + row on the device): rows bitwise equal to decode steps, graph-safe.
 //   * Attention: T == 1 -> the decode family's fused-prologue kernel (engine/cuda/attention_decode.cpp), graph-safe; T > 1 -> flashkit's flash
 //     attention (flashkit::attention_forward on CUDA tensors) over the cache, or over a gathered copy for rings.
 //   * argmax (greedy decoding): one kernel (argmax.cu) at the end of the step; argmax_result() downloads 8 bytes.
@@ -34,7 +36,8 @@
 //
 // CUDA graphs: graph_begin only marks the start; graph_end captures the queued ops (all are graph-safe at T == 1:
 // per-step values are read from the step buffer), instantiates, launches and keeps the executable under the key.
-// A step that is not graph-safe (attention with T > 1) runs eagerly and the key is remembered as not capturable.
+// A step that is not graph-safe (attention with T > 1 outside decode-exact steps) runs eagerly and the key is
+// remembered as not capturable.
 #include "core/cuda_device.hpp"
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
