@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Speculative decoding on CUDA (issue 17: decode-exact verification steps inside CUDA graphs; docs/speculative.md,
 # docs/worklog/spec-cuda.md), on the GPU machine (an H200), in one call that fits in ~5 minutes:
-#   build     the library, the CLI, flashkit_spec_tests and flashkit_engine_tests (sm_90a)
+#   build     the library, the CLI, flashkit_spec_tests, flashkit_engine_tests and flashkit_serve_tests (sm_90a)
 #   test      every spec test (SpecCuda.*: verification rows bitwise equal to decode steps, greedy speculative output
 #             equal to plain greedy output, random step sizes / rollbacks with bf16 and f32 weights, fused and
 #             unfused, graphs on and off, one-launch attention; then SpecCuda.* again with
 #             FLASHKIT_CUDA_SPEC_ONE_LAUNCH=1), the engine's CUDA tests (CudaExactRows.*: the GEMV's rows and the per-row
-#             decode attention against one-row launches; CudaEngineOps.*, CudaEngineModel.*, DeviceGreedy.*, ...)
+#             decode attention against one-row launches; CudaEngineOps.*, CudaEngineModel.*, DeviceGreedy.*, ...),
+#             CudaServe.* (paged steps against sessions, serve greedy output against generate())
 #   sanitize  compute-sanitizer memcheck on CudaExactRows.* and SpecCuda.VerifyRowsMatchDecodeSteps
 #   bench     flashkit bench spec on models/target + models/draft: K 1..8 and auto, draft / ngram / tree, free and
 #             grounded, greedy (each row checked against plain decoding: the "exact" column) -> spec-cuda.{json,txt};
@@ -39,13 +40,15 @@ for st in "${STAGES[@]}"; do
       run configure cmake -S . -B "$BUILD" -G Ninja -DFLASHKIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
         -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 || exit 1
       run build cmake --build "$BUILD" -j"$(nproc)" --target flashkit flashkit_cli flashkit_spec_tests \
-        flashkit_engine_tests || exit 1 ;;
+        flashkit_engine_tests flashkit_serve_tests || exit 1 ;;
     test)
       run spec_tests timeout 240 "$S"   # not brief: the SKIPPED lines are checked
       grep -qE "SKIPPED.*SpecCuda" "$LOG" && { log "SpecCuda was skipped: no GPU visible?"; status=1; }
       run spec_tests_one_launch timeout 120 env FLASHKIT_CUDA_SPEC_ONE_LAUNCH=1 "$S" --gtest_brief=1 \
         --gtest_filter='SpecCuda.*'
       run engine_cuda_tests timeout 240 "$E" --gtest_brief=1 --gtest_filter='*Cuda*:DeviceGreedy.*'
+      # the decode kernel's key norm / RoPE roundings changed: serving's CUDA steps against sessions stay green
+      run serve_cuda_tests timeout 120 "$BUILD/tests/serve/flashkit_serve_tests" --gtest_brief=1 --gtest_filter='CudaServe.*'
       failed ;;
     sanitize)
       run memcheck_exact_rows timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$E" --gtest_brief=1 \
@@ -58,6 +61,7 @@ for st in "${STAGES[@]}"; do
       run spec_bench timeout 240 "$FK" bench spec -m models/target --draft models/draft --device cuda -n 128 \
         --repeats 3 --json "$OUT/spec-cuda.json"
       last_table > "$OUT/spec-cuda.txt"
+      grep -qE " NO$" "$OUT/spec-cuda.txt" && { log "bench: a speculative run differs from plain decoding"; status=1; }
       : > "$OUT/spec-cuda-ab.txt"
       for ab in FLASHKIT_CUDA_SPEC_ONE_LAUNCH=1 FLASHKIT_SPEC_EXACT=0 FLASHKIT_CUDA_GRAPHS=0; do
         log "A/B $ab" | tee -a "$OUT/spec-cuda-ab.txt" > /dev/null
