@@ -226,7 +226,8 @@ class Backend {
   // The shape of the next step beyond set_step's chain; set_step resets it (a chain, decode_exact off).
   //   decode_exact: every row's results are bitwise those a one-row step (T = 1) at its position would give, so a
   //     verification step reproduces plain decoding exactly (CPU: attention one query row at a time, linear in GEMV
-  //     blocks of <= 8 rows). Backends that cannot promise it ignore the flag (CUDA: see docs/speculative.md).
+  //     blocks of <= 8 rows; CUDA: the decode attention kernel once per row, linear on the GEMV for any row count).
+  //     Backends that cannot promise it ignore the flag.
   //   parent (only where supports_tree()): a token tree. parent[0] = -1, parent[t] in [0, t). Row t sits at position
   //     pos0 + depth(t) and attends to the cache positions < pos0 plus its ancestors and itself (SpecInfer's tree
   //     mask). The cache rows of positions >= pos0 are scratch after a tree step until kv_commit_tree() picks a

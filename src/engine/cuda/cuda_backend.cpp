@@ -14,6 +14,8 @@
 //     cuBLAS and flash attention without conversions; the KV cache is bf16 (half the bytes decode attention reads).
 //     f32 checkpoints keep f32 activations and an f32 cache. Every op takes f32 or bf16 operands.
 //   * Linear: T <= 8 rows -> the bandwidth-bound GEMV (gemv.cu); more rows -> cuBLAS (bf16 x bf16 -> f32 or bf16).
+//   * Decode-exact steps (speculative verification, set_step_shape): linear on the GEMV for any T, attention one
+//     decode-kernel launch per row (position *pos0 + row on the device): rows bitwise equal to decode steps, graph-safe.
 //   * Attention: T == 1 -> the decode family's fused-prologue kernel (engine/cuda/attention_decode.cpp), graph-safe; T > 1 -> flashkit's flash
 //     attention (flashkit::attention_forward on CUDA tensors) over the cache, or over a gathered copy for rings.
 //   * argmax (greedy decoding): one kernel (argmax.cu) at the end of the step; argmax_result() downloads 8 bytes.
@@ -34,7 +36,8 @@
 //
 // CUDA graphs: graph_begin only marks the start; graph_end captures the queued ops (all are graph-safe at T == 1:
 // per-step values are read from the step buffer), instantiates, launches and keeps the executable under the key.
-// A step that is not graph-safe (attention with T > 1) runs eagerly and the key is remembered as not capturable.
+// A step that is not graph-safe (attention with T > 1 outside decode-exact steps) runs eagerly and the key is
+// remembered as not capturable.
 #include "core/cuda_device.hpp"
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -89,6 +92,7 @@ struct Op {
   KVLayer kv;
   PagedKVLayer pkv;
   bool paged = false;  // queued during a batched paged step: embed / rope read the paged step buffer
+  bool exact = false;  // queued during a decode-exact step (set_step_shape): rows as one-row decode steps compute them
   AttentionParams ap;
   int64_t T = 0, group = 0, heads = 0, head_dim = 0;
   float f = 0;  // scale / eps / attn_scaling / cap
@@ -322,6 +326,14 @@ class CudaBackend final : public Backend {
     ck(cudaEventRecord(step_evt_, stream_), "set_step (event)");
     host_pos0_ = pos0;
     paged_ = false;
+    exact_ = false;
+  }
+  // Decode-exact verification steps (docs/speculative.md): attention one launch of the decode kernel per row (the
+  // query's position read on the device, so the step is graph-safe), linear on the GEMV for any row count (its
+  // per-row accumulation order does not depend on the row count). Trees: unsupported (the base class refuses them).
+  void set_step_shape(const StepShape& shape) override {
+    Backend::set_step_shape(shape);
+    exact_ = shape.decode_exact;
   }
   // ---------------------------------------------------------------- batched paged steps (engine/cuda/paged.hpp)
   bool supports_paged() const override { return true; }
@@ -334,6 +346,7 @@ class CudaBackend final : public Backend {
     ck(cudaSetDevice(dev_), "cudaSetDevice");
     if (pstep_.set(st, stream_)) drop_graphs();  // a new device buffer: captured paged steps point at the old one
     paged_ = true;
+    exact_ = false;
   }
   void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKVLayer& cache, const Tensor& out,
                        int64_t T, const AttentionParams& p) override {
@@ -400,7 +413,7 @@ class CudaBackend final : public Backend {
     prepare(ops);
     bool safe = graphs_on_ && !no_graph_.count(key);
     for (const Op& op : ops)
-      if (op.kind == OpKind::attention && op.T != 1) safe = false;  // (paged steps read everything per step on the device)
+      if (op.kind == OpKind::attention && op.T != 1 && !op.exact) safe = false;  // (paged steps read everything per step on the device)
     if (!safe) {
       if (graphs_on_) no_graph_.insert(key);
       run(ops);
@@ -659,6 +672,7 @@ class CudaBackend final : public Backend {
 
   void push(Op&& o) {
     o.paged = paged_;
+    o.exact = exact_;
     queue_.push_back(std::move(o));
     // Without a graph capture pending, bound the queue (a long prefill enqueues thousands of ops).
     if (!capturing_ && queue_.size() > 256) flush_prefix();
@@ -718,7 +732,9 @@ class CudaBackend final : public Backend {
   }
   bool gemv_ok(const Op& lin) const {
     const int64_t K = lin.M.cols;
-    return lin.T >= 1 && lin.T <= 8 && K % 8 == 0 && lin.M.w.dtype == DType::bf16 && lin.T * K * 4 <= 200 * 1024 &&
+    const int64_t max_rows = lin.exact ? kc::kGemvMaxRowsPerLaunch : 8;  // decode-exact: any T, in launches of <= 16
+    return lin.T >= 1 && (lin.T <= 8 || lin.exact) && K % 8 == 0 && lin.M.w.dtype == DType::bf16 &&
+           std::min(lin.T, max_rows) * K * 4 <= 200 * 1024 &&
            (lin.a.dtype == DType::f32 || lin.a.dtype == DType::bf16) &&
            (lin.c.dtype == DType::f32 || lin.c.dtype == DType::bf16);
   }
@@ -732,7 +748,7 @@ class CudaBackend final : public Backend {
         if (bf(o.c)) ensure(yq_, size_t(o.T * o.M.rows) * 4);  // ... and writes f32 y
       } else if (o.kind == OpKind::linear) {
         if (!bf(o.a)) ensure(bfx_, size_t(o.T * o.M.cols) * 2);  // cuBLAS takes bf16 x
-      } else if ((o.kind == OpKind::add || o.kind == OpKind::add_rms_norm) && o.T <= 8 && fuse_) {
+      } else if ((o.kind == OpKind::add || o.kind == OpKind::add_rms_norm) && (o.T <= 8 || o.exact) && fuse_) {
         ensure(hshadow_, extent_rows(o.c, o.T));  // residual ping-pong target (T <= 8 rows)
       } else if (o.kind == OpKind::argmax) {
         ensure(argpart_, size_t(kc::argmax_part_bytes(o.a.cols)));
@@ -743,9 +759,10 @@ class CudaBackend final : public Backend {
         if (floats > 0) ensure(ppart_, size_t(floats) * 4);
       } else if (o.kind == OpKind::attention) {
         const int64_t H = o.ap.heads, D = o.ap.head_dim, kvd = o.ap.kv_heads * D;
-        if (o.T == 1) {
-          ensure(part_, size_t(kc::decode_attention_part_floats(int(H), int(D), splits_for(o))) * 4);
-          if (H + 1 > int64_t(kCounters)) fail(Status::invalid_argument, "cuda attention: too many heads");
+        if (o.T == 1 || o.exact) {
+          const int64_t rows = o.T > 1 && tuning_.cuda_spec_one_launch ? std::min<int64_t>(o.T, kc::kDecodeMaxRows) : 1;
+          ensure(part_, size_t(rows * kc::decode_attention_part_floats(int(H), int(D), splits_for(o))) * 4);
+          if (rows * H + 1 > int64_t(kCounters)) fail(Status::invalid_argument, "cuda attention: too many heads");
         } else {
           if (!bf(o.a)) ensure(q16_, size_t(o.T * H * D) * 2);  // bf16 q and out are used in place
           if (!bf(o.d)) ensure(o16_, size_t(o.T * H * D) * 2);
@@ -915,10 +932,10 @@ class CudaBackend final : public Backend {
     while (j < ops.size() && j < i + 4 && (ops[j].kind == OpKind::rms_norm || ops[j].kind == OpKind::rope)) ++j;
     if (j >= ops.size() || ops[j].kind != OpKind::attention) return 0;
     const Op& at = ops[j];
-    if (at.T != 1 || at.b.dtype != at.a.dtype || at.c.dtype != at.a.dtype) return 0;  // f32 or bf16 q/k/v
+    if ((at.T != 1 && !at.exact) || at.b.dtype != at.a.dtype || at.c.dtype != at.a.dtype) return 0;  // f32/bf16 q/k/v
     for (size_t t = i; t < j; ++t) {
       const Op& o = ops[t];
-      if (o.T != 1 || o.a.dtype != at.a.dtype) return 0;
+      if (o.T != at.T || o.a.dtype != at.a.dtype) return 0;
       const bool isq = same(o.a, at.a), isk = same(o.a, at.b);
       if (!isq && !isk) return 0;
       if (o.kind == OpKind::rms_norm) {
@@ -1038,7 +1055,9 @@ class CudaBackend final : public Backend {
     a.part = static_cast<float*>(part_.p);
     a.counters = counters_ + 1;
     a.merge = tuning_.engine_decode_merge;
-    kc::decode_attention(a, stream_);
+    if (at.T > 1)  // decode-exact
+      kc::decode_attention_rows(a, at.T, at.a.ld, at.b.ld, at.c.ld, at.d.ld, tuning_.cuda_spec_one_launch, stream_);
+    else kc::decode_attention(a, stream_);
   }
 
   // Prefill attends over the cache in place when it is bf16 (the flash kernel's dtype) and its rows are in position
@@ -1178,7 +1197,7 @@ class CudaBackend final : public Backend {
                             static_cast<int32_t*>(argrows_.p), stream_);
         break;
       case OpKind::attention:
-        if (o.T == 1) decode_attention(o, nullptr, nullptr, nullptr);
+        if (o.T == 1 || o.exact) decode_attention(o, nullptr, nullptr, nullptr);
         else prefill_attention(o);
         break;
       case OpKind::gated_act:
@@ -1266,6 +1285,7 @@ class CudaBackend final : public Backend {
   Stats stats_;
   std::vector<Op> queue_;
   bool capturing_ = false, graphs_on_ = true, fuse_ = true, pingpong_ = true;
+  bool exact_ = false;  // the current step is decode-exact (set_step_shape); reset by set_step / set_paged_step
   Tuning tuning_;  // graphs / fusion / ping-pong switches, the launch settings of run(), the prefill attention's
   uint64_t cap_key_ = 0;
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
