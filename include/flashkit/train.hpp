@@ -79,6 +79,7 @@ struct TrainOptions {
   int dp_rank = 0;
   std::filesystem::path dp_rendezvous;
   int64_t grad_bucket_elems = 0;  // gradient all-reduce bucket in elements (0: 4 Mi)
+  bool dp_threads = false;  // thread ranks on CUDA too, all on the recipe's device (the DP check on one GPU)
 };
 
 struct TrainResult {

@@ -43,12 +43,15 @@ DataParallel::~DataParallel() {
 }
 
 void DataParallel::before_comm() { be_.synchronize(); }
+// NCCL enqueues on the legacy default stream, which a backend's non-blocking stream does not wait for.
+void DataParallel::after_comm() { dist::wait_stream(nullptr); }
 
 void DataParallel::all_reduce_grads(const Mat& grads) {
   if (size() == 1) return;
   before_comm();
   for (const Range& b : buckets_)
     comm_.all_reduce_sum(static_cast<float*>(grads.data) + b.begin, size_t(b.size()), DType::f32);
+  after_comm();
 }
 
 void DataParallel::all_gather_params(const Mat& params) {
@@ -57,6 +60,7 @@ void DataParallel::all_gather_params(const Mat& params) {
   before_comm();
   float* g = static_cast<float*>(gather_.data);
   comm_.all_gather(g + rank() * shard_len_, g, size_t(shard_len_), DType::f32);
+  after_comm();
   be_.copy(params, gather_.view(0, 1, arena_));
 }
 
@@ -69,6 +73,7 @@ void DataParallel::gather_shards(const Mat& shard, const Mat& whole) {
   before_comm();
   float* g = static_cast<float*>(gather_.data);
   comm_.all_gather(g + rank() * shard_len_, g, size_t(shard_len_), DType::f32);
+  after_comm();
   be_.copy(whole, gather_.view(0, 1, arena_));
 }
 

@@ -53,6 +53,7 @@ class DataParallel {
 
  private:
   void before_comm();  // the backend's queued work is done before a collective reads its buffers
+  void after_comm();   // the collective is done before the backend reads its result
   dist::Communicator& comm_;
   Backend& be_;
   int64_t arena_, shard_len_;

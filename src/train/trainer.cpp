@@ -369,7 +369,7 @@ TrainResult train(const Recipe& r, const TrainOptions& o) {
     auto comm = dist::make_single_rank();
     return train_rank(r, o, *comm, r.threads);
   }
-  if (r.device == "cpu") return train_thread_ranks(r, o);
+  if (r.device == "cpu" || o.dp_threads) return train_thread_ranks(r, o);
   // CUDA: this process is rank o.dp_rank of dp processes (the CLI launched them), one GPU each, over NCCL.
   if (!dist::nccl_built())
     fail(Status::unsupported, "data_parallel (--dp " + std::to_string(dp) +
