@@ -79,6 +79,7 @@ struct TrainOptions {
   int dp_rank = 0;
   std::filesystem::path dp_rendezvous;
   int64_t grad_bucket_elems = 0;  // gradient all-reduce bucket in elements (0: 4 Mi)
+  bool overlap_grad_comm = true;  // all-reduce each layer's gradients during the backward (false: after it)
   bool dp_threads = false;  // thread ranks on CUDA too, all on the recipe's device (the DP check on one GPU)
 };
 

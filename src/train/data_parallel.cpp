@@ -1,6 +1,7 @@
 #include "train/data_parallel.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "dist/memory.hpp"
@@ -30,16 +31,118 @@ std::vector<Range> grad_buckets(int64_t arena, int64_t bucket) {
   return out;
 }
 
-DataParallel::DataParallel(dist::Communicator& comm, Backend& be, int64_t arena, int64_t bucket)
-    : comm_(comm), be_(be), arena_(arena) {
-  shard_len_ = comm.size() == 1 ? arena : zero1_shard_len(arena, comm.size());
-  shard_ = zero1_shard(arena, comm.size(), comm.rank());
-  buckets_ = grad_buckets(arena, bucket > 0 ? bucket : kDefaultGradBucket);
-  if (comm.size() > 1) gather_ = be.alloc(be.param_dtype(), 1, shard_len_ * comm.size());
+DataParallel::DataParallel(dist::Communicator& comm, Backend& be, const ParamTable& table, int64_t bucket)
+    : comm_(comm), be_(be), arena_(table.size()) {
+  shard_len_ = comm.size() == 1 ? arena_ : zero1_shard_len(arena_, comm.size());
+  shard_ = zero1_shard(arena_, comm.size(), comm.rank());
+  buckets_ = grad_buckets(arena_, bucket > 0 ? bucket : kDefaultGradBucket);
+  if (comm.size() == 1) return;
+  gather_ = be.alloc(be.param_dtype(), 1, shard_len_ * comm.size());
+  const int64_t blen = buckets_.front().size();
+  bucket_entries_.assign(buckets_.size(), 0);
+  for (const ParamEntry& e : table.entries()) {
+    // "model.layers.3.mlp..." / "backbone.layers.3...": layer 3; anything else is final only at the end.
+    int64_t layer = -1;
+    const auto at = e.name.find(".layers.");
+    if (at != std::string::npos) layer = std::atoll(e.name.c_str() + at + 8);
+    entry_layer_.push_back(layer);
+    std::vector<std::size_t> touched;
+    if (e.numel() > 0)
+      for (int64_t b = e.offset / blen; b <= (e.offset + e.numel() - 1) / blen; ++b) touched.push_back(std::size_t(b));
+    for (std::size_t b : touched) ++bucket_entries_[b];
+    entry_buckets_.push_back(std::move(touched));
+  }
 }
 
 DataParallel::~DataParallel() {
+  if (comm_thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    comm_thread_.join();
+  }
   if (!gather_.empty()) be_.free(gather_);
+}
+
+void DataParallel::begin_overlap(const Mat& grads) {
+  if (size() == 1) return;
+  before_comm();
+  if (!comm_thread_.joinable()) {
+    device_ = dist::current_device();
+    comm_thread_ = std::thread([this] { comm_loop(); });
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  grads_ = static_cast<float*>(grads.data);
+  pending_ = bucket_entries_;
+  queued_ = reduced_ = 0;
+  comm_error_ = nullptr;
+  for (std::size_t b = 0; b < pending_.size(); ++b)  // buckets of padding only
+    if (pending_[b] == 0) queue_.push_back(b), ++queued_;
+  cv_.notify_all();
+}
+
+void DataParallel::complete_entry(std::size_t e) {
+  for (std::size_t b : entry_buckets_[e])
+    if (--pending_[b] == 0) queue_.push_back(b), ++queued_;
+}
+
+void DataParallel::layer_done(int64_t layer) {
+  if (size() == 1) return;
+  before_comm();  // the layer's gradients are in memory before the communication thread reads them
+  std::lock_guard<std::mutex> lock(mu_);
+  for (std::size_t e = 0; e < entry_layer_.size(); ++e)
+    if (entry_layer_[e] == layer) complete_entry(e);
+  cv_.notify_all();
+}
+
+void DataParallel::finish_overlap() {
+  if (size() == 1) return;
+  before_comm();
+  std::unique_lock<std::mutex> lock(mu_);
+  for (std::size_t e = 0; e < entry_layer_.size(); ++e)
+    if (entry_layer_[e] < 0) complete_entry(e);
+  cv_.notify_all();
+  cv_.wait(lock, [&] { return reduced_ == buckets_.size() || comm_error_; });
+  if (comm_error_) {
+    auto err = comm_error_;
+    comm_error_ = nullptr;
+    queue_.clear();
+    std::rethrow_exception(err);
+  }
+  grads_ = nullptr;
+}
+
+std::size_t DataParallel::buckets_reduced() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reduced_;
+}
+
+// The communication thread: all-reduces ready buckets in the order they became ready (the same on every rank:
+// every rank runs the same backward schedule).
+void DataParallel::comm_loop() {
+  dist::set_device(device_);
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    const Range b = buckets_[queue_.front()];
+    queue_.pop_front();
+    float* g = grads_;
+    lock.unlock();
+    std::exception_ptr err;
+    try {
+      comm_.all_reduce_sum(g + b.begin, size_t(b.size()), DType::f32);
+      after_comm();
+    } catch (...) {
+      err = std::current_exception();
+    }
+    lock.lock();
+    if (err && !comm_error_) comm_error_ = err;
+    ++reduced_;
+    cv_.notify_all();
+  }
 }
 
 void DataParallel::before_comm() { be_.synchronize(); }

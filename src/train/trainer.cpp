@@ -110,7 +110,7 @@ TrainResult train_rank(const Recipe& r, const TrainOptions& o, dist::Communicato
   TrainModel model(cfg, *be, Bl, r.seq_len);
   const ParamTable& table = model.table();
   const DType P = be->param_dtype();
-  DataParallel dp(comm, *be, table.size(), o.grad_bucket_elems);
+  DataParallel dp(comm, *be, table, o.grad_bucket_elems);
   const Range shard = dp.shard();  // the arena range whose AdamW moments this rank keeps (ZeRO-1)
   Mat adam_m = be->alloc(P, 1, dp.shard_len()), adam_v = be->alloc(P, 1, dp.shard_len());
   struct Free {
@@ -154,7 +154,7 @@ TrainResult train_rank(const Recipe& r, const TrainOptions& o, dist::Communicato
   }
 
   const int64_t B = r.batch_size, T = r.seq_len, A = r.grad_accum, N = B * T;
-  const int64_t row0 = int64_t(rank) * Bl * T, Nl = Bl * T;  // this rank's tokens of a micro-batch
+  const int64_t row0 = int64_t(rank) * Bl * T;  // this rank's first token of a micro-batch
   const int64_t decay_end = table.decay_end();
   const int64_t nodecay_begin = (decay_end + 15) / 16 * 16;
   const Mat params = model.params(), grads = model.grads();
@@ -219,11 +219,21 @@ TrainResult train_rank(const Recipe& r, const TrainOptions& o, dist::Communicato
     for (int64_t i = 0; i < N * A; ++i) count += tg[size_t(i)] >= 0;
     const float gscale = 1.f / float(std::max<int64_t>(1, count));
     double sum = 0;
-    for (int64_t a = 0; a < A; ++a)
+    for (int64_t a = 0; a < A; ++a) {
+      // The last micro-batch's backward hands each layer's final gradients to the all-reduce as it goes.
+      const bool overlap = ranks > 1 && o.overlap_grad_comm && a == A - 1;
+      if (overlap) {
+        dp.begin_overlap(grads);
+        model.set_layer_grads_hook([&dp](int64_t layer) { dp.layer_done(layer); });
+      }
       sum += model.step(ids.data() + a * N + row0, tg.data() + a * N + row0, Bl, T, true, gscale).sum;
-    (void)Nl;
+      if (overlap) {
+        model.set_layer_grads_hook({});
+        dp.finish_overlap();
+      }
+    }
+    if (!o.overlap_grad_comm) dp.all_reduce_grads(grads);  // every rank now holds the global batch's gradient
     dp.all_reduce_host(&sum, 1);
-    dp.all_reduce_grads(grads);  // every rank now holds the global batch's gradient
     double loss = sum / double(std::max<int64_t>(1, count));
     if (s + 1 == nan_step) loss = std::nan("");
     const double gnorm = std::sqrt(be->global_norm_sq(grads));

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 
@@ -180,4 +182,70 @@ TEST(DataParallel, BadDataParallelArgumentsAreNamed) {
   expect_error(2, "--dump-step1 needs --dp 1", true);
   EXPECT_FALSE(fs::exists(dir / "bad"));  // nothing written
   fs::remove_all(dir);
+}
+
+// The overlapped all-reduce (buckets handed to a communication thread as the backward finishes each layer) sums
+// the same numbers as the one after the backward: bitwise the same run.
+TEST(DataParallel, OverlappedGradientAllReduceIsBitIdenticalToTheSequentialOne) {
+  const fs::path dir = temp_dir("overlap");
+  write_corpus(dir / "train.bin", 48, 6000, 7);
+  write_corpus(dir / "val.bin", 48, 1000, 8);
+  for (int dp : {2, 3}) {
+    std::vector<double> losses[2];
+    std::vector<float> params[2];
+    for (int overlap = 0; overlap < 2; ++overlap) {
+      tr::TrainOptions o;
+      o.quiet = true;
+      o.data_parallel = dp;
+      o.overlap_grad_comm = overlap == 1;
+      o.grad_bucket_elems = 300;  // many buckets, several per layer, some spanning two layers' tensors
+      o.on_report = [&](const tr::StepReport& rep) { losses[overlap].push_back(rep.loss); };
+      const std::string out = "o" + std::to_string(dp) + std::to_string(overlap);
+      const tr::TrainResult res = tr::train(recipe(dir, out, 4), o);
+      params[overlap] = tensor(res.checkpoint_dir, "params");
+    }
+    EXPECT_EQ(losses[0], losses[1]) << "dp " << dp;
+    EXPECT_EQ(params[0], params[1]) << "dp " << dp;
+  }
+  fs::remove_all(dir);
+}
+
+// The overlap itself: once every rank reports layer 1's gradients final, the buckets holding only layer 1 are
+// all-reduced before finish_overlap() (while "the backward" still holds layer 0 and the embeddings).
+TEST(DataParallel, BucketsOfAFinishedLayerAreReducedBeforeTheBackwardEnds) {
+  tr::ParamTable table;
+  table.add("model.layers.1.w", {130}, true);  // [0, 130)
+  table.add("model.layers.0.w", {70}, true);   // [144, 214)
+  table.add("model.embed_tokens.weight", {40}, false);  // [224, 264)
+  const int64_t bucket = 64;  // buckets [0,64) [64,128) hold only layer 1; [128,192) is shared with layer 0
+  auto comms = flashkit::dist::make_thread_ranks(2);
+  std::vector<std::vector<float>> out(2);
+  std::vector<std::size_t> early(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      auto be = tr::make_cpu_backend(flashkit::DType::f32, 1);
+      tr::Mat grads = be->alloc(flashkit::DType::f32, 1, table.size());
+      std::vector<float> init(size_t(table.size()), float(r + 1));
+      be->upload(grads, init.data(), init.size() * 4);
+      {
+        tr::DataParallel dp(*comms[size_t(r)], *be, table, bucket);
+        dp.begin_overlap(grads);
+        dp.layer_done(1);
+        const auto t0 = std::chrono::steady_clock::now();
+        while (dp.buckets_reduced() < 2 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        early[size_t(r)] = dp.buckets_reduced();
+        dp.layer_done(0);
+        dp.finish_overlap();
+      }
+      out[size_t(r)].resize(size_t(table.size()));
+      be->download(out[size_t(r)].data(), grads, out[size_t(r)].size() * 4);
+      be->free(grads);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(early[size_t(r)], 2u) << "rank " << r;
+    for (float x : out[size_t(r)]) ASSERT_EQ(x, 3.f);
+  }
 }
