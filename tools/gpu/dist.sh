@@ -34,7 +34,7 @@ for st in "${STAGES[@]}"; do
     build)
       run configure cmake -S . -B "$BUILD" -G Ninja -DFLASHKIT_CUDA=ON -DFLASHKIT_NCCL=ON \
         -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" || break
-      grep -E "flashkit: (CUDA|NCCL)" "$BUILD/CMakeCache.txt" "$LOG" | tail -2
+      grep -E "flashkit: (CUDA backend|NCCL)" "$LOG" | tail -2
       run build cmake --build "$BUILD" -j"$(nproc)" --target flashkit_dist_tests flashkit_allreduce_bench flashkit_cli || break
       ;;
     test) run dist_tests env OMP_WAIT_POLICY=passive "$BUILD/tests/dist/flashkit_dist_tests" --gtest_brief=1 ;;
@@ -61,8 +61,10 @@ for st in "${STAGES[@]}"; do
       run train_check python3 tools/gpu/dist_train_check.py compare "$W/dp1/log.jsonl" "$W/dp/log.jsonl" \
         --json "$OUT/dist-train.json"
       cat "$OUT/dist-train.json"
+      tar czf "$OUT/dist-train-logs.tgz" -C "$W" dp1/log.jsonl dp/log.jsonl recipe.json 2>/dev/null
       ;;
     *) log "unknown stage $st"; status=1 ;;
   esac
 done
+log "dist.sh: status $status"
 exit $status

@@ -17,7 +17,7 @@ def recipe(work):
                   "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 128,
                   "tie_word_embeddings": False},
         "data": {"train": f"{work}/data/train.bin", "val": f"{work}/data/val.bin"},
-        "train": {"steps": 40, "batch_size": 16, "seq_len": 128, "grad_accum": 1, "lr": 1e-3, "warmup_steps": 5,
+        "train": {"steps": 30, "batch_size": 16, "seq_len": 128, "grad_accum": 1, "lr": 1e-3, "warmup_steps": 5,
                   "weight_decay": 0.01, "seed": 3},
         "eval": {"interval": 0, "batches": 2},
         "log": {"interval": 1},
