@@ -58,8 +58,12 @@ for st in "${STAGES[@]}"; do
       else
         run train_dp "$BUILD/bin/flashkit" train --config "$W/recipe.json" --device cuda --output "$W/dp" -q --dp 2 --dp-threads
       fi
+      # flashkit cost's prediction beside the measurement: the per-step all-reduce + all-gather ring floor.
+      python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["model"]))' "$W/recipe.json" > "$W/config.json"
+      DPN=$([ "$RANKS" -gt 1 ] && echo "$RANKS" || echo 2)
+      "$BUILD/bin/flashkit" cost -m "$W/config.json" --device h200 --dp "$DPN" --json > "$W/cost.json" 2>>"$LOG"
       run train_check python3 tools/gpu/dist_train_check.py compare "$W/dp1/log.jsonl" "$W/dp/log.jsonl" \
-        --json "$OUT/dist-train.json"
+        --json "$OUT/dist-train.json" --cost "$W/cost.json"
       cat "$OUT/dist-train.json"
       tar czf "$OUT/dist-train-logs.tgz" -C "$W" dp1/log.jsonl dp/log.jsonl recipe.json 2>/dev/null
       ;;

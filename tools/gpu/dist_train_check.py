@@ -65,11 +65,18 @@ def main(argv):
     c.add_argument("a")
     c.add_argument("b")
     c.add_argument("--json")
+    c.add_argument("--cost", help="flashkit cost --json output: its data_parallel block is copied beside the result")
     args = p.parse_args(argv)
     if args.cmd == "recipe":
         print(json.dumps(recipe(args.work), indent=2))
         return 0
     res = compare(args.a, args.b)
+    if args.cost:
+        try:
+            with open(args.cost) as f:
+                res["cost_data_parallel"] = json.load(f).get("data_parallel")
+        except (OSError, ValueError) as e:
+            res["cost_data_parallel"] = f"unreadable: {e}"
     text = json.dumps(res, indent=2)
     if args.json:
         with open(args.json, "w") as f:
