@@ -1178,6 +1178,7 @@ class PagedRunnerImpl final : public PagedRunner {
       if (c.sandwich_norms) m.op("rms_norm", [&] { be.add_rms_norm(o, L.post_ff_norm, h, T, eps); });
       else m.op("add", [&] { be.add(o, h, T); });
     }
+    be.set_layer(-1);
     if (n == 0) return;
     // Only the rows that sample a token go through the final norm and the lm_head (o is free scratch by now).
     const Tensor hg = o.row_slice(0, n), xg = xn.row_slice(0, n), lg = logits_.row_slice(0, n);
