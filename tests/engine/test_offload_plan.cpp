@@ -1,12 +1,15 @@
 // CPU offload of weights (docs/serving.md "CPU offload"): the pure plan (how many of the last layers live in pinned
-// host memory, the device and host bytes), the --gpu-memory byte parser, and the load options' errors. The CUDA side
+// host memory, the device and host bytes), the copy schedule the CUDA backend follows (simulated: every rule a
+// captured CUDA graph relies on), the --gpu-memory byte parser, and the load options' errors. The CUDA side
 // (offloaded logits bitwise equal to the resident model) is tests/engine/test_cuda_offload.cpp.
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/offload_plan.hpp"
+#include "engine/offload_schedule.hpp"
 #include "flashkit/engine.hpp"
 #include "flashkit/error.hpp"
 
@@ -146,6 +149,99 @@ TEST(OffloadPlan, LoadOptionErrors) {
   EXPECT_NE(m.find("not both"), std::string::npos) << m;
   // Nothing offloaded: a plain CPU load.
   EXPECT_EQ(flashkit::Model::load(kTinyLlama, {.offload_layers = 0})->info().offloaded_layers, 0);
+}
+
+// Simulates passes of the backend against the schedule: per layer `linears` linear launches (each preceded by
+// next_linear, as order_offload does before every group), then the lm_head's (layer -1). Checks, at every launch of
+// an offloaded layer's linear, that the last copy issued into its slot is that layer's (so no copy for a later layer
+// was issued while this one still had kernels to launch) and that the compute stream waited for it after it was
+// issued; that each pass waits on every copy it issues (graph capture joins); and that passes from the second on
+// issue identical actions (a captured pass replays correctly).
+void simulate(int64_t layers, int64_t first, int slots, int linears) {
+  using flashkit::engine::OffloadSchedule;
+  using Action = OffloadSchedule::Action;
+  OffloadSchedule sch(layers, first, slots);
+  const int k = sch.slots();
+  std::vector<int64_t> last_copy(size_t(k), -1);
+  std::vector<bool> waited(size_t(k), false);
+  std::vector<std::vector<Action>> passes;
+  for (int pass = 0; pass < 5; ++pass) {
+    std::vector<Action> all, a;
+    std::vector<int> pending(size_t(k), 0);  // copies issued this pass and not yet waited on
+    auto apply = [&] {
+      for (const Action& x : a) {
+        ASSERT_GE(x.slot, 0);
+        ASSERT_LT(x.slot, k);
+        ASSERT_TRUE(sch.offloaded(x.layer));
+        ASSERT_EQ(x.slot, sch.slot_of(x.layer));
+        if (x.kind == Action::copy) {
+          last_copy[size_t(x.slot)] = x.layer, waited[size_t(x.slot)] = false, ++pending[size_t(x.slot)];
+        } else {
+          ASSERT_EQ(last_copy[size_t(x.slot)], x.layer);
+          waited[size_t(x.slot)] = true, pending[size_t(x.slot)] = 0;
+        }
+      }
+      all.insert(all.end(), a.begin(), a.end());
+      a.clear();
+    };
+    sch.pass_start(a);
+    apply();
+    for (int64_t l = 0; l < layers; ++l)
+      for (int i = 0; i < linears; ++i) {
+        sch.next_linear(l, a);
+        apply();
+        if (sch.offloaded(l)) {
+          const size_t s = size_t(sch.slot_of(l));
+          ASSERT_EQ(last_copy[s], l) << "layer " << l << " pass " << pass;
+          ASSERT_TRUE(waited[s]) << "layer " << l << " pass " << pass;
+        }
+      }
+    sch.next_linear(-1, a);  // lm_head
+    apply();
+    for (int s = 0; s < k; ++s) EXPECT_EQ(pending[size_t(s)], 0) << "a copy not waited on in pass " << pass;
+    passes.push_back(all);
+  }
+  const int64_t n = layers - first;
+  for (size_t p = 2; p < passes.size(); ++p) {
+    ASSERT_EQ(passes[p].size(), passes[1].size());
+    for (size_t i = 0; i < passes[p].size(); ++i) {
+      EXPECT_EQ(passes[p][i].kind, passes[1][i].kind);
+      EXPECT_EQ(passes[p][i].layer, passes[1][i].layer);
+    }
+  }
+  int64_t copies = 0;
+  for (const Action& x : passes[1]) copies += x.kind == Action::copy;
+  if (n >= 2 * k) EXPECT_EQ(copies, n);          // every offloaded layer streams every pass
+  if (n <= k) EXPECT_EQ(copies, 0);              // each has a slot of its own: copied once
+  EXPECT_LE(copies, n);
+}
+
+TEST(OffloadSchedule, EveryLayoutKeepsTheOrderingRules) {
+  for (int64_t layers : {1, 2, 5, 6, 16})
+    for (int64_t first = 0; first < layers; ++first)
+      for (int slots : {1, 2, 3})
+        for (int linears : {1, 4}) {
+          SCOPED_TRACE("layers " + std::to_string(layers) + ", first " + std::to_string(first) + ", slots " +
+                       std::to_string(slots) + ", linears " + std::to_string(linears));
+          simulate(layers, first, slots, linears);
+          if (testing::Test::HasFatalFailure()) return;
+        }
+}
+
+TEST(OffloadSchedule, ForgetReloadsAndBadLayouts) {
+  using flashkit::engine::OffloadSchedule;
+  OffloadSchedule sch(4, 2, 2);  // layers 2, 3 in slots 0, 1: copied on the first pass only
+  std::vector<OffloadSchedule::Action> a;
+  sch.pass_start(a);
+  EXPECT_EQ(a.size(), 2u);
+  a.clear();
+  sch.pass_start(a);
+  EXPECT_TRUE(a.empty());
+  sch.forget();  // a failed capture: the copies it recorded never ran
+  sch.pass_start(a);
+  EXPECT_EQ(a.size(), 2u);
+  for (auto [layers, first, slots] : {std::tuple{0, 0, 2}, {4, 4, 2}, {4, -1, 2}, {4, 1, 0}})
+    error_of([&] { OffloadSchedule(layers, first, slots); }, flashkit::Status::invalid_argument);
 }
 
 }  // namespace

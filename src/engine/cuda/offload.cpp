@@ -17,17 +17,16 @@ constexpr size_t kAlign = 256;
 constexpr size_t kPadding = 8 * kAlign;
 }  // namespace
 
-WeightOffload::WeightOffload(const Backend::OffloadLayout& l, int device) : layers_(l.layers), first_(l.first_offloaded) {
-  if (l.layers <= 0 || l.first_offloaded < 0 || l.first_offloaded >= l.layers || l.slots < 1 || l.slot_bytes <= 0)
-    fail(Status::invalid_argument, "cuda weight offload: bad layout (layers " + std::to_string(l.layers) +
-                                       ", first offloaded " + std::to_string(l.first_offloaded) + ", slots " +
-                                       std::to_string(l.slots) + ", slot bytes " + std::to_string(l.slot_bytes) + ")");
+WeightOffload::WeightOffload(const Backend::OffloadLayout& l, int device)
+    : layers_(l.layers), first_(l.first_offloaded), schedule_(l.layers, l.first_offloaded, l.slots) {
+  if (l.slot_bytes <= 0)
+    fail(Status::invalid_argument, "cuda weight offload: slot bytes must be positive, got " + std::to_string(l.slot_bytes));
   ck(cudaSetDevice(device), "cudaSetDevice");
   slot_bytes_ = (size_t(l.slot_bytes) + kPadding + kAlign - 1) / kAlign * kAlign;
   const int64_t n = layers_ - first_;
   try {
     ck(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "cudaStreamCreate(copy)");
-    slots_.resize(size_t(std::min<int64_t>(l.slots, n)));
+    slots_.resize(size_t(schedule_.slots()));
     for (Slot& s : slots_) {
       ck(cudaMalloc(&s.device, slot_bytes_), "cudaMalloc(slot)");
       ck(cudaEventCreateWithFlags(&s.free, cudaEventDisableTiming), "cudaEventCreate");
@@ -75,43 +74,37 @@ WeightOffload::Placement WeightOffload::place(int64_t layer, size_t bytes) {
     fail(Status::internal, "cuda weight offload: layer " + std::to_string(layer) + "'s matrices exceed the slot of " +
                                std::to_string(slot_bytes_) + " bytes");
   used_[i] = off + bytes;
-  return {static_cast<char*>(slots_[size_t(slot_of(layer))].device) + off, static_cast<char*>(host_[i]) + off};
+  return {static_cast<char*>(slots_[size_t(schedule_.slot_of(layer))].device) + off, static_cast<char*>(host_[i]) + off};
 }
 
-void WeightOffload::load(int64_t layer, cudaStream_t compute) {
-  Slot& s = slots_[size_t(slot_of(layer))];
-  if (s.holds == layer) return;
-  // Everything queued on the compute stream so far (the slot's previous layer included) runs before the copy.
-  ck(cudaEventRecord(s.free, compute), "cudaEventRecord(free)");
-  ck(cudaStreamWaitEvent(copy_, s.free, 0), "cudaStreamWaitEvent(copy)");
-  const size_t bytes = used_[size_t(layer - first_)];
-  ck(cudaMemcpyAsync(s.device, host_[size_t(layer - first_)], bytes, cudaMemcpyHostToDevice, copy_), "cudaMemcpyAsync");
-  ck(cudaEventRecord(s.ready, copy_), "cudaEventRecord(ready)");
-  s.holds = layer;
-  s.waited = false;
-  copied_ += bytes;
-}
-
-void WeightOffload::wait(int64_t layer, cudaStream_t compute) {
-  Slot& s = slots_[size_t(slot_of(layer))];
-  if (s.holds != layer) load(layer, compute);
-  if (s.waited) return;
-  ck(cudaStreamWaitEvent(compute, s.ready, 0), "cudaStreamWaitEvent(compute)");
-  s.waited = true;
+void WeightOffload::execute(cudaStream_t compute) {
+  for (const OffloadSchedule::Action& a : actions_) {
+    Slot& s = slots_[size_t(a.slot)];
+    if (a.kind == OffloadSchedule::Action::wait) {
+      ck(cudaStreamWaitEvent(compute, s.ready, 0), "cudaStreamWaitEvent(compute)");
+      continue;
+    }
+    // Everything queued on the compute stream so far (the slot's previous layer included) runs before the copy.
+    ck(cudaEventRecord(s.free, compute), "cudaEventRecord(free)");
+    ck(cudaStreamWaitEvent(copy_, s.free, 0), "cudaStreamWaitEvent(copy)");
+    const size_t i = size_t(a.layer - first_), bytes = used_[i];
+    ck(cudaMemcpyAsync(s.device, host_[i], bytes, cudaMemcpyHostToDevice, copy_), "cudaMemcpyAsync");
+    ck(cudaEventRecord(s.ready, copy_), "cudaEventRecord(ready)");
+    copied_ += bytes;
+  }
+  actions_.clear();
 }
 
 void WeightOffload::pass_start(cudaStream_t compute) {
-  current_ = -1;
-  const int64_t k = int64_t(slots_.size());
-  for (int64_t l = first_; l < layers_ && l < first_ + k; ++l) load(l, compute);
+  actions_.clear();  // (left over only if an earlier execute() threw)
+  schedule_.pass_start(actions_);
+  execute(compute);
 }
 
 void WeightOffload::next_linear(int64_t layer, cudaStream_t compute) {
-  if (layer == current_) return;
-  // The previous offloaded layer is done: its slot takes the layer K offloaded positions later (same pass only).
-  if (offloaded(current_) && current_ + int64_t(slots_.size()) < layers_) load(current_ + int64_t(slots_.size()), compute);
-  current_ = layer;
-  if (offloaded(layer)) wait(layer, compute);
+  actions_.clear();
+  schedule_.next_linear(layer, actions_);
+  execute(compute);
 }
 
 }  // namespace flashkit::engine::cuda
