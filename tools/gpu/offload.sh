@@ -15,8 +15,11 @@
 #   tools/gpu/offload.sh [STAGES...]    default: build test sanitize cli bench
 # Results: $OUT/offload.log (RESULT lines at the end), $OUT/offload_bench.json, $OUT/failed.txt. Exit status non-zero
 # if any stage failed; stages run whatever happened before them (only a failed configure stops the job).
+# carry=[".fkdeps.tar.xz"] (the tokenizer's PCRE2/ICU, tools/gpu/carried_deps.sh). Split the stages over two calls
+# (`build test sanitize`, then `cli bench`) if a cold build leaves too little of the 5 minutes.
 set -u
 cd "$(dirname "$0")/../.."
+. tools/gpu/carried_deps.sh; fk_use_deps
 . tools/gpu/steps.sh
 OUT=${OUT:-$PWD/build-gpu-out}; mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}
