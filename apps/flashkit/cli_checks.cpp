@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "core/limits.hpp"
+#include "engine/offload_plan.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/runtime.hpp"
 
@@ -174,6 +175,36 @@ void write_json_stdout(const std::string& text) {
   std::cout.flush();
   if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0)
     fail(Status::invalid_argument, std::string("writing the JSON to standard output failed: ") + std::strerror(errno));
+}
+
+void add_offload_options(CLI::App* app, OffloadArgs* a) {
+  app->add_option("--offload-layers", a->layers,
+                  "CUDA: keep the last N decoder layers' weights in pinned host memory, streamed to the GPU each "
+                  "forward pass (0 = none)")
+      ->check(int_range(0, int64_t(1) << 20))->capture_default_str();
+  app->add_option("--gpu-memory", a->gpu_memory,
+                  "CUDA: device memory budget (24G, 512M, bytes); offloads the fewest last layers that make the "
+                  "weights, one sequence's KV cache and workspace fit")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            const int64_t b = engine::parse_byte_count(s);
+            return b <= 0 ? "expected a positive byte count (e.g. 24G, 512M, 1073741824), got '" + s + "'"
+                          : std::string();
+          },
+          "BYTES"));
+}
+
+void apply_offload_options(const OffloadArgs& a, LoadOptions& o) {
+  o.offload_layers = a.layers;
+  o.gpu_memory_bytes = a.gpu_memory.empty() ? 0 : engine::parse_byte_count(a.gpu_memory);
+}
+
+std::string offload_summary(const ModelInfo& mi) {
+  if (mi.offloaded_layers <= 0) return {};
+  char b[160];
+  std::snprintf(b, sizeof b, "offload: %lld of %lld layers streamed from %.2f GiB of pinned host memory",
+                (long long)mi.offloaded_layers, (long long)mi.num_layers, double(mi.host_pinned_bytes) / double(1 << 30));
+  return b;
 }
 
 }  // namespace flashkit::cli

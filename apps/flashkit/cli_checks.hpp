@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "flashkit/engine.hpp"
+
 namespace flashkit::cli {
 
 // An integer in [lo, hi], written as one (no "1e9", no "12abc", no value beyond int64). CLI11 prefixes the option.
@@ -64,5 +66,17 @@ void write_json_stdout(const std::string& text);
 
 // Fails (naming `what`) when a stream is in a failed state after flushing it (full disk, closed descriptor).
 void check_written(std::ostream& out, const std::string& what);
+
+// CPU offload of weights (CUDA; docs/serving.md "CPU offload"): --offload-layers N | --gpu-memory BYTES, shared by
+// generate, chat and serve. The model checks what needs the model (N above its layers, a budget even full offload
+// exceeds, the CPU device) and names the option.
+struct OffloadArgs {
+  int64_t layers = 0;
+  std::string gpu_memory;  // "" or a byte count: 24G, 512M, 1073741824
+};
+void add_offload_options(CLI::App* app, OffloadArgs* a);
+void apply_offload_options(const OffloadArgs& a, LoadOptions& o);
+// "offload: 4 of 16 layers streamed from 1.2 GiB of pinned host memory" (empty when nothing is offloaded).
+std::string offload_summary(const ModelInfo& mi);
 
 }  // namespace flashkit::cli

@@ -56,6 +56,7 @@ struct GenArgs {
   bool ids = false, profile = false, random_weights = false, conversation = false, no_bos = false, ignore_eos = false, quiet = false;
   std::vector<std::string> stop;
   std::string output, stats_json, trace;
+  OffloadArgs offload;
   SpecArgs spec;  // generate only: speculative decoding (cmd_spec.cpp)
 };
 
@@ -103,6 +104,7 @@ void add_common(CLI::App* c, GenArgs* a) {
   c->add_flag("--random-weights", a->random_weights,
               "Ignore the checkpoint: random weights for the config (benchmarks; -m may be a config.json)");
   c->add_flag("-q,--quiet", a->quiet, "No report on stderr");
+  add_offload_options(c, &a->offload);
 }
 
 // The device after --n-gpu-layers (llama.cpp's -ngl): 0 means the CPU, N > 0 the GPU; a contradicting --device is
@@ -151,6 +153,7 @@ LoadOptions load_options(const GenArgs& a) {
   o.prefill_chunk = a.chunk;
   o.profile = a.profile;
   o.random_weights = a.random_weights;
+  apply_offload_options(a.offload, o);
   return o;
 }
 
@@ -251,6 +254,7 @@ void report(const GenArgs& a, Model& m, const Totals& t, const nlohmann::json* s
               << "prompt " << t.prompt << " tokens, generated " << t.generated << " (stop: " << t.stop << ")\n"
               << "time to first token " << fmt("%.1f ms", t.ttft * 1e3) << " | prefill " << fmt("%.1f tok/s", pf)
               << " | decode " << fmt("%.1f tok/s", dc) << "\n";
+    if (const std::string off = offload_summary(m.info()); !off.empty()) std::cerr << off << "\n";
   }
   const OpTimes& all = m.op_times();
   OpTimes dec;  // all - prefill
@@ -300,6 +304,9 @@ void report(const GenArgs& a, Model& m, const Totals& t, const nlohmann::json* s
                         {"decode_s", t.decode_s},
                         {"prefill_tokens_per_s", pf},
                         {"decode_tokens_per_s", dc},
+                        {"device_weight_bytes", m.info().device_weight_bytes},
+                        {"offloaded_layers", m.info().offloaded_layers},
+                        {"host_pinned_bytes", m.info().host_pinned_bytes},
                         {"ops", ops},
                         {"ops_prefill", ops_prefill},
                         {"ops_decode", ops_decode}};

@@ -54,6 +54,7 @@ struct ServeArgs {
   int64_t max_body = 1 << 20;
   bool no_prefix_cache = false, quiet = false, random_weights = false;
   std::string tokenizer;
+  OffloadArgs offload;
 };
 
 // "1073741824", "512M", "2G", "64K" (binary units); -1 when s is none of these (or NaN, negative, beyond 9e18).
@@ -111,6 +112,7 @@ void add_serve_options(CLI::App* c, ServeArgs* a, bool model_required) {
   c->add_flag("--random-weights", a->random_weights,
               "Ignore the checkpoint: seeded random weights for the config (benchmarks; -m may be a config.json)");
   c->add_option("--tokenizer", a->tokenizer, "Directory with tokenizer.json, or a tokenizer.json file (default: the model directory)");
+  add_offload_options(c, &a->offload);
 }
 
 // The numeric ranges are checked by CLI11 (add_serve_options); this checks what they cannot.
@@ -150,6 +152,7 @@ std::unique_ptr<Stack> build_stack(const ServeArgs& a, bool log) {
   lo.threads = a.threads;
   lo.max_context = a.ctx;
   lo.random_weights = a.random_weights;
+  apply_offload_options(a.offload, lo);
   s->model = Model::load(a.model, lo);
   serve::EngineOptions eo;
   eo.block_size = a.block_size;
@@ -194,6 +197,7 @@ std::unique_ptr<Stack> build_stack(const ServeArgs& a, bool log) {
                  a.model.c_str(), mi.architecture.c_str(), mi.weight_dtype.c_str(), mi.backend.c_str(),
                  (long long)mi.max_context, kv, batch, o.prefix_caching ? "on" : "off",
                  a.host.c_str(), s->port, so.model_id.c_str());
+    if (const std::string off = offload_summary(mi); !off.empty()) std::fprintf(stderr, "  %s\n", off.c_str());
   }
   return s;
 }

@@ -54,6 +54,12 @@ struct LoadOptions {
   // to kv_ring_slack + 1 rows can be rolled back without needing a row the ring overwrote (docs/speculative.md).
   // Every session of every model gets it (a run without speculation computes exactly what a run with it does).
   int64_t kv_ring_slack = 16;
+  // CPU offload (CUDA only; docs/serving.md "CPU offload"): the last `offload_layers` decoder layers keep their
+  // matrices in pinned host memory and are streamed to the GPU layer by layer every forward pass, overlapped with
+  // compute. gpu_memory_bytes > 0 instead picks the fewest offloaded layers whose device bytes (weights, one
+  // session's KV cache, workspace) fit that budget. 0 / 0: everything on the device. Giving both is an error.
+  int64_t offload_layers = 0;
+  int64_t gpu_memory_bytes = 0;
 };
 
 struct ModelInfo {
@@ -71,6 +77,9 @@ struct ModelInfo {
   // are dequantized into for prefill (allocated at load).
   int64_t device_weight_bytes = 0;
   int64_t device_scratch_bytes = 0;
+  // CPU offload: decoder layers whose matrices live in pinned host memory (the last ones), and those bytes.
+  int64_t offloaded_layers = 0;
+  int64_t host_pinned_bytes = 0;
   int32_t bos_id = -1;
   std::vector<int32_t> eos_ids;
 };

@@ -254,8 +254,29 @@ class Backend {
     // bf16 scratch quantized matrices are dequantized into for prefill GEMMs (allocated at load).
     uint64_t weight_bytes = 0;
     uint64_t dequant_scratch_bytes = 0;
+    // CPU offload (configure_offload): layers whose matrices live in pinned host memory, those bytes, and the bytes
+    // copied host -> device by the passes run eagerly or captured so far (a replayed graph copies again uncounted).
+    uint64_t offloaded_layers = 0;
+    uint64_t host_pinned_bytes = 0;
+    uint64_t offload_bytes_copied = 0;
   };
   virtual Stats stats() const { return {}; }
+
+  // ---- CPU offload of decoder-layer weights (docs/serving.md "CPU offload"). Default: Status::unsupported ----
+  // The matrices that load_matrix() receives while set_layer(l) names a layer in [first_offloaded, layers) are kept
+  // in pinned host memory; every forward pass streams them into `slots` device buffers of slot_bytes each (layer i
+  // of the offloaded ones into slot i % slots), on a copy stream overlapped with the compute of the layers before.
+  // Called once, before any load_matrix. Matrices as stored must fit slot_bytes (the plan: engine/offload_plan.hpp).
+  struct OffloadLayout {
+    int64_t layers = 0, first_offloaded = 0;
+    int slots = 0;
+    int64_t slot_bytes = 0;
+  };
+  virtual bool supports_offload() const { return false; }
+  virtual void configure_offload(const OffloadLayout& layout);
+  // The decoder layer that the following load_matrix calls and ops belong to (-1: none: embeddings, final norm,
+  // lm_head). The model sets it at every layer of every pass; backends without offload ignore it.
+  virtual void set_layer(int64_t /*layer*/) {}
 
   // ---- ops (T = rows of the current step; all read positions / tokens from the step buffer) ----
   // out[t, :] = table[token_t, :] * scale
@@ -331,6 +352,10 @@ inline void Backend::causal_conv1d(const Tensor&, const Tensor&, const Tensor&, 
 inline void Backend::selective_scan(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                     const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t) {
   fail(Status::unsupported, name() + ": no selective state-space (Mamba) ops on this backend yet (use --device cpu)");
+}
+inline void Backend::configure_offload(const OffloadLayout&) {
+  fail(Status::unsupported, name() + ": weight offload (--offload-layers / --gpu-memory) needs the CUDA backend "
+                            "(--device cuda); on the CPU the weights are in host memory already");
 }
 inline void Backend::kv_commit_tree(const KVLayer&, int64_t, std::span<const int32_t>) {
   fail(Status::unsupported, name() + ": tree verification steps are not supported");

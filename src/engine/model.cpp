@@ -18,6 +18,7 @@
 #include "core/tuning.hpp"
 #include "engine/backend.hpp"
 #include "engine/config.hpp"
+#include "engine/offload_plan.hpp"
 #include "engine/paged.hpp"
 #include "engine/random_weights.hpp"
 #include "engine/sampler.hpp"
@@ -107,6 +108,37 @@ class ModelImpl final : public Model {
                   "max_context (--ctx)",
                   (long long)info_.max_context, need / 1e9, limit / 1e9);
     fail(Status::out_of_memory, b);
+  }
+  // CPU offload: sizes the layers from the config (bf16 matrices as the CUDA backend stores them), plans the
+  // offloaded count (--offload-layers, or the fewest that fit --gpu-memory) and configures the backend, before any
+  // weight is loaded.
+  void plan_offload(const LoadOptions& opts, bool keep_quantized) {
+    const ModelConfig& c = cfg_;
+    if (c.arch == Arch::mamba) fail(Status::unsupported, "weight offload: not available for model_type mamba");
+    if (keep_quantized)
+      fail(Status::unsupported, "weight offload: not available for GGUF block-quantized weights (give --dtype bf16)");
+    if (!be_->supports_offload()) be_->configure_offload({});  // throws the backend's reason
+    const int64_t H = c.hidden_size, F = c.intermediate_size;
+    const int64_t per_layer = 2 * ((q_dim_ + 2 * kv_dim_) * H + H * q_dim_ + 2 * F * H + H * F);
+    std::vector<int64_t> layer_bytes(size_t(c.num_layers), per_layer);
+    OffloadSizes sz;
+    sz.layer_bytes = layer_bytes;
+    const int64_t vec = 4 * H * (4 + c.num_layers * 4) + 4 * c.num_layers * (q_dim_ + 2 * kv_dim_ + H);
+    sz.resident_bytes = 2 * c.vocab_size * H * (c.tie_embeddings ? 1 : 2) + vec;
+    const double sess = session_bytes();
+    double kv = 0;
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      const bool ring = c.layer_sliding[size_t(i)] && c.sliding_window < info_.max_context;
+      kv += 2.0 * double(ring ? c.sliding_window : info_.max_context) * double(kv_dim_) * double(dtype_size(be_->kv_dtype()));
+    }
+    sz.kv_bytes = int64_t(kv);
+    // The step buffers of a prefill chunk plus the backend's fixed workspaces (cuBLAS 32 MiB, scratch, CUDA context
+    // allocations outside cudaMalloc are not counted: leave the driver its headroom in the budget).
+    sz.workspace_bytes = int64_t(sess - kv) + (int64_t(64) << 20);
+    const OffloadPlan plan = opts.gpu_memory_bytes > 0 ? plan_offload_budget(sz, opts.gpu_memory_bytes)
+                                                       : plan_offload_layers(sz, opts.offload_layers);
+    if (plan.offloaded_layers == 0) return;
+    be_->configure_offload({c.num_layers, plan.first_offloaded, plan.slots, plan.slot_bytes});
   }
   std::unique_ptr<Session> new_session() override;
   OpTimes& op_times() override { return times_; }
@@ -484,6 +516,7 @@ void ModelImpl::forward(SessionImpl& s, std::span<const int32_t> tokens, int64_t
     op("embed", [&] { be.embed(embed_, h, T, embed_scale_); });
     for (size_t li = 0; li < layers_.size(); ++li) {
       const LayerWeights& L = layers_[li];
+      be.set_layer(int64_t(li));  // (offload: the layer whose streamed weights the ops below read)
       op("rms_norm", [&] { be.rms_norm(h, L.in_norm, xn, T, c.hidden_size, eps); });
       if (c.arch == Arch::mamba) {  // the mixer, then the residual add (transformers' MambaBlock)
         const MambaState& ms = s.mamba_;
@@ -525,6 +558,7 @@ void ModelImpl::forward(SessionImpl& s, std::span<const int32_t> tokens, int64_t
       if (c.sandwich_norms) op("rms_norm", [&] { be.add_rms_norm(o, L.post_ff_norm, h, T, eps); });
       else op("add", [&] { be.add(o, h, T); });
     }
+    be.set_layer(-1);
     if (!all_logits) {
       const Tensor hl = h.row_slice(T - 1, 1), xl = xn.row_slice(T - 1, 1);
       const Tensor lg = s.logits_dev_.row_slice(0, 1);
@@ -583,6 +617,12 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   if (opts.max_context < 0) bad("max_context must be >= 0 (0: the model's default), got " + std::to_string(opts.max_context));
   if (opts.prefill_chunk <= 0) bad("prefill_chunk must be positive, got " + std::to_string(opts.prefill_chunk));
   check_threads(opts.threads, "threads");
+  if (opts.offload_layers < 0)
+    bad("offload_layers (--offload-layers) must be >= 0, got " + std::to_string(opts.offload_layers));
+  if (opts.gpu_memory_bytes < 0)
+    bad("gpu_memory_bytes (--gpu-memory) must be >= 0, got " + std::to_string(opts.gpu_memory_bytes));
+  if (opts.offload_layers > 0 && opts.gpu_memory_bytes > 0)
+    bad("give --offload-layers or --gpu-memory, not both (--gpu-memory picks the number of offloaded layers)");
   if (opts.kv_ring_slack < 0 || opts.kv_ring_slack > 1024)
     bad("kv_ring_slack must be in [0, 1024], got " + std::to_string(opts.kv_ring_slack));
   std::error_code ec;
@@ -624,6 +664,10 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   } else {
     bad("unknown device \"" + d + "\" (expected cpu, cuda or cuda:N)");
   }
+  if (!cuda && (opts.offload_layers > 0 || opts.gpu_memory_bytes > 0))
+    bad(std::string(opts.offload_layers > 0 ? "--offload-layers" : "--gpu-memory") +
+        " needs --device cuda (weight offload streams host memory to a GPU; on the CPU the weights are in host "
+        "memory already)");
 
   using model::WeightType;
   if (dt == "q8_0" && opts.random_weights) bad("dtype q8_0 needs a GGUF checkpoint with Q8_0 tensors, not --random-weights");
@@ -699,6 +743,7 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   q_dim_ = c.num_heads * c.head_dim;
   kv_dim_ = c.num_kv_heads * c.head_dim;
   check_session_memory();
+  if (opts.offload_layers > 0 || opts.gpu_memory_bytes > 0) plan_offload(opts, bo.keep_quantized);
 
   const int64_t H = c.hidden_size, F = c.intermediate_size, hd = c.head_dim;
   const float norm_off = c.norm_plus_one ? 1.0f : 0.0f;
@@ -735,6 +780,7 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = P + "layers." + std::to_string(i) + ".";
     LayerWeights L;
+    be_->set_layer(i);  // offloaded layers' matrices go to pinned host memory
     if (mamba) {  // backbone.layers.N.{norm, mixer.*}: shapes from config.json, every tensor required
       const SsmConfig& sc = c.ssm;
       const int64_t Di = sc.d_inner, N = sc.state_size, R = sc.dt_rank, W = sc.conv_kernel;
@@ -811,6 +857,9 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
     layers_.push_back(std::move(L));
   }
 
+  be_->set_layer(-1);
+  info_.offloaded_layers = int64_t(be_->stats().offloaded_layers);
+  info_.host_pinned_bytes = int64_t(be_->stats().host_pinned_bytes);
   info_.architecture = c.model_type;
   info_.source = dir.string();
   info_.backend = be_->name();
@@ -1101,6 +1150,7 @@ class PagedRunnerImpl final : public PagedRunner {
     m.op("embed", [&] { be.embed(m.embed_, h, T, m.embed_scale_); });
     for (size_t li = 0; li < m.layers_.size(); ++li) {
       const LayerWeights& L = m.layers_[li];
+      be.set_layer(int64_t(li));
       m.op("rms_norm", [&] { be.rms_norm(h, L.in_norm, xn, T, c.hidden_size, eps); });
       m.op("linear.qkv", [&] { be.linear(xn, L.qkv, qkv, T); });
       if (c.qk_norm) {
@@ -1128,6 +1178,7 @@ class PagedRunnerImpl final : public PagedRunner {
       if (c.sandwich_norms) m.op("rms_norm", [&] { be.add_rms_norm(o, L.post_ff_norm, h, T, eps); });
       else m.op("add", [&] { be.add(o, h, T); });
     }
+    be.set_layer(-1);
     if (n == 0) return;
     // Only the rows that sample a token go through the final norm and the lm_head (o is free scratch by now).
     const Tensor hg = o.row_slice(0, n), xg = xn.row_slice(0, n), lg = logits_.row_slice(0, n);

@@ -365,6 +365,7 @@ def test_metrics_count_prefix_hits_and_reset(server):
     for k in ("requests_running", "requests_waiting", "kv_blocks_used", "kv_blocks_free", "prompt_tokens_per_second",
               "generation_tokens_per_second"):
         assert k in m2
+    assert m2["offloaded_layers"] == 0 and m2["offload_host_pinned_bytes"] == 0  # CPU: nothing offloaded
 
 
 def test_sigterm_finishes_in_flight_requests_and_exits_0(model_dir):

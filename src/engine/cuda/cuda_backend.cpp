@@ -56,6 +56,7 @@
 #include "core/cuda_check.hpp"
 #include "engine/cuda/gemv_quant.hpp"
 #include "engine/cuda/kernels.hpp"
+#include "engine/cuda/offload.hpp"
 #include "engine/cuda/paged.hpp"
 #include "kernels/cuda/ssm/ssm_cuda.hpp"
 #include "flashkit/attention.hpp"
@@ -93,6 +94,7 @@ struct Op {
   PagedKVLayer pkv;
   bool paged = false;  // queued during a batched paged step: embed / rope read the paged step buffer
   bool exact = false;  // queued during a decode-exact step (set_step_shape): rows as one-row decode steps compute them
+  int64_t layer = -1;  // set_layer() when queued (weight offload orders the slot copies by it)
   AttentionParams ap;
   int64_t T = 0, group = 0, heads = 0, head_dim = 0;
   float f = 0;  // scale / eps / attn_scaling / cap
@@ -242,8 +244,13 @@ class CudaBackend final : public Backend {
     bool keep = keep_quant_;
     for (const auto* w : parts)
       keep = keep && model::is_quantized(w->type) && cols % model::quant_block(w->type).values == 0;
+    void* pinned = nullptr;  // an offloaded layer's matrix: written to pinned host memory, read from its slot
     if (keep) {
       load_quantized(parts, m);
+    } else if (offload_ && offload_->offloaded(layer_)) {
+      const auto pl = offload_->place(layer_, size_t(rows) * size_t(cols) * 2);
+      m.w = Tensor{pl.device, DType::bf16, rows, cols, cols};
+      pinned = pl.host;
     } else {
       m.w = alloc(DType::bf16, rows, cols);
       weight_bytes_ += uint64_t(rows) * uint64_t(cols) * 2;
@@ -258,7 +265,8 @@ class CudaBackend final : public Backend {
         model::to_bf16(*w, host.data());
         src = host.data();
       }
-      h2d(static_cast<uint16_t*>(m.w.data) + r0 * cols, src, n * 2, "load_matrix (copy)");
+      if (pinned) std::memcpy(static_cast<uint16_t*>(pinned) + r0 * cols, src, n * 2);
+      else h2d(static_cast<uint16_t*>(m.w.data) + r0 * cols, src, n * 2, "load_matrix (copy)");
       r0 += w->shape[0];
     }
     if (!bias_parts.empty()) {
@@ -290,6 +298,7 @@ class CudaBackend final : public Backend {
   }
   void free_matrix(Matrix& m) override {
     flush();
+    if (m.w.data && !owned_.count(m.w.data)) m.w.data = nullptr;  // in an offload slot (freed with the slots)
     if (m.w.data) weight_bytes_ -= std::min<uint64_t>(weight_bytes_, matrix_bytes(m));
     if (m.bias.data) weight_bytes_ -= std::min<uint64_t>(weight_bytes_, uint64_t(m.rows) * 4);
     if (m.w.data) release(m.w.data);
@@ -434,6 +443,7 @@ class CudaBackend final : public Backend {
     if (g) cudaGraphDestroy(g);
     if (!ok || e != cudaSuccess || !ex) {  // fall back to eager execution for this key
       cudaGetLastError();
+      if (offload_) offload_->forget(), drop_graphs();  // its slot copies never ran (other graphs assumed they had)
       no_graph_.insert(key);
       run(ops);
       return;
@@ -451,8 +461,23 @@ class CudaBackend final : public Backend {
     Stats s = stats_;
     s.weight_bytes = weight_bytes_;
     s.dequant_scratch_bytes = deq_.bytes;
+    if (offload_) {
+      s.offloaded_layers = uint64_t(offload_->offloaded_layers());
+      s.host_pinned_bytes = offload_->host_bytes();
+      s.offload_bytes_copied = offload_->bytes_copied();
+    }
     return s;
   }
+
+  // ---------------------------------------------------------------- weight offload (engine/cuda/offload.hpp)
+  bool supports_offload() const override { return true; }
+  void configure_offload(const OffloadLayout& layout) override {
+    if (offload_) fail(Status::internal, "cuda backend: configure_offload called twice");
+    flush();
+    offload_ = std::make_unique<kc::WeightOffload>(layout, dev_);
+    weight_bytes_ += offload_->device_bytes();  // the slots
+  }
+  void set_layer(int64_t layer) override { layer_ = layer; }
 
   // ---------------------------------------------------------------- ops (queued)
   void embed(const Matrix& table, const Tensor& out, int64_t T, float scale) override {
@@ -673,6 +698,7 @@ class CudaBackend final : public Backend {
   void push(Op&& o) {
     o.paged = paged_;
     o.exact = exact_;
+    o.layer = layer_;
     queue_.push_back(std::move(o));
     // Without a graph capture pending, bound the queue (a long prefill enqueues thousands of ops).
     if (!capturing_ && queue_.size() > 256) flush_prefix();
@@ -852,6 +878,7 @@ class CudaBackend final : public Backend {
   void run_ops(std::vector<Op>& ops) {
     size_t i = 0;
     while (i < ops.size()) {
+      if (offload_) order_offload(ops, i);
       size_t used = fuse_ ? fused_attention(ops, i) : 0;  // (attention never touches the residual)
       if (!used) used = fused_linear(ops, i, fuse_);       // handles the shadow itself
       if (!used && fuse_) used = fused_quant(ops, i);
@@ -863,6 +890,18 @@ class CudaBackend final : public Backend {
       i += used;
     }
     materialize_residual();
+  }
+
+  // Weight offload, before the group of kernels at ops[i]: a pass starts at its embedding; the next linear op to
+  // launch names the layer whose slot the compute stream must wait for (every linear of the layers before it was
+  // launched already, so their slots may load the next layers).
+  void order_offload(const std::vector<Op>& ops, size_t i) {
+    if (ops[i].kind == OpKind::embed) offload_->pass_start(stream_);
+    for (size_t k = i; k < ops.size(); ++k)
+      if (ops[k].kind == OpKind::linear) {
+        offload_->next_linear(ops[k].layer, stream_);
+        break;
+      }
   }
 
   // [rms_norm] linear (quantized, T <= 8 rows) [add | gated_act] as one quantized GEMV: the norm of the row as its
@@ -1283,6 +1322,8 @@ class CudaBackend final : public Backend {
     int64_t T = 0;  // rows held
   } redirect_;
   Stats stats_;
+  std::unique_ptr<kc::WeightOffload> offload_;  // configure_offload (CPU offload of the last layers' matrices)
+  int64_t layer_ = -1;                          // set_layer(): stamped on queued ops and placed matrices
   std::vector<Op> queue_;
   bool capturing_ = false, graphs_on_ = true, fuse_ = true, pingpong_ = true;
   bool exact_ = false;  // the current step is decode-exact (set_step_shape); reset by set_step / set_paged_step

@@ -670,6 +670,11 @@ struct HttpServer::Impl {
     // Models without a KV cache (Mamba) run one session per sequence: no blocks, no prefix cache (docs/serving.md).
     metric("kv_cache_paged", "gauge", "1: paged KV blocks; 0: a model without a KV cache, one session per sequence.",
            engine.options().kv_memory > 0 ? 1.0 : 0.0);
+    // CPU offload of weights (docs/serving.md): layers streamed from pinned host memory every step, and those bytes.
+    metric("offloaded_layers", "gauge", "Decoder layers whose weights stream from pinned host memory.",
+           double(engine.model().info().offloaded_layers));
+    metric("offload_host_pinned_bytes", "gauge", "Pinned host bytes of the offloaded layers' weights.",
+           double(engine.model().info().host_pinned_bytes));
     metric("prefix_caching_enabled", "gauge", "1 when prefix caching is on (always off without a KV cache).",
            engine.options().prefix_caching ? 1.0 : 0.0);
     metric("prefix_cache_hits_total", "counter", "Prompt blocks found in the prefix cache.", double(s.prefix_hit_blocks));
