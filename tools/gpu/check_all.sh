@@ -27,7 +27,7 @@ for st in "${STAGES[@]}"; do
     test)
       for b in flashkit_cuda_tests flashkit_engine_tests flashkit_spec_tests flashkit_train_tests flashkit_train_cuda_tests \
                flashkit_tests flashkit_serve_tests flashkit_chat_tests flashkit_cs149_cuda_tests flashkit_cs149_tests \
-               flashkit_ssm_cuda_tests flashkit_ssm_tests; do
+               flashkit_ssm_cuda_tests flashkit_ssm_tests flashkit_dist_tests; do
         p=$(bin $b); [ -n "$p" ] || { log "$b: not built"; status=1; continue; }
         run "$b" timeout 1200 "$p" --gtest_brief=1
         grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt"
