@@ -1,0 +1,45 @@
+#include "dist/memory.hpp"
+
+#include <cstring>
+#include <string>
+
+#include "flashkit/error.hpp"
+#ifdef FLASHKIT_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace flashkit::dist {
+
+#ifdef FLASHKIT_WITH_CUDA
+bool is_device_pointer(const void* p) {
+  if (p == nullptr) return false;
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError();  // a plain host pointer on old drivers: clear the sticky-free error
+    return false;
+  }
+  return attr.type == cudaMemoryTypeDevice;
+}
+
+void copy_bytes(void* dst, const void* src, std::size_t bytes, void* stream) {
+  if (bytes == 0 || dst == src) return;
+  if (!is_device_pointer(dst) && !is_device_pointer(src)) {
+    std::memmove(dst, src, bytes);
+    return;
+  }
+  auto s = static_cast<cudaStream_t>(stream);
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  if (e != cudaSuccess)
+    fail(Status::device_error, std::string("dist: copying a collective's buffer failed: ") + cudaGetErrorString(e));
+}
+#else
+bool is_device_pointer(const void*) { return false; }
+
+void copy_bytes(void* dst, const void* src, std::size_t bytes, void*) {
+  if (bytes == 0 || dst == src) return;
+  std::memmove(dst, src, bytes);
+}
+#endif
+
+}  // namespace flashkit::dist

@@ -1,0 +1,13 @@
+// Where a collective's buffer lives, and copies between any two of them. In CPU builds everything is host memory;
+// in CUDA builds a pointer is device memory when cudaPointerGetAttributes says so, and copies touching device
+// memory go through cudaMemcpyAsync on the caller's stream, then wait for it (the host reads the result next).
+#pragma once
+#include <cstddef>
+
+namespace flashkit::dist {
+
+bool is_device_pointer(const void* p);
+// dst <- src (bytes); either may be device memory; overlapping host ranges are allowed (memmove).
+void copy_bytes(void* dst, const void* src, std::size_t bytes, void* stream);
+
+}  // namespace flashkit::dist
