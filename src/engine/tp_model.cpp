@@ -72,14 +72,19 @@ class RankThreads {
     std::unique_lock<std::mutex> lk(mu_);
     if (err) {
       if (!first_error_) first_error_ = err;
-      // The others finish (or fail alike) at once unless they wait for this rank inside a collective.
-      if (!done_.wait_for(lk, std::chrono::seconds(2), [&] { return pending_ == 1; })) {
+      // The others finish (or fail alike: every rank checks the same arguments) at once, unless they wait for this
+      // rank inside a collective.
+      ++failing_;
+      done_.notify_all();
+      if (!done_.wait_for(lk, std::chrono::seconds(2), [&] { return pending_ == failing_; })) {
         lk.unlock();
         comms_[size_t(r)]->abort("tensor-parallel rank " + std::to_string(r) + " failed: " + what);
         lk.lock();
       }
+      --failing_;
     }
-    if (--pending_ <= 1) done_.notify_all();
+    --pending_;
+    done_.notify_all();
   }
   void loop(int r) {
     uint64_t seen = 0;
@@ -100,7 +105,8 @@ class RankThreads {
   std::condition_variable start_, done_;
   const std::function<void(int)>* job_ = nullptr;
   uint64_t generation_ = 0;
-  int pending_ = 0;
+  int pending_ = 0;  // ranks of the current job not finished
+  int failing_ = 0;  // of those, ranks that threw and wait for the others (or abort)
   bool stop_ = false;
   std::exception_ptr first_error_;
 };
