@@ -4,7 +4,6 @@
 
 #include "engine/tp.hpp"
 #include "flashkit/error.hpp"
-#include "model/quant.hpp"
 
 namespace flashkit::engine {
 namespace {
@@ -32,7 +31,8 @@ void check_tp(int tp) {
 
 TpShard plan_tp_shard(const ModelConfig& c, int tp, int rank) {
   check_tp(tp);
-  if (rank < 0 || rank >= tp) bad("tensor parallelism: rank " + std::to_string(rank) + " outside [0, " + std::to_string(tp) + ")");
+  if (rank < 0 || rank >= tp)
+    bad("tensor parallelism: rank " + std::to_string(rank) + " outside [0, " + std::to_string(tp) + ")");
   if (tp == 1) {  // the whole model (also Mamba, which has no heads)
     TpShard s;
     s.heads = c.num_heads;

@@ -34,6 +34,12 @@ def test_generate_text_tp2_on_the_shipped_model():
     assert two.stdout == one.stdout
 
 
+def test_generate_tp2_with_a_draft_or_lookup_matches_one_rank():
+    draft = os.path.join(REPO, "models", "draft")  # 3 heads: the draft runs on one rank
+    for spec in (["--draft", draft], ["--lookup", "3"]):
+        assert greedy(TARGET, "--tp", "2", *spec) == greedy(TARGET)
+
+
 @pytest.mark.parametrize("tp,names", [("3", ["--tp 3", "num_attention_heads"]), ("0", ["--tp 0"]),
                                       ("65", ["--tp 65"]), ("-1", ["--tp -1"])])
 def test_generate_bad_tp(tp, names):

@@ -141,8 +141,8 @@ TEST(TpCheckpoint, ShippedTargetMatchesOneRank) {
 
 // ---------------------------------------------------------------------------------------------- CUDA
 // Two thread ranks sharing the one GPU of the test machine (the "threads" communicator stages the all-reduce through
-// host memory). f32 weights: f32 GEMVs, so one rank's logits to 1e-4; bf16 (the shipped checkpoint): bf16 prefill
-// activations, so 2e-2, and greedy tokens compared over 12 steps.
+// host memory). f32 weights (cuBLAS may round prefill GEMM inputs to TF32): one rank's logits to 1e-3; bf16 (the
+// shipped checkpoint, bf16 prefill activations): 2e-2; greedy tokens identical (12 steps on models/target).
 TEST(TpCuda, RandomAndShippedModelsMatchOneRank) {
   if (flashkit::cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
   for (const char* arch : {"llama", "qwen2", "gemma3_text"}) {
@@ -151,7 +151,7 @@ TEST(TpCuda, RandomAndShippedModelsMatchOneRank) {
     lo.device = "cuda";
     lo.random_weights = true;
     lo.dtype = "f32";
-    expect_same_as_one_rank(write_config(d, arch), lo, 2, 1e-4);
+    expect_same_as_one_rank(write_config(d, arch), lo, 2, 1e-3);
   }
   flashkit::LoadOptions lo;
   lo.device = "cuda";
