@@ -154,6 +154,7 @@ class TpSession final : public Session {
 class TpModel final : public Model {
  public:
   TpModel(const std::filesystem::path& dir, const LoadOptions& opts) {
+    check_threads(opts.threads, "threads");  // before it is divided among the ranks
     comms_ = dist::make_thread_ranks(opts.tp);
     LoadOptions ro = opts;
     ro.tp = 1;
@@ -174,7 +175,7 @@ class TpModel final : public Model {
     }
   }
   ~TpModel() override {
-    threads_.reset();  // workers first: they may hold nothing else
+    threads_.reset();  // stop the rank threads before the rank models they run go away
   }
   const ModelInfo& info() const override { return info_; }
   std::unique_ptr<Session> new_session() override {

@@ -184,6 +184,13 @@ TEST(TpErrors, ConfigsThatDoNotSplitAreRefusedNamingTpAndTheField) {
   expect_error([&] { load(0); }, {"--tp 0", "[1, 64]"});
   expect_error([&] { load(-2); }, {"--tp -2"});
   expect_error([&] { load(65); }, {"--tp 65"});
+  expect_error([&] {  // checked before it is divided among the ranks
+    flashkit::LoadOptions lo;
+    lo.random_weights = true;
+    lo.tp = 2;
+    lo.threads = -1;
+    flashkit::Model::load(dir, lo);
+  }, {"threads"});
   json j = read_json(dir / "config.json");
   j["intermediate_size"] = 175;
   std::ofstream(dir / "config.json") << j.dump();
