@@ -23,7 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-const fs::path kRoot = fs::path(__FILE__).parent_path().parent_path().parent_path();
+const fs::path kRoot = FLASHKIT_SOURCE_DIR;
 const fs::path kModels = kRoot / "tests" / "data" / "models";
 
 struct TempDir {

@@ -13,7 +13,7 @@
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kRoot = fs::path(__FILE__).parent_path().parent_path().parent_path();
+const fs::path kRoot = FLASHKIT_SOURCE_DIR;
 
 TEST(TpServe, BatchedRequestsMatchOneRankAlone) {
   flashkit::LoadOptions lo;
