@@ -174,7 +174,7 @@ struct MambaState {
   Tensor xz, xc, dbc, dt, y;      // [T, 2 d_inner], [T, d_inner], [T, dt_rank + 2 d_state], [T, d_inner], [T, d_inner]
 };
 
-class SessionImpl final : public Session {
+class SessionImpl final : public Session, public DeviceGreedy {
  public:
   SessionImpl(ModelImpl& m, uint64_t id) : m_(m), id_(id) {
     m.check_session_memory();
@@ -281,8 +281,8 @@ class SessionImpl final : public Session {
   void decode(int32_t token) override { prefill(std::span<const int32_t>(&token, 1), false); }
   // A decode step whose logits stay on the device: only their argmax is downloaded (generate()'s greedy path).
   // logits() downloads the row if it is asked for.
-  bool device_argmax_allowed() const { return m_.tuning_.device_argmax; }
-  ArgmaxResult decode_argmax(int32_t token) {
+  bool device_argmax_allowed() const override { return m_.tuning_.device_argmax; }
+  ArgmaxResult decode_argmax(int32_t token) override {
     check(std::span<const int32_t>(&token, 1));
     const std::lock_guard<std::mutex> lock(m_.mu_);
     ArgmaxResult r;
@@ -940,7 +940,7 @@ GenerationResult generate(Session& session, std::span<const int32_t> prompt, con
   // among them; on a tie, and on an invalid row, the step falls back to the sampler on the downloaded logits, which
   // also raises the sampler's errors). Tuning::device_argmax = false (FLASHKIT_DEVICE_ARGMAX=0) turns it off.
   const bool argmax_pick = sp.repetition_penalty == 1.0f && (sp.greedy() || sp.top_k == 1);
-  auto* fast = argmax_pick ? dynamic_cast<engine::SessionImpl*>(&session) : nullptr;
+  auto* fast = argmax_pick ? dynamic_cast<engine::DeviceGreedy*>(&session) : nullptr;
   if (fast && !fast->device_argmax_allowed()) fast = nullptr;
 
   GenerationResult r;

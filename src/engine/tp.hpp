@@ -20,6 +20,16 @@ namespace flashkit::engine {
 
 class PagedRunner;
 struct PagedRunnerOptions;
+struct ArgmaxResult;
+
+// A session whose greedy decode step can reduce the logits row on the device and download only the argmax
+// (generate()'s fast greedy path): the engine's own sessions and the tensor-parallel ones.
+class DeviceGreedy {
+ public:
+  virtual ~DeviceGreedy() = default;
+  virtual bool device_argmax_allowed() const = 0;
+  virtual ArgmaxResult decode_argmax(int32_t token) = 0;
+};
 
 constexpr int kMaxTp = 64;  // ranks of one model (threads of one process; far beyond any real head count split)
 

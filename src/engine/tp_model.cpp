@@ -113,7 +113,7 @@ class RankThreads {
 
 class TpModel;
 
-class TpSession final : public Session {
+class TpSession final : public Session, public DeviceGreedy {
  public:
   TpSession(std::shared_ptr<TpModel> m, std::vector<std::unique_ptr<Session>> ranks)
       : m_(std::move(m)), ranks_(std::move(ranks)) {}
@@ -122,6 +122,19 @@ class TpSession final : public Session {
   }
   void decode(int32_t token) override {
     all([&](Session& s) { s.decode(token); });
+  }
+  // Greedy steps: every rank reduces its (identical) logits row on its device; rank 0's id is the step's.
+  bool device_argmax_allowed() const override {
+    auto* g = dynamic_cast<const DeviceGreedy*>(ranks_[0].get());
+    return g && g->device_argmax_allowed();
+  }
+  ArgmaxResult decode_argmax(int32_t token) override {
+    ArgmaxResult out;
+    all([&](Session& s) {
+      const ArgmaxResult a = dynamic_cast<DeviceGreedy&>(s).decode_argmax(token);
+      if (&s == ranks_[0].get()) out = a;
+    });
+    return out;
   }
   std::span<const float> logits() const override { return ranks_[0]->logits(); }
   const std::vector<float>& all_logits() const override { return ranks_[0]->all_logits(); }
