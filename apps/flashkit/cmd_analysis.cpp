@@ -442,6 +442,12 @@ void print_cost(const json& r) {
   std::cout << "\ntraining (mixed-precision Adam, no activations), per GPU at dp=" << m["dp"] << ": DDP "
             << si(tr["ddp"].get<double>()) << "B, ZeRO-1 " << si(tr["zero1"].get<double>()) << "B, ZeRO-2 "
             << si(tr["zero2"].get<double>()) << "B, ZeRO-3 " << si(tr["zero3"].get<double>()) << "B\n";
+  const auto& dpj = r["data_parallel"];
+  if (dpj["link_gbs"].get<double>() > 0 && dpj["dp"].get<int>() > 1)
+    std::cout << "data parallel (flashkit train --dp " << dpj["dp"] << "): gradient all-reduce "
+              << si(dpj["grad_bytes"].get<double>()) << "B in " << dpj["allreduce_s"].get<double>() * 1e3
+              << " ms + parameter all-gather " << dpj["allgather_s"].get<double>() * 1e3 << " ms per step (ring at "
+              << dpj["link_gbs"].get<double>() << " GB/s per direction)\n";
 }
 
 void add_cost(CLI::App& app) {

@@ -1,10 +1,12 @@
 // flashkit train | train-tokenizer | prepare-data | perplexity (src/train, docs/training.md):
 //   flashkit train --config RECIPE.json [--resume DIR] [--steps N] [--output DIR] [--device D] [--threads N] [-q]
-//                  [--dump-step1 DIR]
+//                  [--dump-step1 DIR] [--dp N]
 //   flashkit train-tokenizer --vocab-size N -o DIR FILES...
 //   flashkit prepare-data --tokenizer DIR -o DIR [--val-fraction F] FILES...
 //   flashkit prepare-data --synthetic copy|mqar -o DIR [--vocab-size N --seq-len N --examples N --seed S]
 //   flashkit perplexity -m DIR -f FILE [--ctx N --stride S] [--per-token FILE] [--no-bos] [--device D]
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
 #include <cstdio>
@@ -25,7 +27,10 @@
 #include "flashkit/engine.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/tokenizer.hpp"
+#include "flashkit/runtime.hpp"
 #include "flashkit/train.hpp"
+#include "dist/comm.hpp"
+#include "dist/launch.hpp"
 
 namespace flashkit::cli {
 
@@ -45,12 +50,53 @@ double peak_tflops_for(const std::string& device) {
   return 0;
 }
 
+// --dp N (or a torchrun-style WORLD_SIZE): on the CPU, N thread ranks inside train(); on CUDA, N processes, one
+// GPU each: the first invocation becomes rank 0 and re-executes itself for ranks 1..N-1 (src/dist/launch.hpp),
+// which find their rank in the environment. Returns the launcher (rank 0 of a launched job) or null.
+std::unique_ptr<dist::RankLauncher> prepare_data_parallel(int dp_arg, const train::Recipe& r, train::TrainOptions& o) {
+  const dist::RankEnv env = dist::rank_env();
+  const int dp = dp_arg != -1 ? dp_arg : env.world_size;
+  if (dp < 1) bad("--dp: must be >= 1, got " + std::to_string(dp));
+  o.data_parallel = dp;
+  if (env.launched && env.world_size != dp)
+    bad("--dp " + std::to_string(dp) + ": this process was launched as one of WORLD_SIZE=" +
+        std::to_string(env.world_size) + " ranks");
+  if (dp == 1 || r.device == "cpu" || o.dp_threads) {
+    if (env.launched && dp > 1) bad("--dp " + std::to_string(dp) + " on the CPU runs thread ranks in one process; "
+                                    "do not launch it with WORLD_SIZE set");
+    return nullptr;
+  }
+  if (!dist::nccl_built())
+    fail(Status::unsupported, "--dp " + std::to_string(dp) + " on " + r.device +
+                                  ": NCCL communicator not built (this flashkit was built without NCCL)");
+  const int base = r.device.size() > 5 ? std::atoi(r.device.c_str() + 5) : 0;
+  const int gpus = cuda_device_count();
+  if (base + dp > gpus)
+    bad("--dp " + std::to_string(dp) + ": device " + r.device + " with " + std::to_string(dp) +
+        " ranks needs CUDA devices " + std::to_string(base) + ".." + std::to_string(base + dp - 1) + ", this machine has " +
+        std::to_string(gpus));
+  if (env.launched) {
+    if (env.rendezvous.empty())
+      bad("--dp " + std::to_string(dp) + ": FLASHKIT_RENDEZVOUS must name the file rank 0 writes the NCCL id to");
+    o.dp_rank = env.rank;
+    o.dp_rendezvous = env.rendezvous;
+    o.quiet = o.quiet || env.rank != 0;
+    return nullptr;
+  }
+  std::filesystem::create_directories(r.output_dir);
+  const auto rendezvous = r.output_dir / (".nccl-id-" + std::to_string(::getpid()));
+  std::filesystem::remove(rendezvous);
+  o.dp_rank = 0;
+  o.dp_rendezvous = rendezvous;
+  return std::make_unique<dist::RankLauncher>(dist::self_exe(), dist::self_args(), dp, rendezvous.string());
+}
+
 void add_train(CLI::App& app) {
   struct Args {
     std::string config, resume, output, device, dump_step1;
     int64_t steps = 0;
-    int threads = -1;
-    bool quiet = false;
+    int threads = -1, dp = -1;  // dp -1: unset
+    bool quiet = false, dp_threads = false;
   };
   auto a = std::make_shared<Args>();
   auto* c = app.add_subcommand("train", "Train a Llama / Gemma-3-style or Mamba model from a recipe (docs/training.md)");
@@ -64,6 +110,11 @@ void add_train(CLI::App& app) {
   c->add_flag("-q,--quiet", a->quiet, "No progress lines");
   c->add_option("--dump-step1", a->dump_step1,
                 "Verification: write step 1's initial weights (f32 HF dir), batch, loss and gradients to DIR");
+  c->add_option("--dp", a->dp,
+                "Data-parallel ranks sharing the recipe's (global) batch: threads on the CPU, one process per GPU "
+                "on CUDA (default 1, or WORLD_SIZE when launched by torchrun)");
+  c->add_flag("--dp-threads", a->dp_threads,
+              "Run the --dp ranks as threads of this process on CUDA too, all on one GPU (checks the DP path)");
   c->callback([a] {
     train::Recipe r = train::load_recipe(a->config);
     if (a->steps > 0) {  // a shorter (or longer) run of the same schedule: the warmup keeps its share of the steps
@@ -81,7 +132,16 @@ void add_train(CLI::App& app) {
     o.resume = a->resume;
     o.quiet = a->quiet;
     o.dump_first_step = a->dump_step1;
+    o.dp_threads = a->dp_threads;
+    std::unique_ptr<dist::RankLauncher> launcher = prepare_data_parallel(a->dp, r, o);
     const train::TrainResult res = train::train(r, o);
+    if (launcher) {
+      const std::string failed = dist::describe_failures(launcher->wait());
+      std::error_code ec;
+      std::filesystem::remove(o.dp_rendezvous, ec);
+      if (!failed.empty()) fail(Status::internal, "--dp " + std::to_string(o.data_parallel) + ": " + failed);
+    }
+    if (o.dp_rank != 0) return;  // rank 0 reports
     std::fprintf(stderr, "trained %lld steps (%lld parameters): loss %.4f%s; checkpoint %s; model %s\n",
                  static_cast<long long>(res.steps), static_cast<long long>(res.parameters), res.final_loss,
                  res.final_val_loss >= 0 ? (", val " + std::to_string(res.final_val_loss)).c_str() : "",

@@ -70,6 +70,17 @@ struct TrainOptions {
   // an f32 Hugging Face directory, the batch, the loss and every parameter's gradient (train/checkpoint.hpp,
   // write_step_dump). Empty: off. Not with resume.
   std::filesystem::path dump_first_step;
+  // Data parallelism (docs/distributed.md): the recipe's batch_size is the global batch, split into
+  // data_parallel equal shares (batch_size must divide); gradients are summed over the ranks and each rank keeps
+  // 1/data_parallel of the AdamW state (ZeRO-1). On the CPU the ranks are threads of this process; on CUDA this
+  // process is rank dp_rank of data_parallel processes (one GPU each, device index + rank, over NCCL) started by
+  // the CLI's launcher, and dp_rendezvous is the file through which rank 0 hands out the NCCL id.
+  int data_parallel = 1;
+  int dp_rank = 0;
+  std::filesystem::path dp_rendezvous;
+  int64_t grad_bucket_elems = 0;  // gradient all-reduce bucket in elements (0: 4 Mi)
+  bool overlap_grad_comm = true;  // all-reduce each layer's gradients during the backward (false: after it)
+  bool dp_threads = false;  // thread ranks on CUDA too, all on the recipe's device (the DP check on one GPU)
 };
 
 struct TrainResult {

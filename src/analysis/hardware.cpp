@@ -20,20 +20,21 @@ const std::vector<DeviceSpec>& device_table() {
       {"a10", "NVIDIA A10 24GB (Ampere GA102)", 31.2, 62.5, 125, 125, 0, 600, 24, 6, 100, 72,
        "NVIDIA A10 datasheet (sparse 125/250 halved); Ampere GA10x tuning guide (100 KB smem/SM)"},
       {"a100-40gb", "NVIDIA A100 SXM 40GB", 19.5, 156, 312, 312, 0, 1555, 40, 40, 164, 108,
-       "NVIDIA A100 datasheet; A100 whitepaper (164 KB smem/SM, 40 MB L2)"},
+       "NVIDIA A100 datasheet; A100 whitepaper (164 KB smem/SM, 40 MB L2); NVLink 3: 600 GB/s both ways", 300},
       {"a100-80gb", "NVIDIA A100 SXM 80GB", 19.5, 156, 312, 312, 0, 2039, 80, 40, 164, 108,
-       "NVIDIA A100 datasheet (80GB SXM: 2039 GB/s); A100 whitepaper"},
+       "NVIDIA A100 datasheet (80GB SXM: 2039 GB/s); A100 whitepaper; NVLink 3: 600 GB/s both ways", 300},
       {"a6000", "NVIDIA RTX A6000 48GB (Ampere GA102)", 38.7, 77.4, 154.8, 154.8, 0, 768, 48, 6, 100, 84,
        "NVIDIA RTX A6000 datasheet (sparse 154.8/309.7 halved); GA10x tuning guide"},
       {"h100-sxm", "NVIDIA H100 SXM5 80GB", 67, 494.7, 989.4, 989.4, 1978.9, 3350, 80, 50, 228, 132,
-       "NVIDIA H100 datasheet (sparse figures halved); Hopper tuning guide (228 KB smem/SM)"},
+       "NVIDIA H100 datasheet (sparse figures halved); Hopper tuning guide (228 KB smem/SM); NVLink 4: 900 GB/s "
+       "both ways", 450},
       {"h100-pcie", "NVIDIA H100 PCIe 80GB", 51, 378, 756, 756, 1513, 2000, 80, 50, 228, 114,
        "NVIDIA H100 datasheet (PCIe column, sparse halved); Hopper tuning guide"},
       {"h200", "NVIDIA H200 SXM 141GB", 67, 494.7, 989.4, 989.4, 1978.9, 4800, 141, 50, 228, 132,
-       "NVIDIA H200 datasheet (same GH100 compute as H100 SXM; 4.8 TB/s HBM3e)"},
+       "NVIDIA H200 datasheet (same GH100 compute as H100 SXM; 4.8 TB/s HBM3e); NVLink 4: 900 GB/s both ways", 450},
       {"b200", "NVIDIA B200 (HGX, 1000 W)", 80, 1100, 2250, 2250, 4500, 8000, 180, 126, 228, 148,
        "NVIDIA HGX B200 datasheet, per GPU (sparse halved); L2 and SM count as reported by CUDA "
-       "deviceQuery in public logs (not on the datasheet; verify)"},
+       "deviceQuery in public logs (not on the datasheet; verify); NVLink 5: 1.8 TB/s both ways", 900},
   };
   return t;
 }

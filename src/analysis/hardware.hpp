@@ -20,6 +20,7 @@ struct DeviceSpec {
   double smem_per_sm_kb = 0;  // max shared memory per SM (CPU: L2 per core)
   int sms = 0;             // SMs (CPU: cores)
   std::string source;      // where the figures come from
+  double link_gbs = 0;     // GPU-to-GPU link (NVLink), GB/s per direction (0: none in the table: PCIe only)
 };
 
 // The datasheet table. Does not include the local CPU (see local_cpu_spec in roofline.hpp).

@@ -259,6 +259,19 @@ ModelTotals model_totals(const ModelConfig& c, const Workload& w, const DeviceSp
   return t;
 }
 
+DataParallelComm dp_comm(const ModelConfig& c, const DeviceSpec& dev, int dp) {
+  DataParallelComm d;
+  d.dp = dp;
+  d.grad_bytes = d.param_bytes = 4 * count_params(c).total;  // f32 gradients and master weights
+  d.link_gbs = dev.link_gbs;
+  if (dp > 1 && dev.link_gbs > 0) {
+    const double link = dev.link_gbs * 1e9;
+    d.allreduce_s = 2.0 * (dp - 1) / dp * d.grad_bytes / link;
+    d.allgather_s = double(dp - 1) / dp * d.param_bytes / link;
+  }
+  return d;
+}
+
 MemoryPlan memory_plan(const ModelConfig& c, const Workload& w, const DeviceSpec& dev, int dp) {
   if (dp < 1) bad("--dp must be >= 1");
   MemoryPlan m;
@@ -325,6 +338,7 @@ json cost_report(const ModelConfig& c, const Workload& w, const DeviceSpec& dev,
   evaluate(head, dev, w.compute_dtype);
   const ModelTotals t = model_totals(c, w, dev);
   const MemoryPlan m = memory_plan(c, w, dev, dp);
+  const DataParallelComm dpc = dp_comm(c, dev, dp);
   std::string used;
   const double peak = peak_tflops(dev, w.compute_dtype, &used);
   const Roof r = roof_of(dev, w.compute_dtype);
@@ -371,6 +385,11 @@ json cost_report(const ModelConfig& c, const Workload& w, const DeviceSpec& dev,
                   {"train_note", "mixed-precision Adam: (2+2+12) Psi bytes unsharded; ZeRO-1 shards the 12 Psi "
                                  "optimizer states, ZeRO-2 also the 2 Psi gradients, ZeRO-3 also the 2 Psi "
                                  "parameters, over dp GPUs; activations excluded"}}},
+      {"data_parallel", {{"dp", dpc.dp}, {"grad_bytes", dpc.grad_bytes}, {"param_bytes", dpc.param_bytes},
+                         {"link_gbs", dpc.link_gbs}, {"allreduce_s", dpc.allreduce_s},
+                         {"allgather_s", dpc.allgather_s}, {"step_comm_s", dpc.total_s()},
+                         {"note", "flashkit train --dp: f32 gradients all-reduced, f32 parameters all-gathered "
+                                  "(ZeRO-1), ring floor on the NVLink figure; latency excluded"}}},
   };
 }
 

@@ -96,6 +96,18 @@ struct MemoryPlan {
 };
 MemoryPlan memory_plan(const ModelConfig& c, const Workload& w, const DeviceSpec& dev, int dp);
 
+// Data-parallel communication per optimizer step as flashkit trains (src/train/data_parallel.*): the f32 gradient
+// arena all-reduced, then the f32 parameters all-gathered (ZeRO-1), each a ring over dp GPUs on the device's link:
+// all-reduce time = 2 (dp-1)/dp x bytes / link (busbw = link), all-gather (dp-1)/dp x bytes / link. Latency
+// excluded. Times are 0 when dp == 1 or the device has no link in the table (link_gbs 0).
+struct DataParallelComm {
+  int dp = 1;
+  double grad_bytes = 0, param_bytes = 0, link_gbs = 0;
+  double allreduce_s = 0, allgather_s = 0;
+  double total_s() const { return allreduce_s + allgather_s; }
+};
+DataParallelComm dp_comm(const ModelConfig& c, const DeviceSpec& dev, int dp);
+
 // The whole report as JSON (what `flashkit cost --json` prints).
 nlohmann::json cost_report(const ModelConfig& c, const Workload& w, const DeviceSpec& dev, int dp,
                            const std::string& layer_kind /* "global" | "sliding" | "" (auto) */);

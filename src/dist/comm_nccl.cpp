@@ -104,6 +104,7 @@ std::unique_ptr<Communicator> make_nccl(int rank, int size, int device, const Nc
          "make_nccl: rank must be in [0, " + std::to_string(size) + "), got " + std::to_string(rank));
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
+  if (devices == 0) fail(Status::unsupported, "make_nccl: no CUDA device is visible");
   if (device < 0 || device >= devices)
     fail(Status::invalid_argument, "make_nccl: device must be in [0, " + std::to_string(devices) + "), got " +
                                        std::to_string(device));

@@ -13,6 +13,7 @@
 #include <climits>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "core/env.hpp"
 #include "flashkit/error.hpp"
@@ -208,6 +209,19 @@ std::string self_exe() {
   auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) fail(Status::internal, "launch: cannot read /proc/self/exe: " + ec.message());
   return p.string();
+}
+
+}  // namespace flashkit::dist
+
+namespace flashkit::dist {
+
+std::vector<std::string> self_args() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  if (!in) fail(Status::internal, "launch: cannot read /proc/self/cmdline");
+  std::vector<std::string> args;
+  std::string arg;
+  while (std::getline(in, arg, '\0')) args.push_back(arg);
+  return args;
 }
 
 }  // namespace flashkit::dist

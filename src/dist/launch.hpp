@@ -69,7 +69,8 @@ class RankLauncher {
 // The first failed exit in `exits` as a one-line message ("rank 2 exited with status 1"), or "" when all are 0.
 std::string describe_failures(const std::vector<RankExit>& exits);
 
-// This process's executable (/proc/self/exe), for re-execution.
+// This process's executable (/proc/self/exe) and its arguments (/proc/self/cmdline), for re-execution.
 std::string self_exe();
+std::vector<std::string> self_args();
 
 }  // namespace flashkit::dist

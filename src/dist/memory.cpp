@@ -33,8 +33,22 @@ void copy_bytes(void* dst, const void* src, std::size_t bytes, void* stream) {
   if (e != cudaSuccess)
     fail(Status::device_error, std::string("dist: copying a collective's buffer failed: ") + cudaGetErrorString(e));
 }
+
+void wait_stream(void* stream) {
+  const cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+  if (e != cudaSuccess) fail(Status::device_error, std::string("dist: waiting for a collective failed: ") + cudaGetErrorString(e));
+}
+int current_device() {
+  int d = 0;
+  cudaGetDevice(&d);
+  return d;
+}
+void set_device(int device) { cudaSetDevice(device); }
 #else
 bool is_device_pointer(const void*) { return false; }
+void wait_stream(void*) {}
+int current_device() { return 0; }
+void set_device(int) {}
 
 void copy_bytes(void* dst, const void* src, std::size_t bytes, void*) {
   if (bytes == 0 || dst == src) return;

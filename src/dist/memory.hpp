@@ -9,5 +9,11 @@ namespace flashkit::dist {
 bool is_device_pointer(const void* p);
 // dst <- src (bytes); either may be device memory; overlapping host ranges are allowed (memmove).
 void copy_bytes(void* dst, const void* src, std::size_t bytes, void* stream);
+// Waits for the work queued on a CUDA stream (nullptr: the legacy default stream); nothing in CPU builds. Callers
+// whose own stream does not synchronize with the collective's (cudaStreamNonBlocking) wait with this.
+void wait_stream(void* stream);
+// The calling thread's CUDA device, and setting it on another thread (0 and nothing in CPU builds).
+int current_device();
+void set_device(int device);
 
 }  // namespace flashkit::dist

@@ -403,6 +403,7 @@ void TrainModel::backward(int64_t b, int64_t t) {
     be.matmul(dqkv, false, y.wqkv, false, dxn, 1.f, 0.f);
     be.matmul(dqkv, true, rows(y.xn1), false, y.g_wqkv, 1.f, 1.f);
     be.rmsnorm_bwd(dxn, rows(y.h_in), y.in_norm, rows(y.rstd1), dh, y.g_in_norm, H_, p1, true);
+    if (layer_grads_hook_) layer_grads_hook_(int64_t(li));
   }
   be.embedding_bwd(rows(ids_), dh, g_embed_, float(c.embed_scale));
 }

@@ -6,6 +6,7 @@
 // materialized (per chunk: logits -> loss and dlogits -> dX and dW_lm, then discarded).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/config.hpp"
@@ -49,6 +50,10 @@ class TrainModel {
   // One micro-batch of b <= batch sequences of t <= seq tokens: ids and targets are host arrays of b * t ids,
   // row-major; a target of -1 is ignored. Returns the summed loss; with backward, grads += d(sum * grad_scale).
   LossSum step(const int32_t* ids, const int32_t* targets, int64_t b, int64_t t, bool backward, float grad_scale);
+
+  // Called by the backward with each layer's index as soon as that layer's parameter gradients are final (last
+  // layer first), so a data-parallel run can all-reduce them while the backward goes on. Empty: no calls.
+  void set_layer_grads_hook(std::function<void(int64_t layer)> hook) { layer_grads_hook_ = std::move(hook); }
 
   // Logits of every position, host [b * t, vocab] in the parameter dtype (f32 or f64); tests and evaluation.
   void logits(const int32_t* ids, int64_t b, int64_t t, void* out);
@@ -103,6 +108,7 @@ class TrainModel {
   int64_t chunk_rows_ = 0;
   std::vector<Mat> owned_;
   std::vector<double> loss_host_;
+  std::function<void(int64_t)> layer_grads_hook_;
 };
 
 }  // namespace flashkit::train

@@ -177,6 +177,7 @@ void TrainModel::backward_mamba(int64_t b, int64_t t) {
     be.matmul(dxz, false, y.w_in, false, dxn, 1.f, 0.f);
     be.matmul(dxz, true, rows(y.xn1), false, y.g_w_in, 1.f, 1.f);
     be.rmsnorm_bwd(dxn, rows(y.h_in), y.in_norm, rows(y.rstd1), dh, y.g_in_norm, H_, false, true);
+    if (layer_grads_hook_) layer_grads_hook_(int64_t(li));
   }
   be.embedding_bwd(rows(ids_), dh, g_embed_, 1.f);
 }

@@ -250,6 +250,13 @@ TEST(ModelCost, ReportJsonAndMemory) {
   EXPECT_DOUBLE_EQ(tr["zero1"].get<double>(), 4 * psi + 12 * psi / 8);
   EXPECT_DOUBLE_EQ(tr["zero2"].get<double>(), 2 * psi + 14 * psi / 8);
   EXPECT_DOUBLE_EQ(tr["zero3"].get<double>(), 16 * psi / 8);
+  // Data-parallel communication: ring floors on H200's NVLink (450 GB/s per direction) at dp = 8.
+  const auto& dpc = r["data_parallel"];
+  EXPECT_DOUBLE_EQ(dpc["grad_bytes"].get<double>(), 4 * psi);
+  EXPECT_DOUBLE_EQ(dpc["allreduce_s"].get<double>(), 2.0 * 7 / 8 * 4 * psi / 450e9);
+  EXPECT_DOUBLE_EQ(dpc["allgather_s"].get<double>(), 7.0 / 8 * 4 * psi / 450e9);
+  EXPECT_EQ(an::dp_comm(c, an::find_device("h200"), 1).total_s(), 0.0);
+  EXPECT_EQ(an::dp_comm(c, an::find_device("t4"), 8).total_s(), 0.0);  // no NVLink in the table
   EXPECT_TRUE(r["memory"]["fits"].get<bool>());
   // A 1.2B model with a 64 x 128k context KV cache does not fit a T4; tensor parallelism finds a degree.
   const an::ModelConfig l = an::load_model_config(cfg("llama-3.2-1b.json"));
