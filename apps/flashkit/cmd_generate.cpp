@@ -51,7 +51,7 @@ struct GenArgs {
   uint64_t seed = 0;
   std::string device, dtype = "auto";  // device "": cpu unless --n-gpu-layers says otherwise
   int64_t gpu_layers = -1;             // --n-gpu-layers / -ngl; -1: not given
-  int threads = 0;
+  int threads = 0, tp = 1;
   int64_t ctx = 0, chunk = 512;
   bool ids = false, profile = false, random_weights = false, conversation = false, no_bos = false, ignore_eos = false, quiet = false;
   std::vector<std::string> stop;
@@ -90,6 +90,9 @@ void add_common(CLI::App* c, GenArgs* a) {
                 "the CPU)")
       ->capture_default_str();
   c->add_option("-t,--threads", a->threads, "CPU threads (0: flashkit's default)")->check(thread_count())
+      ->capture_default_str();
+  // Checked by the engine (one line naming --tp and the config field that does not divide).
+  c->add_option("--tp", a->tp, "Tensor-parallel ranks (threads of this process; heads and MLP columns split)")
       ->capture_default_str();
   c->add_option("-c,--ctx-size,--ctx", a->ctx, "Context (KV cache) length in tokens (0: min(model max, 4096))")
       ->check(int_range(0, limits::kMaxContext))->capture_default_str();
@@ -149,6 +152,7 @@ LoadOptions load_options(const GenArgs& a) {
   o.device = resolve_device(a);
   o.dtype = a.dtype;
   o.threads = a.threads;
+  o.tp = a.tp;
   o.max_context = a.ctx;
   o.prefill_chunk = a.chunk;
   o.profile = a.profile;

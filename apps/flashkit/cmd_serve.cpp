@@ -49,7 +49,7 @@ using Clock = std::chrono::steady_clock;
 
 struct ServeArgs {
   std::string model, host = "127.0.0.1", model_id, device = "cpu", dtype = "auto", kv_memory = "0";
-  int port = 8080, threads = 0, max_connections = 64;
+  int port = 8080, threads = 0, max_connections = 64, tp = 1;
   int64_t ctx = 0, block_size = 16, max_step_tokens = 256, max_running = 32, max_tokens_limit = 4096, max_pending = 256;
   int64_t max_body = 1 << 20;
   bool no_prefix_cache = false, quiet = false, random_weights = false;
@@ -87,6 +87,7 @@ void add_serve_options(CLI::App* c, ServeArgs* a, bool model_required) {
   c->add_option("--device", a->device, "cpu | cuda (the paged KV cache runs on both backends)");
   c->add_option("--dtype", a->dtype, "Weight storage: auto | f32 | bf16 | f16 | q8_0");
   c->add_option("-t,--threads", a->threads, "CPU threads (default: flashkit's)")->check(thread_count());
+  c->add_option("--tp", a->tp, "Tensor-parallel ranks (threads of this process; heads and MLP columns split)");
   c->add_option("-c,--ctx-size,--ctx", a->ctx, "Context length per sequence (default min(model max, 4096))")
       ->check(int_range(0, limits::kMaxContext));
   c->add_option("--kv-memory", a->kv_memory,
@@ -150,6 +151,7 @@ std::unique_ptr<Stack> build_stack(const ServeArgs& a, bool log) {
   lo.device = a.device;
   lo.dtype = a.dtype;
   lo.threads = a.threads;
+  lo.tp = a.tp;
   lo.max_context = a.ctx;
   lo.random_weights = a.random_weights;
   apply_offload_options(a.offload, lo);

@@ -109,6 +109,7 @@ SpecSetup::SpecSetup(const SpecArgs& a, const std::string& target_dir, const Loa
   LoadOptions o = target_load;
   o.random_seed = target_load.random_seed + 1;  // a random-weight draft is another model
   o.max_context = target.info().max_context;
+  o.tp = 1;  // the draft is small: one rank (its head count need not split like the target's)
   draft_model_ = Model::load(a.draft, o);
   if (draft_model_->info().vocab_size > target.info().vocab_size)
     bad("--draft: the draft model's vocabulary (" + std::to_string(draft_model_->info().vocab_size) +

@@ -101,6 +101,10 @@
 #include "flashkit/tuning.hpp"
 #include "model/weights.hpp"
 
+namespace flashkit::dist {
+class Communicator;
+}
+
 namespace flashkit::engine {
 
 struct Tensor {
@@ -334,6 +338,13 @@ class Backend {
   virtual bool supports_argmax_rows() const { return false; }
   virtual void argmax_rows(const Tensor& logits, int64_t n);
   virtual void argmax_rows_result(std::span<ArgmaxResult> out);
+
+  // ---- tensor parallelism (engine/tp.hpp, docs/distributed-tp.md) ----
+  // x[0..T) (f32, the o_proj / down_proj output) = the sum over the ranks of comm of their x, every rank getting the
+  // same sum. Default (backend_tp.cpp): synchronize() -- which also runs a queued, not yet launched op -- then the
+  // communicator's all_reduce_sum on the buffer (host memory on the CPU; device memory on CUDA, which "threads" stages
+  // through the host and NCCL reduces in place).
+  virtual void all_reduce_sum(const Tensor& x, int64_t T, dist::Communicator& comm);
 
   // ---- greedy decoding without the logits download ----
   // Queues the argmax of `logits` (f32 [1, V], row 0) like any op (graph-safe: a captured decode step may end

@@ -16,12 +16,14 @@
 #include "core/json_io.hpp"
 #include "core/limits.hpp"
 #include "core/tuning.hpp"
+#include "dist/comm.hpp"
 #include "engine/backend.hpp"
 #include "engine/config.hpp"
 #include "engine/offload_plan.hpp"
 #include "engine/paged.hpp"
 #include "engine/random_weights.hpp"
 #include "engine/sampler.hpp"
+#include "engine/tp.hpp"
 #include "flashkit/engine.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/runtime.hpp"
@@ -62,7 +64,8 @@ struct VerifyStep {
 
 class ModelImpl final : public Model {
  public:
-  ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts);
+  // comm: rank comm->rank() of a tensor-parallel model of comm->size() ranks (engine/tp.hpp); nullptr: the whole model.
+  ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts, dist::Communicator* comm = nullptr);
   ~ModelImpl() override {
     if (!be_) return;
     for (auto& l : layers_) {
@@ -185,6 +188,10 @@ class ModelImpl final : public Model {
   int64_t q_dim_ = 0, kv_dim_ = 0, logit_rows_ = 1;
   uint64_t next_session_ = 1;
   OpTimes times_;
+  // Tensor parallelism: the communicator whose all-reduce sums the ranks' o_proj / down_proj outputs (nullptr: one
+  // rank), and the column slices of o_proj / down_proj copied at load (kept while the backend may point into them).
+  dist::Communicator* comm_ = nullptr;
+  std::vector<std::vector<char>> tp_slices_;
 };
 
 // The intermediates of one step (everything but the residual stream and the o/down output added to it).
@@ -199,7 +206,7 @@ struct MambaState {
   Tensor xz, xc, dbc, dt, y;      // [T, 2 d_inner], [T, d_inner], [T, dt_rank + 2 d_state], [T, d_inner], [T, d_inner]
 };
 
-class SessionImpl final : public Session {
+class SessionImpl final : public Session, public DeviceGreedy {
  public:
   SessionImpl(ModelImpl& m, uint64_t id) : m_(m), id_(id) {
     m.check_session_memory();
@@ -306,8 +313,8 @@ class SessionImpl final : public Session {
   void decode(int32_t token) override { prefill(std::span<const int32_t>(&token, 1), false); }
   // A decode step whose logits stay on the device: only their argmax is downloaded (generate()'s greedy path).
   // logits() downloads the row if it is asked for.
-  bool device_argmax_allowed() const { return m_.tuning_.device_argmax; }
-  ArgmaxResult decode_argmax(int32_t token) {
+  bool device_argmax_allowed() const override { return m_.tuning_.device_argmax; }
+  ArgmaxResult decode_argmax(int32_t token) override {
     check(std::span<const int32_t>(&token, 1));
     const std::lock_guard<std::mutex> lock(m_.mu_);
     ArgmaxResult r;
@@ -503,7 +510,8 @@ void ModelImpl::forward(SessionImpl& s, std::span<const int32_t> tokens, int64_t
   // A chain verification step of T rows is a sequence of its own: one graph per (session, T), captured where the
   // backend can (CUDA: not while its multi-row attention reads the KV length from the host; it then runs eagerly).
   const bool verify_graph = logits_in_step && verify->parent.empty() && T < 128;
-  const bool graphable = ((T == 1 && !all_logits) || verify_graph) && !opts_.profile;
+  // Tensor-parallel steps all-reduce through the communicator between ops, which a captured graph cannot replay.
+  const bool graphable = ((T == 1 && !all_logits) || verify_graph) && !opts_.profile && !comm_;
   const uint64_t key = (s.id_ << 8) | (verify_graph ? 0x80u | uint64_t(T) : (greedy ? 2u : 1u));
   const bool replayed = graphable && be.graph_replay(key);
   const Acts& A = verify && T <= s.verify_rows_ ? s.verify_ : s.acts(T);
@@ -545,6 +553,7 @@ void ModelImpl::forward(SessionImpl& s, std::span<const int32_t> tokens, int64_t
       });
       op("attention", [&] { be.attention(q, k, v, s.kv_[li], attn, T, L.ap); });
       op("linear.o", [&] { be.linear(attn, L.o, o, T); });
+      if (comm_) op("all_reduce", [&] { be.all_reduce_sum(o, T, *comm_); });
       if (c.sandwich_norms) {
         op("rms_norm", [&] { be.add_rms_norm(o, L.post_attn_norm, h, T, eps); });
         op("rms_norm", [&] { be.rms_norm(h, L.pre_ff_norm, xn, T, c.hidden_size, eps); });
@@ -555,6 +564,7 @@ void ModelImpl::forward(SessionImpl& s, std::span<const int32_t> tokens, int64_t
       op("linear.gate_up", [&] { be.linear(xn, L.gate_up, gu, T); });
       op("gated_act", [&] { be.gated_act(gu, act, T, actk); });
       op("linear.down", [&] { be.linear(act, L.down, o, T); });
+      if (comm_) op("all_reduce", [&] { be.all_reduce_sum(o, T, *comm_); });
       if (c.sandwich_norms) op("rms_norm", [&] { be.add_rms_norm(o, L.post_ff_norm, h, T, eps); });
       else op("add", [&] { be.add(o, h, T); });
     }
@@ -608,8 +618,8 @@ bool parse_weight_dtype(const std::string& s, std::string* norm) {
   return true;
 }
 
-ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
-    : opts_(opts), tuning_(resolve_tuning(opts.tuning)) {
+ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts, dist::Communicator* comm)
+    : opts_(opts), tuning_(resolve_tuning(opts.tuning)), comm_(comm && comm->size() > 1 ? comm : nullptr) {
   namespace fs = std::filesystem;
   std::string dt;
   if (!parse_weight_dtype(opts.dtype, &dt))
@@ -643,6 +653,10 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
     cfg_ = load_config(dir);
   }
   const ModelConfig& c = cfg_;
+  // A tensor-parallel rank holds its shard's heads and MLP columns (engine/tp.hpp); planned before anything is loaded
+  // so that a config that does not split is refused first. The checkpoint's tensors keep the whole model's shapes
+  // (full_q, full_kv, F) and are sliced as they are loaded.
+  const TpShard sh = comm_ ? plan_tp_shard(c, comm_->size(), comm_->rank()) : plan_tp_shard(c, 1, 0);
   if (c.arch == Arch::mamba && opts.random_weights)
     bad("--random-weights: not available for model_type mamba (give a checkpoint directory)");
 
@@ -714,6 +728,10 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   const bool q8_src = q0 && q0->type == model::WeightType::q8_0;
   const bool quant_src = q0 && model::is_quantized(q0->type);
   if (dt == "q8_0" && !q8_src) bad("dtype q8_0: " + src + " holds no Q8_0 weight matrices (layer 0's q_proj is not Q8_0)");
+  if (comm_ && quant_src)
+    fail(Status::unsupported, "--tp " + std::to_string(sh.size) + ": " + src + " holds block-quantized matrices (" +
+                                  model::weight_type_name(q0->type) + "), which cannot be split across ranks yet "
+                                  "(use a safetensors checkpoint, or --tp 1)");
   if (dt == "auto" && quant_src) dt = q0->type == model::WeightType::q8_0 ? "q8_0" : "quantized";
   if (dt == "auto") dt = emb.type == model::WeightType::bf16 ? "bf16" : "f32";
   bo.keep_quantized = dt == "q8_0" || dt == "quantized";
@@ -740,8 +758,9 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
     bad("max_context " + std::to_string(opts.max_context) + " exceeds flashkit's limit of " +
         std::to_string(limits::kMaxContext) + " tokens per sequence");
   info_.max_context = opts.max_context > 0 ? opts.max_context : std::min<int64_t>(c.max_position, 4096);
-  q_dim_ = c.num_heads * c.head_dim;
-  kv_dim_ = c.num_kv_heads * c.head_dim;
+  const int64_t full_q = c.num_heads * c.head_dim, full_kv = c.num_kv_heads * c.head_dim;
+  q_dim_ = sh.heads * c.head_dim;
+  kv_dim_ = sh.kv_heads * c.head_dim;
   check_session_memory();
   if (opts.offload_layers > 0 || opts.gpu_memory_bytes > 0) plan_offload(opts, bo.keep_quantized);
 
@@ -814,8 +833,8 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
     L.sliding = c.layer_sliding[size_t(i)];
     L.inv_freq = L.sliding ? &inv_local_ : &inv_global_;
     L.rope_scaling = float(L.sliding ? c.rope_local.attention_factor : c.rope_global.attention_factor);
-    L.ap.heads = c.num_heads;
-    L.ap.kv_heads = c.num_kv_heads;
+    L.ap.heads = sh.heads;
+    L.ap.kv_heads = sh.kv_heads;
     L.ap.head_dim = hd;
     L.ap.scale = float(c.attn_scale);
     L.ap.softcap = float(c.attn_softcap);
@@ -830,30 +849,51 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
       L.q_norm = be_->load_vector(*count(get(p + "self_attn.q_norm.weight", {hd})), norm_off);
       L.k_norm = be_->load_vector(*count(get(p + "self_attn.k_norm.weight", {hd})), norm_off);
     }
-    const model::WeightView* qkv[3] = {count(get(p + "self_attn.q_proj.weight", {q_dim_, H})),
-                                       count(get(p + "self_attn.k_proj.weight", {kv_dim_, H})),
-                                       count(get(p + "self_attn.v_proj.weight", {kv_dim_, H}))};
+    // Rows (q/k/v, gate/up: output features) or columns (o, down: input features) of this rank's shard; views of
+    // the whole tensor for one rank.
+    auto rows = [&](const model::WeightView& w, int64_t r0, int64_t n) {
+      if (!comm_) return w;
+      return tp_row_slice(w, r0, n);
+    };
+    auto cols = [&](const model::WeightView& w, int64_t c0, int64_t n) {
+      if (!comm_) return w;
+      tp_slices_.emplace_back();
+      return tp_col_slice(w, c0, n, tp_slices_.back());
+    };
+    const int64_t q0r = sh.head0 * hd, kv0r = sh.kv_head0 * hd;
+    const model::WeightView qw = rows(*count(get(p + "self_attn.q_proj.weight", {full_q, H})), q0r, q_dim_),
+                            kw = rows(*count(get(p + "self_attn.k_proj.weight", {full_kv, H})), kv0r, kv_dim_),
+                            vw = rows(*count(get(p + "self_attn.v_proj.weight", {full_kv, H})), kv0r, kv_dim_);
+    const model::WeightView* qkv[3] = {&qw, &kw, &vw};
     if (c.attention_bias) {
-      const model::WeightView* b[3] = {count(get(p + "self_attn.q_proj.bias", {q_dim_})),
-                                       count(get(p + "self_attn.k_proj.bias", {kv_dim_})),
-                                       count(get(p + "self_attn.v_proj.bias", {kv_dim_}))};
+      const model::WeightView qb = rows(*count(get(p + "self_attn.q_proj.bias", {full_q})), q0r, q_dim_),
+                              kb = rows(*count(get(p + "self_attn.k_proj.bias", {full_kv})), kv0r, kv_dim_),
+                              vb = rows(*count(get(p + "self_attn.v_proj.bias", {full_kv})), kv0r, kv_dim_);
+      const model::WeightView* b[3] = {&qb, &kb, &vb};
       L.qkv = be_->load_matrix(qkv, b);
     } else {
       L.qkv = be_->load_matrix(qkv);
     }
-    const model::WeightView* ow = count(get(p + "self_attn.o_proj.weight", {H, q_dim_}));
+    const model::WeightView ow = cols(*count(get(p + "self_attn.o_proj.weight", {H, full_q})), q0r, q_dim_);
+    const model::WeightView* owp = &ow;
+    // o_proj's bias is added once: by rank 0, before the all-reduce sums the ranks' partial outputs.
     if (c.o_bias) {
       const model::WeightView* ob = count(get(p + "self_attn.o_proj.bias", {H}));
-      L.o = be_->load_matrix(std::span<const model::WeightView* const>(&ow, 1),
-                             std::span<const model::WeightView* const>(&ob, 1));
+      if (sh.rank == 0)
+        L.o = be_->load_matrix(std::span<const model::WeightView* const>(&owp, 1),
+                               std::span<const model::WeightView* const>(&ob, 1));
+      else
+        L.o = be_->load_matrix(std::span<const model::WeightView* const>(&owp, 1));
     } else {
-      L.o = be_->load_matrix(std::span<const model::WeightView* const>(&ow, 1));
+      L.o = be_->load_matrix(std::span<const model::WeightView* const>(&owp, 1));
     }
-    const model::WeightView* gu[2] = {count(get(p + "mlp.gate_proj.weight", {F, H})),
-                                      count(get(p + "mlp.up_proj.weight", {F, H}))};
+    const model::WeightView gw = rows(*count(get(p + "mlp.gate_proj.weight", {F, H})), sh.ff0, sh.ff),
+                            uw = rows(*count(get(p + "mlp.up_proj.weight", {F, H})), sh.ff0, sh.ff);
+    const model::WeightView* gu[2] = {&gw, &uw};
     L.gate_up = be_->load_matrix(gu);
-    const model::WeightView* dw = count(get(p + "mlp.down_proj.weight", {H, F}));
-    L.down = be_->load_matrix(std::span<const model::WeightView* const>(&dw, 1));
+    const model::WeightView dw = cols(*count(get(p + "mlp.down_proj.weight", {H, F})), sh.ff0, sh.ff);
+    const model::WeightView* dwp = &dw;
+    L.down = be_->load_matrix(std::span<const model::WeightView* const>(&dwp, 1));
     layers_.push_back(std::move(L));
   }
 
@@ -877,6 +917,7 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   info_.parameters = params;
   info_.bos_id = c.bos_id;
   info_.eos_ids = c.eos_ids;
+  info_.tp = sh.size;
   // transformers' generate() stops at generation_config.json's eos ids (Gemma 3 instruct: <eos> and <end_of_turn>).
   if (fs::is_directory(dir, ec)) {
     const fs::path gpath = dir / "generation_config.json";
@@ -907,13 +948,24 @@ ModelImpl::ModelImpl(const std::filesystem::path& dir, const LoadOptions& opts)
   // Rows of logits computed at once when every row is wanted: at most ~64 MiB of logits.
   logit_rows_ = std::max<int64_t>(1, std::min<int64_t>(std::min(opts.prefill_chunk, info_.max_context),
                                                       (int64_t(64) << 20) / (4 * c.vocab_size)));
+  // From here on the rank computes with its shard's sizes (info_ keeps the whole model's).
+  cfg_.num_heads = sh.heads;
+  cfg_.num_kv_heads = sh.kv_heads;
+  cfg_.intermediate_size = sh.ff;
 }
 
 }  // namespace
 }  // namespace engine
 
 std::shared_ptr<Model> Model::load(const std::filesystem::path& dir, const LoadOptions& opts) {
+  engine::check_tp(opts.tp);
+  if (opts.tp > 1) return engine::load_tp_model(dir, opts);
   return std::make_shared<engine::ModelImpl>(dir, opts);
+}
+
+std::shared_ptr<Model> engine::load_rank_model(const std::filesystem::path& dir, const LoadOptions& opts,
+                                               dist::Communicator& comm) {
+  return std::make_shared<engine::ModelImpl>(dir, opts, &comm);
 }
 
 GenerationResult generate(Session& session, std::span<const int32_t> prompt, const GenerateOptions& opts,
@@ -937,7 +989,7 @@ GenerationResult generate(Session& session, std::span<const int32_t> prompt, con
   // among them; on a tie, and on an invalid row, the step falls back to the sampler on the downloaded logits, which
   // also raises the sampler's errors). Tuning::device_argmax = false (FLASHKIT_DEVICE_ARGMAX=0) turns it off.
   const bool argmax_pick = sp.repetition_penalty == 1.0f && (sp.greedy() || sp.top_k == 1);
-  auto* fast = argmax_pick ? dynamic_cast<engine::SessionImpl*>(&session) : nullptr;
+  auto* fast = argmax_pick ? dynamic_cast<engine::DeviceGreedy*>(&session) : nullptr;
   if (fast && !fast->device_argmax_allowed()) fast = nullptr;
 
   GenerationResult r;
@@ -1124,7 +1176,7 @@ class PagedRunnerImpl final : public PagedRunner {
     // the top bit set (session keys are id << 8 | kind).
     const uint64_t key = (uint64_t(1) << 63) | (uint64_t(T) << 24) | (uint64_t(n) << 1) | (greedy.empty() ? 0u : 1u);
     bool graphable = false;
-    if (n > 0 && !m.opts_.profile && T < (int64_t(1) << 22) && ++shapes_seen_[key] >= 2) {
+    if (n > 0 && !m.opts_.profile && !m.comm_ && T < (int64_t(1) << 22) && ++shapes_seen_[key] >= 2) {
       graphable = graph_shapes_.count(key) > 0;
       if (!graphable && graph_shapes_.size() < kMaxGraphs) graphable = graph_shapes_.insert(key).second;
     }
@@ -1165,6 +1217,7 @@ class PagedRunnerImpl final : public PagedRunner {
       });
       m.op("attention", [&] { be.paged_attention(q, k, v, kv_[li], attn, T, L.ap); });
       m.op("linear.o", [&] { be.linear(attn, L.o, o, T); });
+      if (m.comm_) m.op("all_reduce", [&] { be.all_reduce_sum(o, T, *m.comm_); });
       if (c.sandwich_norms) {
         m.op("rms_norm", [&] { be.add_rms_norm(o, L.post_attn_norm, h, T, eps); });
         m.op("rms_norm", [&] { be.rms_norm(h, L.pre_ff_norm, xn, T, c.hidden_size, eps); });
@@ -1175,6 +1228,7 @@ class PagedRunnerImpl final : public PagedRunner {
       m.op("linear.gate_up", [&] { be.linear(xn, L.gate_up, gu, T); });
       m.op("gated_act", [&] { be.gated_act(gu, act, T, actk); });
       m.op("linear.down", [&] { be.linear(act, L.down, o, T); });
+      if (m.comm_) m.op("all_reduce", [&] { be.all_reduce_sum(o, T, *m.comm_); });
       if (c.sandwich_norms) m.op("rms_norm", [&] { be.add_rms_norm(o, L.post_ff_norm, h, T, eps); });
       else m.op("add", [&] { be.add(o, h, T); });
     }
@@ -1211,21 +1265,38 @@ ModelImpl& impl_of(const Model& model) {
 }  // namespace
 
 int64_t paged_kv_bytes_per_token(const Model& model) {
+  // A tensor-parallel model: every rank's pool (its KV heads) holds a slice of each token.
+  if (const auto ranks = tp_ranks(model); !ranks.empty()) {
+    int64_t sum = 0;
+    for (Model* r : ranks) sum += paged_kv_bytes_per_token(*r);
+    return sum;
+  }
   const ModelImpl& m = impl_of(model);
   refuse_paged_mamba(m.cfg_);  // no KV cache: 0 bytes per token would divide by zero in the serving engine
   return m.cfg_.num_layers * 2 * m.kv_dim_ * dtype_size(m.be_->kv_dtype());
 }
 
-bool has_kv_cache(const Model& model) { return impl_of(model).cfg_.arch != Arch::mamba; }
+bool has_kv_cache(const Model& model) {
+  if (const auto ranks = tp_ranks(model); !ranks.empty()) return has_kv_cache(*ranks[0]);
+  return impl_of(model).cfg_.arch != Arch::mamba;
+}
 
-int64_t paged_device_free_bytes(const Model& model) { return impl_of(model).be_->free_memory_bytes(); }
+// Tensor-parallel: rank 0's device (the ranks of one process share it, or each has one of the same kind); the pool is
+// sized from it with every rank's bytes per token (paged_kv_bytes_per_token), so it is conservative either way.
+int64_t paged_device_free_bytes(const Model& model) {
+  if (const auto ranks = tp_ranks(model); !ranks.empty()) return paged_device_free_bytes(*ranks[0]);
+  return impl_of(model).be_->free_memory_bytes();
+}
 
 std::unique_ptr<PagedRunner> make_paged_runner(Model& model, const PagedRunnerOptions& opts) {
+  if (!tp_ranks(model).empty()) return make_tp_paged_runner(model, opts);
   return std::make_unique<PagedRunnerImpl>(impl_of(model), opts);
 }
 
 std::string model_identity(const Model& model) {
   namespace fs = std::filesystem;
+  if (const auto ranks = tp_ranks(model); !ranks.empty())
+    return model_identity(*ranks[0]) + "tp=" + std::to_string(ranks.size()) + ";";
   const ModelImpl& m = impl_of(model);
   const ModelConfig& c = m.cfg_;
   std::string id;
