@@ -22,18 +22,16 @@
 // in the lse of a row that sees at least one key -- is rejected with invalid_argument naming the tensor and index
 // (CPU tensors: on CUDA that scan would cost a device-to-host synchronization per call, so CUDA calls always
 // answer as with check_finite off).
-// With check_finite off, every implementation (reference, CPU standard, CPU flash at every ISA, the CUDA forward
-// and backward kernels: checked by the NonFinite tests) answers as below.
-//   forward, per query row i that sees at least one key: the formula evaluated in IEEE f64 arithmetic --
-//     s_j = scale * q_i.k_j (with softcap: cap * tanh(s_j / cap)), m = max s_j, o_i = sum_j e^(s_j - m) v_j / l,
-//     lse_i = m + log l -- where a key with s_j = -inf weighs e^-inf = 0 (a k element of -inf against a positive q
-//     element drops that key), and where any NaN or +-inf in the result makes the whole row o_i = NaN, lse_i = NaN:
-//     a NaN or +inf score, every visible score -inf, a visible v_j holding NaN or +-inf (0 * inf is NaN), a
-//     non-finite q_i without softcap (its scores are then NaN or +-inf);
-//   - finite inputs give the softmax, finite, also when a score (or a partial sum of it) exceeds the f32 range:
-//     the fast kernels recompute such a row in f64; lse_i is the f32 rounding of the log-sum-exp (+inf only when
-//     it exceeds the f32 range itself);
-//   - keys row i does not see (masked, or outside its sequence) never affect it, whatever they hold.
+// With check_finite off, every implementation (reference, CPU standard, CPU flash at every ISA, the CUDA backward:
+// checked by the NonFinite tests) answers as below. The CUDA forward only in part (docs/worklog/attention-cuda.md):
+// NaN in q gives the NaN row; NaN/+-inf in a visible k or v gives a row that is not finite but not all NaN (a k
+// element's -inf score weighs 0), and finite scores that overflow f32 give NaN instead of the softmax.
+//   forward, per query row i that sees at least one key:
+//     - q_i, or k_j or v_j of a key j that row i sees, holds NaN or +-inf  ->  o_i = NaN (every element), lse_i = NaN;
+//     - otherwise o_i is the softmax result, finite, also when a score scale * q.k (or a partial sum of it)
+//       exceeds the f32 range: the CPU kernels recompute such a row in f64, like the reference; lse_i is the f32
+//       rounding of the log-sum-exp (+inf only when it exceeds the f32 range itself);
+//     - keys row i does not see (masked, or outside its sequence) never affect it, whatever they hold.
 //   forward, a row with no visible key: o = 0, lse = -inf, whatever the inputs hold.
 //   backward, per query row i that sees at least one key, when lse_i is NaN, +inf or -inf (not the forward's):
 //     dq_i = NaN, and dk_j, dv_j = NaN for every key j row i sees (rows with finite lse contribute as usual);

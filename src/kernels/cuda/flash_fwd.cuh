@@ -11,41 +11,11 @@
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
 #include "kernels/cuda/launch.hpp"
-#include "kernels/cuda/nonfinite_postpass.cuh"
-#include "kernels/cuda/nonfinite_row.cuh"
 
 namespace flashkit::cuda {
 
-// Recomputes the flagged rows (bit b: row w0 + b of the tile's rows) of one warp in f64 into its staging rows
-// (s0 + b of the swizzled tile at smem) and their lse; called by the whole warp, rarely (nonfinite_row.cuh). A call,
-// not inlined: its f64 registers stay out of the kernel's allocation; it takes the kernel's parameters by address
-// (__grid_constant__: no local copy).
-template <typename T, int D>
-__device__ __noinline__ void fix_staged_rows(const kernels::AttentionFwdArgs* ap, bool pack, int64_t w0, uint8_t* smem,
-                                             int s0, uint32_t flagged) {
-  const kernels::AttentionFwdArgs& a = *ap;
-  const FwdTile t = fwd_tile(a, pack, 0, 64, 64);  // the CTA's sequence and row mapping (not its key tiles)
-  while (flagged) {
-    const int b = __ffs(flagged) - 1;
-    flagged &= flagged - 1;
-    int64_t h, i;
-    t.trows.head_query(w0 + b, h, i);
-    const float lse = recompute_row_f64<T, D>(f64_row<T>(a, t.sr, h, i), [=](int c, double x) {
-      *reinterpret_cast<T*>(smem + swz<D>(s0 + b, c >> 3) + (c & 7) * 2) = nonfinite_from_f64<T>(x);
-    });
-    if ((threadIdx.x & 31) == 0) a.lse[a.lse_index(t.sr, h, i)] = lse;
-  }
-  __syncwarp();
-}
-
-// Whether the kernel recomputes flagged rows itself (a call in the epilogue) or leaves them to the post-pass
-// (nonfinite_postpass.cuh): the one-warp d128 configuration with Q in registers (the one_warp decode member) is the
-// one where the call adds spills (worklog v14, ptxas table).
-template <int D, int NW, bool QREG>
-constexpr bool kSm80FixCall = !(D == 128 && NW == 1 && QREG);
-
 template <typename T, int D, int BN, int NW, bool QREG, int MT>
-__global__ void __launch_bounds__(NW * 32) flash_fwd_kernel(const __grid_constant__ FwdParams p) {
+__global__ void __launch_bounds__(NW * 32) flash_fwd_kernel(const FwdParams p) {
   using Op = MmaOp<T>;
   constexpr int WR = 16 * MT;  // rows per warp: MT m16 tiles share every K/V fragment read from shared memory
   constexpr int BM = WR * NW, NT = NW * 32, CH = D / 8;
@@ -269,12 +239,8 @@ __global__ void __launch_bounds__(NW * 32) flash_fwd_kernel(const __grid_constan
     }
   }
 
-  // Epilogue: normalize, write O (staged through this warp's rows of the Q tile) and LSE. A row the f32 result
-  // cannot vouch for (nonfinite_row.cuh) is recomputed in f64 into the staging rows (one split), or its partial's
-  // lse is NaN so that the split combine recomputes it.
+  // Epilogue: normalize, write O (staged through this warp's rows of the Q tile) and LSE.
   T* obase = static_cast<T*>(a.o.data) + sr.bslot * a.o.stride_b;
-  const int key_begin = nb_begin * BN, key_end = nb_end * BN;
-  uint32_t flagged = 0;  // bit mt * 16 + g + 8r: the thread's rows to recompute
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     float inv[2], lse[2];
@@ -283,16 +249,6 @@ __global__ void __launch_bounds__(NW * 32) flash_fwd_kernel(const __grid_constan
       const float l = quad_sum(lrow[mt][r]);
       inv[r] = l > 0.f ? 1.f / l : 0.f;
       lse[r] = row_lse(mrow[mt][r], l);
-      float osum = 0.f;
-#pragma unroll
-      for (int d = 0; d < DTILE; ++d) osum += o[mt][d][2 * r] + o[mt][d][2 * r + 1];
-      const bool sees = m0 + warp * WR + mt * 16 + g + 8 * r < rows &&
-                        (my_lo[mt][r] > key_begin ? my_lo[mt][r] : key_begin) <
-                            (my_hi[mt][r] < key_end ? my_hi[mt][r] : key_end);
-      if (flagged_row(sees, l, quad_sum(osum))) {  // quad-uniform: t4 == 0 writes the lse
-        flagged |= 1u << (mt * 16 + g + 8 * r);
-        lse[r] = kNaN;
-      }
     }
     if (p.num_splits == 1) {
       __syncwarp();
@@ -325,10 +281,6 @@ __global__ void __launch_bounds__(NW * 32) flash_fwd_kernel(const __grid_constan
   }
   if (p.num_splits == 1) {
     __syncwarp();
-    if constexpr (kSm80FixCall<D, NW, QREG>) {  // otherwise the flagged rows' lse is NaN: the post-pass recomputes
-      flagged = __reduce_or_sync(0xffffffffu, flagged);
-      if (flagged) fix_staged_rows<T, D>(&a, p.pack_gqa, m0 + warp * WR, smem, warp * WR, flagged);
-    }
     for (int idx = lane; idx < WR * CH; idx += 32) {
       const int rr = idx / CH, c = idx % CH;
       const int64_t gr = m0 + warp * WR + rr;
@@ -341,6 +293,7 @@ __global__ void __launch_bounds__(NW * 32) flash_fwd_kernel(const __grid_constan
     }
   }
 }
+
 
 template <typename T, int D, int BN, int NW, bool QREG, int MT>
 void launch_fwd_cfg(const FwdParams& p, cudaStream_t stream) {
@@ -356,9 +309,6 @@ void launch_fwd_cfg(const FwdParams& p, cudaStream_t stream) {
   dim3 grid(unsigned(mblocks * p.num_splits), unsigned(p.pack_gqa ? sh.kv_heads : sh.heads), unsigned(sh.batch));
   kern<<<grid, NW * 32, smem, stream>>>(p);
   check_cuda(cudaGetLastError(), "flash forward launch");
-  // Several splits: a flagged partial's lse is NaN and the split combine recomputes the row.
-  if constexpr (!kSm80FixCall<D, NW, QREG>)
-    if (p.num_splits == 1) launch_nonfinite_postpass<T, D>(p, grid, BM, false, stream);
 }
 
 // The prefill tile of tiles.hpp (see docs/worklog/attention-cuda.md, v2).

@@ -15,7 +15,6 @@
 #include "kernels/cuda/flash_common.cuh"
 #include "kernels/cuda/flash_fwd_sm90_tile.cuh"
 #include "kernels/cuda/launch.hpp"
-#include "kernels/cuda/nonfinite_postpass.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace flashkit::cuda {
@@ -28,14 +27,8 @@ struct Sm90FwdCfg {
   static_assert(q_bytes % 1024 == 0 && kv_bytes % 1024 == 0, "panels must stay 1024-byte aligned");
 };
 
-// Whether the kernel recomputes flagged rows itself (a call in the epilogue) or leaves them to the post-pass
-// (nonfinite_postpass.cuh): two warpgroups at two CTAs per SM cap it at 128 registers, where the call alone adds
-// spills to the hot loop's allocation (worklog v14, ptxas table).
-template <int NWG, int MINB>
-constexpr bool kSm90FixCall = !(NWG == 2 && MINB >= 2);
-
 template <typename T, int D, int BN, int NWG, int STAGES, int MINB>
-__global__ void __launch_bounds__(NWG * 128, MINB) flash_fwd_sm90_kernel(const __grid_constant__ FwdParams p) {
+__global__ void __launch_bounds__(NWG * 128, MINB) flash_fwd_sm90_kernel(const FwdParams p) {
 #if FK_SM90_ENABLED
   using Cfg = Sm90FwdCfg<D, BN, NWG, STAGES>;
   using Rows = Sm90FwdRows<T, D, BN, Cfg::BM>;
@@ -127,7 +120,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) flash_fwd_sm90_kernel(const _
   }
   cp_async_wait<0>();
   // every warp of this warpgroup is past its last wgmma reading Q before O is staged there
-  w.template store<kSm90FixCall<NWG, MINB>>(sr, trows, smem, m0, rows, dreal, 1 + wg);
+  w.store(sr, trows, smem, m0, rows, dreal, 1 + wg);
 #else
   __trap();
 #endif
@@ -148,7 +141,6 @@ bool launch_fwd_sm90_cfg(const FwdParams& p, cudaStream_t stream) {
   dim3 grid(unsigned(mblocks), unsigned(p.pack_gqa ? sh.kv_heads : sh.heads), unsigned(sh.batch));
   kern<<<grid, Cfg::NT, Cfg::smem, stream>>>(p);
   check_cuda(cudaGetLastError(), "flash forward (sm90) launch");
-  if constexpr (!kSm90FixCall<NWG, MINB>) launch_nonfinite_postpass<T, D>(p, grid, Cfg::BM, true, stream);
   return true;
 }
 

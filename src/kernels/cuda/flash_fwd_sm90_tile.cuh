@@ -13,33 +13,9 @@
 
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
-#include "kernels/cuda/nonfinite_row.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace flashkit::cuda {
-
-// Recomputes one warp's flagged rows in f64 into the staging panels (tile rows s0 .. s0 + 15, query rows m0 + s0 ..)
-// and writes their lse; called by the whole warp, rarely (nonfinite_row.cuh). Flags as the epilogue votes them:
-// bit 4g + t4 of bad[r] for the thread holding row g + 8r. A call, not inlined, taking the kernel's parameters by
-// address (__grid_constant__: no local copy) and rebuilding the row mapping from the block index. Only in the
-// configurations where the call leaves the kernel's registers and spills as they were (store's kFixCall).
-template <typename T, int D, int BM>
-__device__ __noinline__ void fix_staged_rows_sm90(const kernels::AttentionFwdArgs* ap, bool pack, int64_t m0,
-                                                  uint8_t* smem, int s0, uint32_t bad0, uint32_t bad1) {
-  const kernels::AttentionFwdArgs& a = *ap;
-  const FwdTile t = fwd_tile(a, pack, 0, 64, 64);  // the CTA's sequence and row mapping (not its key tiles)
-  for (int b = 0; b < 16; ++b) {
-    const uint32_t quad = ((b < 8 ? bad0 : bad1) >> (4 * (b & 7))) & 0xfu;
-    if (!quad) continue;
-    int64_t h, i;
-    t.trows.head_query(m0 + s0 + b, h, i);
-    const float lse = recompute_row_f64<T, D>(f64_row<T>(a, t.sr, h, i), [=](int c, double x) {
-      *reinterpret_cast<T*>(smem + pswz<BM>(s0 + b, c >> 3) + (c & 7) * 2) = nonfinite_from_f64<T>(x);
-    });
-    if ((threadIdx.x & 31) == 0) a.lse[a.lse_index(t.sr, h, i)] = lse;
-  }
-  __syncwarp();
-}
 
 // The key tiles a warpgroup's own rows can see, within the CTA's [nb_begin, nb_end) (mask bounds are monotone in
 // the query index), and the bounds inside which a tile needs no mask. Empty (wb == we) when its rows are past the end
@@ -193,10 +169,6 @@ struct Sm90FwdRows {
 
   // Epilogue: normalize, stage the warpgroup's O rows in its part of the Q panels (smem: the CTA's Q tile, no longer
   // read once every warp of the warpgroup is past its last QK^T: named barrier `bar`), then write O and LSE.
-  // A row the f32 result cannot vouch for (nonfinite_row.cuh) gets lse = NaN; with kFixCall the warp then recomputes
-  // it in f64 (a call) before the copy-out, without it the caller launches nonfinite_postpass.cuh after the kernel
-  // (the 128-register configurations, where the call alone adds spills: worklog v14).
-  template <bool kFixCall>
   __device__ __forceinline__ void store(const kernels::SeqRange& sr,
                                         const TileRows& trows, uint8_t* smem, int64_t m0, int64_t rows, int dreal,
                                         int bar) {
@@ -210,38 +182,20 @@ struct Sm90FwdRows {
       lse[r] = row_lse(mrow[r], l);
     }
     named_barrier(bar, 128);
-    // The sum of the values each thread stages: with inv, it flags the rows the f32 result cannot vouch for.
-    float osum[2] = {0.f, 0.f};
 #pragma unroll
     for (int d = 0; d < DTILE; ++d)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const float x0 = o[4 * d + 2 * r] * inv[r], x1 = o[4 * d + 2 * r + 1] * inv[r];
-        osum[r] += x0 + x1;
-        const uint32_t v = Op::pack(x0, x1);
+        const uint32_t v = Op::pack(o[4 * d + 2 * r] * inv[r], o[4 * d + 2 * r + 1] * inv[r]);
         *reinterpret_cast<uint32_t*>(smem + pswz<BM>(wg * 64 + wq * 16 + g + 8 * r, d) + t4 * 4) = v;
       }
-    // Rows the f32 result cannot vouch for (nonfinite_row.cuh): l not positive (inv = 0: NaN or +inf scores, or
-    // every score -inf in f32) or a non-finite staged value, in a row that sees keys. Bit 4g + t4 of bad[r]: the
-    // thread's part of row g + 8r.
-    uint32_t bad[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-      bad[r] = __ballot_sync(0xffffffffu, !(inv[r] > 0.f && isfinite(osum[r])) &&
-                                              m0 + wg * 64 + wq * 16 + g + 8 * r < rows && my_lo[r] < my_hi[r]);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int64_t gr = m0 + wg * 64 + wq * 16 + g + 8 * r;
       if (gr >= rows || t4 != 0) continue;
       int64_t h, i;
       trows.head_query(gr, h, i);
-      a.lse[a.lse_index(sr, h, i)] = (bad[r] >> (4 * g)) & 0xfu ? kNaN : lse[r];
-    }
-    if constexpr (kFixCall) {  // recomputed over what the warp staged, before the warpgroup copies the panels out
-      if (bad[0] | bad[1]) {
-        __syncwarp();
-        fix_staged_rows_sm90<T, D, BM>(&a, trows.pack, m0, smem, wg * 64 + wq * 16, bad[0], bad[1]);
-      }
+      a.lse[a.lse_index(sr, h, i)] = lse[r];
     }
     named_barrier(bar, 128);
     T* obase = static_cast<T*>(a.o.data) + sr.bslot * a.o.stride_b;

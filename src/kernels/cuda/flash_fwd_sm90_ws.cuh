@@ -54,7 +54,7 @@ constexpr int kWsBarQ = 1, kWsBarEpi = 2, kWsBarTurn = 4;
 
 template <typename T, int D, int BN, int STAGES, bool PINGPONG>
 __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES>::NT, 1)
-    flash_fwd_sm90_ws_kernel(const __grid_constant__ FwdParams p, const __grid_constant__ CUtensorMap tmap_k,
+    flash_fwd_sm90_ws_kernel(const FwdParams p, const __grid_constant__ CUtensorMap tmap_k,
                              const __grid_constant__ CUtensorMap tmap_v) {
 #if FK_SM90_ENABLED
   using Cfg = Sm90WsCfg<D, BN, STAGES>;
@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES>::NT, 1)
   }
 
   // Epilogue (every warp of this warpgroup is past its last wgmma reading Q before O is staged there).
-  w.template store<true>(sr, trows, smem, m0, rows, dreal, kWsBarEpi + wg);
+  w.store(sr, trows, smem, m0, rows, dreal, kWsBarEpi + wg);
 #else
   __trap();
 #endif

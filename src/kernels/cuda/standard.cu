@@ -16,7 +16,6 @@
 #include "flashkit/error.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
-#include "kernels/cuda/nonfinite_row.cuh"
 
 namespace flashkit::cuda {
 
@@ -234,25 +233,6 @@ __global__ void group_sum_kernel(const float* src, T* dst, int64_t stride_b, int
   }
 }
 
-// The contract's answer for non-finite input (attention.hpp) on the cuBLAS path: a post-pass, one warp per row, that
-// recomputes in f64 (nonfinite_row.cuh) each row that sees keys and whose lse or o is not finite (NaN/+inf scores
-// make the softmax sum NaN, all -inf scores make it 0, non-finite v and masked keys' NaN v times P = 0 reach o).
-// It reads o once more: this is the baseline path, not a fast one. Grid (row blocks of 8 rows, heads, sequences).
-template <typename T>
-__global__ void __launch_bounds__(256) fix_nonfinite_rows_kernel(const kernels::AttentionFwdArgs a) {
-  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
-  const kernels::SeqRange sr = kernels::seq_range(a.shape, blockIdx.z);
-  const int64_t i = int64_t(blockIdx.x) * 8 + warp, h = blockIdx.y;
-  if (i >= sr.nq || a.mask.hi(i, sr.nq, sr.nk) <= a.mask.lo(i, sr.nq, sr.nk)) return;
-  T* o = static_cast<T*>(a.o.data) + sr.bslot * a.o.stride_b + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h;
-  bool ok = isfinite(a.lse[a.lse_index(sr, h, i)]);
-  for (int c = lane; c < int(a.shape.head_dim); c += 32) ok = ok && isfinite(nonfinite_to_f64(o[c]));
-  if (__all_sync(0xffffffffu, ok)) return;
-  const float lse = recompute_row_f64<T, 256>(f64_row<T>(a, sr, h, i),
-                                              [=](int c, double x) { o[c] = nonfinite_from_f64<T>(x); });
-  if (lane == 0) a.lse[a.lse_index(sr, h, i)] = lse;
-}
-
 template <typename T>
 void forward_t(const kernels::AttentionFwdArgs& a, const int32_t* host_cu, cudaStream_t stream) {
   int dev = 0;
@@ -305,11 +285,6 @@ void forward_t(const kernels::AttentionFwdArgs& a, const int32_t* host_cu, cudaS
     // O^T (D x nq) = V^T (D x nk) P^T (nk x nq)
     gemm_batched(h, false, false, D, u.nq, u.nk, 1.f, pa + 3 * c, dt, a.v.stride_s, pa + 4 * c, dt, u.nk, 0.f,
                  pa + 5 * c, dt, a.o.stride_s, c);
-  }
-  if (sh.max_seqlen_q > 0 && sh.heads > 0 && sh.batch > 0) {
-    const dim3 grid(unsigned((sh.max_seqlen_q + 7) / 8), unsigned(sh.heads), unsigned(sh.batch));
-    fix_nonfinite_rows_kernel<T><<<grid, 256, 0, stream>>>(a);
-    check_cuda(cudaGetLastError(), "attention forward non-finite rows launch");
   }
 }
 

@@ -10,40 +10,33 @@
 namespace flashkit::kernels {
 
 double attention_row_f64(const double* q, const double* k, const double* v, int64_t d, int64_t lo, int64_t hi,
-                         double scale, double cap, double* o, std::vector<double>& sc) {
+                         double scale, double cap, double* o, std::vector<double>& sc, bool kv_finite) {
   for (int64_t c = 0; c < d; ++c) o[c] = 0.0;
   if (hi <= lo) return -std::numeric_limits<double>::infinity();
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  auto nan_row = [&] {
+  bool finite = kv_finite;
+  for (int64_t c = 0; c < d; ++c) finite = finite && std::isfinite(q[c]);
+  if (!finite) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
     for (int64_t c = 0; c < d; ++c) o[c] = nan;
     return nan;
-  };
+  }
   if (int64_t(sc.size()) < hi) sc.resize(size_t(hi));
-  // The formula in IEEE f64 arithmetic. Finite inputs keep |s| < 1e80; a non-finite q or k makes scores NaN or
-  // +-inf (a softcap maps +-inf to +-cap), and a -inf score weighs e^-inf = 0.
   double m = -std::numeric_limits<double>::infinity();
-  bool nan_score = false;
   for (int64_t j = lo; j < hi; ++j) {
     double dot = 0;
     for (int64_t c = 0; c < d; ++c) dot += q[c] * k[j * d + c];
-    double s = scale * dot;
+    double s = scale * dot;  // finite: |q|, |k| <= FLT_MAX, so |s| < 1e80 in f64
     if (cap > 0) s = cap * std::tanh(s / cap);
     sc[size_t(j)] = s;
-    nan_score = nan_score || std::isnan(s);
     m = std::max(m, s);
   }
-  // A NaN or +inf score, or every score -inf, makes e^(s - m) NaN for some key.
-  if (nan_score || !std::isfinite(m)) return nan_row();
   double l = 0;
   for (int64_t j = lo; j < hi; ++j) l += std::exp(sc[size_t(j)] - m);
   for (int64_t j = lo; j < hi; ++j) {
     const double p = std::exp(sc[size_t(j)] - m) / l;
-    for (int64_t c = 0; c < d; ++c) o[c] += p * v[j * d + c];  // 0 * inf = NaN: a visible non-finite v counts
+    for (int64_t c = 0; c < d; ++c) o[c] += p * v[j * d + c];
   }
-  const double lse = m + std::log(l);
-  bool finite = std::isfinite(lse);
-  for (int64_t c = 0; c < d; ++c) finite = finite && std::isfinite(o[c]);
-  return finite ? lse : nan_row();
+  return m + std::log(l);
 }
 
 void attention_fix_row(const AttentionFwdArgs& a, const SeqRange& r, int64_t h, int64_t i) {
@@ -55,14 +48,16 @@ void attention_fix_row(const AttentionFwdArgs& a, const SeqRange& r, int64_t h, 
   };
   const size_t nd = static_cast<size_t>(d), nkd = static_cast<size_t>(std::max<int64_t>(hi, 0) * d);
   std::vector<double> q(nd), k(nkd), v(nkd), o(nd), sc;
+  bool kv_finite = true;
   for (int64_t c = 0; c < d; ++c) q[size_t(c)] = load_as_f64(row(a.q, r.q0 + i, h), a.dtype, c);
   for (int64_t j = lo; j < hi; ++j)
     for (int64_t c = 0; c < d; ++c) {
       k[size_t(j * d + c)] = load_as_f64(row(a.k, r.k0 + j, hk), a.dtype, c);
       v[size_t(j * d + c)] = load_as_f64(row(a.v, r.k0 + j, hk), a.dtype, c);
+      kv_finite = kv_finite && std::isfinite(k[size_t(j * d + c)]) && std::isfinite(v[size_t(j * d + c)]);
     }
   const double lse =
-      attention_row_f64(q.data(), k.data(), v.data(), d, lo, hi, a.scale, a.softcap, o.data(), sc);
+      attention_row_f64(q.data(), k.data(), v.data(), d, lo, hi, a.scale, a.softcap, o.data(), sc, kv_finite);
   char* orow = static_cast<char*>(a.o.data) + (r.bslot * a.o.stride_b + (r.q0 + i) * a.o.stride_s + h * a.o.stride_h) * es;
   for (int64_t c = 0; c < d; ++c) store_from_f64(orow, a.dtype, c, o[size_t(c)]);
   a.lse[a.lse_index(r, h, i)] = float(lse);

@@ -15,12 +15,12 @@ namespace flashkit::kernels {
 
 // q: [d]; k, v: rows lo..hi-1 at k + j*d, v + j*d. Writes o[0, d) and returns the lse:
 //   no visible key (hi <= lo): o = 0, lse = -inf;
-//   otherwise the softmax average (scores s = cap * tanh(scale q.k / cap), or scale q.k without a cap) evaluated in
-//   IEEE f64 arithmetic (a -inf score weighs 0), except that a row whose evaluation gives any NaN or +-inf in o or
-//   lse (a NaN or +inf score, every score -inf, a visible non-finite v) is returned as o = NaN, lse = NaN.
-// `sc` is scratch of at least hi entries.
+//   q, or a visible key's k or v, holds NaN or +-inf: o = NaN, lse = NaN;
+//   otherwise the softmax average (scores s = cap * tanh(scale q.k / cap), or scale q.k without a cap).
+// `kv_finite`: the caller's verdict on the visible k and v rows (every value finite); `sc` is scratch of at least
+// hi entries.
 double attention_row_f64(const double* q, const double* k, const double* v, int64_t d, int64_t lo, int64_t hi,
-                         double scale, double cap, double* o, std::vector<double>& sc);
+                         double scale, double cap, double* o, std::vector<double>& sc, bool kv_finite);
 
 // Recomputes row i of query head h in sequence r with attention_row_f64 and stores its o row and lse (the fast
 // kernels' fallback; rare, so it loads what it needs element by element).

@@ -10,7 +10,6 @@
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
 #include "kernels/cuda/launch.hpp"
-#include "kernels/cuda/nonfinite_row.cuh"
 
 namespace flashkit::cuda {
 
@@ -22,34 +21,8 @@ namespace {
 // meet in shared memory. Spreading a row's columns over blocks matters when rows are few: one KV head at batch 1
 // is 8 rows x ~130 splits x 256 columns (1 MB of partials) that one block per row read with only 8 SMs.
 constexpr int kCombineCols = 64, kCombineThreads = 256;
-// 8 blocks per SM: holds the kernel at the 32 registers it uses without the non-finite fix-up below, whose f64
-// registers would otherwise count for it (58); the rare fix-up spills in its own frame instead.
-constexpr int kCombineMinBlocks = 8;
-
-// A row the merge cannot answer (nonfinite_row.cuh): a split flagged it (its partial lse NaN, flash_decode.cuh), or
-// no split has weight -- the row sees no key (o = 0, lse = -inf) or every score it sees is -inf in f32. One warp
-// recomputes it in f64 and writes only this block's columns [c0, c0 + kCombineCols) and, in the first block, the
-// lse. A call, not inlined: none of its registers or spills belong to the merge; it takes the kernel's parameters
-// by address (__grid_constant__: no local copy) and derives everything else from the block index.
 template <typename T>
-__device__ __noinline__ void fix_combined_row(const kernels::AttentionFwdArgs* ap) {
-  const kernels::AttentionFwdArgs& a = *ap;
-  const int64_t ridx = blockIdx.x;
-  const int c0 = int(blockIdx.y) * kCombineCols;
-  const RowIndex ri = split_row_index(ridx, a.shape.heads, a.shape.seqlen_q);
-  int64_t b = ri.bslot;  // varlen: the sequence whose tokens hold row ri.row
-  if (a.shape.varlen())
-    for (b = 0; b + 1 < a.shape.batch && a.shape.cu_seqlens_q[b + 1] <= ri.row;) ++b;
-  const kernels::SeqRange sr = kernels::seq_range(a.shape, b);
-  const int64_t i = ri.row - sr.q0;
-  T* o = static_cast<T*>(a.o.data) + ri.bslot * a.o.stride_b + ri.row * a.o.stride_s + ri.h * a.o.stride_h;
-  const float lse = recompute_row_f64<T, kCombineCols / 32>(
-      f64_row<T>(a, sr, ri.h, i), c0, [=](int c, double x) { o[c] = nonfinite_from_f64<T>(x); });
-  if (c0 == 0 && (threadIdx.x & 31) == 0) a.lse[ridx] = lse;
-}
-template <typename T>
-__global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
-    split_combine_kernel(const __grid_constant__ FwdParams p, int dpad) {
+__global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const FwdParams p, int dpad) {
   __shared__ float wsh[kMaxDecodeSplits];
   __shared__ float red[8][kCombineCols];
   __shared__ float stat[8];
@@ -63,8 +36,9 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
   pdl_trigger();
   const float2 m_sum = merge::split_weights<kCombineThreads, false>(p.lse_part + ridx, p.num_rows, S, wsh, stat);
   T* o = static_cast<T*>(a.o.data) + ri.bslot * a.o.stride_b + ri.row * a.o.stride_s + ri.h * a.o.stride_h;
-  if (!(m_sum.y > 0.f)) {  // uniform across the block: no split has weight (0), or one is flagged (NaN)
-    if (wid == 0) fix_combined_row<T>(&a);
+  if (m_sum.x == -INFINITY && m_sum.y == 0.f) {  // uniform across the block: every split empty
+    if (tid < kCombineCols && c0 + tid < hd) o[c0 + tid] = MmaOp<T>::from_f32(0.f);
+    if (blockIdx.y == 0 && tid == 0) a.lse[ridx] = -INFINITY;
     return;
   }
   const int col = c0 + 2 * lane;  // head_dim is a multiple of 8: col < hd implies col + 1 < hd

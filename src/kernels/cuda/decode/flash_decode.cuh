@@ -55,35 +55,13 @@
 #include "kernels/cuda/launch.hpp"
 #include "kernels/cuda/flash_fwd.cuh"
 #include "kernels/cuda/decode/merge.cuh"
-#include "kernels/cuda/nonfinite_row.cuh"
 
 namespace flashkit::cuda {
 
 
 
-// Recomputes in f64 the flagged rows (bit r: tile row r, packed query row m0 + r) that fall to warp `warp` of NW
-// (rows warp, warp + NW, ...), writing o and lse directly; rare (nonfinite_row.cuh). A call, not inlined, taking
-// the kernel's parameters by address (__grid_constant__: no local copy), so that none of its registers count for
-// the kernel's hot code.
 template <typename T, int D>
-__device__ __noinline__ void fix_decode_rows(const kernels::AttentionFwdArgs* ap, int kvh, int64_t m0,
-                                             uint32_t flagged, int warp, int NW) {
-  const kernels::AttentionFwdArgs& a = *ap;
-  const kernels::SeqRange sr = kernels::seq_range(a.shape, blockIdx.z);
-  const int64_t group = a.shape.heads / a.shape.kv_heads;
-  T* obase = static_cast<T*>(a.o.data) + sr.bslot * a.o.stride_b;
-  for (int row = warp; row < 16; row += NW) {
-    if (!((flagged >> row) & 1u)) continue;
-    const int64_t gr = m0 + row, h = int64_t(kvh) * group + gr / sr.nq, i = gr % sr.nq;
-    T* orow = obase + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h;
-    const float lse = recompute_row_f64<T, D>(f64_row<T>(a, sr, h, i),
-                                              [=](int c, double x) { orow[c] = nonfinite_from_f64<T>(x); });
-    if ((threadIdx.x & 31) == 0) a.lse[a.lse_index(sr, h, i)] = lse;
-  }
-}
-
-template <typename T, int D>
-__global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_kernel(const __grid_constant__ FwdParams p) {
+__global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_kernel(const FwdParams p) {
   using Op = MmaOp<T>;
   constexpr int NW = DecodeCfg<D>::kWarps, ST = DecodeCfg<D>::kStages, NT = NW * 32;
   constexpr int CH = D / 8, DTILE = D / 8, DP = D + 8;  // DP: f32 row pitch of the merge buffer (no bank conflicts)
@@ -330,13 +308,7 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
   float* ob = ml + NW * 32;                    // [NW][16][DP]: each warp's O scaled to the common max
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    // A non-finite output value (a non-finite v; a masked key's NaN v times p = 0; f32 overflow) makes the warp's
-    // l NaN, so that the merged l alone tells which rows the f32 result cannot vouch for (nonfinite_row.cuh): no
-    // flags of their own, no extra barrier. Four partial sums keep the chain short.
-    float os[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int d = 0; d < DTILE; ++d) os[d & 3] += o[d][2 * r] + o[d][2 * r + 1];
-    const float l = quad_sum(isfinite((os[0] + os[1]) + (os[2] + os[3])) ? lrow[r] : kNaN);
+    const float l = quad_sum(lrow[r]);
     if (t4 == 0) {
       ml[(warp * 16 + g + 8 * r) * 2] = mrow[r];
       ml[(warp * 16 + g + 8 * r) * 2 + 1] = l;
@@ -410,42 +382,12 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
       if (c == 0) p.lse_part[int64_t(split) * p.num_rows + ridx] = lse;
     }
   }
-  if (S == 1) {
-    // Rows to recompute in f64 (nonfinite_row.cuh): a warp's l NaN (a NaN or +inf score, a non-finite output), or
-    // no warp's l positive although the row sees keys (every score -inf in f32). Lane r checks tile row r; every
-    // warp gets the same ballot, so the barrier below (the fix-up overwrites what other threads stored) is uniform.
-    bool bad = false;
-    if (lane < nrows) {
-      bool nan_l = false, pos_l = false;
-#pragma unroll
-      for (int w = 0; w < NW; ++w) {
-        const float l = ml[(w * 16 + lane) * 2 + 1];
-        nan_l = nan_l || isnan(l);
-        pos_l = pos_l || l > 0.f;
-      }
-      if (nan_l) {
-        bad = true;
-      } else if (!pos_l) {
-        int64_t h, i;
-        row_hi(lane, h, i);
-        bad = a.mask.lo(i, nq, nk) < a.mask.hi(i, nq, nk);
-      }
-    }
-    const uint32_t flagged = __ballot_sync(0xffffffffu, bad);
-    if (flagged) {
-      __syncthreads();
-      fix_decode_rows<T, D>(&a, kvh, m0, flagged, warp, NW);
-    }
-    return;
-  }
-  // Several splits: a row's partial lse is NaN when a warp's l was (row_lse); the split combine recomputes it.
+  if (S == 1) return;
   if (clustered) {
     // ---- cluster split merge (sm_90). Only whole clusters get here (see the early exit above).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     const cg::cluster_group cl = cg::this_cluster();
-    __shared__ uint32_t s_fix;  // merged rows this rank recomputes (nonfinite_row.cuh)
-    if (tid == 0) s_fix = 0u;   // ordered before the atomicOr below by the cluster barrier
     cl.sync();  // every rank's cpart/clse (written above by its threads) is visible to the whole cluster
     const int CG = dreal / 4;
     // Items (row, 4 columns; at most 16 x 64) dealt out round-robin over the ranks (item idx to rank idx % S, its
@@ -463,15 +405,8 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
       v.y = Op::pack(acc.z, acc.w);
       *reinterpret_cast<uint2*>(obase + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h + c4 * 4) = v;
       if (c4 == 0) a.lse[a.lse_index(sr, h, i)] = lse;
-      // A NaN merged row (a split's l was NaN), or no weight although the row sees keys (every score -inf in
-      // f32): the rank that wrote its lse recomputes it.
-      if (c4 == 0 && (isnan(lse) || (lse == -INFINITY && a.mask.lo(i, nq, nk) < a.mask.hi(i, nq, nk))))
-        atomicOr(&s_fix, 1u << row);
     }
     cl.sync();  // no CTA leaves (and frees its shared memory) before every rank has read it
-    // After the barrier every rank's writes of the row are done: the rank that wrote its lse overwrites it whole.
-    const uint32_t fix = s_fix;
-    if (fix) fix_decode_rows<T, D>(&a, kvh, m0, fix, warp, NW);
 #else
     __trap();  // the host never launches clusters with code before sm_90 (decode_cluster_residency is all 0)
 #endif
