@@ -1,6 +1,6 @@
-// The CUDA selective-scan kernel choice (src/kernels/ssm_choice.hpp), a pure function run in the CPU build: v3 with
-// two states per thread for d_state <= 16 in production, v1 kept reachable through generation 1, the other v3
-// variants through 2 and 3, v2 through 4, v4 through 5, 6 and 8 (v3's production kernel also through 7), v1's
+// The CUDA selective-scan kernel choice (src/kernels/ssm_choice.hpp), a pure function run in the CPU build: v4 with
+// four states per thread for d_state <= 16 in production, v1 kept reachable through generation 1, the other v3
+// variants through 2 and 3, v2 through 4, v4 through 5, 6 and 8 (v3's former production kernel through 7, production v4 also through 6), v1's
 // wide-state kernel beyond 16, the decode step by d_state; and the backward's plan.
 #include <gtest/gtest.h>
 
@@ -13,8 +13,8 @@ using flashkit::kernels::choose_scan_kernel;
 using flashkit::kernels::scan_kernel_name;
 using flashkit::kernels::ScanKernel;
 
-TEST(ScanChoice, ProductionPicksV3TwoStatesPerThreadUpToSixteenStates) {
-  for (int64_t n : {1, 5, 8, 16}) EXPECT_EQ(choose_scan_kernel(n, false), ScanKernel::v3_n16_npt2) << n;
+TEST(ScanChoice, ProductionPicksV4FourStatesPerThreadUpToSixteenStates) {
+  for (int64_t n : {1, 5, 8, 16}) EXPECT_EQ(choose_scan_kernel(n, false), ScanKernel::v4_npt4) << n;
   for (int64_t n : {17, 40, 64}) EXPECT_EQ(choose_scan_kernel(n, false), ScanKernel::v1_n64) << n;
 }
 
@@ -52,7 +52,7 @@ TEST(ScanChoice, GenerationsFiveAndSixAreV4) {
   EXPECT_EQ(choose_scan_kernel(64, false, 6), ScanKernel::v1_n64);
   EXPECT_EQ(choose_scan_kernel(16, true, 5), ScanKernel::step_n16);
   EXPECT_EQ(choose_scan_kernel(40, true, 6), ScanKernel::step_n64);
-  EXPECT_EQ(choose_scan_kernel(16, false, 7), ScanKernel::v3_n16_npt2);  // production today, by its own number
+  EXPECT_EQ(choose_scan_kernel(16, false, 7), ScanKernel::v3_n16_npt2);  // production until run s10-4, by its own number
   EXPECT_EQ(choose_scan_kernel(5, false, 8), ScanKernel::v4_npt4_fma1);
   EXPECT_EQ(choose_scan_kernel(17, false, 8), ScanKernel::v1_n64);
   EXPECT_EQ(flashkit::kernels::kScanGenerations, 9);
