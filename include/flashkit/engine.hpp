@@ -60,7 +60,7 @@ struct LoadOptions {
   // session's KV cache, workspace) fit that budget. 0 / 0: everything on the device. Giving both is an error.
   int64_t offload_layers = 0;
   int64_t gpu_memory_bytes = 0;
-  // Tensor parallelism (docs/distributed-tp.md): ranks that each hold 1/tp of the attention heads and MLP columns
+  // Tensor parallelism (docs/distributed.md, "Tensor-parallel inference"): ranks that each hold 1/tp of the attention heads and MLP columns
   // and all-reduce the o_proj / down_proj outputs. 1: off. > 1: tp ranks as threads of this process (the "threads"
   // communicator; on CUDA every rank uses device_index). num_attention_heads, num_key_value_heads (or tp divisible by
   // it: kv heads are then replicated) and intermediate_size must divide by tp.

@@ -339,7 +339,7 @@ class Backend {
   virtual void argmax_rows(const Tensor& logits, int64_t n);
   virtual void argmax_rows_result(std::span<ArgmaxResult> out);
 
-  // ---- tensor parallelism (engine/tp.hpp, docs/distributed-tp.md) ----
+  // ---- tensor parallelism (engine/tp.hpp, docs/distributed.md, "Tensor-parallel inference") ----
   // x[0..T) (f32, the o_proj / down_proj output) = the sum over the ranks of comm of their x, every rank getting the
   // same sum. Default (backend_tp.cpp): synchronize() -- which also runs a queued, not yet launched op -- then the
   // communicator's all_reduce_sum on the buffer (host memory on the CPU; device memory on CUDA, which "threads" stages

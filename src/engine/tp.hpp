@@ -1,4 +1,4 @@
-// Tensor-parallel inference (docs/distributed-tp.md). A rank's engine is the ordinary engine over a *sharded* config:
+// Tensor-parallel inference (docs/distributed.md, "Tensor-parallel inference"). A rank's engine is the ordinary engine over a *sharded* config:
 // its own attention heads (q/k/v rows), KV heads (its slice of the KV cache) and MLP columns (gate/up rows), with
 // o_proj and down_proj sliced by input columns; the partial o_proj / down_proj outputs of the ranks are summed by one
 // all-reduce each (Backend::all_reduce_sum) before the residual add. Embedding, norms and lm_head are replicated, so

@@ -1,4 +1,4 @@
-// A tensor-parallel model (LoadOptions::tp > 1; engine/tp.hpp, docs/distributed-tp.md): tp rank models, each the
+// A tensor-parallel model (LoadOptions::tp > 1; engine/tp.hpp, docs/distributed.md, "Tensor-parallel inference"): tp rank models, each the
 // ordinary engine over its shard, driven in lockstep on threads of this process and summing their o_proj / down_proj
 // outputs through the "threads" communicator. Every Session / PagedRunner call runs on all ranks at once; the ranks'
 // replicated tails (final norm, lm_head) give every rank the same logits, and rank 0's are returned.

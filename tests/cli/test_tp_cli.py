@@ -1,4 +1,4 @@
-"""flashkit generate / serve --tp N: tensor-parallel thread ranks (docs/distributed-tp.md) give the greedy output of one
+"""flashkit generate / serve --tp N: tensor-parallel thread ranks (docs/distributed.md, "Tensor-parallel inference") give the greedy output of one
 rank, and configs that do not split are refused in one line naming --tp and the field (exit status 2)."""
 import json
 import os

@@ -1,4 +1,4 @@
-// Tensor-parallel inference (engine/tp.hpp, docs/distributed-tp.md) against one rank: Llama, Gemma 3, Qwen2 (q/k/v
+// Tensor-parallel inference (engine/tp.hpp, docs/distributed.md, "Tensor-parallel inference") against one rank: Llama, Gemma 3, Qwen2 (q/k/v
 // biases), Qwen3 (q/k norms) and Llama with an o_proj bias on tiny random checkpoints, the transformers fixtures and
 // the shipped models/target, at 2 and 4 thread ranks. The ranks' partial sums are added in a different order than the
 // one-rank matmul, so logits agree to a tolerance (1e-5 relative in f32), not bitwise; greedy tokens are identical.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tensor-parallel inference (issue 21, Required 2; docs/distributed-tp.md) on the GPU machine (one H200), one call,
+# Tensor-parallel inference (issue 21, Required 2; docs/distributed.md, "Tensor-parallel inference") on the GPU machine (one H200), one call,
 # about 4 minutes from a cold build-gpu/:
 #   build   the CLI and flashkit_dist_tests (targets only)
 #   test    Tp*: the CPU thread-rank tests (tp 2 and 4 against one rank, every family, the shipped model, serve, bad
