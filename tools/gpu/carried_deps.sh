@@ -1,9 +1,9 @@
-# Sourced by tools/gpu/*.sh. The GPU machine's image lacks the tokenizer's PCRE2 and ICU development files and
+# Sourced by tools/gpu/*.sh. The GPU machine's image lacks the tokenizer's PCRE2 and ICU and the server's cpp-httplib and
 # reaches no package mirror, so they travel with the working tree:
 #   here, once:   bash tools/gpu/carried_deps.sh pack     -> .fkdeps/ (git-ignored via .git/info/exclude)
 #   device run:   pass carry=[".fkdeps"]; sourcing this file points pkg-config and the loader at it.
-# .fkdeps is 38 MB and the tree that travels is limited to 64 MiB (the shipped models are 50 MB of it), so `pack`
-# also writes .fkdeps.tar.xz (9 MB): carry=[".fkdeps.tar.xz"] instead, and fk_use_deps unpacks it there.
+# .fkdeps is 44 MB and the tree that travels is limited to 64 MiB (the shipped models are 50 MB of it), so `pack`
+# also writes .fkdeps.tar.xz (11 MB): carry=[".fkdeps.tar.xz"] instead, and fk_use_deps unpacks it there.
 fk_pack_deps() {
   set -e
   local gd; gd=$(git rev-parse --git-dir); mkdir -p "$gd/info"
@@ -17,6 +17,16 @@ fk_pack_deps() {
   local pc='prefix=X\nlibdir=${prefix}/lib\nincludedir=${prefix}/include\nName: %s\nDescription: carried\nVersion: %s\nLibs: -L${libdir} %s\nCflags: -I${includedir}\n'
   printf "$pc" libpcre2-8 "$(pkg-config --modversion libpcre2-8)" "-lpcre2-8" > .fkdeps/lib/pkgconfig/libpcre2-8.pc
   printf "$pc" icu-uc "$(pkg-config --modversion icu-uc)" "-licuuc -licudata" > .fkdeps/lib/pkgconfig/icu-uc.pc
+  # cpp-httplib (flashkit serve, bench serve): Debian builds it as a shared library with OpenSSL, zlib and brotli;
+  # the .pc file is rewritten without Requires.private so pkg-config needs nothing else on the GPU machine.
+  local hl; hl=$(pkg-config --variable=libdir cpp-httplib)
+  cp -a "$(pkg-config --variable=includedir cpp-httplib)/httplib.h" .fkdeps/include/
+  cp -a "$hl"/libcpp-httplib.so* .fkdeps/lib/
+  local dep; for dep in libssl.so.3 libcrypto.so.3 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do
+    cp -aL "$(ldconfig -p | awk -v d="$dep" '$1 == d {print $NF; exit}')" .fkdeps/lib/
+  done
+  printf "$pc" cpp-httplib "$(pkg-config --modversion cpp-httplib)" "-lcpp-httplib" > .fkdeps/lib/pkgconfig/cpp-httplib.pc
+  sed -i "s#^Cflags: .*#Cflags: -I\${includedir} $(pkg-config --cflags-only-other cpp-httplib)#" .fkdeps/lib/pkgconfig/cpp-httplib.pc
   grep -qx "/.fkdeps.tar.xz" "$gd/info/exclude" 2>/dev/null || echo "/.fkdeps.tar.xz" >> "$gd/info/exclude"
   tar cJf .fkdeps.tar.xz .fkdeps
   du -sh .fkdeps .fkdeps.tar.xz
