@@ -97,10 +97,9 @@ TEST(SpecCuda, GreedyMatchesPlainDecoding) {
 // Random-weight models of each architecture on CUDA (f32 and bf16 weights, a sliding window whose ring wraps, q/k
 // norms): verification steps of random length up to max_verify_rows() (so GEMV launches of 9..16 rows and a split
 // into two launches at 17) with random rollbacks, every row bitwise the decode step; with and without fusion and
-// CUDA graphs (the verification steps are captured per (session, T) like decode steps), and with the attention of
-// up to 8 rows in one launch (Tuning::cuda_spec_one_launch).
+// CUDA graphs (the verification steps are captured per (session, T) like decode steps).
 std::shared_ptr<Model> cuda_random(const json& cfg, uint64_t seed, const std::string& dtype, bool fuse_and_graphs,
-                                   bool one_launch, std::shared_ptr<ConfigFile>& file) {
+                                   std::shared_ptr<ConfigFile>& file) {
   file = std::make_shared<ConfigFile>(cfg);
   LoadOptions o;
   o.device = "cuda";
@@ -109,7 +108,6 @@ std::shared_ptr<Model> cuda_random(const json& cfg, uint64_t seed, const std::st
   o.random_seed = seed;
   Tuning t = default_tuning();
   t.cuda_fuse = t.cuda_graphs = fuse_and_graphs;
-  t.cuda_spec_one_launch = one_launch;
   o.tuning = t;
   return Model::load(file->path(), o);
 }
@@ -130,12 +128,10 @@ TEST(SpecCuda, RandomVerifyStepsAndRollbacksBitwise) {
                                    {"qwen3_f32", qwen3_config(40), "f32"}};
   unsigned seed = 0;
   for (const Case& c : cases) {
-    for (int mode = 0; mode < 3; ++mode) {
-      const bool fast = mode != 1, one_launch = mode == 2;
+    for (bool fast : {true, false}) {
       std::shared_ptr<ConfigFile> file;
-      auto m = cuda_random(c.cfg, 21 + seed, c.dtype, fast, one_launch, file);
-      const std::string what =
-          std::string(c.name) + (fast ? "" : " (unfused, no graphs)") + (one_launch ? " (one launch)" : "");
+      auto m = cuda_random(c.cfg, 21 + seed, c.dtype, fast, file);
+      const std::string what = std::string(c.name) + (fast ? "" : " (unfused, no graphs)");
       const int64_t V = m->info().vocab_size;
       std::mt19937 g(5 + seed++);
       auto ref = m->new_session(), s = m->new_session();
