@@ -191,11 +191,16 @@ TEST(CudaExactRows, DecodeAttentionRowsAreDecodeSteps) {
     a.scale = 1.0f / std::sqrt(float(D));
     a.heads = c.heads, a.kv_heads = c.kv_heads, a.head_dim = int(D), a.splits = splits;
     a.part = part.as<float>(), a.counters = counters.as<unsigned>();
-    // A: one call over the rows. B: one-row launches at positions pos0 + r (their own position buffers).
+    // A: one call over the rows. B: one-row launches at positions pos0 + r (their own position buffers), each a
+    // decode step of its own: a row-0 launch reads the cache before waiting for the previous kernel (PDL), which is
+    // right in the engine because a step's upload orders it after the previous step; B must order them the same
+    // way, or launch r reads the key launch r - 1 is still appending (rows 1.. then differ whenever the visible keys
+    // all lie in the first loop iteration, as in the short ring window below).
     kc::DecodeAttnArgs aa = a;
     aa.k_cache = kA.p, aa.v_cache = vA.p, aa.pos0 = pos.as<int32_t>(), aa.out = outA.p;
     kc::decode_attention_rows(aa, R, ld, ld, ld, qd, nullptr);
     for (int64_t r = 0; r < R; ++r) {
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the step boundary (the engine's step upload)
       kc::DecodeAttnArgs ab = a;
       ab.q = dqkv.as<float>() + r * ld, ab.k = dqkv.as<float>() + r * ld + qd, ab.v = dqkv.as<float>() + r * ld + qd + kvd;
       ab.k_cache = kB.p, ab.v_cache = vB.p, ab.pos0 = pos.as<int32_t>() + r, ab.out = outB.as<float>() + r * qd;

@@ -140,8 +140,9 @@ TEST(SpecCuda, RandomVerifyStepsAndRollbacksBitwise) {
       s->prefill(prompt);
       const int max_k = std::min(16, int(s->max_verify_rows()) - 1);
       for (int step = 0; step < 16; ++step) {
-        // Repeat some step sizes so their captured graphs are replayed.
-        const int k = step % 4 == 3 ? 3 : int(g() % unsigned(max_k + 1));
+        // Repeat some step sizes so their captured graphs are replayed. The last two steps have the most rows a
+        // step may have (slack + 1 with a ring), at positions >= prompt + 14 > window + slack: a wrapped ring.
+        const int k = step >= 14 ? max_k : step % 4 == 3 ? 3 : int(g() % unsigned(max_k + 1));
         const auto toks = random_ids(g, V, k + 1);
         const int64_t pos0 = s->position();
         s->forward_all_logits(toks);
