@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include "flashkit/runtime.hpp"
 #include "spec_fixture.hpp"
@@ -162,6 +163,31 @@ TEST(SpecCuda, RandomVerifyStepsAndRollbacksBitwise) {
         ASSERT_TRUE(same_row(ref->logits(), s->logits().data())) << what << ": decode " << i << " after rollbacks";
       }
     }
+  }
+}
+
+// Verification steps run as CUDA graphs with their per-row attention launches (Model::graph_counts): the first chain
+// step of a row count is captured, repeats replay it, none runs eagerly -- on a plain model and on a wrapped ring.
+TEST(SpecCuda, VerifyStepsReplayGraphs) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::pair<const char*, json> cases[] = {{"llama", llama_config(64)}, {"gemma3_window4", gemma3_config(48, 4)}};
+  for (const auto& [name, cfg] : cases) {
+    std::shared_ptr<ConfigFile> file;
+    auto m = cuda_random(cfg, 7, "f32", true, file);
+    const int64_t V = m->info().vocab_size;
+    std::mt19937 g(3);
+    auto s = m->new_session();
+    s->prefill(random_ids(g, V, 30));  // past window + slack (20): the ring has wrapped
+    const Model::GraphCounts c0 = m->graph_counts();
+    for (int rep = 0; rep < 3; ++rep) {
+      const int64_t pos0 = s->position();
+      s->forward_all_logits(random_ids(g, V, 5));
+      s->truncate(pos0 + 2);
+    }
+    const Model::GraphCounts c1 = m->graph_counts();
+    EXPECT_EQ(c1.captured - c0.captured, 1) << name;
+    EXPECT_EQ(c1.replayed - c0.replayed, 2) << name;
+    EXPECT_EQ(c1.eager - c0.eager, 0) << name;
   }
 }
 

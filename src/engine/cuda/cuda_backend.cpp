@@ -403,6 +403,7 @@ class CudaBackend final : public Backend {
     if (it == graphs_.end()) return false;
     flush();
     ck(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
+    ++stats_.graph_replays;
     return true;
   }
   void graph_begin(uint64_t key) override {
@@ -425,6 +426,7 @@ class CudaBackend final : public Backend {
       if (op.kind == OpKind::attention && op.T != 1 && !op.exact) safe = false;  // (paged steps read everything per step on the device)
     if (!safe) {
       if (graphs_on_) no_graph_.insert(key);
+      ++stats_.graph_eager;
       run(ops);
       return;
     }
@@ -445,9 +447,11 @@ class CudaBackend final : public Backend {
       cudaGetLastError();
       if (offload_) offload_->forget(), drop_graphs();  // its slot copies never ran (other graphs assumed they had)
       no_graph_.insert(key);
+      ++stats_.graph_eager;
       run(ops);
       return;
     }
+    ++stats_.graph_captures;
     auto it = graphs_.find(key);
     if (it != graphs_.end()) cudaGraphExecDestroy(it->second);
     graphs_[key] = ex;
