@@ -170,14 +170,16 @@ TEST(SpecCuda, RandomVerifyStepsAndRollbacksBitwise) {
 // step of a row count is captured, repeats replay it, none runs eagerly -- on a plain model and on a wrapped ring.
 TEST(SpecCuda, VerifyStepsReplayGraphs) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  const std::pair<const char*, json> cases[] = {{"llama", llama_config(64)}, {"gemma3_window4", gemma3_config(48, 4)}};
+  json wide = llama_config(96);  // bf16 weights, as the shipped models: every linear of the step on the GEMV
+  wide["hidden_size"] = 64, wide["intermediate_size"] = 136, wide["head_dim"] = 16;
+  const std::pair<const char*, json> cases[] = {{"llama_bf16", wide}, {"gemma3_window5_bf16", gemma3_config(48, 5)}};
   for (const auto& [name, cfg] : cases) {
     std::shared_ptr<ConfigFile> file;
-    auto m = cuda_random(cfg, 7, "f32", true, file);
+    auto m = cuda_random(cfg, 7, "bf16", true, file);
     const int64_t V = m->info().vocab_size;
     std::mt19937 g(3);
     auto s = m->new_session();
-    s->prefill(random_ids(g, V, 30));  // past window + slack (20): the ring has wrapped
+    s->prefill(random_ids(g, V, 30));  // past window + slack (21): the ring has wrapped
     const Model::GraphCounts c0 = m->graph_counts();
     for (int rep = 0; rep < 3; ++rep) {
       const int64_t pos0 = s->position();
