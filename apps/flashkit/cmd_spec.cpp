@@ -207,6 +207,7 @@ struct Row {
   double tps = 0, speedup = 0, acceptance = 0, mean_len = 0, prop_ms = 0, ver_ms = 0;
   int64_t steps = 0;
   bool identical = true;
+  Model::GraphCounts graphs;  // the target's graph-eligible steps of this row's runs (all repeats)
 };
 
 std::string read_file(const std::string& p) {
@@ -319,8 +320,11 @@ void run_bench_spec(const BenchSpecArgs& a) {
         go.speculative.max_draft_tokens = *std::max_element(a.ks.begin(), a.ks.end());
         if (prop != "draft") go.speculative.lookup = a.lookup;
         if (prop == "tree") go.speculative.tree_width = a.tree_width;
+        const Model::GraphCounts g0 = target->graph_counts();
         const GenerationResult r = run(prompt, go, prop == "draft");
+        const Model::GraphCounts g1 = target->graph_counts();
         Row row;
+        row.graphs = {g1.captured - g0.captured, g1.replayed - g0.replayed, g1.eager - g0.eager};
         row.regime = regime, row.proposer = prop, row.k = k ? std::to_string(k) : "auto";
         row.tps = r.decode_tokens_per_s();
         row.speedup = btps > 0 ? row.tps / btps : 0;
@@ -343,13 +347,24 @@ void run_bench_spec(const BenchSpecArgs& a) {
   for (const auto& regime : a.regimes)
     std::printf("baseline %-9s %9.1f tok/s (plain decoding, %zu prompt tokens)\n", regime.c_str(),
                 jreg[regime]["baseline_decode_tokens_per_s"].get<double>(), prompts[regime].size());
+  // Whether the target's steps ran as CUDA graphs (verification steps included); not in the table, whose layout
+  // scripts parse.
+  Model::GraphCounts gt;
+  for (const auto& r : rows) {
+    gt.captured += r.graphs.captured, gt.replayed += r.graphs.replayed;
+    gt.eager += r.graphs.eager;
+  }
+  std::cerr << "target graph steps (speculative runs): " << gt.captured << " captured, " << gt.replayed
+            << " replayed, " << gt.eager << " eager\n";
   if (jf) {
     nlohmann::json jr = nlohmann::json::array();
     for (const auto& r : rows)
       jr.push_back({{"regime", r.regime}, {"proposer", r.proposer}, {"k", r.k}, {"decode_tokens_per_s", r.tps},
                     {"speedup", r.speedup}, {"acceptance_rate", r.acceptance}, {"mean_accepted_length", r.mean_len},
                     {"proposer_ms_per_step", r.prop_ms}, {"verifier_ms_per_step", r.ver_ms}, {"steps", r.steps},
-                    {"identical_to_plain", r.identical}});
+                    {"identical_to_plain", r.identical},
+                    {"target_graph_steps",
+                     {{"captured", r.graphs.captured}, {"replayed", r.graphs.replayed}, {"eager", r.graphs.eager}}}});
     for (auto& [k, v] : jreg.items()) v.erase("baseline_tokens");
     const nlohmann::json j = {{"target", a.model},
                               {"draft", a.draft},

@@ -124,6 +124,13 @@ class Model : public std::enable_shared_from_this<Model> {
   // releasing the last shared_ptr to the Model while sessions run is safe.
   virtual std::unique_ptr<Session> new_session() = 0;
   virtual OpTimes& op_times() = 0;
+  // CUDA graphs of this model's graph-eligible steps so far (decode steps, chain verification steps; all zero on
+  // backends without graphs): steps captured into a new graph, steps replayed from one, and steps run eagerly
+  // (graphs off, or a step the backend could not capture). Like op_times(), read it when no session runs.
+  struct GraphCounts {
+    int64_t captured = 0, replayed = 0, eager = 0;
+  };
+  virtual GraphCounts graph_counts() const { return {}; }
 };
 
 class Session {

@@ -60,8 +60,6 @@ struct Tuning {
 
   // ---- speculative decoding and training
   bool spec_exact = true;           // FLASHKIT_SPEC_EXACT=0: verify chains with the multi-row kernels (A/B runs)
-  bool cuda_spec_one_launch = false;  // FLASHKIT_CUDA_SPEC_ONE_LAUNCH=1: a decode-exact step's attention in launches
-                                      // of up to 8 rows instead of one per row (CUDA; measured, then made default)
   int64_t train_inject_nan_step = -1;  // FLASHKIT_TRAIN_INJECT_NAN_STEP: tests poison the loss of that step
 
   // ---- analysis (roofline of this CPU when it is not in the hardware table)

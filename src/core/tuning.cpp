@@ -111,7 +111,6 @@ Tuning tuning_from_env() {
   if (!env::flag("FLASHKIT_CUDA_ATTN_CLUSTER", true)) t.engine_decode_merge = EngineDecodeMerge::global;
   t.device_argmax = env::flag("FLASHKIT_DEVICE_ARGMAX", t.device_argmax);
   t.spec_exact = env::flag("FLASHKIT_SPEC_EXACT", t.spec_exact);
-  t.cuda_spec_one_launch = env::flag("FLASHKIT_CUDA_SPEC_ONE_LAUNCH", t.cuda_spec_one_launch);
   t.train_inject_nan_step = env::integer("FLASHKIT_TRAIN_INJECT_NAN_STEP", -1, 0, INT64_MAX);
 
   t.cpu_peak_gflops = env::positive("FLASHKIT_CPU_PEAK_GFLOPS", 0);

@@ -263,6 +263,10 @@ class Backend {
     uint64_t offloaded_layers = 0;
     uint64_t host_pinned_bytes = 0;
     uint64_t offload_bytes_copied = 0;
+    // CUDA graphs (Model::graph_counts): steps captured, replayed, and run eagerly between graph_begin / graph_end.
+    uint64_t graph_captures = 0;
+    uint64_t graph_replays = 0;
+    uint64_t graph_eager = 0;
   };
   virtual Stats stats() const { return {}; }
 

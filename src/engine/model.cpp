@@ -145,6 +145,10 @@ class ModelImpl final : public Model {
   }
   std::unique_ptr<Session> new_session() override;
   OpTimes& op_times() override { return times_; }
+  GraphCounts graph_counts() const override {
+    const Backend::Stats st = be_->stats();
+    return {int64_t(st.graph_captures), int64_t(st.graph_replays), int64_t(st.graph_eager)};
+  }
 
   // One forward pass of T = tokens.size() rows at positions pos0...; logits rows written to `logits_out`
   // ([T, vocab] when all_logits, else the last row only). With `greedy` (last row only), the backend reduces the

@@ -198,6 +198,7 @@ class TpModel final : public Model {
     return std::make_unique<TpSession>(std::static_pointer_cast<TpModel>(shared_from_this()), std::move(s));
   }
   OpTimes& op_times() override { return ranks_[0]->op_times(); }
+  GraphCounts graph_counts() const override { return ranks_[0]->graph_counts(); }
 
   std::vector<Model*> ranks() const {
     std::vector<Model*> v;

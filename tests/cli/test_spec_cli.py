@@ -101,6 +101,9 @@ def test_bench_spec_table_json_and_plot(tmp_path):
     assert all(r["identical_to_plain"] for r in rows), rows
     assert all(r["decode_tokens_per_s"] > 0 and r["speedup"] > 0 for r in rows)
     assert j["regimes"]["free"]["baseline_decode_tokens_per_s"] > 0
+    # CUDA graphs of the target's steps: none on the CPU backend, reported all the same
+    assert "target graph steps (speculative runs): 0 captured, 0 replayed, 0 eager" in p.stderr, p.stderr
+    assert all(r["target_graph_steps"] == {"captured": 0, "replayed": 0, "eager": 0} for r in rows), rows
     try:
         import matplotlib  # noqa: F401
     except ImportError:

@@ -2,10 +2,9 @@
 //   * the GEMV (gemv_bf16) with T = 1 .. 17 rows: every row of a T-row launch is bitwise the one-row launch of that
 //     row (the property the verification rows rely on), and close to an f64 reference; with the norm / residual
 //     prologue and the gated epilogue; odd sizes, NaN-poisoned outputs;
-//   * decode_attention_rows, one launch per row and launches of up to 8 rows: row r of one call is bitwise a one-row
-//     decode_attention at position pos0 + r over the cache the earlier rows appended (plain and ring caches, q/k
-//     norms and RoPE fused, f32 and bf16 caches, 3 .. 17 rows), and the cache rows it appends are those of the
-//     one-row launches.
+//   * decode_attention_rows: row r of one call is bitwise a one-row decode_attention at position pos0 + r over the
+//     cache the earlier rows appended (plain and ring caches, q/k norms and RoPE fused, f32 and bf16 caches), and
+//     the cache rows it appends are those of the one-row launches.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -153,67 +152,69 @@ TEST(CudaExactRows, DecodeAttentionRowsAreDecodeSteps) {
                             {6, 2, 32, 3, 64, 0, 0, false, true, true}};
   uint64_t seed = 300;
   for (const AttnCase& c : cases) {
-    for (bool one_launch : {false, true}) {
-      SCOPED_TRACE("rows=" + std::to_string(c.rows) + " D=" + std::to_string(c.head_dim) + " pos0=" +
-                   std::to_string(c.pos0) + (c.ring ? " ring" : "") + (one_launch ? " one launch" : " per row"));
-      const int64_t D = c.head_dim, qd = c.heads * D, kvd = c.kv_heads * D, R = c.rows;
-      const int64_t ld = qd + 2 * kvd;  // q | k | v rows, as the engine's qkv buffer
-      const size_t ces = c.cache_bf16 ? 2 : 4;
-      auto qkv = rnd(size_t(R * ld), seed++, -2.0f, 2.0f);
-      auto kc0 = rnd(size_t(c.capacity * kvd), seed++), vc0 = rnd(size_t(c.capacity * kvd), seed++);
-      auto qn = rnd(size_t(D), seed++, 0.5f, 1.5f), kn = rnd(size_t(D), seed++, 0.5f, 1.5f);
-      std::vector<float> invf(size_t(D / 2));
-      for (int64_t i = 0; i < D / 2; ++i) invf[size_t(i)] = float(std::pow(10000.0, -2.0 * double(i) / double(D)));
-      auto cache_init = [&](const std::vector<float>& v, Dev& dst) {
-        if (!c.cache_bf16) return dst.put(v);
-        std::vector<uint16_t> b(v.size());
-        for (size_t i = 0; i < v.size(); ++i) b[i] = flashkit::f32_to_bf16(v[i]);
-        dst.put(b);
-      };
-      Dev dqkv(qkv.size() * 4), dqn(qn.size() * 4), dkn(kn.size() * 4), dinv(invf.size() * 4);
-      dqkv.put(qkv), dqn.put(qn), dkn.put(kn), dinv.put(invf);
-      Dev kA(size_t(c.capacity * kvd) * ces), vA(size_t(c.capacity * kvd) * ces);
-      Dev kB(size_t(c.capacity * kvd) * ces), vB(size_t(c.capacity * kvd) * ces);
-      cache_init(kc0, kA), cache_init(vc0, vA), cache_init(kc0, kB), cache_init(vc0, vB);
-      const int64_t max_keys = c.window > 0 ? std::min(c.window, c.capacity) : c.capacity;
-      const int splits = kc::decode_attention_splits(c.heads, max_keys);
-      Dev part(size_t(kc::kDecodeMaxRows * kc::decode_attention_part_floats(c.heads, int(D), splits)) * 4),
-          counters(4096 * 4);
-      ASSERT_EQ(cudaMemset(counters.p, 0, counters.bytes), cudaSuccess);
-      Dev pos(size_t(R + 1) * 4);
-      std::vector<int32_t> ps(size_t(R + 1));
-      for (int64_t r = 0; r <= R; ++r) ps[size_t(r)] = int32_t(c.pos0 + r);
-      pos.put(ps);
-      Dev outA(size_t(R * qd) * 4), outB(size_t(R * qd) * 4);
-      outA.poison(), outB.poison();
-      kc::DecodeAttnArgs a;
-      a.q = dqkv.as<float>(), a.k = dqkv.as<float>() + qd, a.v = dqkv.as<float>() + qd + kvd;
-      if (c.qk_norm) a.q_norm_w = dqn.as<float>(), a.k_norm_w = dkn.as<float>(), a.eps = 1e-6f;
-      a.inv_freq = dinv.as<float>();
-      a.cache_bf16 = c.cache_bf16, a.capacity = c.capacity, a.ring = c.ring, a.window = c.window;
-      a.scale = 1.0f / std::sqrt(float(D));
-      a.heads = c.heads, a.kv_heads = c.kv_heads, a.head_dim = int(D), a.splits = splits;
-      a.part = part.as<float>(), a.counters = counters.as<unsigned>();
-      // A: one call over the rows. B: one-row launches at positions pos0 + r (their own position buffers).
-      kc::DecodeAttnArgs aa = a;
-      aa.k_cache = kA.p, aa.v_cache = vA.p, aa.pos0 = pos.as<int32_t>(), aa.out = outA.p;
-      kc::decode_attention_rows(aa, R, ld, ld, ld, qd, one_launch, nullptr);
-      for (int64_t r = 0; r < R; ++r) {
-        kc::DecodeAttnArgs ab = a;
-        ab.q = dqkv.as<float>() + r * ld, ab.k = dqkv.as<float>() + r * ld + qd, ab.v = dqkv.as<float>() + r * ld + qd + kvd;
-        ab.k_cache = kB.p, ab.v_cache = vB.p, ab.pos0 = pos.as<int32_t>() + r, ab.out = outB.as<float>() + r * qd;
-        kc::decode_attention(ab, nullptr);
-      }
-      const auto oa = outA.get<float>(size_t(R * qd)), ob = outB.get<float>(size_t(R * qd));
-      for (int64_t r = 0; r < R; ++r) {
-        EXPECT_TRUE(same_bits(oa.data() + r * qd, ob.data() + r * qd, size_t(qd))) << "row " << r;
-        for (int64_t i = 0; i < qd; ++i) ASSERT_TRUE(std::isfinite(oa[size_t(r * qd + i)])) << "row " << r;
-      }
-      const size_t cb = size_t(c.capacity * kvd) * ces;
-      const auto ka = kA.get<uint8_t>(cb), kb = kB.get<uint8_t>(cb), va = vA.get<uint8_t>(cb), vb = vB.get<uint8_t>(cb);
-      EXPECT_EQ(ka, kb);
-      EXPECT_EQ(va, vb);
+    SCOPED_TRACE("rows=" + std::to_string(c.rows) + " D=" + std::to_string(c.head_dim) +
+                 " pos0=" + std::to_string(c.pos0) + (c.ring ? " ring" : ""));
+    const int64_t D = c.head_dim, qd = c.heads * D, kvd = c.kv_heads * D, R = c.rows;
+    const int64_t ld = qd + 2 * kvd;  // q | k | v rows, as the engine's qkv buffer
+    const size_t ces = c.cache_bf16 ? 2 : 4;
+    auto qkv = rnd(size_t(R * ld), seed++, -2.0f, 2.0f);
+    auto kc0 = rnd(size_t(c.capacity * kvd), seed++), vc0 = rnd(size_t(c.capacity * kvd), seed++);
+    auto qn = rnd(size_t(D), seed++, 0.5f, 1.5f), kn = rnd(size_t(D), seed++, 0.5f, 1.5f);
+    std::vector<float> invf(size_t(D / 2));
+    for (int64_t i = 0; i < D / 2; ++i) invf[size_t(i)] = float(std::pow(10000.0, -2.0 * double(i) / double(D)));
+    auto cache_init = [&](const std::vector<float>& v, Dev& dst) {
+      if (!c.cache_bf16) return dst.put(v);
+      std::vector<uint16_t> b(v.size());
+      for (size_t i = 0; i < v.size(); ++i) b[i] = flashkit::f32_to_bf16(v[i]);
+      dst.put(b);
+    };
+    Dev dqkv(qkv.size() * 4), dqn(qn.size() * 4), dkn(kn.size() * 4), dinv(invf.size() * 4);
+    dqkv.put(qkv), dqn.put(qn), dkn.put(kn), dinv.put(invf);
+    Dev kA(size_t(c.capacity * kvd) * ces), vA(size_t(c.capacity * kvd) * ces);
+    Dev kB(size_t(c.capacity * kvd) * ces), vB(size_t(c.capacity * kvd) * ces);
+    cache_init(kc0, kA), cache_init(vc0, vA), cache_init(kc0, kB), cache_init(vc0, vB);
+    const int64_t max_keys = c.window > 0 ? std::min(c.window, c.capacity) : c.capacity;
+    const int splits = kc::decode_attention_splits(c.heads, max_keys);
+    Dev part(size_t(kc::decode_attention_part_floats(c.heads, int(D), splits)) * 4), counters(4096 * 4);
+    ASSERT_EQ(cudaMemset(counters.p, 0, counters.bytes), cudaSuccess);
+    Dev pos(size_t(R + 1) * 4);
+    std::vector<int32_t> ps(size_t(R + 1));
+    for (int64_t r = 0; r <= R; ++r) ps[size_t(r)] = int32_t(c.pos0 + r);
+    pos.put(ps);
+    Dev outA(size_t(R * qd) * 4), outB(size_t(R * qd) * 4);
+    outA.poison(), outB.poison();
+    kc::DecodeAttnArgs a;
+    a.q = dqkv.as<float>(), a.k = dqkv.as<float>() + qd, a.v = dqkv.as<float>() + qd + kvd;
+    if (c.qk_norm) a.q_norm_w = dqn.as<float>(), a.k_norm_w = dkn.as<float>(), a.eps = 1e-6f;
+    a.inv_freq = dinv.as<float>();
+    a.cache_bf16 = c.cache_bf16, a.capacity = c.capacity, a.ring = c.ring, a.window = c.window;
+    a.scale = 1.0f / std::sqrt(float(D));
+    a.heads = c.heads, a.kv_heads = c.kv_heads, a.head_dim = int(D), a.splits = splits;
+    a.part = part.as<float>(), a.counters = counters.as<unsigned>();
+    // A: one call over the rows. B: one-row launches at positions pos0 + r (their own position buffers), each a
+    // decode step of its own: a row-0 launch reads the cache before waiting for the previous kernel (PDL), which is
+    // right in the engine because a step's upload orders it after the previous step; B must order them the same
+    // way, or launch r reads the key launch r - 1 is still appending (rows 1.. then differ whenever the visible keys
+    // all lie in the first loop iteration, as in the short ring window below).
+    kc::DecodeAttnArgs aa = a;
+    aa.k_cache = kA.p, aa.v_cache = vA.p, aa.pos0 = pos.as<int32_t>(), aa.out = outA.p;
+    kc::decode_attention_rows(aa, R, ld, ld, ld, qd, nullptr);
+    for (int64_t r = 0; r < R; ++r) {
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the step boundary (the engine's step upload)
+      kc::DecodeAttnArgs ab = a;
+      ab.q = dqkv.as<float>() + r * ld, ab.k = dqkv.as<float>() + r * ld + qd, ab.v = dqkv.as<float>() + r * ld + qd + kvd;
+      ab.k_cache = kB.p, ab.v_cache = vB.p, ab.pos0 = pos.as<int32_t>() + r, ab.out = outB.as<float>() + r * qd;
+      kc::decode_attention(ab, nullptr);
     }
+    const auto oa = outA.get<float>(size_t(R * qd)), ob = outB.get<float>(size_t(R * qd));
+    for (int64_t r = 0; r < R; ++r) {
+      EXPECT_TRUE(same_bits(oa.data() + r * qd, ob.data() + r * qd, size_t(qd))) << "row " << r;
+      for (int64_t i = 0; i < qd; ++i) ASSERT_TRUE(std::isfinite(oa[size_t(r * qd + i)])) << "row " << r;
+    }
+    const size_t cb = size_t(c.capacity * kvd) * ces;
+    const auto ka = kA.get<uint8_t>(cb), kb = kB.get<uint8_t>(cb), va = vA.get<uint8_t>(cb), vb = vB.get<uint8_t>(cb);
+    EXPECT_EQ(ka, kb);
+    EXPECT_EQ(va, vb);
   }
 }
 
@@ -222,7 +223,7 @@ TEST(CudaExactRows, BadArgumentsAreNamed) {
   kc::DecodeAttnArgs a;
   a.heads = 2, a.kv_heads = 1, a.head_dim = 16, a.row = 1;
   try {
-    kc::decode_attention_rows(a, 2, 48, 48, 48, 32, false, nullptr);
+    kc::decode_attention_rows(a, 2, 48, 48, 48, 32, nullptr);
     FAIL() << "no error";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("decode_attention_rows"), std::string::npos) << e.what();

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include "flashkit/runtime.hpp"
 #include "spec_fixture.hpp"
@@ -97,10 +98,9 @@ TEST(SpecCuda, GreedyMatchesPlainDecoding) {
 // Random-weight models of each architecture on CUDA (f32 and bf16 weights, a sliding window whose ring wraps, q/k
 // norms): verification steps of random length up to max_verify_rows() (so GEMV launches of 9..16 rows and a split
 // into two launches at 17) with random rollbacks, every row bitwise the decode step; with and without fusion and
-// CUDA graphs (the verification steps are captured per (session, T) like decode steps), and with the attention of
-// up to 8 rows in one launch (Tuning::cuda_spec_one_launch).
+// CUDA graphs (the verification steps are captured per (session, T) like decode steps).
 std::shared_ptr<Model> cuda_random(const json& cfg, uint64_t seed, const std::string& dtype, bool fuse_and_graphs,
-                                   bool one_launch, std::shared_ptr<ConfigFile>& file) {
+                                   std::shared_ptr<ConfigFile>& file) {
   file = std::make_shared<ConfigFile>(cfg);
   LoadOptions o;
   o.device = "cuda";
@@ -109,7 +109,6 @@ std::shared_ptr<Model> cuda_random(const json& cfg, uint64_t seed, const std::st
   o.random_seed = seed;
   Tuning t = default_tuning();
   t.cuda_fuse = t.cuda_graphs = fuse_and_graphs;
-  t.cuda_spec_one_launch = one_launch;
   o.tuning = t;
   return Model::load(file->path(), o);
 }
@@ -130,12 +129,10 @@ TEST(SpecCuda, RandomVerifyStepsAndRollbacksBitwise) {
                                    {"qwen3_f32", qwen3_config(40), "f32"}};
   unsigned seed = 0;
   for (const Case& c : cases) {
-    for (int mode = 0; mode < 3; ++mode) {
-      const bool fast = mode != 1, one_launch = mode == 2;
+    for (bool fast : {true, false}) {
       std::shared_ptr<ConfigFile> file;
-      auto m = cuda_random(c.cfg, 21 + seed, c.dtype, fast, one_launch, file);
-      const std::string what =
-          std::string(c.name) + (fast ? "" : " (unfused, no graphs)") + (one_launch ? " (one launch)" : "");
+      auto m = cuda_random(c.cfg, 21 + seed, c.dtype, fast, file);
+      const std::string what = std::string(c.name) + (fast ? "" : " (unfused, no graphs)");
       const int64_t V = m->info().vocab_size;
       std::mt19937 g(5 + seed++);
       auto ref = m->new_session(), s = m->new_session();
@@ -144,8 +141,9 @@ TEST(SpecCuda, RandomVerifyStepsAndRollbacksBitwise) {
       s->prefill(prompt);
       const int max_k = std::min(16, int(s->max_verify_rows()) - 1);
       for (int step = 0; step < 16; ++step) {
-        // Repeat some step sizes so their captured graphs are replayed.
-        const int k = step % 4 == 3 ? 3 : int(g() % unsigned(max_k + 1));
+        // Repeat some step sizes so their captured graphs are replayed. The last two steps have the most rows a
+        // step may have (slack + 1 with a ring), at positions >= prompt + 14 > window + slack: a wrapped ring.
+        const int k = step >= 14 ? max_k : step % 4 == 3 ? 3 : int(g() % unsigned(max_k + 1));
         const auto toks = random_ids(g, V, k + 1);
         const int64_t pos0 = s->position();
         s->forward_all_logits(toks);
@@ -165,6 +163,33 @@ TEST(SpecCuda, RandomVerifyStepsAndRollbacksBitwise) {
         ASSERT_TRUE(same_row(ref->logits(), s->logits().data())) << what << ": decode " << i << " after rollbacks";
       }
     }
+  }
+}
+
+// Verification steps run as CUDA graphs with their per-row attention launches (Model::graph_counts): the first chain
+// step of a row count is captured, repeats replay it, none runs eagerly -- on a plain model and on a wrapped ring.
+TEST(SpecCuda, VerifyStepsReplayGraphs) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  json wide = llama_config(96);  // bf16 weights, as the shipped models: every linear of the step on the GEMV
+  wide["hidden_size"] = 64, wide["intermediate_size"] = 136, wide["head_dim"] = 16;
+  const std::pair<const char*, json> cases[] = {{"llama_bf16", wide}, {"gemma3_window5_bf16", gemma3_config(48, 5)}};
+  for (const auto& [name, cfg] : cases) {
+    std::shared_ptr<ConfigFile> file;
+    auto m = cuda_random(cfg, 7, "bf16", true, file);
+    const int64_t V = m->info().vocab_size;
+    std::mt19937 g(3);
+    auto s = m->new_session();
+    s->prefill(random_ids(g, V, 30));  // past window + slack (21): the ring has wrapped
+    const Model::GraphCounts c0 = m->graph_counts();
+    for (int rep = 0; rep < 3; ++rep) {
+      const int64_t pos0 = s->position();
+      s->forward_all_logits(random_ids(g, V, 5));
+      s->truncate(pos0 + 2);
+    }
+    const Model::GraphCounts c1 = m->graph_counts();
+    EXPECT_EQ(c1.captured - c0.captured, 1) << name;
+    EXPECT_EQ(c1.replayed - c0.replayed, 2) << name;
+    EXPECT_EQ(c1.eager - c0.eager, 0) << name;
   }
 }
 

@@ -4,15 +4,16 @@
 #   build     the library, the CLI, flashkit_spec_tests, flashkit_engine_tests and flashkit_serve_tests (sm_90a)
 #   test      every spec test (SpecCuda.*: verification rows bitwise equal to decode steps, greedy speculative output
 #             equal to plain greedy output, random step sizes / rollbacks with bf16 and f32 weights, fused and
-#             unfused, graphs on and off, one-launch attention; then SpecCuda.* again with
-#             FLASHKIT_CUDA_SPEC_ONE_LAUNCH=1), the engine's CUDA tests (CudaExactRows.*: the GEMV's rows and the per-row
-#             decode attention against one-row launches; CudaEngineOps.*, CudaEngineModel.*, DeviceGreedy.*, ...),
+#             unfused, graphs on and off, wrapped rings at the largest step, verification steps replayed as
+#             graphs), the engine's CUDA tests (CudaExactRows.*: the GEMV's rows and the per-row decode attention
+#             against one-row launches; CudaEngineOps.*, CudaEngineModel.*, DeviceGreedy.*, ...),
 #             CudaServe.* (paged steps against sessions, serve greedy output against generate())
 #   sanitize  compute-sanitizer memcheck on CudaExactRows.* and SpecCuda.VerifyRowsMatchDecodeSteps
 #   bench     flashkit bench spec on models/target + models/draft: K 1..8 and auto, draft / ngram / tree, free and
-#             grounded, greedy (each row checked against plain decoding: the "exact" column) -> spec-cuda.{json,txt};
-#             then the A/B rows (K 1, 4, 8): FLASHKIT_CUDA_SPEC_ONE_LAUNCH=1 (verification attention in launches of
-#             up to 8 rows), FLASHKIT_SPEC_EXACT=0 (multi-row kernels, eager), FLASHKIT_CUDA_GRAPHS=0
+#             grounded, greedy (each row checked against plain decoding: the "exact" column) -> spec-cuda.{json,txt},
+#             and the target's CUDA graph counts (every verification step captured or replayed, none eager);
+#   ab        the A/B rows (K 1, 4, 8): FLASHKIT_SPEC_EXACT=0 (multi-row kernels, eager), FLASHKIT_CUDA_GRAPHS=0
+#             -> spec-cuda-ab.txt
 #   tools/gpu/spec_cuda.sh [STAGES...]     default: build test bench ab sanitize (the numbers before the slow memcheck)
 # Results: $OUT/spec_cuda.log (everything), $OUT/spec-cuda.json, $OUT/spec-cuda.txt, $OUT/spec-cuda-ab.txt,
 # $OUT/failed.txt. Exit status non-zero if a stage failed. carry=[".fkdeps.tar.xz"]: the binaries link the
@@ -44,10 +45,8 @@ for st in "${STAGES[@]}"; do
     test)
       run spec_tests timeout 240 "$S"   # not brief: the SKIPPED lines are checked
       grep -qE "SKIPPED.*SpecCuda" "$LOG" && { log "SpecCuda was skipped: no GPU visible?"; status=1; }
-      run spec_tests_one_launch timeout 120 env FLASHKIT_CUDA_SPEC_ONE_LAUNCH=1 "$S" --gtest_brief=1 \
-        --gtest_filter='SpecCuda.*'
       run engine_cuda_tests timeout 240 "$E" --gtest_brief=1 --gtest_filter='*Cuda*:DeviceGreedy.*'
-      # the decode kernel's key norm / RoPE roundings changed: serving's CUDA steps against sessions stay green
+      # serving's paged steps share the decode kernel: its CUDA steps against sessions stay green
       run serve_cuda_tests timeout 120 "$BUILD/tests/serve/flashkit_serve_tests" --gtest_brief=1 --gtest_filter='CudaServe.*'
       failed ;;
     sanitize)
@@ -62,10 +61,14 @@ for st in "${STAGES[@]}"; do
         --repeats 3 --json "$OUT/spec-cuda.json"
       last_table > "$OUT/spec-cuda.txt"
       grep -qE " NO$" "$OUT/spec-cuda.txt" && { log "bench: a speculative run differs from plain decoding"; status=1; }
+      graphs=$(grep -h "^target graph steps" "$LOG" | tail -1)
+      echo "$graphs" >> "$OUT/spec-cuda.txt"
+      echo "$graphs" | grep -qE " [1-9][0-9]* captured, [0-9]+ replayed, 0 eager$" ||
+        { log "bench: target steps ran eagerly or no graph counts: '$graphs'"; status=1; }
       cat "$OUT/spec-cuda.txt" ;;
-    ab)  # the opt-in one-launch mode, the non-exact verification and eager steps beside the default (K 1, 4, 8)
+    ab)  # the non-exact verification and eager steps beside the default (K 1, 4, 8)
       : > "$OUT/spec-cuda-ab.txt"
-      for ab in FLASHKIT_CUDA_SPEC_ONE_LAUNCH=1 FLASHKIT_SPEC_EXACT=0 FLASHKIT_CUDA_GRAPHS=0; do
+      for ab in FLASHKIT_SPEC_EXACT=0 FLASHKIT_CUDA_GRAPHS=0; do
         log "A/B $ab" | tee -a "$OUT/spec-cuda-ab.txt" > /dev/null
         run "spec_bench_$ab" timeout 120 env "$ab" "$FK" bench spec -m models/target --draft models/draft --device cuda \
           -n 128 --repeats 3 --k 1,4,8 --no-auto

@@ -1,6 +1,5 @@
 // The engine's decode attention: the decode family's fused_prologue kernel (kernels/cuda/decode/), planned by
 // plan_decode for this device and launched with the plan. Arguments are checked here (the kernel trusts them).
-#include <algorithm>
 #include <climits>
 #include <string>
 
@@ -55,28 +54,22 @@ void decode_attention(const DecodeAttnArgs& a, cudaStream_t stream) {
   if (a.heads > 65535) fail(Status::invalid_argument, "decode_attention: too many heads");
   if (a.splits > fc::kFusedDecodeMaxSplits)
     fail(Status::invalid_argument, "decode_attention: splits must be at most " + std::to_string(fc::kFusedDecodeMaxSplits));
-  if (a.rows < 1 || a.rows > fc::kFusedDecodeMaxRows)
-    fail(Status::invalid_argument,
-         "decode_attention: rows must be in 1.." + std::to_string(fc::kFusedDecodeMaxRows) + ", got " + std::to_string(a.rows));
   if (a.block_table || a.block_size)
     fail(Status::unsupported, "decode_attention: a paged KV cache (block_table) is not implemented yet");
   fc::launch_fused_decode(a, plan_for(a.heads, a.kv_heads, D, 0, a.splits, a.merge), stream);
 }
 
 void decode_attention_rows(const DecodeAttnArgs& a, int64_t rows, int64_t ldq, int64_t ldk, int64_t ldv, int64_t ldo,
-                           bool one_launch, cudaStream_t stream) {
-  if (rows < 1 || rows > INT32_MAX || a.row != 0 || a.rows != 1)
-    fail(Status::invalid_argument, "decode_attention_rows: rows must be positive, a.row 0 and a.rows 1");
+                           cudaStream_t stream) {
+  if (rows < 1 || rows > INT32_MAX || a.row != 0)
+    fail(Status::invalid_argument, "decode_attention_rows: rows must be positive and a.row 0");
   const size_t in = a.in_bf16 ? 2 : 4, out = a.out_bf16 ? 2 : 4;
   auto at = [](const void* p, int64_t r, int64_t ld, size_t es) {
     return static_cast<const void*>(static_cast<const char*>(p) + size_t(r * ld) * es);
   };
-  const int64_t per = one_launch ? fc::kFusedDecodeMaxRows : 1;
-  for (int64_t r = 0; r < rows; r += per) {
+  for (int64_t r = 0; r < rows; ++r) {
     DecodeAttnArgs ar = a;
     ar.row = int32_t(r);
-    ar.rows = int(std::min(per, rows - r));
-    ar.ldq = ldq, ar.ldk = ldk, ar.ldv = ldv, ar.ldo = ldo;
     ar.q = at(a.q, r, ldq, in), ar.k = at(a.k, r, ldk, in), ar.v = at(a.v, r, ldv, in);
     ar.out = const_cast<void*>(at(a.out, r, ldo, out));
     decode_attention(ar, stream);

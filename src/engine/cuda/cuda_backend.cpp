@@ -403,6 +403,7 @@ class CudaBackend final : public Backend {
     if (it == graphs_.end()) return false;
     flush();
     ck(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
+    ++stats_.graph_replays;
     return true;
   }
   void graph_begin(uint64_t key) override {
@@ -425,6 +426,7 @@ class CudaBackend final : public Backend {
       if (op.kind == OpKind::attention && op.T != 1 && !op.exact) safe = false;  // (paged steps read everything per step on the device)
     if (!safe) {
       if (graphs_on_) no_graph_.insert(key);
+      ++stats_.graph_eager;
       run(ops);
       return;
     }
@@ -445,9 +447,11 @@ class CudaBackend final : public Backend {
       cudaGetLastError();
       if (offload_) offload_->forget(), drop_graphs();  // its slot copies never ran (other graphs assumed they had)
       no_graph_.insert(key);
+      ++stats_.graph_eager;
       run(ops);
       return;
     }
+    ++stats_.graph_captures;
     auto it = graphs_.find(key);
     if (it != graphs_.end()) cudaGraphExecDestroy(it->second);
     graphs_[key] = ex;
@@ -786,9 +790,8 @@ class CudaBackend final : public Backend {
       } else if (o.kind == OpKind::attention) {
         const int64_t H = o.ap.heads, D = o.ap.head_dim, kvd = o.ap.kv_heads * D;
         if (o.T == 1 || o.exact) {
-          const int64_t rows = o.T > 1 && tuning_.cuda_spec_one_launch ? std::min<int64_t>(o.T, kc::kDecodeMaxRows) : 1;
-          ensure(part_, size_t(rows * kc::decode_attention_part_floats(int(H), int(D), splits_for(o))) * 4);
-          if (rows * H + 1 > int64_t(kCounters)) fail(Status::invalid_argument, "cuda attention: too many heads");
+          ensure(part_, size_t(kc::decode_attention_part_floats(int(H), int(D), splits_for(o))) * 4);
+          if (H + 1 > int64_t(kCounters)) fail(Status::invalid_argument, "cuda attention: too many heads");
         } else {
           if (!bf(o.a)) ensure(q16_, size_t(o.T * H * D) * 2);  // bf16 q and out are used in place
           if (!bf(o.d)) ensure(o16_, size_t(o.T * H * D) * 2);
@@ -1094,8 +1097,7 @@ class CudaBackend final : public Backend {
     a.part = static_cast<float*>(part_.p);
     a.counters = counters_ + 1;
     a.merge = tuning_.engine_decode_merge;
-    if (at.T > 1)  // decode-exact
-      kc::decode_attention_rows(a, at.T, at.a.ld, at.b.ld, at.c.ld, at.d.ld, tuning_.cuda_spec_one_launch, stream_);
+    if (at.T > 1) kc::decode_attention_rows(a, at.T, at.a.ld, at.b.ld, at.c.ld, at.d.ld, stream_);  // decode-exact
     else kc::decode_attention(a, stream_);
   }
 

@@ -156,8 +156,7 @@ void argmax_rows_f32(const float* x, int64_t ld, int64_t rows, int64_t n, int32_
 // allows; tests); the backend sets it from its Tuning.
 using DecodeMerge = flashkit::EngineDecodeMerge;
 using DecodeAttnArgs = flashkit::cuda::FusedDecodeArgs;
-int64_t decode_attention_part_floats(int heads, int head_dim, int splits);  // of one row
-inline constexpr int64_t kDecodeMaxRows = flashkit::cuda::kFusedDecodeMaxRows;   // rows of one multi-row launch
+int64_t decode_attention_part_floats(int heads, int head_dim, int splits);
 // A split count for a layer whose visible-key count can reach max_keys (fixed per launch site).
 int decode_attention_splits(int heads, int64_t max_keys);
 // The cluster size (blocks along the split dimension) decode_attention(a) launches with; 1 when it uses no cluster.
@@ -165,11 +164,10 @@ int decode_attention_splits(int heads, int64_t max_keys);
 int decode_attention_cluster_size(const DecodeAttnArgs& a);
 void decode_attention(const DecodeAttnArgs& a, cudaStream_t stream);
 // A decode-exact verification step's attention (Backend::StepShape::decode_exact): `rows` query rows at positions
-// *a.pos0 + r, each computed exactly as a one-row decode step at that position computes it (same plan and splits;
-// q, k, v and out advanced by r rows of stride ldq / ldk / ldv / ldo elements), row r attending to the keys of rows
-// < r. one_launch = false: one launch per row, in row order; true: launches of up to kFusedDecodeMaxRows rows
-// (FusedDecodeArgs::rows; a.part / a.counters sized for that many rows). Graph-safe like decode_attention.
+// *a.pos0 + r, each one launch of decode_attention exactly as a one-row decode step at that position makes it (same
+// plan and splits; q, k, v and out advanced by r rows of stride ldq / ldk / ldv / ldo elements), in row order, so
+// row r attends to the keys rows < r appended. Graph-safe like decode_attention.
 void decode_attention_rows(const DecodeAttnArgs& a, int64_t rows, int64_t ldq, int64_t ldk, int64_t ldv, int64_t ldo,
-                           bool one_launch, cudaStream_t stream);
+                           cudaStream_t stream);
 
 }  // namespace flashkit::engine::cuda

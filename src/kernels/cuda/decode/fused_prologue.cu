@@ -57,8 +57,8 @@ constexpr bool kClusterMerge = false;
 // and normalized output row, in its shared memory), then block r merges dims [r * per, (r + 1) * per) of the S
 // active blocks through distributed shared memory (merge.cuh) and writes them; the second barrier keeps every
 // block, and so its shared memory, alive until all ranks have read it.
-__device__ __forceinline__ void cluster_merge(const DecodeAttnArgs& a, void* out, int S, int C, int h,
-                                              const float* clse, const float* cacc) {
+__device__ __forceinline__ void cluster_merge(const DecodeAttnArgs& a, int S, int C, int h, const float* clse,
+                                              const float* cacc) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   const cg::cluster_group cl = cg::this_cluster();
@@ -72,41 +72,22 @@ __device__ __forceinline__ void cluster_merge(const DecodeAttnArgs& a, void* out
   cl.barrier_arrive();
   if (mine) {
     const int64_t i = int64_t(h) * D + d;
-    if (a.out_bf16) static_cast<uint16_t*>(out)[i] = f2bf(o);
-    else static_cast<float*>(out)[i] = o;
+    if (a.out_bf16) static_cast<uint16_t*>(a.out)[i] = f2bf(o);
+    else static_cast<float*>(a.out)[i] = o;
   }
   cl.barrier_wait();
 #else
-  (void)a, (void)out, (void)S, (void)C, (void)h, (void)clse, (void)cacc;
+  (void)a, (void)S, (void)C, (void)h, (void)clse, (void)cacc;
 #endif
 }
 
-// The RMSNorm factor of a head row (one value per thread), and a RoPE pair rotation, with explicit roundings: the
-// key of a row is computed by its own block and, in a multi-row launch, again by the blocks of later rows; both must
-// round identically, so nothing here is left to the compiler's multiply-add contraction.
-__device__ __forceinline__ float rms_factor(float x, int D, float eps, float* red) {
-  return rsqrtf(__fadd_rn(__fdiv_rn(block_sum(__fmul_rn(x, x), red), float(D)), eps));
-}
-__device__ __forceinline__ void rotate_pair(float& x1, float& x2, float cs, float sn) {
-  const float a = x1, b = x2;
-  x1 = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
-  x2 = __fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
-}
-__device__ __forceinline__ const void* row_ptr(const void* p, int64_t elems, bool bf16) {
-  return bf16 ? static_cast<const void*>(static_cast<const uint16_t*>(p) + elems)
-              : static_cast<const void*>(static_cast<const float*>(p) + elems);
-}
-
-// csize: the cluster size along x the grid was launched with (1: none). ROWS: a multi-row launch (a.rows rows along
-// grid z, FusedDecodeArgs::rows).
-template <int LPK, bool ROWS>
+// csize: the cluster size along x the grid was launched with (1: none).
+template <int LPK>
 __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a, int csize) {
   constexpr int KPW = 32 / LPK;  // keys per warp step
   constexpr int NG = kWarps * KPW;
   constexpr int DP = LPK * 8;
-  constexpr int kEarlier = ROWS ? kFusedDecodeMaxRows - 1 : 1;
   __shared__ float qs[DP], ks[DP], vs[DP];
-  __shared__ float kst[kEarlier][DP], vst[kEarlier][DP];  // ROWS: the key/value rows of this launch's earlier rows
   __shared__ float red[32];
   __shared__ float gm[NG], gl[NG];
   __shared__ float gacc[NG][DP];
@@ -117,14 +98,6 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
   const int split = blockIdx.x, h = blockIdx.y;
   const int D = a.head_dim, G = a.heads / a.kv_heads, kvh = h / G;
   const int64_t kvd = int64_t(a.kv_heads) * D;
-  // This block's row of a multi-row launch: its q/k/v/out rows, partials and counters.
-  const int zrow = ROWS ? int(blockIdx.z) : 0;
-  const void* q_in = ROWS ? row_ptr(a.q, zrow * a.ldq, a.in_bf16) : a.q;
-  const void* k_in = ROWS ? row_ptr(a.k, zrow * a.ldk, a.in_bf16) : a.k;
-  const void* v_in = ROWS ? row_ptr(a.v, zrow * a.ldv, a.in_bf16) : a.v;
-  void* outp = ROWS ? const_cast<void*>(row_ptr(a.out, zrow * a.ldo, a.out_bf16)) : a.out;
-  float* part = ROWS ? a.part + int64_t(zrow) * a.heads * a.splits * (D + 1) : a.part;
-  unsigned int* counters = ROWS ? a.counters + int64_t(zrow) * a.heads : a.counters;
   const bool CBF16 = a.cache_bf16;  // uniform branch (one instantiation per LPK keeps the build small)
 
   // One thread per head dimension (head_dim <= 256 = kThreads). The norm weights and RoPE frequencies are constants:
@@ -138,8 +111,7 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
   // kernel of this step writes them. The step buffer is uploaded (a stream-ordered copy, which waits for every
   // earlier kernel) before the step's first kernel, and cache row j < p was written by an earlier step; this
   // launch's own row p comes from shared memory. Only q/k/v, written by the previous kernel, wait.
-  const int64_t pfirst = int64_t(*a.pos0) + a.row;  // the first position this launch appends
-  const int64_t p = pfirst + zrow;
+  const int64_t p = int64_t(*a.pos0) + a.row;
   // Visible keys: positions [start, p], n of them. The grid has a.splits splits (fixed: the launch is captured
   // once; gridDim.x may be larger, rounded up to whole clusters), but a short context only uses S of them, each
   // with at least kMinKeys keys (two loop iterations): a split costs a memory round trip or two whatever its
@@ -156,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
   if (split >= S) {
     if (cmerge && split < csize) {  // an idle block of the merging cluster: the barriers, and its slice of the dims
       pdl_wait();                   // it writes output
-      cluster_merge(a, outp, S, csize, h, &clse, cacc);
+      cluster_merge(a, S, csize, h, &clse, cacc);
     }
     return;
   }
@@ -176,7 +148,7 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
     for (int u = 0; u < 2; ++u) {
       const int64_t idx = base + int64_t(u) * NG + lane / LPK;
       const int64_t j = start + idx;
-      const bool ld = idx < hi && dim_ok && j < pfirst;  // positions >= pfirst come from shared memory
+      const bool ld = idx < hi && dim_ok && j != p;
       const int64_t row = ld ? (a.ring ? j % a.capacity : j) : 0;
       const uint4 z = make_uint4(0, 0, 0, 0);
       if (CBF16) {
@@ -196,41 +168,32 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
   if (a.row > 0) pdl_wait();  // a verification row: earlier rows of this step are written by earlier launches
   if (base0 < hi) load_iter(base0, kA, vA);
   pdl_wait();
-  float qv = in_d ? ld_any(q_in, a.in_bf16, int64_t(h) * D + tid) : 0.0f;
+  float qv = in_d ? ld_any(a.q, a.in_bf16, int64_t(h) * D + tid) : 0.0f;
+  float kv = in_d ? ld_any(a.k, a.in_bf16, int64_t(kvh) * D + tid) : 0.0f;
+  float vv = in_d ? ld_any(a.v, a.in_bf16, int64_t(kvh) * D + tid) : 0.0f;
 
-  // ---- the query row and the new key/value row(s), in f32: per-head RMSNorm, then RoPE (pairs i, i + D/2). The key
-  // of row j is built by the same steps wherever it is built (its own block; ROWS: every later row's blocks).
-  auto key_row = [&](const void* kj, const void* vj, int64_t pos, float* kd, float* vd) {
-    float kv = in_d ? ld_any(kj, a.in_bf16, int64_t(kvh) * D + tid) : 0.0f;
-    const float vv = in_d ? ld_any(vj, a.in_bf16, int64_t(kvh) * D + tid) : 0.0f;
-    if (a.k_norm_w) kv *= rms_factor(kv, D, a.eps, red) * knw;
-    if (tid < DP) kd[tid] = kv, vd[tid] = vv;
-    __syncthreads();
-    if (a.inv_freq && tid < D / 2) {
-      float sn, cs;
-      sincosf(float(pos) * invf, &sn, &cs);
-      cs *= a.attn_scaling, sn *= a.attn_scaling;
-      rotate_pair(kd[tid], kd[tid + D / 2], cs, sn);
-    }
-    __syncthreads();
-    if (CBF16)
-      for (int i = tid; i < D; i += kThreads) kd[i] = bf2f(f2bf(kd[i])), vd[i] = bf2f(f2bf(vd[i]));  // as cached
-    __syncthreads();
-  };
-  if (a.q_norm_w) qv *= rms_factor(qv, D, a.eps, red) * qnw;
-  if (tid < DP) qs[tid] = qv;
-  key_row(k_in, v_in, p, ks, vs);  // (its barriers also publish qs)
+  // ---- the query row and the new key/value row, in f32: per-head RMSNorm, then RoPE (pairs i, i + D/2)
+  if (a.q_norm_w) qv *= rsqrtf(block_sum(qv * qv, red) / float(D) + a.eps) * qnw;
+  if (a.k_norm_w) kv *= rsqrtf(block_sum(kv * kv, red) / float(D) + a.eps) * knw;
+  if (tid < DP) qs[tid] = qv, ks[tid] = kv, vs[tid] = vv;
+  __syncthreads();
   if (a.inv_freq && tid < D / 2) {
+    const int i = tid, half = D / 2;
     float sn, cs;
     sincosf(float(p) * invf, &sn, &cs);
     cs *= a.attn_scaling, sn *= a.attn_scaling;
-    rotate_pair(qs[tid], qs[tid + D / 2], cs, sn);
+    const float q1 = qs[i], q2 = qs[i + half], k1 = ks[i], k2 = ks[i + half];
+    qs[i] = q1 * cs - q2 * sn, qs[i + half] = q2 * cs + q1 * sn;
+    ks[i] = k1 * cs - k2 * sn, ks[i + half] = k2 * cs + k1 * sn;
   }
   __syncthreads();
-  for (int i = tid; i < D; i += kThreads) qs[i] *= a.scale;
-  if constexpr (ROWS)
-    for (int j = 0; j < zrow; ++j)
-      key_row(row_ptr(a.k, j * a.ldk, a.in_bf16), row_ptr(a.v, j * a.ldv, a.in_bf16), pfirst + j, kst[j], vst[j]);
+  for (int i = tid; i < D; i += kThreads) {
+    qs[i] *= a.scale;
+    if (CBF16) {
+      ks[i] = bf2f(f2bf(ks[i]));  // as the cache holds it
+      vs[i] = bf2f(f2bf(vs[i]));
+    }
+  }
   __syncthreads();
 
   const int64_t slot = a.ring ? p % a.capacity : p;
@@ -261,12 +224,9 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
       const int64_t idx = base + int64_t(u) * NG + lane / LPK;
       const bool ok = idx < hi;
       float kf[8], vf[8];
-      if (ok && start + idx >= pfirst) {  // this row's key, or (ROWS) an earlier row's of this launch
-        const int64_t jj = start + idx;
-        const float* kx = (!ROWS || jj == p) ? ks : kst[ROWS ? jj - pfirst : 0];
-        const float* vx = (!ROWS || jj == p) ? vs : vst[ROWS ? jj - pfirst : 0];
+      if (ok && start + idx == p) {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) kf[e] = dim_ok ? kx[sl * 8 + e] : 0.0f, vf[e] = dim_ok ? vx[sl * 8 + e] : 0.0f;
+        for (int e = 0; e < 8; ++e) kf[e] = dim_ok ? ks[sl * 8 + e] : 0.0f, vf[e] = dim_ok ? vs[sl * 8 + e] : 0.0f;
       } else if (CBF16) {
         unpack8(kr[u][0], kf);
         unpack8(vr[u][0], vf);
@@ -318,8 +278,8 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
       if (L > 0)
         for (int i = 0; i < NG; ++i) o += gacc[i][d] * __expf(gm[i] - M);
       o = L > 0 ? o / L : 0.0f;
-      if (a.out_bf16) static_cast<uint16_t*>(outp)[hD + d] = f2bf(o);
-      else static_cast<float*>(outp)[hD + d] = o;
+      if (a.out_bf16) static_cast<uint16_t*>(a.out)[hD + d] = f2bf(o);
+      else static_cast<float*>(a.out)[hD + d] = o;
     }
     return;
   }
@@ -331,12 +291,12 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
       cacc[d] = L > 0 ? o / L : 0.0f;
     }
     if (tid == 0) clse = L > 0 ? M + __logf(L) : -INFINITY;
-    cluster_merge(a, outp, S, csize, h, &clse, cacc);  // its first barrier also orders these shared-memory writes
+    cluster_merge(a, S, csize, h, &clse, cacc);  // its first barrier also orders these shared-memory writes
     return;
   }
   const int64_t SG = a.splits;  // the buffer is laid out for the launch site's splits
-  float* po = part + (int64_t(h) * SG + split) * D;                  // [heads][SG][D]
-  float* plse = part + int64_t(a.heads) * SG * D + int64_t(h) * SG;  // [heads][SG]
+  float* po = a.part + (int64_t(h) * SG + split) * D;                  // [heads][SG][D]
+  float* plse = a.part + int64_t(a.heads) * SG * D + int64_t(h) * SG;  // [heads][SG]
   for (int d = tid; d < D; d += kThreads) {
     float o = 0;
     if (L > 0)
@@ -344,12 +304,12 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
     po[d] = L > 0 ? o / L : 0.0f;
   }
   if (tid == 0) plse[split] = L > 0 ? M + __logf(L) : -INFINITY;
-  if (!merge::arrive_last(counters + h, S)) return;
+  if (!merge::arrive_last(a.counters + h, S)) return;
   // ---- last block of head h: merge the S partials (merge.cuh). The S log-sum-exps are loaded at once into shared
   // memory and the partial rows with 8 loads in flight per thread: a serial walk over the splits put one L2 round
   // trip per split on the critical path (v1: ~8 us of a 12 us launch at 16 splits).
-  const float* ph = part + int64_t(h) * SG * D;
-  const float* lh = part + int64_t(a.heads) * SG * D + int64_t(h) * SG;
+  const float* ph = a.part + int64_t(h) * SG * D;
+  const float* lh = a.part + int64_t(a.heads) * SG * D + int64_t(h) * SG;
   __shared__ float wsplit[kMaxSplits];
   const float den = merge::split_weights<kThreads, true>(lh, 1, S, wsplit, red).y;
   for (int d = tid; d < D; d += kThreads) {
@@ -357,8 +317,8 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
 #pragma unroll 8
     for (int s2 = 0; s2 < S; ++s2) o += wsplit[s2] * __ldcg(ph + int64_t(s2) * D + d);
     o = den > 0 ? o / den : den == 0 ? 0.0f : __builtin_nanf("");  // NaN: a split saw a NaN score
-    if (a.out_bf16) static_cast<uint16_t*>(outp)[hD + d] = f2bf(o);
-    else static_cast<float*>(outp)[hD + d] = o;
+    if (a.out_bf16) static_cast<uint16_t*>(a.out)[hD + d] = f2bf(o);
+    else static_cast<float*>(a.out)[hD + d] = o;
   }
 }
 
@@ -400,7 +360,7 @@ ClusterResidency fused_decode_cluster_residency(int head_dim) {
     if (it != memo.end()) return it->second;
   }
   const void* kern = by_lanes(head_dim, [](auto l) {
-    return reinterpret_cast<const void*>(decode_attn_kernel<decltype(l)::value, false>);
+    return reinterpret_cast<const void*>(decode_attn_kernel<decltype(l)::value>);
   });
   const ClusterResidency res = query_cluster_residency(kern, kThreads, 0);
   std::lock_guard<std::mutex> lock(mu);
@@ -413,14 +373,9 @@ void launch_fused_decode(const DecodeAttnArgs& a, const DecodePlan& plan, cudaSt
   const unsigned gx = unsigned((a.splits + c - 1) / c * c);
   if (gx == 0 || a.heads == 0) return;
   by_lanes(a.head_dim, [&](auto l) {
-    if (a.rows > 1)
-      check_cuda(launch_ex(decode_attn_kernel<decltype(l)::value, true>, dim3(gx, unsigned(a.heads), unsigned(a.rows)),
-                           dim3(kThreads), 0, stream, plan.pdl, unsigned(c), a, c),
-                 "decode_attention (rows)");
-    else
-      check_cuda(launch_ex(decode_attn_kernel<decltype(l)::value, false>, dim3(gx, unsigned(a.heads)), dim3(kThreads),
-                           0, stream, plan.pdl, unsigned(c), a, c),
-                 "decode_attention");
+    check_cuda(launch_ex(decode_attn_kernel<decltype(l)::value>, dim3(gx, unsigned(a.heads)), dim3(kThreads), 0,
+                         stream, plan.pdl, unsigned(c), a, c),
+               "decode_attention");
     return 0;
   });
 }

@@ -43,16 +43,10 @@ struct FusedDecodeArgs {
   bool ring = false;
   int64_t window = 0;
   const int32_t* pos0 = nullptr;
-  // The query's position is *pos0 + row: row r of a decode-exact verification step. With row > 0 the cache rows of
-  // positions *pos0 .. *pos0 + row - 1 were written by this step's earlier launches, so the kernel waits for the
-  // previous kernel before reading any cache row.
+  // The query's position is *pos0 + row: row r of a decode-exact verification step (launched once per row, in
+  // order). With row > 0 the cache rows of positions *pos0 .. p - 1 were written by this step's earlier launches,
+  // so the kernel waits for the previous kernel before reading any cache row.
   int32_t row = 0;
-  // A multi-row launch (1 < rows <= kFusedDecodeMaxRows): rows row .. row + rows - 1 along grid z, row z with q / k /
-  // v / out advanced by z rows of stride ldq / ldk / ldv / ldo elements, and `rows` times the partials and counters
-  // of one row. Every block recomputes the key/value rows of the launch's earlier rows (as their own blocks build
-  // and append them), so no block reads a cache row this launch writes; each row is bitwise a one-row launch.
-  int rows = 1;
-  int64_t ldq = 0, ldk = 0, ldv = 0, ldo = 0;
   // Paged cache (reserved for the serving layer; must be null / 0 today): see the header comment.
   const int32_t* block_table = nullptr;
   int32_t block_size = 0;
@@ -66,8 +60,7 @@ struct FusedDecodeArgs {
   EngineDecodeMerge merge = EngineDecodeMerge::automatic;  // the backend's Tuning::engine_decode_merge
 };
 
-inline constexpr int kFusedDecodeMaxRows = 8;
-int64_t fused_decode_part_floats(int heads, int head_dim, int splits);  // of one row
+int64_t fused_decode_part_floats(int heads, int head_dim, int splits);
 // Cluster residency of the kernel serving this head dim on the current device (cached per device).
 ClusterResidency fused_decode_cluster_residency(int head_dim);
 // Launches with the plan's splits (== a.splits), cluster size and PDL; checks the launch.
