@@ -25,14 +25,15 @@ bool tp_uses_processes(int tp, const std::string& device, int backend, bool laun
   if (backend == 1)
     bad(n + ": FLASHKIT_TP_BACKEND=threads, but this process was launched as one rank of several (WORLD_SIZE set)");
   const std::string why = launched ? " (this process was launched as one rank: WORLD_SIZE set)"
-                                   : " (FLASHKIT_TP_BACKEND=nccl)";
+                                   : " (FLASHKIT_TP_BACKEND=nccl asks for ranks in processes)";
   if (!cuda) bad(n + ": ranks in processes need --device cuda (one GPU per rank), got --device " + device + why);
   if (!nccl)
-    fail(Status::unsupported, n + ": NCCL communicator not built (this flashkit was built without NCCL)" + why +
+    fail(Status::unsupported, n + ": NCCL communicator not built: this flashkit was built without NCCL" + why +
                                   "; FLASHKIT_TP_BACKEND=threads runs the ranks as threads of one process");
   if (!fits)
     bad(n + ": device " + device + " with " + std::to_string(tp) + " ranks needs CUDA devices " +
-        std::to_string(base) + ".." + std::to_string(base + tp - 1) + ", this machine has " + std::to_string(gpus));
+        std::to_string(base) + ".." + std::to_string(base + tp - 1) + ", this machine has " + std::to_string(gpus) +
+        why);
   return true;
 }
 
