@@ -19,5 +19,7 @@ void set_device(int device);
 // allocation fails and unsupported in CPU builds. device_free(nullptr) does nothing.
 void* device_alloc(std::size_t bytes);
 void device_free(void* p);
+// Waits for all work on the current device (every stream); nothing in CPU builds.
+void device_synchronize();
 
 }  // namespace flashkit::dist

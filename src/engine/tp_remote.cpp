@@ -122,6 +122,10 @@ class Channel {
   // nothing, so any int32 pattern arrives unchanged.
   void cast(int32_t* words, size_t n) {
     if (!device_) return comm_.broadcast(words, n, DType::f32, 0);
+    // The rank's all-reduces run on its backend's stream, this broadcast on the default one: NCCL wants the
+    // collectives of one communicator in one order on the GPU, so the previous step's must be done (they are: every
+    // step ends with a download; this wait costs microseconds then).
+    dist::device_synchronize();
     dist::copy_bytes(dev_, words, n * sizeof(int32_t), nullptr);
     comm_.broadcast(dev_, n, DType::f32, 0);
     dist::copy_bytes(words, dev_, n * sizeof(int32_t), nullptr);  // waits for the broadcast (same stream)
