@@ -84,7 +84,9 @@ struct Message {
 class Channel {
  public:
   explicit Channel(dist::Communicator& comm) : comm_(comm), device_(std::strcmp(comm.kind(), "nccl") == 0) {
-    if (device_) dev_ = dist::device_alloc(kChunk * sizeof(int32_t));
+    if (!device_) return;
+    device_index_ = dist::current_device();  // the rank's GPU (make_nccl set it)
+    dev_ = dist::device_alloc(kChunk * sizeof(int32_t));
   }
   ~Channel() { dist::device_free(dev_); }
   Channel(const Channel&) = delete;
@@ -125,6 +127,7 @@ class Channel {
     // The rank's all-reduces run on its backend's stream, this broadcast on the default one: NCCL wants the
     // collectives of one communicator in one order on the GPU, so the previous step's must be done (they are: every
     // step ends with a download; this wait costs microseconds then).
+    dist::set_device(device_index_);  // a serving thread may not have selected the rank's GPU yet
     dist::device_synchronize();
     dist::copy_bytes(dev_, words, n * sizeof(int32_t), nullptr);
     comm_.broadcast(dev_, n, DType::f32, 0);
@@ -132,6 +135,7 @@ class Channel {
   }
   dist::Communicator& comm_;
   const bool device_;
+  int device_index_ = 0;
   void* dev_ = nullptr;
 };
 
