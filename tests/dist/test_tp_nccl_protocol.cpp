@@ -73,7 +73,7 @@ struct RemoteJob {
 std::vector<std::vector<int32_t>> prompts(int64_t vocab) {
   std::mt19937 rng(11);
   std::vector<std::vector<int32_t>> ps;
-  for (int len : {1, 6, 23}) {
+  for (int len : {1, 6, 23, 80}) {  // 80 ids: a command longer than the first broadcast (64 words)
     std::vector<int32_t> p;
     for (int i = 0; i < len; ++i) p.push_back(int32_t(rng() % uint32_t(vocab)));
     ps.push_back(p);
