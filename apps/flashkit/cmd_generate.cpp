@@ -33,6 +33,7 @@
 #include "flashkit/error.hpp"
 #include "flashkit/tokenizer.hpp"
 #include "spec_cli.hpp"
+#include "tp_launch.hpp"
 
 namespace flashkit::cli {
 
@@ -92,7 +93,7 @@ void add_common(CLI::App* c, GenArgs* a) {
   c->add_option("-t,--threads", a->threads, "CPU threads (0: flashkit's default)")->check(thread_count())
       ->capture_default_str();
   // Checked by the engine (one line naming --tp and the config field that does not divide).
-  c->add_option("--tp", a->tp, "Tensor-parallel ranks (threads of this process; heads and MLP columns split)")
+  c->add_option("--tp", a->tp, "Tensor-parallel ranks: heads and MLP columns split (one process per GPU over NCCL with --device cuda and enough GPUs, threads of this process otherwise; FLASHKIT_TP_BACKEND)")
       ->capture_default_str();
   c->add_option("-c,--ctx-size,--ctx", a->ctx, "Context (KV cache) length in tokens (0: min(model max, 4096))")
       ->check(int_range(0, limits::kMaxContext))->capture_default_str();
@@ -398,8 +399,9 @@ std::vector<int32_t> stop_ids_for(const Model& m, const Tokenizer* tok, bool ign
   return ids;
 }
 
-void run_generate(const GenArgs& a) {
+void run_generate(const GenArgs& a, TpJob& job) {
   validate_common(a);
+  if (job.follower()) return job.follow(a.model, load_options(a));  // before anything reads stdin or opens files
   validate_spec_args(a.spec);
   const int given = int(!a.prompt.empty()) + int(!a.prompt_ids.empty()) + int(!a.prompt_file.empty());
   if (given != 1) bad("give exactly one prompt: -p TEXT, --prompt-file FILE or --prompt-ids 1,2,3");
@@ -424,7 +426,7 @@ void run_generate(const GenArgs& a) {
     if (prompt.empty()) bad("the prompt encodes to no tokens");
   }
 
-  auto model = Model::load(a.model, load_options(a));
+  auto model = job.load(a.model, load_options(a));
   if (tok && tok->vocab_size() > model->info().vocab_size)
     std::cerr << "flashkit: warning: the tokenizer has " << tok->vocab_size() << " tokens, the model "
               << model->info().vocab_size << "\n";
@@ -474,8 +476,9 @@ void run_generate(const GenArgs& a) {
   spec_report(a.spec, r, base_tps, same, a.quiet);
 }
 
-void run_chat(const GenArgs& a) {
+void run_chat(const GenArgs& a, TpJob& job) {
   validate_common(a);
+  if (job.follower()) return job.follow(a.model, load_options(a));  // rank 0 alone reads standard input
   auto tok = load_tokenizer(a.model);
   if (!tok) bad(a.model + " has no tokenizer.json (chat needs the model's tokenizer and chat template)");
   const std::string tmpl = tok->chat_template();
@@ -491,7 +494,7 @@ void run_chat(const GenArgs& a) {
   auto outf = open_output(a.output, "-o/--output");
   open_output(a.stats_json, "--stats-json");
   open_output(a.trace, "--trace");
-  auto model = Model::load(a.model, load_options(a));
+  auto model = job.load(a.model, load_options(a));
   auto session = model->new_session();
   std::ostream& out = outf ? *outf : std::cout;
   std::vector<chat::ChatMessage> msgs;
@@ -600,7 +603,11 @@ void add_generate_commands(CLI::App& app) {
   gen->add_flag("--no-bos", a->no_bos, "Do not add the tokenizer's special tokens (BOS) to -p text");
   gen->add_option("-o,--output", a->output, "Write the generated text to FILE instead of stdout");
   add_spec_options(gen, &a->spec);
-  gen->callback([a] { run_generate(*a); });
+  gen->callback([a] {
+    TpJob job(a->tp, resolve_device(*a));
+    run_generate(*a, job);
+    job.finish();  // the model is gone: the other ranks (--tp in processes) have left their loop
+  });
 
   auto c = std::make_shared<GenArgs>();
   c->temp = 0.7f;
@@ -609,7 +616,11 @@ void add_generate_commands(CLI::App& app) {
   chat->add_option("--system,-p,--prompt", c->system, "System prompt (-p as in llama.cpp's conversation mode)");
   chat->add_flag("--conversation", c->conversation, "Accepted for llama.cpp's -cnv: chat is always a conversation");
   chat->add_option("-o,--output", c->output, "Write the replies to FILE instead of stdout");
-  chat->callback([c] { run_chat(*c); });
+  chat->callback([c] {
+    TpJob job(c->tp, resolve_device(*c));
+    run_chat(*c, job);
+    job.finish();
+  });
 }
 
 }  // namespace flashkit::cli

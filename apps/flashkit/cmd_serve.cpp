@@ -36,6 +36,7 @@
 #include "flashkit/serve.hpp"
 #include "flashkit/tokenizer.hpp"
 #include "serve/http/server.hpp"
+#include "tp_launch.hpp"
 
 namespace flashkit::cli {
 
@@ -87,7 +88,7 @@ void add_serve_options(CLI::App* c, ServeArgs* a, bool model_required) {
   c->add_option("--device", a->device, "cpu | cuda (the paged KV cache runs on both backends)");
   c->add_option("--dtype", a->dtype, "Weight storage: auto | f32 | bf16 | f16 | q8_0");
   c->add_option("-t,--threads", a->threads, "CPU threads (default: flashkit's)")->check(thread_count());
-  c->add_option("--tp", a->tp, "Tensor-parallel ranks (threads of this process; heads and MLP columns split)");
+  c->add_option("--tp", a->tp, "Tensor-parallel ranks: heads and MLP columns split (one process per GPU over NCCL with --device cuda and enough GPUs, threads otherwise; FLASHKIT_TP_BACKEND)");
   c->add_option("-c,--ctx-size,--ctx", a->ctx, "Context length per sequence (default min(model max, 4096))")
       ->check(int_range(0, limits::kMaxContext));
   c->add_option("--kv-memory", a->kv_memory,
@@ -132,7 +133,20 @@ struct Stack {
   int port = 0;
 };
 
-std::unique_ptr<Stack> build_stack(const ServeArgs& a, bool log) {
+LoadOptions serve_load_options(const ServeArgs& a) {
+  LoadOptions lo;
+  lo.device = a.device;
+  lo.dtype = a.dtype;
+  lo.threads = a.threads;
+  lo.tp = a.tp;
+  lo.max_context = a.ctx;
+  lo.random_weights = a.random_weights;
+  apply_offload_options(a.offload, lo);
+  return lo;
+}
+
+// job: flashkit serve's --tp placement (ranks in processes: this is rank 0); nullptr: thread ranks only.
+std::unique_ptr<Stack> build_stack(const ServeArgs& a, bool log, TpJob* job = nullptr) {
   validate(a);
   auto s = std::make_unique<Stack>();
   fs::path d = a.tokenizer.empty() ? fs::path(a.model) : fs::path(tokenizer_dir(a.tokenizer, "--tokenizer"));
@@ -147,15 +161,7 @@ std::unique_ptr<Stack> build_stack(const ServeArgs& a, bool log) {
                      "--tokenizer DIR names another directory)");
   else
     s->tok = std::make_shared<const Tokenizer>(Tokenizer::from_dir(d));
-  LoadOptions lo;
-  lo.device = a.device;
-  lo.dtype = a.dtype;
-  lo.threads = a.threads;
-  lo.tp = a.tp;
-  lo.max_context = a.ctx;
-  lo.random_weights = a.random_weights;
-  apply_offload_options(a.offload, lo);
-  s->model = Model::load(a.model, lo);
+  s->model = job ? job->load(a.model, serve_load_options(a)) : Model::load(a.model, serve_load_options(a));
   serve::EngineOptions eo;
   eo.block_size = a.block_size;
   eo.kv_memory = bytes_of(a.kv_memory);
@@ -211,9 +217,9 @@ extern "C" void on_stop_signal(int) {
   [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &c, 1);
 }
 
-void run_serve(const ServeArgs& a) {
+void run_serve_stack(const ServeArgs& a, TpJob& job) {
   std::signal(SIGPIPE, SIG_IGN);  // a vanished client must not kill the server
-  auto s = build_stack(a, !a.quiet);
+  auto s = build_stack(a, !a.quiet, &job);
   if (pipe(g_signal_pipe) != 0) bad(std::string("serve: pipe: ") + std::strerror(errno));
   struct sigaction sa{};
   sa.sa_handler = on_stop_signal;
@@ -238,6 +244,17 @@ void run_serve(const ServeArgs& a) {
                  (long long)(st.requests_finished + st.requests_cancelled), (long long)st.prompt_tokens,
                  (long long)st.generation_tokens);
   }
+}
+
+// --tp in processes (tp_launch.hpp): rank 0 serves; the other ranks replay its steps until its model is gone.
+void run_serve(const ServeArgs& a) {
+  TpJob job(a.tp, a.device.empty() ? "cpu" : a.device);
+  if (job.follower()) {
+    validate(a);
+    return job.follow(a.model, serve_load_options(a));
+  }
+  run_serve_stack(a, job);
+  job.finish();
 }
 
 // ---------------------------------------------------------------- bench serve

@@ -63,7 +63,8 @@ struct LoadOptions {
   // Tensor parallelism (docs/distributed.md, "Tensor-parallel inference"): ranks that each hold 1/tp of the attention heads and MLP columns
   // and all-reduce the o_proj / down_proj outputs. 1: off. > 1: tp ranks as threads of this process (the "threads"
   // communicator; on CUDA every rank uses device_index). num_attention_heads, num_key_value_heads (or tp divisible by
-  // it: kv heads are then replicated) and intermediate_size must divide by tp.
+  // it: kv heads are then replicated) and intermediate_size must divide by tp. One process per GPU over NCCL is the
+  // CLI's (flashkit generate / chat / serve --tp N; engine/tp.hpp: make_tp_leader, follow_tp_leader).
   int tp = 1;
 };
 

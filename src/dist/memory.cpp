@@ -44,7 +44,24 @@ int current_device() {
   return d;
 }
 void set_device(int device) { cudaSetDevice(device); }
+void* device_alloc(std::size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess)
+    fail(Status::device_error, "dist: cudaMalloc(" + std::to_string(bytes) + " bytes) failed: " + cudaGetErrorString(e));
+  return p;
+}
+void device_free(void* p) {
+  if (p) cudaFree(p);
+}
+void device_synchronize() {
+  const cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) fail(Status::device_error, std::string("dist: cudaDeviceSynchronize failed: ") + cudaGetErrorString(e));
+}
 #else
+void* device_alloc(std::size_t) { fail(Status::unsupported, "dist: device memory needs a CUDA build"); }
+void device_free(void*) {}
+void device_synchronize() {}
 bool is_device_pointer(const void*) { return false; }
 void wait_stream(void*) {}
 int current_device() { return 0; }

@@ -15,5 +15,11 @@ void wait_stream(void* stream);
 // The calling thread's CUDA device, and setting it on another thread (0 and nothing in CPU builds).
 int current_device();
 void set_device(int device);
+// Device memory on the current CUDA device (buffers an NCCL collective can read); throws device_error when the
+// allocation fails and unsupported in CPU builds. device_free(nullptr) does nothing.
+void* device_alloc(std::size_t bytes);
+void device_free(void* p);
+// Waits for all work on the current device (every stream); nothing in CPU builds.
+void device_synchronize();
 
 }  // namespace flashkit::dist

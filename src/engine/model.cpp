@@ -1269,6 +1269,8 @@ ModelImpl& impl_of(const Model& model) {
 }  // namespace
 
 int64_t paged_kv_bytes_per_token(const Model& model) {
+  int world = 1;
+  if (Model* local = tp_leader_local(model, &world)) return world * paged_kv_bytes_per_token(*local);
   // A tensor-parallel model: every rank's pool (its KV heads) holds a slice of each token.
   if (const auto ranks = tp_ranks(model); !ranks.empty()) {
     int64_t sum = 0;
@@ -1281,6 +1283,7 @@ int64_t paged_kv_bytes_per_token(const Model& model) {
 }
 
 bool has_kv_cache(const Model& model) {
+  if (Model* local = tp_leader_local(model)) return has_kv_cache(*local);
   if (const auto ranks = tp_ranks(model); !ranks.empty()) return has_kv_cache(*ranks[0]);
   return impl_of(model).cfg_.arch != Arch::mamba;
 }
@@ -1288,12 +1291,14 @@ bool has_kv_cache(const Model& model) {
 // Tensor-parallel: rank 0's device (the ranks of one process share it, or each has one of the same kind); the pool is
 // sized from it with every rank's bytes per token (paged_kv_bytes_per_token), so it is conservative either way.
 int64_t paged_device_free_bytes(const Model& model) {
+  if (Model* local = tp_leader_local(model)) return paged_device_free_bytes(*local);
   if (const auto ranks = tp_ranks(model); !ranks.empty()) return paged_device_free_bytes(*ranks[0]);
   return impl_of(model).be_->free_memory_bytes();
 }
 
 std::unique_ptr<PagedRunner> make_paged_runner(Model& model, const PagedRunnerOptions& opts) {
   if (!tp_ranks(model).empty()) return make_tp_paged_runner(model, opts);
+  if (tp_leader_local(model)) return make_tp_leader_paged_runner(model, opts);
   return std::make_unique<PagedRunnerImpl>(impl_of(model), opts);
 }
 
@@ -1301,6 +1306,9 @@ std::string model_identity(const Model& model) {
   namespace fs = std::filesystem;
   if (const auto ranks = tp_ranks(model); !ranks.empty())
     return model_identity(*ranks[0]) + "tp=" + std::to_string(ranks.size()) + ";";
+  int world = 1;
+  if (Model* local = tp_leader_local(model, &world))
+    return model_identity(*local) + "tp=" + std::to_string(world) + ";";
   const ModelImpl& m = impl_of(model);
   const ModelConfig& c = m.cfg_;
   std::string id;

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/config.hpp"
@@ -57,6 +58,24 @@ std::shared_ptr<Model> load_rank_model(const std::filesystem::path& dir, const L
                                        dist::Communicator& comm);
 // LoadOptions::tp > 1 (tp_model.cpp): tp rank models on threads of this process, driven in lockstep.
 std::shared_ptr<Model> load_tp_model(const std::filesystem::path& dir, const LoadOptions& opts);
+
+// Ranks in processes (tp_remote.cpp; one per GPU over NCCL, or any communicator): rank 0 wraps its rank model
+// (load_rank_model over `comm`) in a leader model whose every Session / PagedRunner call is first broadcast to the
+// other ranks, which replay it in follow_tp_leader until the leader goes away. comm outlives the rank model.
+std::shared_ptr<Model> make_tp_leader(std::shared_ptr<Model> rank0, std::shared_ptr<dist::Communicator> comm);
+// Ranks > 0: replays rank 0's calls on `rank_model` until rank 0's leader model is destroyed. A failure that rank 0
+// does not share (anything but a bad argument or out of memory) aborts comm and is rethrown.
+void follow_tp_leader(Model& rank_model, dist::Communicator& comm);
+// A leader model's own rank model and (in *world) the rank count; nullptr for any other model.
+Model* tp_leader_local(const Model& model, int* world = nullptr);
+std::unique_ptr<PagedRunner> make_tp_leader_paged_runner(Model& model, const PagedRunnerOptions& opts);
+
+// Whether `tp` ranks on `device` run as processes, one per GPU over NCCL (true), or as threads of this process.
+// backend: FLASHKIT_TP_BACKEND, 0 auto (processes when device is CUDA, tp > 1, NCCL is built and GPUs [index,
+// index + tp) exist), 1 threads, 2 nccl (processes, forced: also tp = 1); launched: this process is one rank of a
+// launched job (WORLD_SIZE set), which forces processes too. A forced process job that cannot run throws naming
+// --tp and why: not --device cuda / NCCL not built (unsupported) / fewer GPUs than ranks.
+bool tp_uses_processes(int tp, const std::string& device, int backend, bool launched, bool nccl, int gpus);
 
 // The rank models behind a tensor-parallel model; empty for any other model.
 std::vector<Model*> tp_ranks(const Model& model);

@@ -52,6 +52,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "dist/comm.hpp"
 #include "engine/backend.hpp"
 #include "core/cuda_check.hpp"
 #include "engine/cuda/gemv_quant.hpp"
@@ -223,6 +224,15 @@ class CudaBackend final : public Backend {
   void synchronize() override {
     flush();
     ck(cudaStreamSynchronize(stream_), "synchronize");
+  }
+
+  // Tensor parallelism over NCCL: the all-reduce is enqueued on this backend's stream behind the queued ops (no host
+  // synchronization; the next ops on the stream read its result). Other communicators stage through the host.
+  void all_reduce_sum(const Tensor& x, int64_t T, dist::Communicator& comm) override {
+    if (std::strcmp(comm.kind(), "nccl") != 0) return Backend::all_reduce_sum(x, T, comm);
+    flush();
+    if (x.ld == x.cols) return comm.all_reduce_sum(x.data, size_t(T * x.cols), x.dtype, stream_);
+    for (int64_t t = 0; t < T; ++t) comm.all_reduce_sum(x.row_slice(t, 1).data, size_t(x.cols), x.dtype, stream_);
   }
 
   // ---------------------------------------------------------------- weights
