@@ -21,6 +21,11 @@ fk_pack_deps() {
   # the .pc file is rewritten without Requires.private so pkg-config needs nothing else on the GPU machine.
   local hl; hl=$(pkg-config --variable=libdir cpp-httplib)
   cp -a "$(pkg-config --variable=includedir cpp-httplib)/httplib.h" .fkdeps/include/
+  # httplib.h includes the headers of what Debian built it with (CPPHTTPLIB_{OPENSSL,ZLIB,BROTLI}_SUPPORT).
+  local si; si=$(pkg-config --variable=includedir openssl)
+  cp -a "$si/openssl" "$(pkg-config --variable=includedir libbrotlidec)/brotli" .fkdeps/include/
+  cp -a /usr/include/"$(gcc -dumpmachine)"/openssl/. .fkdeps/include/openssl/
+  cp -a "$(pkg-config --variable=includedir zlib)"/zlib.h "$(pkg-config --variable=includedir zlib)"/zconf.h .fkdeps/include/
   cp -a "$hl"/libcpp-httplib.so* .fkdeps/lib/
   local dep; for dep in libssl.so.3 libcrypto.so.3 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do
     cp -aL "$(ldconfig -p | awk -v d="$dep" '$1 == d {print $NF; exit}')" .fkdeps/lib/
