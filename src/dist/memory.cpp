@@ -11,8 +11,21 @@
 namespace flashkit::dist {
 
 #ifdef FLASHKIT_WITH_CUDA
+namespace {
+// A CUDA build on a machine without a usable GPU (CI): every buffer is host memory and there is no stream to wait on.
+bool cuda_usable() {
+  static const bool usable = [] {
+    int n = 0;
+    const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+    cudaGetLastError();
+    return ok;
+  }();
+  return usable;
+}
+}  // namespace
+
 bool is_device_pointer(const void* p) {
-  if (p == nullptr) return false;
+  if (p == nullptr || !cuda_usable()) return false;
   cudaPointerAttributes attr{};
   if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
     cudaGetLastError();  // a plain host pointer on old drivers: clear the sticky-free error
@@ -35,15 +48,18 @@ void copy_bytes(void* dst, const void* src, std::size_t bytes, void* stream) {
 }
 
 void wait_stream(void* stream) {
+  if (!cuda_usable()) return;
   const cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
   if (e != cudaSuccess) fail(Status::device_error, std::string("dist: waiting for a collective failed: ") + cudaGetErrorString(e));
 }
 int current_device() {
   int d = 0;
-  cudaGetDevice(&d);
+  if (cuda_usable()) cudaGetDevice(&d);
   return d;
 }
-void set_device(int device) { cudaSetDevice(device); }
+void set_device(int device) {
+  if (cuda_usable()) cudaSetDevice(device);
+}
 void* device_alloc(std::size_t bytes) {
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, bytes);
