@@ -1,8 +1,8 @@
 // Retired from src/kernels/cuda/cs149/swiglu.cu (not built): the SwiGLU kernel v3 (SwigluKernel::split_in_shared).
-// H200 run s10-10 (course shape): 17.83 ms against 13.08 ms for v2 (0.73x). Not profiled; the likely cause:
-// the (big, small) pairs double the shared footprint (74 KiB a block against v2's 38 KiB), so fewer blocks fit
-// an SM, and the saved splits did not pay for it; see docs/worklog/cs149-swiglu.md. Kept as the record of the
-// attempt; it needs the
+// H200 run s10-10 (course shape): 17.83 ms against 13.08 ms for v2 (0.73x), both passing the course check. Not
+// profiled. It issues ~1.6x fewer instructions than v2 and still lost, so v2 is not issue-bound as v3 assumed;
+// candidates: twice the shared-memory bytes read (pairs), chains of 6 dependent MMAs into one partial (v2: 3).
+// See docs/worklog/cs149-swiglu.md. Kept as the record of the attempt; it needs the
 // constants, Staged, load_tile, split, mma_tf32, zero, tile_origin and write_output of swiglu.cu to compile.
 // Launch (74 KiB of dynamic shared memory, above the 48 KiB default):
 //   auto kernel = swiglu_3xtf32_presplit_kernel<vec_a, vec_b>;

@@ -169,6 +169,11 @@ TEST(Cs149CApi, StatusAndMessage) {
   EXPECT_NEAR(out[0], 2.0 / (1.0 + std::exp(-2.0)) * 2.0, 1e-5);
   EXPECT_EQ(fk_cs149_swiglu(x, x, x, x, x, 1.0f, 1, 1, 1, out, FK_CPU, 1), FK_INVALID_ARGUMENT);
   EXPECT_NE(std::string(fk_last_error()).find("kernel must be"), std::string::npos);
+  EXPECT_EQ(fk_cs149_swiglu(x, x, x, x, x, 1.0f, 1, 1, 1, out, FK_CPU, 3), FK_INVALID_ARGUMENT);  // v3, retired
+  EXPECT_NE(std::string(fk_last_error()).find("a retired kernel"), std::string::npos);
+  EXPECT_EQ(fk_cs149_rk4(x, 1, 1, 1, 1.0f, 1, 1, 1, 1, out, FK_CPU, 6), FK_INVALID_ARGUMENT);  // v6, retired
+  EXPECT_NE(std::string(fk_last_error()).find("a retired kernel"), std::string::npos);
+  EXPECT_EQ(fk_cs149_rk4(x, 1, 1, 1, 1.0f, 1, 1, 1, 1, out, FK_CPU, 4), FK_OK);  // v4 by name
   EXPECT_EQ(fk_cs149_rk4(x, 1, 1, 1, -1.0f, 1, 1, 1, 1, out, FK_CPU, 0), FK_INVALID_ARGUMENT);
   EXPECT_NE(std::string(fk_last_error()).find("alpha"), std::string::npos);
 }
