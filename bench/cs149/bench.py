@@ -84,16 +84,9 @@ def candidates(problem, data, use_compile):
         out["compile"] = torch.compile(fn)
     if problem == "flashattention":
         out["sdpa"] = ref.attention_sdpa
-    # The A/B variants, timed and checked beside the default (docs/worklog/cs149-*.md): every kernel the
-    # default does not pick, so a run answers whether a new version is correct and faster.
-    if problem == "rk4":
-        out["flashkit_l1"] = lambda d: cs149.rk4(d, kernel="l1")
-        out["flashkit_l1_aligned"] = lambda d: cs149.rk4(d, kernel="l1_aligned")
-        out["flashkit_l1_tall"] = lambda d: cs149.rk4(d, kernel="l1_tall")
-        out["flashkit_pair"] = lambda d: cs149.rk4(d, kernel="pair")
-    if problem == "swiglu":
-        out["flashkit_split_per_fragment"] = lambda d: cs149.swiglu(d, kernel="split_per_fragment")
-        out["flashkit_split_in_shared"] = lambda d: cs149.swiglu(d, kernel="split_in_shared")
+    # A/B variants, timed and checked beside the default as out["flashkit_<name>"] (docs/worklog/cs149-*.md):
+    # every kernel the default does not pick, so a run answers whether a new version is correct and faster. None
+    # now: run s10-10 promoted RK4 v4 and retired RK4 v1, v5, v6 and SwiGLU v3 (dev/cuda/).
     return out
 
 
@@ -201,15 +194,23 @@ def main(argv=None):
             r["problem"], f(r, "flashkit_ms"), f(r, "eager_ms"), f(r, "compile_ms"), f(r, "sdpa_ms"),
             ("%.2fx" % r["speedup_vs_best_torch"]) if "speedup_vs_best_torch" in r else "-", r["goal_ms"],
             "OK" if r["check_ok"] else "FAILED"))
-    print("\n| problem | variant | ms | vs default | check |")
-    print("|---|---|---|---|---|")
-    for r in results:
-        for key in [k for k in r if k.startswith("flashkit_") and k.endswith("_ms")]:
-            name = key[:-3]
-            print("| %s | %s | %.3f | %.2fx | %s |" % (r["problem"], name[len("flashkit_"):], r[key],
-                                                    r["flashkit_ms"] / r[key] if "flashkit_ms" in r else 0.0,
-                                                    "OK" if r.get(name + "_check_ok") else "FAILED"))
+    print("\n" + "\n".join(variant_table(results)))
     return 1 if failed else 0
+
+
+def variant_table(results):
+    """The markdown table of the default (flashkit_ms, checked as check_ok) and each A/B variant (flashkit_<name>_ms,
+    checked as flashkit_<name>_check_ok) per problem, with its speed relative to the default."""
+    lines = ["| problem | variant | ms | vs default | check |", "|---|---|---|---|---|"]
+    for r in results:
+        for key in [k for k in r if k.startswith("flashkit") and k.endswith("_ms")]:
+            name = key[:-3]
+            label, ok_key = ("default", "check_ok") if name == "flashkit" else (name[len("flashkit_"):],
+                                                                                  name + "_check_ok")
+            lines.append("| %s | %s | %.3f | %s | %s |" % (
+                r["problem"], label, r[key], ("%.2fx" % (r["flashkit_ms"] / r[key])) if "flashkit_ms" in r else "-",
+                "OK" if r.get(ok_key) else "FAILED"))
+    return lines
 
 
 def write_json(path, results):

@@ -15,14 +15,14 @@ extern "C" {
 FK_API fk_status fk_cs149_histogram(const uint8_t* data, int64_t length, int64_t channels, int64_t num_bins,
                                     int32_t* out, int32_t device);
 /* out [m, n] = swish_beta(x w + b) * (x v + c); x [m, k], w and v [k, n], b and c [n], all f32.
- * kernel: 0 automatic, 2 / 3 the CUDA kernel v2 (split per fragment) / v3 (split in shared memory), for A/B runs
- * (1, the retired v1, is rejected); the CPU ignores it. */
+ * kernel: 0 automatic, 2 the CUDA kernel v2 (split per fragment) (1 and 3, the retired v1 and v3, are rejected);
+ * the CPU ignores it. */
 FK_API fk_status fk_cs149_swiglu(const float* x, const float* w, const float* v, const float* b, const float* c,
                                  float beta, int64_t m, int64_t k, int64_t n, float* out, int32_t device,
                                  int32_t kernel);
 /* RK4 heat equation on u0 f32 [nz, ny, nx] for n_steps; out (same shape, not aliasing u0) receives the field.
- * kernel: 0 automatic, 1 / 4 / 5 / 6 the CUDA stage kernel v1 (L1) / v4 (v1 with 128-byte aligned warps) / v5 (v1
- * with 32-row blocks) / v6 (two stages per kernel), for A/B runs (2 and 3, the retired v2 and v3, are rejected). */
+ * kernel: 0 automatic, 4 the CUDA stage kernel v4 (L1, 128-byte aligned warps) (1, 2, 3, 5 and 6, the retired v1,
+ * v2, v3, v5 and v6, are rejected). */
 FK_API fk_status fk_cs149_rk4(const float* u0, int64_t nz, int64_t ny, int64_t nx, float alpha, float hx, float hy,
                               float hz, int64_t n_steps, float* out, int32_t device, int32_t kernel);
 /* The occupancy decoder's head: out[r] = LayerNorm(x[r]) . w + bias[0] (no affine; eps); x [rows, width],

@@ -26,12 +26,12 @@ void histogram(const HistogramArgs& a);
 
 // SwiGLU, f32: out[m, n] = swish_beta(x W + b)[m, n] * (x V + c)[m, n], swish_beta(g) = g * sigmoid(beta g).
 // x [m, k], W and V [k, n], b and c [n], out [m, n]. f32-accurate on every device (no plain TF32).
-// Which CUDA kernel runs (an A/B switch for benchmarks; the CPU ignores it; both are 3xTF32 with the running
-// sums outside the tensor cores): automatic picks by choose_swiglu_kernel; split_per_fragment splits operands
-// into TF32 pairs at every fragment read (v2); split_in_shared splits them once per k tile into shared memory
-// (v3). Value 1 was v1 (all of K summed inside the tensor cores, which truncate: it failed the course check);
-// it is rejected (docs/worklog/cs149-swiglu.md).
-enum class SwigluKernel : int32_t { automatic = 0, split_per_fragment = 2, split_in_shared = 3 };
+// Which CUDA kernel runs (a switch for A/B benchmarks of future variants; the CPU ignores it): automatic picks by
+// choose_swiglu_kernel; split_per_fragment (v2, 3xTF32 with the running sums outside the tensor cores) splits
+// operands into TF32 pairs at every fragment read. Retired and rejected (docs/worklog/cs149-swiglu.md): 1 (v1, all
+// of K summed inside the tensor cores, which truncate: it failed the course check) and 3 (v3, split_in_shared:
+// 17.83 ms against v2's 13.08 ms on the H200, run s10-10).
+enum class SwigluKernel : int32_t { automatic = 0, split_per_fragment = 2 };
 
 struct SwigluArgs {
   const float* x = nullptr;
@@ -53,18 +53,14 @@ SwigluKernel choose_swiglu_kernel(const SwigluArgs& a);
 // [nz, ny, nx]; the 4-point boundary layer keeps its initial values; dt = 0.05 / (alpha (1/hx^2 + 1/hy^2 +
 // 1/hz^2)), computed in f32 as the course reference does. out [nz, ny, nx] receives u after n_steps steps (it may
 // not alias u0). CUDA calls allocate three field-sized work buffers on the stream.
-// Which CUDA stage kernel runs (an A/B switch for benchmarks; all compute the same values): automatic picks by
-// choose_rk4_kernel; stage_l1 reads the x/y neighbours through L1 (v1); stage_l1_aligned is v1 with each warp's row
-// starting on a 128-byte boundary (v4); stage_l1_tall is v1 with blocks of 32 rows instead of 8 (v5); stage_pair
-// runs two stages per kernel, the intermediate stage input kept on chip (v6). Values 2 (v2,
-// a shared-memory plane) and 3 (v3, 4 rows per thread) were retired after they lost on the H200
-// (docs/worklog/cs149-rk4.md); they are rejected now.
+// Which CUDA stage kernel runs (a switch for A/B benchmarks of future variants): automatic picks by
+// choose_rk4_kernel; stage_l1_aligned (v4) reads the x/y neighbours through L1 with each warp's row starting on a
+// 128-byte boundary. Retired after they lost on the H200 and rejected (docs/worklog/cs149-rk4.md): 1 (v1,
+// stage_l1: warps from x = 4), 2 (v2, a shared-memory plane), 3 (v3, 4 rows per thread), 5 (v5, stage_l1_tall:
+// 32-row blocks) and 6 (v6, stage_pair: two stages per kernel).
 enum class Rk4Kernel : int32_t {
   automatic = 0,
-  stage_l1 = 1,
   stage_l1_aligned = 4,
-  stage_l1_tall = 5,
-  stage_pair = 6,
 };
 
 struct Rk4Args {

@@ -72,24 +72,16 @@ TEST(Cs149Swiglu, KernelChoice) {
   EXPECT_EQ(flashkit::cs149::choose_swiglu_kernel(a), SwigluKernel::split_per_fragment);  // passed the course check
   a.kernel = SwigluKernel::split_per_fragment;
   EXPECT_EQ(flashkit::cs149::choose_swiglu_kernel(a), SwigluKernel::split_per_fragment);
-  a.kernel = SwigluKernel::split_in_shared;  // v3: only on request until measured
-  EXPECT_EQ(flashkit::cs149::choose_swiglu_kernel(a), SwigluKernel::split_in_shared);
 }
 
 TEST(Cs149Rk4, KernelChoice) {
   using flashkit::cs149::Rk4Kernel;
   flashkit::cs149::Rk4Args a;
-  EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1);  // the H200 winner (run s8-2)
+  EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1_aligned);  // the H200 winner (s10-10)
   a.nz = a.ny = a.nx = 600;  // the course shape too
-  EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1);
-  a.kernel = Rk4Kernel::stage_l1;
-  EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1);
-  a.kernel = Rk4Kernel::stage_l1_aligned;  // v4 and v5: only on request until measured
   EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1_aligned);
-  a.kernel = Rk4Kernel::stage_l1_tall;
-  EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1_tall);
-  a.kernel = Rk4Kernel::stage_pair;
-  EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_pair);
+  a.kernel = Rk4Kernel::stage_l1_aligned;
+  EXPECT_EQ(flashkit::cs149::choose_rk4_kernel(a), Rk4Kernel::stage_l1_aligned);
 }
 
 template <typename F>
@@ -125,6 +117,8 @@ TEST(Cs149Errors, NameTheArgument) {
   expect_error([&] { flashkit::cs149::swiglu(s); }, flashkit::Status::invalid_argument, "k must be");
   s.k = 2; s.kernel = static_cast<flashkit::cs149::SwigluKernel>(1);  // the retired v1
   expect_error([&] { flashkit::cs149::swiglu(s); }, flashkit::Status::invalid_argument, "kernel must be");
+  s.kernel = static_cast<flashkit::cs149::SwigluKernel>(3);  // the retired v3 (split_in_shared)
+  expect_error([&] { flashkit::cs149::swiglu(s); }, flashkit::Status::invalid_argument, "a retired kernel");
   s.kernel = static_cast<flashkit::cs149::SwigluKernel>(7);
   expect_error([&] { flashkit::cs149::swiglu(s); }, flashkit::Status::invalid_argument, "kernel must be");
   s.kernel = flashkit::cs149::SwigluKernel::automatic;
@@ -138,10 +132,10 @@ TEST(Cs149Errors, NameTheArgument) {
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "alias");
   r.out = out.data(); r.kernel = static_cast<flashkit::cs149::Rk4Kernel>(99);
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "kernel must be");
-  r.kernel = static_cast<flashkit::cs149::Rk4Kernel>(2);  // the retired v2
-  expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "kernel must be");
-  r.kernel = static_cast<flashkit::cs149::Rk4Kernel>(3);  // the retired v3
-  expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "kernel must be");
+  for (int retired : {1, 2, 3, 5, 6}) {  // v1, v2, v3, v5 (l1_tall), v6 (pair): lost on the H200
+    r.kernel = static_cast<flashkit::cs149::Rk4Kernel>(retired);
+    expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "a retired kernel");
+  }
   r.kernel = flashkit::cs149::Rk4Kernel::automatic; r.n_steps = -1;
   expect_error([&] { flashkit::cs149::rk4(r); }, flashkit::Status::invalid_argument, "n_steps");
   flashkit::cs149::LayerNormHeadArgs l;
@@ -175,6 +169,11 @@ TEST(Cs149CApi, StatusAndMessage) {
   EXPECT_NEAR(out[0], 2.0 / (1.0 + std::exp(-2.0)) * 2.0, 1e-5);
   EXPECT_EQ(fk_cs149_swiglu(x, x, x, x, x, 1.0f, 1, 1, 1, out, FK_CPU, 1), FK_INVALID_ARGUMENT);
   EXPECT_NE(std::string(fk_last_error()).find("kernel must be"), std::string::npos);
+  EXPECT_EQ(fk_cs149_swiglu(x, x, x, x, x, 1.0f, 1, 1, 1, out, FK_CPU, 3), FK_INVALID_ARGUMENT);  // v3, retired
+  EXPECT_NE(std::string(fk_last_error()).find("a retired kernel"), std::string::npos);
+  EXPECT_EQ(fk_cs149_rk4(x, 1, 1, 1, 1.0f, 1, 1, 1, 1, out, FK_CPU, 6), FK_INVALID_ARGUMENT);  // v6, retired
+  EXPECT_NE(std::string(fk_last_error()).find("a retired kernel"), std::string::npos);
+  EXPECT_EQ(fk_cs149_rk4(x, 1, 1, 1, 1.0f, 1, 1, 1, 1, out, FK_CPU, 4), FK_OK);  // v4 by name
   EXPECT_EQ(fk_cs149_rk4(x, 1, 1, 1, -1.0f, 1, 1, 1, 1, out, FK_CPU, 0), FK_INVALID_ARGUMENT);
   EXPECT_NE(std::string(fk_last_error()).find("alpha"), std::string::npos);
 }

@@ -5,10 +5,11 @@
 #                                     a cold library build takes longer: run `build` alone first then)
 #   tools/gpu/cs149.sh build test ab ncu_ab    the A/B question in one call (< 8 minutes from a cold machine):
 #                                     are the new versions correct (CUDA tests of every kernel variant, the
-#                                     bench's course check of each) and faster (all five problems, swiglu and rk4
-#                                     with every variant beside the default, no torch.compile; the decoder per step;
-#                                     kernel time vs op time of each flashkit call from torch.profiler),
-#                                     and what ncu says of the new kernels (SOL, compute, memory, warp stalls).
+#                                     bench's course check of each) and faster (all five problems, any A/B variant
+#                                     (bench.py's candidates; none since run s10-10) beside the default, no
+#                                     torch.compile; the decoder per step; kernel time vs op time of each flashkit
+#                                     call from torch.profiler), and what ncu says of the kernels (SOL, compute,
+#                                     memory, warp stalls).
 # Results under $OUT: cs149.log (every step), cs149-bench.json and cs149-bench.md (the tables), failed.txt,
 # cs149-ncu.txt (SOL and memory lines of each kernel) and cs149-ncu.tar.gz (the full ncu output); the ab stages
 # write cs149-ab.json, cs149-ab.md, cs149-ncu-ab.txt and add their full ncu text to cs149-ncu.tar.gz.
@@ -48,7 +49,8 @@ for st in "${STAGES[@]}"; do
     test)
       run cuda_tests timeout 240 "$BUILD/tests/cs149/flashkit_cs149_cuda_tests" --gtest_brief=1
       run cpu_tests timeout 120 "$BUILD/tests/cs149/flashkit_cs149_tests" --gtest_brief=1
-      run python_tests timeout 120 python3 -m pytest -q -p no:cacheprovider tests/cs149/test_cs149.py
+      run python_tests timeout 120 python3 -m pytest -q -p no:cacheprovider tests/cs149/test_cs149.py \
+        bench/cs149/test_bench.py
       grep -E "^\[  FAILED  \]|^FAILED" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt"
       grep -E "^\[  PASSED  \]|^[0-9]+ passed" "$LOG" | tail -3
       cat "$OUT/failed.txt" ;;
@@ -71,12 +73,12 @@ for st in "${STAGES[@]}"; do
         grep -E "^[a-z_0-9]+: flashkit[a-z_0-9]* (OK|FAILED)|flashkit steps:|flashkit kernels:" "$LOG" | tail -20
       } > "$OUT/cs149-ab.md"
       cat "$OUT/cs149-ab.md" ;;
-    ncu_ab)  # the new kernels beside the ones they replace, with the sections that say why
-      K='regex:histogram_kernel|swiglu_3xtf32|rk4_stage|rk4_pair|query_embed|layernorm_head'
+    ncu_ab)  # the kernels (new A/B variants go beside them as PROBLEM:KERNEL), with the sections that say why
+      K='regex:histogram_kernel|swiglu_3xtf32|rk4_stage|query_embed|layernorm_head'
       run ncu_ab timeout 200 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis \
         --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
-        -k "$K" -c 19 --log-file "$OUT/cs149-ncu-ab-full.txt" python3 tools/gpu/cs149_ncu.py histogram \
-        swiglu:split_per_fragment swiglu:split_in_shared rk4:l1 rk4:l1_aligned rk4:l1_tall rk4:pair occupancy_decoder
+        -k "$K" -c 8 --log-file "$OUT/cs149-ncu-ab-full.txt" python3 tools/gpu/cs149_ncu.py histogram \
+        swiglu rk4 occupancy_decoder
       ncu_summary "$OUT/cs149-ncu-ab-full.txt" > "$OUT/cs149-ncu-ab.txt"
       pack_ncu cs149-ncu-ab-full.txt
       cat "$OUT/cs149-ncu-ab.txt" ;;

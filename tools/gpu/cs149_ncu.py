@@ -1,7 +1,7 @@
 """Runs flashkit.cs149 problems once each at the course shapes, for Nsight Compute (tools/gpu/cs149.sh ncu, ncu_ab):
     ncu ... python3 tools/gpu/cs149_ncu.py [PROBLEM[:KERNEL]...]
-Default: all five with their default kernels. PROBLEM:KERNEL runs the A/B kernel of swiglu or rk4 (e.g.
-swiglu:split_in_shared, rk4:l1_tall). RK4 runs one step (its four stage kernels once each)."""
+Default: all five with their default kernels. PROBLEM:KERNEL runs a kernel of swiglu or rk4 by its Python name
+(e.g. swiglu:split_per_fragment, rk4:l1_aligned). RK4 runs one step (its four stage kernels once each)."""
 import os
 import sys
 
