@@ -31,6 +31,7 @@
 #include "cli_checks.hpp"
 #include "commands.hpp"
 #include "core/limits.hpp"
+#include "engine/offload_plan.hpp"
 #include "flashkit/engine.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/serve.hpp"
@@ -58,20 +59,8 @@ struct ServeArgs {
   OffloadArgs offload;
 };
 
-// "1073741824", "512M", "2G", "64K" (binary units); -1 when s is none of these (or NaN, negative, beyond 9e18).
-int64_t bytes_of(const std::string& s) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || end == s.c_str() || std::isspace(static_cast<unsigned char>(s[0]))) return -1;
-  const std::string unit = end;
-  double mul = 1;
-  if (unit == "K" || unit == "KiB" || unit == "k") mul = double(int64_t(1) << 10);
-  else if (unit == "M" || unit == "MiB") mul = double(int64_t(1) << 20);
-  else if (unit == "G" || unit == "GiB") mul = double(int64_t(1) << 30);
-  else if (!unit.empty()) return -1;
-  if (!(v >= 0 && v * mul <= 9e18)) return -1;  // also NaN and inf
-  return int64_t(v * mul);
-}
+// "1073741824", "512M", "2G", "64K" (binary units); -1 when s is none of these: the engine's one byte-count parser.
+int64_t bytes_of(const std::string& s) { return engine::parse_byte_count(s); }
 
 CLI::Validator byte_count() {
   return CLI::Validator(
