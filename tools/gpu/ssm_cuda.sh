@@ -17,6 +17,8 @@
 #             random model at mamba-130m's shape made by transformers (tools/gpu/make_mamba_decode_model.py, kept in
 #             $BUILD/mamba-130m-random), then `flashkit_ssm_bench decode DIR`: greedy decode ms/token on CUDA against
 #             its stored weight bytes at 4.24 TB/s; $OUT/ssm_decode.jsonl and one "decode:" line
+#   profile   the same model through `flashkit generate --profile` on CUDA (eager per-op timing, 64 tokens): where a
+#             Mamba decode step's time goes, per op kind; $OUT/mamba_profile.json (and the op split in the log)
 #   tools/gpu/ssm_cuda.sh [STAGES...]     default: build test sanitize regs bench decode
 # Results: $OUT/ssm_cuda.log, $OUT/ssm_bench.jsonl, $OUT/ssm_cuda_summary.json, $OUT/ssm_decode.jsonl,
 # $OUT/failed.txt. Exit status non-zero
@@ -116,6 +118,13 @@ for l in open(sys.argv[1]):
              r["weight_roofline_ms"], r["of_roofline"], "met" if r["of_roofline"] <= 1.5 else "not met"))
 EOF
       ;;
+    profile)
+      run build_cli cmake --build "$BUILD" -j"$(nproc)" --target flashkit_cli -- -k 0
+      M="$BUILD/mamba-130m-random"
+      [ -f "$M/config.json" ] || run decode_model timeout 150 python3 tools/gpu/make_mamba_decode_model.py "$M"
+      run profile timeout 120 "$BUILD/bin/flashkit" generate -m "$M" --device cuda --prompt-ids 1,2,3,4,5,6,7,8 \
+        -n 64 --ids --profile --stats-json "$OUT/mamba_profile.json"
+      grep -A40 -i "op split\|by op\|profile" "$LOG" | tail -45 ;;
     *) log "unknown stage $st"; status=1 ;;
   esac
 done
