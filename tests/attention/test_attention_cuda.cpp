@@ -633,7 +633,8 @@ void run_rule_case(const RuleCase& c) {
   const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
   auto qi = [&](int64_t s, int64_t h, int64_t d) { return (s * c.H + h) * c.D + d; };
   auto ki = [&](int64_t j, int64_t h, int64_t d) { return (j * c.Hkv + h) * c.D + d; };
-  const int64_t s = c.Sq - 1, j = c.Sk - 2, e = 37;  // the last row; a key the causal mask hides from early rows
+  // The last row; a key the causal mask hides from the early rows; a key inside the last row's window.
+  const int64_t s = c.Sq - 1, j = c.Sk - 2, e = 37, jo = c.Sk - 5;
   switch (c.poison) {
     case kQNaN: q.set(qi(s, 1, e), nan); break;
     case kQPosInf: q.set(qi(s, 1, e), inf); break;
@@ -644,8 +645,8 @@ void run_rule_case(const RuleCase& c) {
     case kVNaN: v.set(ki(j, 0, e), nan); break;
     case kVPosInf: v.set(ki(j, 0, e), inf); break;
     case kVNegInf: v.set(ki(j, 0, e), -inf); break;
-    case kScorePosInf:  // q . k_5 = 9e38 * D in f64: +inf in f32
-      for (int64_t d = 0; d < c.D; ++d) q.set(qi(s, 0, d), d % 2 ? -3e19 : 3e19), k.set(ki(5, 0, d), d % 2 ? -3e19 : 3e19);
+    case kScorePosInf:  // q . k_jo = 9e38 * D in f64: +inf in f32
+      for (int64_t d = 0; d < c.D; ++d) q.set(qi(s, 0, d), d % 2 ? -3e19 : 3e19), k.set(ki(jo, 0, d), d % 2 ? -3e19 : 3e19);
       break;
     case kEveryScoreNegInf:  // every score of row s, head 0 -inf in f32; the other rows of kv head 0 score exactly 0
       for (int64_t i = 0; i < c.Sq; ++i)
@@ -654,8 +655,8 @@ void run_rule_case(const RuleCase& c) {
       for (int64_t jj = 0; jj < c.Sk; ++jj)
         for (int64_t d = 0; d < c.D; ++d) k.set(ki(jj, 0, d), -3e19 * (1 + 0.25 * double(jj % 5)));
       break;
-    default:  // kOneScoreNegInf: key 5 weighs 0 for row s of head 0; its other scores are ~1e19
-      for (int64_t d = 0; d < c.D; ++d) q.set(qi(s, 0, d), d % 2 ? -3e19 : 3e19), k.set(ki(5, 0, d), d % 2 ? 3e19 : -3e19);
+    default:  // kOneScoreNegInf: key jo weighs 0 for row s of head 0; its other scores are ~1e19
+      for (int64_t d = 0; d < c.D; ++d) q.set(qi(s, 0, d), d % 2 ? -3e19 : 3e19), k.set(ki(jo, 0, d), d % 2 ? 3e19 : -3e19);
       break;
   }
   AttentionOptions opts;
@@ -748,6 +749,13 @@ TEST(CudaAttention, NonFiniteForward) {
 TEST(CudaAttention, NonFiniteScoresOverflow) {
   if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const RuleCase& c : rule_cases({kScorePosInf, kEveryScoreNegInf, kOneScoreNegInf})) run_rule_case(c);
+}
+
+// A few of the cases above on every path, small enough for compute-sanitizer (tools/gpu/nonfinite.sh).
+TEST(CudaAttention, NonFiniteUnderSanitizer) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (int poison : {int(kVNaN), int(kScorePosInf), int(kEveryScoreNegInf)})
+    for (int64_t sq : {int64_t(3), int64_t(64)}) run_rule_case({sq, 300, 4, 2, 128, true, -1, poison});
 }
 
 TEST(CudaAttention, NonFiniteLseInBackward) {
