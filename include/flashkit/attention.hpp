@@ -26,9 +26,10 @@
 // answers by contract B: what a FlashAttention kernel computes anyway, at no cost on any path (three attempts to
 // make the CUDA forward give more cost 2-4% of prefill or ~1 us per decode call: docs/worklog/attention-cuda.md).
 //   scores are f32: s = scale * q.k, then the softcap; a score beyond the f32 range is +-inf (the reference computes
-//   in f64 and maps |scale q.k| > FLT_MAX to +-inf before the cap; kernels that round q.k, or q.k * log2(e), to f32
-//   first differ within a factor 1/(scale log2 e) of that boundary); NaN/inf inputs give the IEEE score (inf * 0 is
-//   NaN). A -inf score weighs 0: it is how the mask is expressed.
+//   in f64 and maps |scale q.k| > FLT_MAX to +-inf before the cap; the CPU kernels recompute such rows and match it;
+//   the CUDA kernels round q.k to f32 before scaling, so they may see +-inf within a factor `scale` of that
+//   boundary); NaN/inf inputs give the IEEE score (inf * 0 is NaN). A -inf score weighs 0: it is how the mask is
+//   expressed.
 //   forward, per query row i that sees at least one key:
 //     - a visible score is NaN or +inf  ->  o_i = NaN (every element), lse_i = NaN;
 //     - otherwise, every visible score -inf  ->  the answer of a row with no visible key: o_i = 0, lse_i = -inf
