@@ -22,17 +22,27 @@
 // in the lse of a row that sees at least one key -- is rejected with invalid_argument naming the tensor and index
 // (CPU tensors: on CUDA that scan would cost a device-to-host synchronization per call, so CUDA calls always
 // answer as with check_finite off).
-// With check_finite off, every implementation (reference, CPU standard, CPU flash at every ISA, the CUDA backward:
-// checked by the NonFinite tests) answers as below. The CUDA forward only in part (docs/worklog/attention-cuda.md):
-// NaN in q gives the NaN row; NaN/+-inf in a visible k or v gives a row that is not finite but not all NaN (a k
-// element's -inf score weighs 0), and finite scores that overflow f32 give NaN instead of the softmax.
+// With check_finite off, every implementation (reference, CPU standard, CPU flash at every ISA, every CUDA kernel)
+// answers by contract B: what a FlashAttention kernel computes anyway, at no cost on any path (three attempts to
+// make the CUDA forward give more cost 2-4% of prefill or ~1 us per decode call: docs/worklog/attention-cuda.md).
+//   scores are f32: s = scale * q.k, then the softcap; a score beyond the f32 range is +-inf (the reference computes
+//   in f64 and maps |scale q.k| > FLT_MAX to +-inf before the cap; the CPU kernels recompute such rows and match it;
+//   the CUDA kernels round q.k to f32 before scaling, so they may see +-inf within a factor `scale` of that
+//   boundary); NaN/inf inputs give the IEEE score (inf * 0 is NaN). A -inf score weighs 0: it is how the mask is
+//   expressed.
 //   forward, per query row i that sees at least one key:
-//     - q_i, or k_j or v_j of a key j that row i sees, holds NaN or +-inf  ->  o_i = NaN (every element), lse_i = NaN;
-//     - otherwise o_i is the softmax result, finite, also when a score scale * q.k (or a partial sum of it)
-//       exceeds the f32 range: the CPU kernels recompute such a row in f64, like the reference; lse_i is the f32
-//       rounding of the log-sum-exp (+inf only when it exceeds the f32 range itself);
-//     - keys row i does not see (masked, or outside its sequence) never affect it, whatever they hold.
-//   forward, a row with no visible key: o = 0, lse = -inf, whatever the inputs hold.
+//     - a visible score is NaN or +inf  ->  o_i = NaN (every element), lse_i = NaN;
+//     - otherwise, every visible score -inf  ->  the answer of a row with no visible key: o_i = 0, lse_i = -inf
+//       (on CUDA, o_i[c] may be NaN where column c of a visible v holds NaN/+-inf: 0 * inf in P V);
+//     - otherwise lse_i is the finite log-sum-exp and o_i = P V in IEEE arithmetic: NaN/+-inf in column c of a
+//       visible v makes o_i[c] non-finite (NaN or +-inf, not specified); the row's other elements stay finite.
+//   forward, a row with no visible key: o = 0, lse = -inf (on CUDA, up to the masked v columns below).
+//   Keys row i does not see never change lse_i, nor o_i on the CPU. On CUDA a NaN/+-inf in column c of such a
+//   key's v can make o_i[c] non-finite (the masked p = 0 times v in a tile's matrix product): the flash kernels
+//   when another row of i's query tile sees a key of that key tile (at the causal diagonal and window edges,
+//   rows with no visible key beside rows with, the decode kernel's 16 packed rows of GQA heads and query
+//   positions; in varlen batches the Hopper warp-specialized kernel reads the next sequence's first keys into a
+//   sequence's last key tile); the cuBLAS standard path for every row of the key's sequence and head group.
 //   backward, per query row i that sees at least one key, when lse_i is NaN, +inf or -inf (not the forward's):
 //     dq_i = NaN, and dk_j, dv_j = NaN for every key j row i sees (rows with finite lse contribute as usual);
 //     the lse of a row with no visible key is ignored (its contributions are 0).

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "attention_fixture.hpp"
+#include "nonfinite_rule.hpp"
 
 using namespace flashkit;
 using fk_test::HostTensor;
@@ -496,9 +497,9 @@ TEST(CudaAttention, RejectsF32) {
 }
 
 // ---- Non-finite input (include/flashkit/attention.hpp, "Non-finite input"), check_finite off ----------------------
-// The GPU answer must equal the f64 reference element for element in where it is NaN, and be close elsewhere:
-//   forward: a row whose q, or a visible key's k or v, is NaN/+-inf -> o row NaN, lse NaN; masked keys never matter;
-//   backward: a row that sees keys with an lse of NaN/+-inf -> dq row NaN, dk/dv of its keys NaN.
+// Contract B (attention.hpp). Where the answer is exact -- a NaN query row, the backward's rule (a row that sees keys
+// with an lse of NaN/+-inf: dq row NaN, dk/dv of its keys NaN) -- the GPU must equal the f64 reference in where it is
+// NaN and be close elsewhere; the forward's other cases are checked row by row against the rule (run_rule_case).
 
 // Same NaN positions and infinities as `want`; finite elements within `tol` relative.
 void expect_same_nonfinite(const HostTensor& got, const HostTensor& want, double tol, const std::string& what) {
@@ -522,8 +523,7 @@ struct NonFiniteCase {
   int64_t Sq, Sk, H, Hkv, D;
   bool causal;
   AttentionImpl impl;
-  // what to poison: 0 q element, 1 whole q row, 2 k element (late key), 3 v element (late key), 4 -inf in k
-  int what;
+  int what;  // what to poison: 0 a q element, 1 a whole q row
 };
 
 void run_nonfinite_case(const NonFiniteCase& c, const std::optional<Tuning>& tuning = std::nullopt) {
@@ -535,17 +535,11 @@ void run_nonfinite_case(const NonFiniteCase& c, const std::optional<Tuning>& tun
   HostTensor q(dt, {B, c.Sq, c.H, c.D}), k(dt, {B, c.Sk, c.Hkv, c.D}), v(dt, {B, c.Sk, c.Hkv, c.D}),
       dout(dt, {B, c.Sq, c.H, c.D});
   for (HostTensor* t : {&q, &k, &v, &dout}) t->fill_random(rng);
-  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
-  const int64_t s = c.Sq - 1, j = c.Sk - 2;
-  switch (c.what) {
-    case 0: q.set((s * c.H + 1) * c.D + 3, nan); break;
-    case 1:
-      for (int64_t d = 0; d < c.D; ++d) q.set((0 * c.H + 0) * c.D + d, nan);
-      break;
-    case 2: k.set((j * c.Hkv + 0) * c.D + 5, inf); break;
-    case 3: v.set((j * c.Hkv + 0) * c.D + 5, nan); break;
-    default: k.set((j * c.Hkv + 0) * c.D + 5, -inf); break;
-  }
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const int64_t s = c.Sq - 1;
+  if (c.what == 0) q.set((s * c.H + 1) * c.D + 3, nan);
+  else
+    for (int64_t d = 0; d < c.D; ++d) q.set((0 * c.H + 0) * c.D + d, nan);
   AttentionOptions opts;
   opts.causal = c.causal;
   opts.check_finite = false;
@@ -578,12 +572,8 @@ void run_nonfinite_case(const NonFiniteCase& c, const std::optional<Tuning>& tun
   expect_same_nonfinite(lse, lse_ref, 1e-2, "lse, kernel " + cost.kernel);
 }
 
-// The non-finite rule of attention.hpp. The backward follows it on every path (bwd_row_lse2). The CUDA forward
-// kernels do not yet (a row whose scores are all NaN looks masked: o = 0, lse = -inf; overflowing finite scores give
-// NaN): the two forward tests are disabled until the design of docs/worklog/attention-cuda.md (v12) lands; run them
-// with --gtest_also_run_disabled_tests. Every kernel path is covered when they run.
-// What the CUDA forward does follow today (the finding of the hardening issue: a NaN query row came out as if masked,
-// o = 0 and lse = -inf): a NaN in q makes the row NaN, o and lse, on every kernel path.
+// Contract B of attention.hpp ("Non-finite input"). A NaN in q makes the row NaN, o and lse, on every kernel path
+// (the finding of the hardening issue: a NaN query row came out as if masked, o = 0 and lse = -inf).
 TEST(CudaAttention, NonFiniteQueryGivesNaNRow) {
   if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
   std::vector<Path> all = paths();
@@ -597,58 +587,175 @@ TEST(CudaAttention, NonFiniteQueryGivesNaNRow) {
   }
 }
 
-TEST(CudaAttention, DISABLED_NonFiniteForward) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
-  std::vector<Path> all = paths();
-  all.insert(all.begin(), Path{"default", Tuning{}});
-  for (const Path& path : all) {
-    SCOPED_TRACE(path.name);
-    for (AttentionImpl impl : {AttentionImpl::flash, AttentionImpl::standard})
-      for (int64_t sq : {int64_t(1), int64_t(4), int64_t(200)})  // decode kernels, small and tiled forward
-        for (bool causal : {false, true})
-          for (int what = 0; what < 5; ++what) run_nonfinite_case({sq, 300, 4, 2, 64, causal, impl, what}, path.tuning);
-  }
+// Contract B on every forward path: each row's class (NaN row, every score -inf, finite lse with o non-finite exactly
+// in the columns of a visible non-finite v) computed from the inputs alone (nonfinite_rule.hpp, with the latitude
+// attention.hpp gives CUDA for a masked key's non-finite v), finite values against the f64 reference.
+enum Poison : int {
+  kQNaN, kQPosInf, kQNegInf, kKNaN, kKPosInf, kKNegInf, kVNaN, kVPosInf, kVNegInf,  // one element
+  kScorePosInf, kEveryScoreNegInf, kOneScoreNegInf,  // finite inputs whose f32 scores overflow
+};
+const char* poison_name(int p) {
+  static const char* n[] = {"q NaN", "q +inf", "q -inf", "k NaN", "k +inf", "k -inf", "v NaN", "v +inf", "v -inf",
+                            "a score +inf (overflow)", "every score -inf (overflow)", "one score -inf (overflow)"};
+  return n[p];
 }
 
-TEST(CudaAttention, DISABLED_NonFiniteScoresOverflowStillGiveTheSoftmax) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
-  // q . k beyond the f32 range for one row and key (finite bf16 inputs): the softmax, like the f64 reference.
-  const int64_t Sq = 64, Sk = 96, H = 2, D = 64;
+struct RuleCase {
+  int64_t Sq, Sk, H, Hkv, D;
+  bool causal;
+  int64_t wl;  // window left (-1: none)
+  int poison;
+  std::string name() const {
+    std::ostringstream o;
+    o << "Sq" << Sq << " Sk" << Sk << " H" << H << "x" << Hkv << " d" << D << (causal ? " causal" : "")
+      << (wl >= 0 ? " window" + std::to_string(wl) : "") << ", " << poison_name(poison);
+    return o.str();
+  }
+};
+
+// The forward paths of paths() (the backward's configuration adds nothing here), and the decode kernel with one split.
+std::vector<Path> forward_paths() {
+  std::vector<Path> v{{"default", Tuning{}}};
+  for (const Path& p : paths())
+    if (std::string(p.name).find("bwd") == std::string::npos) v.push_back(p);
+  Tuning t;
+  t.decode_max_splits = 1;
+  v.push_back({"decode_one_split", t});
+  return v;
+}
+
+void run_rule_case(const RuleCase& c) {
+  SCOPED_TRACE(c.name());
   const DType dt = DType::bf16;
-  std::mt19937 rng(7);
-  HostTensor q(dt, {1, Sq, H, D}), k(dt, {1, Sk, H, D}), v(dt, {1, Sk, H, D});
+  std::mt19937 rng(1000u + uint32_t(c.poison) * 7u + uint32_t(c.Sq + c.D));
+  HostTensor q(dt, {1, c.Sq, c.H, c.D}), k(dt, {1, c.Sk, c.Hkv, c.D}), v(dt, {1, c.Sk, c.Hkv, c.D});
   for (HostTensor* t : {&q, &k, &v}) t->fill_random(rng);
-  for (int64_t d = 0; d < D; ++d) {
-    q.set(((Sq - 1) * H + 0) * D + d, 3e19);
-    k.set((5 * H + 0) * D + d, 3e19);
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  auto qi = [&](int64_t s, int64_t h, int64_t d) { return (s * c.H + h) * c.D + d; };
+  auto ki = [&](int64_t j, int64_t h, int64_t d) { return (j * c.Hkv + h) * c.D + d; };
+  // The last row; a key the causal mask hides from the early rows; a key inside the last row's window.
+  const int64_t s = c.Sq - 1, j = c.Sk - 2, e = 37, jo = c.Sk - 5;
+  switch (c.poison) {
+    case kQNaN: q.set(qi(s, 1, e), nan); break;
+    case kQPosInf: q.set(qi(s, 1, e), inf); break;
+    case kQNegInf: q.set(qi(s, 1, e), -inf); break;
+    case kKNaN: k.set(ki(j, 0, e), nan); break;
+    case kKPosInf: k.set(ki(j, 0, e), inf); break;
+    case kKNegInf: k.set(ki(j, 0, e), -inf); break;
+    case kVNaN: v.set(ki(j, 0, e), nan); break;
+    case kVPosInf: v.set(ki(j, 0, e), inf); break;
+    case kVNegInf: v.set(ki(j, 0, e), -inf); break;
+    case kScorePosInf:  // q . k_jo = 9e38 * D in f64: +inf in f32
+      for (int64_t d = 0; d < c.D; ++d) q.set(qi(s, 0, d), d % 2 ? -3e19 : 3e19), k.set(ki(jo, 0, d), d % 2 ? -3e19 : 3e19);
+      break;
+    case kEveryScoreNegInf:  // every score of row s, head 0 -inf in f32; the other rows of kv head 0 score exactly 0
+      for (int64_t i = 0; i < c.Sq; ++i)
+        for (int64_t h = 0; h < c.H / c.Hkv; ++h)
+          for (int64_t d = 0; d < c.D; ++d) q.set(qi(i, h, d), i == s && h == 0 ? 3e19 : 0.0);
+      for (int64_t jj = 0; jj < c.Sk; ++jj)
+        for (int64_t d = 0; d < c.D; ++d) k.set(ki(jj, 0, d), -3e19 * (1 + 0.25 * double(jj % 5)));
+      break;
+    default:  // kOneScoreNegInf: key jo weighs 0 for row s of head 0; its other scores are ~1e19
+      for (int64_t d = 0; d < c.D; ++d) q.set(qi(s, 0, d), d % 2 ? -3e19 : 3e19), k.set(ki(jo, 0, d), d % 2 ? 3e19 : -3e19);
+      break;
   }
   AttentionOptions opts;
+  opts.causal = c.causal;
+  opts.window_left = c.wl;
   opts.check_finite = false;
-  HostTensor o_ref(dt, {1, Sq, H, D}), lse_ref(DType::f32, {1, H, Sq});
+  // The rule per row and the f64 reference (attention_row_f64) on exactly the values the GPU sees.
+  const fk_test::MaskSpec mask{c.causal, c.wl, c.causal ? 0 : -1};
+  const double scale = 1.0 / std::sqrt(double(c.D));
+  std::vector<fk_test::RowRule> rules;
+  std::vector<int64_t> classes(4, 0);
+  for (int64_t h = 0; h < c.H; ++h)
+    for (int64_t i = 0; i < c.Sq; ++i) {
+      rules.push_back(fk_test::row_rule(q, k, v, c.H, c.Hkv, c.D, {0, 0, c.Sq, c.Sk}, h, i, mask, scale, 0.0));
+      ++classes[size_t(rules.back().cls)];
+    }
+  if (c.poison == kScorePosInf || c.poison == kQNaN) ASSERT_GT(classes[size_t(fk_test::RowClass::nan)], 0);
+  if (c.poison == kEveryScoreNegInf) ASSERT_GT(classes[size_t(fk_test::RowClass::all_neg_inf)], 0);
+  HostTensor o_ref(dt, {1, c.Sq, c.H, c.D}), lse_ref(DType::f32, {1, c.H, c.Sq});
   AttentionOptions ro = opts;
   ro.impl = AttentionImpl::reference;
   attention_forward(q.view, k.view, v.view, o_ref.view, lse_ref.view, ro);
+
   DevTensor dq_, dk_, dv_, dO, dl;
-  dq_.alloc(dt, {1, Sq, H, D});
-  dk_.alloc(dt, {1, Sk, H, D});
-  dv_.alloc(dt, {1, Sk, H, D});
-  dO.alloc(dt, {1, Sq, H, D});
-  dl.alloc(DType::f32, {1, H, Sq});
+  dq_.alloc(dt, {1, c.Sq, c.H, c.D});
+  dk_.alloc(dt, {1, c.Sk, c.Hkv, c.D});
+  dv_.alloc(dt, {1, c.Sk, c.Hkv, c.D});
+  dO.alloc(dt, {1, c.Sq, c.H, c.D});
+  dl.alloc(DType::f32, {1, c.H, c.Sq});
   dq_.upload(q);
   dk_.upload(k);
   dv_.upload(v);
-  for (AttentionImpl impl : {AttentionImpl::flash, AttentionImpl::standard}) {
+  std::vector<std::pair<Path, AttentionImpl>> runs;
+  for (const Path& p : forward_paths()) runs.push_back({p, AttentionImpl::flash});
+  runs.push_back({Path{"default", Tuning{}}, AttentionImpl::standard});
+  for (const auto& [path, impl] : runs) {
     dO.poison();
     dl.poison();
     opts.impl = impl;
-    attention_forward(dq_.view, dk_.view, dv_.view, dO.view, dl.view, opts);
+    opts.tuning = path.tuning;
+    OpCost cost;
+    attention_forward(dq_.view, dk_.view, dv_.view, dO.view, dl.view, opts, &cost);
+    CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
-    HostTensor o(dt, {1, Sq, H, D}), lse(DType::f32, {1, H, Sq});
+    HostTensor o(dt, {1, c.Sq, c.H, c.D}), lse(DType::f32, {1, c.H, c.Sq});
     dO.download(&o);
     dl.download(&lse);
-    expect_same_nonfinite(o, o_ref, 2e-2, std::string("o ") + std::string(impl_name(impl)));
-    expect_same_nonfinite(lse, lse_ref, 1e-2, std::string("lse ") + std::string(impl_name(impl)));
+    const std::string where = std::string("path ") + path.name + ", kernel " + cost.kernel;
+    int64_t bad = 0;
+    double num = 0, den = 0, lse_err = 0;
+    std::vector<double> row(static_cast<size_t>(c.D));
+    for (int64_t h = 0; h < c.H; ++h)
+      for (int64_t i = 0; i < c.Sq; ++i) {
+        for (int64_t d = 0; d < c.D; ++d) {
+          const double x = o.get(qi(i, h, d)), y = o_ref.get(qi(i, h, d));
+          row[size_t(d)] = x;
+          if (std::isfinite(x) && std::isfinite(y)) num += (x - y) * (x - y), den += y * y;
+        }
+        const double l = lse.get(h * c.Sq + i), lr = lse_ref.get(h * c.Sq + i);
+        if (std::isfinite(l) && std::isfinite(lr)) lse_err = std::max(lse_err, std::fabs(l - lr) / std::max(1.0, std::fabs(lr)));
+        const std::string err = fk_test::check_row(rules[size_t(h * c.Sq + i)], row.data(), l, c.D, true);
+        if (!err.empty() && bad++ < 4) ADD_FAILURE() << where << ": head " << h << " row " << i << ": " << err;
+      }
+    EXPECT_EQ(bad, 0) << where << ": rows off the rule";
+    EXPECT_LE(den == 0 ? std::sqrt(num) : std::sqrt(num / den), 3e-2) << where << ": finite o vs the f64 reference";
+    EXPECT_LE(lse_err, 1e-2) << where << ": finite lse vs the f64 reference";
   }
+}
+
+// The shapes: decode (1 and 3 query rows: the decode kernel, one split, splits + combine, clusters) and the tiled
+// forward (64 rows: sm_80, the Hopper configurations, the ws kernel), d64 and d128, causal and not, a window.
+std::vector<RuleCase> rule_cases(std::initializer_list<int> poisons) {
+  std::vector<RuleCase> v;
+  for (int poison : poisons) {
+    for (int64_t D : {int64_t(64), int64_t(128)}) {
+      for (int64_t sq : {int64_t(1), int64_t(3), int64_t(64)})
+        for (bool causal : {false, true}) v.push_back({sq, 300, 4, 2, D, causal, -1, poison});
+      v.push_back({64, 300, 4, 2, D, true, 40, poison});
+    }
+  }
+  return v;
+}
+
+TEST(CudaAttention, NonFiniteForward) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (const RuleCase& c : rule_cases({kQNaN, kQPosInf, kQNegInf, kKNaN, kKPosInf, kKNegInf, kVNaN, kVPosInf, kVNegInf}))
+    run_rule_case(c);
+}
+
+TEST(CudaAttention, NonFiniteScoresOverflow) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (const RuleCase& c : rule_cases({kScorePosInf, kEveryScoreNegInf, kOneScoreNegInf})) run_rule_case(c);
+}
+
+// A few of the cases above on every path, small enough for compute-sanitizer (tools/gpu/nonfinite.sh).
+TEST(CudaAttention, NonFiniteUnderSanitizer) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (int poison : {int(kVNaN), int(kScorePosInf), int(kEveryScoreNegInf)})
+    for (int64_t sq : {int64_t(3), int64_t(64)}) run_rule_case({sq, 300, 4, 2, 128, true, -1, poison});
 }
 
 TEST(CudaAttention, NonFiniteLseInBackward) {

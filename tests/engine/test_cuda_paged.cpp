@@ -42,6 +42,7 @@ struct Case {
   PagedElem pool, act;                 // pool element type; q / out / step k,v type
   std::vector<int> lengths;            // each sequence's length after the step
   std::vector<int> chunk;              // rows this sequence has in the step (1: decode; > 1: a prompt chunk)
+  bool neg_inf_keys = false;           // cached keys at positions 0, 7, 14, ...: -inf in element 0 (q's is > 0)
 };
 
 int esize(PagedElem t) { return t == PagedElem::f32 ? 4 : 2; }
@@ -133,6 +134,13 @@ void run_case(const Case& c, uint64_t seed) {
   for (auto& x : kstep) x = round_to(c.act, rnd());
   for (auto& x : vstep) x = round_to(c.act, rnd());
   for (auto& x : q) x = round_to(c.act, rnd());
+  if (c.neg_inf_keys) {  // scores of -inf (attention.hpp, contract B: they weigh 0), also a lane group's first key
+    for (int64_t t = 0; t < T; ++t)
+      for (int h = 0; h < c.heads; ++h) q[size_t(t * qd + h * D)] = std::fabs(q[size_t(t * qd + h * D)]);
+    for (int s = 0; s < nseq; ++s)
+      for (int64_t j = 0; j < c.lengths[size_t(s)]; j += 7)
+        for (int kh = 0; kh < c.kv_heads; ++kh) kpool[size_t(slot(s, j) * kvd + kh * D)] = -INFINITY;
+  }
   std::vector<float> kexp = kpool, vexp = vpool;  // the pool after the store
   for (int64_t t = 0; t < T; ++t) {
     const int64_t r = slot(row_seq[size_t(t)], positions[size_t(t)]);
@@ -248,6 +256,22 @@ TEST(CudaPagedKernel, MatchesTheF64Reference) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   uint64_t seed = 1;
   for (const Case& c : cases()) run_case(c, seed++);
+#else
+  GTEST_SKIP() << "CPU-only build";
+#endif
+}
+
+// A -inf score weighs 0 wherever it falls (the first key of a lane group or split used to make the row NaN:
+// e^(-inf - -inf) with the running max still at its initial -inf).
+TEST(CudaPagedKernel, AMinusInfScoreWeighsZero) {
+#ifdef FLASHKIT_WITH_CUDA
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  uint64_t seed = 101;
+  for (Case c : cases()) {
+    if (c.window > 0) continue;  // the window's first key need not be one of the -inf ones; the others cover it
+    c.neg_inf_keys = true;
+    run_case(c, seed++);
+  }
 #else
   GTEST_SKIP() << "CPU-only build";
 #endif

@@ -76,6 +76,9 @@ __global__ void softmax_fwd_kernel(const float* S, T* P, float* lse, int64_t lse
   m = -INFINITY;
   for (int w = 0; w < int(blockDim.x >> 5); ++w) m = fmaxf(m, red[w]);
   __syncthreads();
+  // Every visible score -inf (or none visible): exponents against 0, so P = 0 and lse = -inf (attention.hpp, the
+  // answer of a row with no visible key) instead of e^(-inf - -inf) = NaN.
+  if (m == -INFINITY) m = 0.f;
   float sum = 0.f;
   for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) sum += __expf(xval(j) - m);
   for (int w = 16; w > 0; w >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, w);

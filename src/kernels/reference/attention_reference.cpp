@@ -67,18 +67,10 @@ void attention_forward_reference(const AttentionFwdArgs& a) {
       auto k = load_rows(a.k, a.dtype, r.bslot, r.k0, r.nk, h / G, d);
       auto v = load_rows(a.v, a.dtype, r.bslot, r.k0, r.nk, h / G, d);
       std::vector<double> o(size_t(r.nq * d), 0.0), sc(size_t(r.nk));
-      // bad[j]: key rows 0..j-1 holding a non-finite k or v value (a row sees keys lo..hi-1: bad[hi] - bad[lo]).
-      std::vector<int64_t> bad(size_t(r.nk + 1), 0);
-      for (int64_t j = 0; j < r.nk; ++j) {
-        bool ok = true;
-        for (int64_t c = 0; c < d; ++c) ok = ok && std::isfinite(k[size_t(j * d + c)]) && std::isfinite(v[size_t(j * d + c)]);
-        bad[size_t(j + 1)] = bad[size_t(j)] + (ok ? 0 : 1);
-      }
       for (int64_t i = 0; i < r.nq; ++i) {
         const int64_t lo = a.mask.lo(i, r.nq, r.nk), hi = a.mask.hi(i, r.nq, r.nk);
-        const bool kv_finite = hi <= lo || bad[size_t(hi)] == bad[size_t(lo)];
         a.lse[a.lse_index(r, h, i)] = float(attention_row_f64(&q[size_t(i * d)], k.data(), v.data(), d, lo, hi, a.scale,
-                                                              a.softcap, &o[size_t(i * d)], sc, kv_finite));
+                                                              a.softcap, &o[size_t(i * d)], sc));
       }
       store_rows(a.o, a.dtype, r.bslot, r.q0, r.nq, h, d, o);
     }

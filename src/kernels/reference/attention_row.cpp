@@ -1,4 +1,4 @@
-// The contract's answer for one attention row in f64 (attention_row.hpp).
+// The contract's answer for one attention row in f64 (attention_row.hpp): contract B of attention.hpp.
 #include "kernels/reference/attention_row.hpp"
 
 #include <algorithm>
@@ -10,33 +10,41 @@
 namespace flashkit::kernels {
 
 double attention_row_f64(const double* q, const double* k, const double* v, int64_t d, int64_t lo, int64_t hi,
-                         double scale, double cap, double* o, std::vector<double>& sc, bool kv_finite) {
+                         double scale, double cap, double* o, std::vector<double>& sc) {
+  constexpr double kNegInf = -std::numeric_limits<double>::infinity();
   for (int64_t c = 0; c < d; ++c) o[c] = 0.0;
-  if (hi <= lo) return -std::numeric_limits<double>::infinity();
-  bool finite = kv_finite;
-  for (int64_t c = 0; c < d; ++c) finite = finite && std::isfinite(q[c]);
-  if (!finite) {
+  if (hi <= lo) return kNegInf;
+  if (int64_t(sc.size()) < hi) sc.resize(size_t(hi));
+  double m = kNegInf;
+  bool nan_row = false;  // a NaN or +inf score (contract B: the row is NaN)
+  for (int64_t j = lo; j < hi; ++j) {
+    double dot = 0;
+    for (int64_t c = 0; c < d; ++c) dot += q[c] * k[j * d + c];
+    sc[size_t(j)] = f32_score(scale * dot, cap);
+    nan_row = nan_row || std::isnan(sc[size_t(j)]) || sc[size_t(j)] == -kNegInf;
+    m = std::max(m, sc[size_t(j)]);
+  }
+  if (nan_row) {
     const double nan = std::numeric_limits<double>::quiet_NaN();
     for (int64_t c = 0; c < d; ++c) o[c] = nan;
     return nan;
   }
-  if (int64_t(sc.size()) < hi) sc.resize(size_t(hi));
-  double m = -std::numeric_limits<double>::infinity();
-  for (int64_t j = lo; j < hi; ++j) {
-    double dot = 0;
-    for (int64_t c = 0; c < d; ++c) dot += q[c] * k[j * d + c];
-    double s = scale * dot;  // finite: |q|, |k| <= FLT_MAX, so |s| < 1e80 in f64
-    if (cap > 0) s = cap * std::tanh(s / cap);
-    sc[size_t(j)] = s;
-    m = std::max(m, s);
-  }
+  if (m == kNegInf) return kNegInf;  // every visible score -inf: the answer of a row with no visible key
   double l = 0;
   for (int64_t j = lo; j < hi; ++j) l += std::exp(sc[size_t(j)] - m);
-  for (int64_t j = lo; j < hi; ++j) {
+  for (int64_t j = lo; j < hi; ++j) {  // IEEE: a NaN/inf v reaches o, also through p = 0 (0 x inf is NaN)
     const double p = std::exp(sc[size_t(j)] - m) / l;
     for (int64_t c = 0; c < d; ++c) o[c] += p * v[j * d + c];
   }
   return m + std::log(l);
+}
+
+double f32_score(double s, double cap) {
+  // The kernels compute scores in f32: beyond its range a score is +-inf (NaN stays NaN), then the cap saturates.
+  constexpr double kMax = std::numeric_limits<float>::max();
+  if (s > kMax) s = std::numeric_limits<double>::infinity();
+  if (s < -kMax) s = -std::numeric_limits<double>::infinity();
+  return cap > 0 ? cap * std::tanh(s / cap) : s;
 }
 
 void attention_fix_row(const AttentionFwdArgs& a, const SeqRange& r, int64_t h, int64_t i) {
@@ -48,16 +56,14 @@ void attention_fix_row(const AttentionFwdArgs& a, const SeqRange& r, int64_t h, 
   };
   const size_t nd = static_cast<size_t>(d), nkd = static_cast<size_t>(std::max<int64_t>(hi, 0) * d);
   std::vector<double> q(nd), k(nkd), v(nkd), o(nd), sc;
-  bool kv_finite = true;
   for (int64_t c = 0; c < d; ++c) q[size_t(c)] = load_as_f64(row(a.q, r.q0 + i, h), a.dtype, c);
   for (int64_t j = lo; j < hi; ++j)
     for (int64_t c = 0; c < d; ++c) {
       k[size_t(j * d + c)] = load_as_f64(row(a.k, r.k0 + j, hk), a.dtype, c);
       v[size_t(j * d + c)] = load_as_f64(row(a.v, r.k0 + j, hk), a.dtype, c);
-      kv_finite = kv_finite && std::isfinite(k[size_t(j * d + c)]) && std::isfinite(v[size_t(j * d + c)]);
     }
   const double lse =
-      attention_row_f64(q.data(), k.data(), v.data(), d, lo, hi, a.scale, a.softcap, o.data(), sc, kv_finite);
+      attention_row_f64(q.data(), k.data(), v.data(), d, lo, hi, a.scale, a.softcap, o.data(), sc);
   char* orow = static_cast<char*>(a.o.data) + (r.bslot * a.o.stride_b + (r.q0 + i) * a.o.stride_s + h * a.o.stride_h) * es;
   for (int64_t c = 0; c < d; ++c) store_from_f64(orow, a.dtype, c, o[size_t(c)]);
   a.lse[a.lse_index(r, h, i)] = float(lse);

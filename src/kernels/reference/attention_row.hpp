@@ -1,8 +1,8 @@
 // One query row of the attention forward in f64, by the contract's rules for non-finite input
-// (include/flashkit/attention.hpp, "Non-finite input"). The reference computes every row with it; the fast CPU
-// kernels compute in f32 and hand a row to attention_fix_row() when their f32 arithmetic met a non-finite value
-// (a NaN/inf input, a score beyond the f32 range, or a masked key's NaN leaking through a product with 0), so
-// every CPU implementation gives the same answer for such rows.
+// (include/flashkit/attention.hpp, "Non-finite input", contract B). The reference computes every row with it; the
+// fast CPU kernels compute in f32 and hand a row to attention_fix_row() when their f32 arithmetic met a non-finite
+// value (a NaN/inf input, a score beyond the f32 range, or a masked key's NaN leaking through a product with 0), so
+// every CPU implementation gives the reference's answer for such rows, element for element.
 #pragma once
 // Defined in attention_row.cpp, compiled without ISA flags: the per-ISA flash translation units call them, and an
 // inline copy built with -mavx512f could be the one the linker keeps for all of them.
@@ -13,14 +13,17 @@
 
 namespace flashkit::kernels {
 
-// q: [d]; k, v: rows lo..hi-1 at k + j*d, v + j*d. Writes o[0, d) and returns the lse:
-//   no visible key (hi <= lo): o = 0, lse = -inf;
-//   q, or a visible key's k or v, holds NaN or +-inf: o = NaN, lse = NaN;
-//   otherwise the softmax average (scores s = cap * tanh(scale q.k / cap), or scale q.k without a cap).
-// `kv_finite`: the caller's verdict on the visible k and v rows (every value finite); `sc` is scratch of at least
-// hi entries.
+// q: [d]; k, v: rows lo..hi-1 at k + j*d, v + j*d. Writes o[0, d) and returns the lse, by contract B:
+//   no visible key (hi <= lo), or every visible score -inf: o = 0, lse = -inf;
+//   a NaN or +inf score: o = NaN, lse = NaN;
+//   otherwise the finite log-sum-exp, and o = P V in IEEE f64 (a NaN/inf in a visible v reaches o).
+// Scores are f32_score(scale q.k, cap). `sc` is scratch of at least hi entries.
 double attention_row_f64(const double* q, const double* k, const double* v, int64_t d, int64_t lo, int64_t hi,
-                         double scale, double cap, double* o, std::vector<double>& sc, bool kv_finite);
+                         double scale, double cap, double* o, std::vector<double>& sc);
+
+// A score as the kernels see it: s (= scale q.k, computed in f64) beyond the f32 range is +-inf, then the softcap
+// cap * tanh(s / cap) when cap > 0.
+double f32_score(double s, double cap);
 
 // Recomputes row i of query head h in sequence r with attention_row_f64 and stores its o row and lse (the fast
 // kernels' fallback; rare, so it loads what it needs element by element).

@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <string>
 
@@ -124,10 +125,13 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const PagedDecod
   const int sl = lane % LPK, g = warp * KPW + lane / LPK;
   const bool dim_ok = sl * 8 < D;
   const int64_t coff = int64_t(kvh) * D + sl * 8;
+  // The running max starts at -FLT_MAX, not -inf: a -inf score (attention.hpp: it weighs 0) then gives
+  // e^(-inf + FLT_MAX) = 0 and keeps m, where from -inf it gave e^(-inf - -inf) = NaN; a group that saw only -inf
+  // scores ends with l = 0, the merge's empty answer. Same instructions in the loop.
   float m[HPC], l[HPC], acc[HPC][8];
 #pragma unroll
   for (int hh = 0; hh < HPC; ++hh) {
-    m[hh] = -INFINITY, l[hh] = 0.0f;
+    m[hh] = -FLT_MAX, l[hh] = 0.0f;
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[hh][e] = 0.0f;
   }
