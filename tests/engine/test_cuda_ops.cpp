@@ -622,6 +622,70 @@ TEST(CudaEngineOps, DecodeAttentionUnfused) {
   attention_case(*be, {4, 1, 256, 512, true, 512, 700, 1, 0.0f, true, true, true, true}, 9);
 }
 
+// The fused decode attention under attention.hpp's contract B: a NaN in one head's q makes that head's output all
+// NaN (it was o = 0: the lane-group merge tested `L > 0`) and leaves the other heads bitwise as without it; a key
+// whose score is -inf weighs 0 (the running max started at -inf, so such a first key gave a NaN row). Short and long
+// contexts: one split, several splits (cluster or last-block merge).
+void decode_nonfinite_case(Backend& be, int64_t H, int64_t KVH, int64_t D, int64_t cap, int64_t P, uint64_t seed) {
+  SCOPED_TRACE("H" + std::to_string(H) + "x" + std::to_string(KVH) + " D" + std::to_string(D) + " P" +
+               std::to_string(P));
+  const int64_t qd = H * D, kvd = KVH * D, W = qd + 2 * kvd;
+  AttentionParams ap{H, KVH, D, 1.0f / std::sqrt(float(D)), 0.0f, 0};
+  auto kc0 = rnd(size_t(cap * kvd), seed), vc0 = rnd(size_t(cap * kvd), seed + 1);
+  const auto qkv = rnd(size_t(W), seed + 2, -2, 2);
+  auto step = [&](const std::vector<float>& row, const std::vector<float>& kinit) {
+    Buf kc(be, cap, kvd, &kinit), vc(be, cap, kvd, &vc0), qb(be, 1, W, &row), out(be, 1, qd);
+    KVLayer kv{kc.t, vc.t, cap, false};
+    be.reserve_step(64);
+    be.set_step(std::vector<int32_t>(1, 0), P);
+    be.attention(qb.t.col_slice(0, qd), qb.t.col_slice(qd, kvd), qb.t.col_slice(qd + kvd, kvd), kv, out.t, 1, ap);
+    return out.get();
+  };
+  const auto clean = step(qkv, kc0);
+  auto bad = qkv;
+  const int64_t nan_head = H - 1;
+  bad[size_t(nan_head * D + D / 3)] = std::numeric_limits<float>::quiet_NaN();
+  const auto got = step(bad, kc0);
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < D; ++i) {
+      const float x = got[size_t(h * D + i)];
+      if (h == nan_head) ASSERT_TRUE(std::isnan(x)) << "NaN head " << h << " element " << i << " gave " << x;
+      else ASSERT_EQ(x, clean[size_t(h * D + i)]) << "head " << h << " element " << i;
+    }
+  // Key 0 holds k = -inf in element 0 and 0 elsewhere, and head 0's q is positive there: head 0 scores key 0 at -inf,
+  // which weighs 0, so head 0 gives the softmax over keys 1..P (f64 reference).
+  auto kinit = kc0;
+  for (int64_t i = 0; i < kvd; ++i) kinit[size_t(i)] = 0.0f;
+  kinit[0] = -std::numeric_limits<float>::infinity();
+  auto pos = qkv;
+  pos[0] = 1.5f;
+  const auto minf = step(pos, kinit);
+  const int64_t g = 0;  // head 0's KV head
+  std::vector<double> s;
+  double mx = -INFINITY;
+  for (int64_t j = 1; j <= P; ++j) {
+    double d = 0;
+    for (int64_t i = 0; i < D; ++i)
+      d += double(pos[size_t(i)]) * (j == P ? pos[size_t(qd + g * D + i)] : kinit[size_t(j * kvd + g * D + i)]);
+    s.push_back(d * ap.scale);
+    mx = std::max(mx, s.back());
+  }
+  double den = 0;
+  for (auto& x : s) den += (x = std::exp(x - mx));
+  for (int64_t i = 0; i < D; ++i) {
+    double o = 0;
+    for (int64_t j = 1; j <= P; ++j) o += s[size_t(j - 1)] * (j == P ? qkv[size_t(qd + kvd + g * D + i)] : vc0[size_t(j * kvd + g * D + i)]);
+    EXPECT_NEAR(minf[size_t(i)], o / den, 1e-4 * (1 + std::fabs(o / den))) << "head 0 with a -inf score, element " << i;
+  }
+}
+
+TEST(CudaEngineOps, DecodeAttentionNonFinite) {
+  NEED_CUDA(be);
+  decode_nonfinite_case(*be, 4, 2, 64, 64, 9, 501);        // one split
+  decode_nonfinite_case(*be, 8, 2, 128, 4096, 3000, 502);  // many splits
+  decode_nonfinite_case(*be, 4, 1, 256, 1024, 700, 503);   // gemma's head size
+}
+
 TEST(CudaEngineOps, PrefillAttention) {
   NEED_CUDA(be);
   const AttnCase cases[] = {

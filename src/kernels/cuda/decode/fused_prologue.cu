@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <type_traits>
 #include <map>
@@ -213,7 +214,9 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
   float qr[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) qr[j] = dim_ok ? qs[sl * 8 + j] : 0.0f;
-  float m = -INFINITY, l = 0.0f, acc[8];
+  // The running max starts at -FLT_MAX (attention.hpp, contract B): a -inf score then weighs e^-inf = 0 instead of
+  // giving e^(-inf - -inf) = NaN as a lane group's first key; a group that saw only -inf scores keeps l = 0.
+  float m = -FLT_MAX, l = 0.0f, acc[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
 
@@ -266,18 +269,19 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
 #pragma unroll
   for (int e = 0; e < 8; ++e) gacc[g][sl * 8 + e] = acc[e];
   __syncthreads();
-  float M = -INFINITY;
+  float M = -FLT_MAX;
   for (int i = 0; i < NG; ++i) M = fmaxf(M, gm[i]);
+  // L is 0 for a row with no visible key or only -inf scores (o = 0, lse = -inf), NaN for a NaN or +inf score (a NaN
+  // row: the tests below are `L != 0`, not `L > 0`, so that a NaN L reaches o and lse).
   float L = 0;
-  if (M != -INFINITY)
-    for (int i = 0; i < NG; ++i) L += gl[i] * __expf(gm[i] - M);
+  for (int i = 0; i < NG; ++i) L += gl[i] * __expf(gm[i] - M);
   const int64_t hD = int64_t(h) * D;
   if (S == 1) {
     for (int d = tid; d < D; d += kThreads) {
       float o = 0;
-      if (L > 0)
+      if (L != 0)
         for (int i = 0; i < NG; ++i) o += gacc[i][d] * __expf(gm[i] - M);
-      o = L > 0 ? o / L : 0.0f;
+      o = L != 0 ? o / L : 0.0f;
       if (a.out_bf16) static_cast<uint16_t*>(a.out)[hD + d] = f2bf(o);
       else static_cast<float*>(a.out)[hD + d] = o;
     }
@@ -286,11 +290,11 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
   if (cmerge) {
     for (int d = tid; d < D; d += kThreads) {
       float o = 0;
-      if (L > 0)
+      if (L != 0)
         for (int i = 0; i < NG; ++i) o += gacc[i][d] * __expf(gm[i] - M);
-      cacc[d] = L > 0 ? o / L : 0.0f;
+      cacc[d] = L != 0 ? o / L : 0.0f;
     }
-    if (tid == 0) clse = L > 0 ? M + __logf(L) : -INFINITY;
+    if (tid == 0) clse = L != 0 ? M + __logf(L) : -INFINITY;
     cluster_merge(a, S, csize, h, &clse, cacc);  // its first barrier also orders these shared-memory writes
     return;
   }
@@ -299,11 +303,11 @@ __global__ void __launch_bounds__(kThreads) decode_attn_kernel(DecodeAttnArgs a,
   float* plse = a.part + int64_t(a.heads) * SG * D + int64_t(h) * SG;  // [heads][SG]
   for (int d = tid; d < D; d += kThreads) {
     float o = 0;
-    if (L > 0)
+    if (L != 0)
       for (int i = 0; i < NG; ++i) o += gacc[i][d] * __expf(gm[i] - M);
-    po[d] = L > 0 ? o / L : 0.0f;
+    po[d] = L != 0 ? o / L : 0.0f;
   }
-  if (tid == 0) plse[split] = L > 0 ? M + __logf(L) : -INFINITY;
+  if (tid == 0) plse[split] = L != 0 ? M + __logf(L) : -INFINITY;
   if (!merge::arrive_last(a.counters + h, S)) return;
   // ---- last block of head h: merge the S partials (merge.cuh). The S log-sum-exps are loaded at once into shared
   // memory and the partial rows with 8 loads in flight per thread: a serial walk over the splits put one L2 round
