@@ -65,7 +65,9 @@ __global__ void softmax_fwd_kernel(const float* S, T* P, float* lse, int64_t lse
   const int64_t lo = mask.lo(i, nq, nk), hi = mask.hi(i, nq, nk);
   __shared__ float red[32];
   auto xval = [&](int64_t j) {
-    const float x = s[j] * scale;
+    // __fmul_rn: not contracted into fma(s, scale, -m) below, which would subtract m from the unrounded product and,
+    // at scores near 1e20, leave the rounding error (~1e13) in the exponent: e^+-1e13 (run s11-2's overflow cases).
+    const float x = __fmul_rn(s[j], scale);
     return softcap > 0.f ? softcap * tanhf(x / softcap) : x;
   };
   float m = -INFINITY;
@@ -103,7 +105,7 @@ __global__ void softmax_bwd_p_kernel(float* S, T* P, const float* lse, int64_t l
   const float L0 = lse[lse_base + hh * lse_hstride + i];
   const float L = hi <= lo ? INFINITY : isfinite(L0) ? L0 : __int_as_float(0x7fffffff);
   for (int64_t j = threadIdx.x; j < nk; j += blockDim.x) {
-    float x = S[row * nk + j] * scale, f = 1.f;
+    float x = __fmul_rn(S[row * nk + j], scale), f = 1.f;  // not contracted with the lse subtraction (forward's note)
     if (softcap > 0.f) {
       const float th = tanhf(x / softcap);
       x = softcap * th;
