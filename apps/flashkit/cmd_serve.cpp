@@ -59,7 +59,7 @@ struct ServeArgs {
   OffloadArgs offload;
   // n-gram speculative decoding (generate's flag names; serve::EngineOptions::spec_*)
   int lookup = 0, max_draft_tokens = 8;
-  int64_t spec_max_batch = 8;
+  int64_t spec_max_batch = 0;  // 0: by backend
   std::string draft_tokens = "4";  // K or "auto"
 };
 
@@ -119,9 +119,9 @@ void add_serve_options(CLI::App* c, ServeArgs* a, bool model_required) {
   c->add_option("--max-draft-tokens", a->max_draft_tokens, "Upper bound of --draft-tokens auto (default 8)")
       ->check(int_range(1, limits::kMaxSpecTokens));
   c->add_option("--spec-max-batch", a->spec_max_batch,
-                "Speculate only while at most this many sequences decode (default 8; a fuller batch is not "
-                "weight-bound, so extra rows cost about as much as real ones)")
-      ->check(int_range(1, 4096));
+                "Speculate only while at most this many sequences decode (default 0: 1 on the CPU, 8 on CUDA; a "
+                "fuller batch is not weight-bound, so extra rows cost about as much as real ones)")
+      ->check(int_range(0, 4096));
 }
 
 // The numeric ranges are checked by CLI11 (add_serve_options); this checks what they cannot.

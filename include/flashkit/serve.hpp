@@ -43,11 +43,14 @@ struct EngineOptions {
   // Output is distributed exactly as without it (greedy: the same tokens). Speculation only uses the step's token
   // budget left after decode rows, prompt chunks and admissions, and only while at most spec_max_batch sequences are
   // decoding (a fuller batch is no longer weight-bound: extra rows cost nearly as much as real ones). Models without a
-  // KV cache (Mamba) refuse it (invalid_argument).
+  // KV cache (Mamba) refuse it (invalid_argument). options() reports spec_max_batch resolved.
   int spec_lookup = 0;          // longest n-gram matched (0: off)
   int spec_tokens = 4;          // K proposed per sequence and step, in [1, 64]; 0: adaptive per sequence
   int spec_max_tokens = 8;      // adaptive K's upper bound, in [1, 64]
-  int64_t spec_max_batch = 8;   // speculate only while this many sequences decode or fewer, in [1, 4096]
+  // Speculate only while this many sequences decode or fewer, in [0, 4096]. 0: by backend: 1 on the CPU (its GEMV
+  // streams the weights once for up to 8 rows; two sequences with K = 4 make 10: measured 0.84x at 2 streams,
+  // docs/speculative.md), 8 on CUDA (a decode step stays weight-bound for dozens of rows).
+  int64_t spec_max_batch = 0;
 };
 
 struct SamplingOptions {

@@ -41,6 +41,9 @@ int64_t available_memory_bytes() {
   return physical_memory_bytes();
 }
 
+// EngineOptions::spec_max_batch = 0: how many decoding sequences may still speculate, by backend (serve.hpp).
+int64_t spec_max_batch_for(const Model& model) { return engine::paged_device_free_bytes(model) >= 0 ? 8 : 1; }
+
 // Attention models: continuous batching over paged KV blocks (Scheduler plans, engine::PagedRunner computes).
 class PagedCore final : public StepCore {
  public:
@@ -58,6 +61,7 @@ class PagedCore final : public StepCore {
     ro.num_blocks = blocks;
     ro.max_rows = opts.max_step_tokens;
     opts.max_running = std::min(opts.max_running, opts.max_step_tokens);
+    if (opts.spec_max_batch == 0) opts.spec_max_batch = spec_max_batch_for(model);
     // Logits rows: one per sampling sequence, plus one per proposal when speculating (at most spec_max_batch
     // sequences speculate, K each); never more than the step's rows.
     const int64_t spec_k = opts.spec_tokens > 0 ? opts.spec_tokens : opts.spec_max_tokens;
@@ -171,8 +175,8 @@ class EngineImpl final : public Engine {
     if (opts.spec_max_tokens < 1 || opts.spec_max_tokens > limits::kMaxSpecTokens)
       bad("spec_max_tokens must be in [1, " + std::to_string(limits::kMaxSpecTokens) + "], got " +
           std::to_string(opts.spec_max_tokens));
-    if (opts.spec_max_batch < 1 || opts.spec_max_batch > 4096)
-      bad("spec_max_batch must be in [1, 4096], got " + std::to_string(opts.spec_max_batch));
+    if (opts.spec_max_batch < 0 || opts.spec_max_batch > 4096)
+      bad("spec_max_batch must be in [0, 4096] (0: by backend), got " + std::to_string(opts.spec_max_batch));
     if (opts.spec_lookup > 0 && !engine::has_kv_cache(*model_))
       bad("spec_lookup: speculative decoding in the server needs a model with a KV cache (its paged cache rolls "
           "back rejected proposals); this model (" + model_->info().architecture +

@@ -298,6 +298,7 @@ TEST(CudaServe, SpeculativeGreedyRequestsMatchGenerateAloneOnDraft) {
   o.kv_memory = paged_kv_bytes_per_token(*model) * 16 * 12;
   o.spec_lookup = 3;
   o.spec_tokens = 4;
+  o.spec_max_batch = 8;
   auto e = flashkit::serve::Engine::create(model, o);
   std::vector<std::vector<int32_t>> out(prompts.size());
   std::vector<flashkit::serve::RequestResult> res(prompts.size());

@@ -434,7 +434,7 @@ def test_multi_turn_chat_reuses_the_previous_turn(server):
     (["serve", "-m", "{model}", "--lookup", "3", "--draft-tokens", "often"], "--draft-tokens"),
     (["serve", "-m", "{model}", "--draft-tokens", "4"], "needs --lookup"),
     (["serve", "-m", "{model}", "--lookup", "3", "--max-draft-tokens", "0"], "--max-draft-tokens"),
-    (["serve", "-m", "{model}", "--lookup", "3", "--spec-max-batch", "0"], "--spec-max-batch"),
+    (["serve", "-m", "{model}", "--lookup", "3", "--spec-max-batch", "-1"], "--spec-max-batch"),
     (["bench", "serve", "-m", "{model}", "--lookup", "3", "--draft-tokens", "99"], "--draft-tokens"),
 ])
 def test_cli_errors_are_one_line_exit_2(model_dir, args, msg):

@@ -103,6 +103,7 @@ TEST_P(ServeSpec, GreedyOutputMatchesGenerateAlone) {
   o.max_running = 8;
   o.spec_lookup = 3;
   o.spec_tokens = sc.spec_tokens;
+  o.spec_max_batch = 8;  // speculate with several sequences in the batch (the CPU default is 1)
   if (sc.kv_blocks > 0) o.kv_memory = bytes_for_blocks(*model, sc.kv_blocks, o.block_size);
   auto e = Engine::create(model, o);
   std::vector<RequestResult> res;
@@ -144,7 +145,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ServeSpec,
 TEST(ServeSpecCache, PublishedBlocksHoldOnlyAcceptedTokens) {
   auto model = Model::load(kModels + "/tiny-llama", {.dtype = "f32", .threads = 1, .max_context = 256});
   auto e = Engine::create(model, {.block_size = 4, .max_step_tokens = 64, .background = false, .spec_lookup = 2,
-                                  .spec_tokens = 6});
+                                  .spec_tokens = 6, .spec_max_batch = 8});
   const auto jobs = repetitive_jobs(4, model->info().vocab_size, 13);
   std::vector<RequestResult> res;
   const auto first = run_engine(*e, jobs, &res);
@@ -180,7 +181,8 @@ TEST(ServeSpecOptions, BadValuesNameTheOption) {
   expect_bad({.spec_lookup = 2, .spec_tokens = -1}, "spec_tokens");
   expect_bad({.spec_lookup = 2, .spec_tokens = 65}, "spec_tokens");
   expect_bad({.spec_lookup = 2, .spec_max_tokens = 0}, "spec_max_tokens");
-  expect_bad({.spec_lookup = 2, .spec_max_batch = 0}, "spec_max_batch");
+  expect_bad({.spec_lookup = 2, .spec_max_batch = -1}, "spec_max_batch");
+  expect_bad({.spec_lookup = 2, .spec_max_batch = 4097}, "spec_max_batch");
 }
 
 // ---- (3) the commit rule with temperature > 0, on the scheduler alone with made-up logits ----
@@ -202,6 +204,58 @@ double chi2(const std::vector<float>& p, const std::vector<int64_t>& c, int64_t 
   return s;
 }
 
+SchedulerConfig tiny_config(int64_t spec_max_batch) {
+  SchedulerConfig cfg;
+  cfg.block_size = 4;
+  cfg.num_blocks = 16;
+  cfg.max_step_tokens = 16;
+  cfg.max_running = 4;
+  cfg.max_blocks_per_seq = 8;
+  cfg.max_context = 32;
+  cfg.prefix_caching = false;
+  cfg.spec_lookup = 2;
+  cfg.spec_tokens = 2;
+  cfg.spec_max_batch = spec_max_batch;
+  return cfg;
+}
+
+std::unique_ptr<Sequence> tiny_sequence(uint64_t id, std::vector<int32_t> tokens, float temperature, uint64_t seed) {
+  auto s = std::make_unique<Sequence>();
+  s->id = id;
+  s->prompt_len = int64_t(tokens.size());
+  s->tokens = std::move(tokens);
+  s->req.max_tokens = 8;
+  flashkit::engine::SamplerParams sp;
+  sp.temperature = temperature;
+  sp.seed = seed;
+  s->sampler = std::make_unique<flashkit::engine::Sampler>(sp);
+  s->submitted = Clock::now();
+  return s;
+}
+
+// Under load K drops to 0: with two sequences decoding and spec_max_batch 1 no proposal is planned; with 2 both
+// sequences get theirs. And the engine resolves spec_max_batch 0 by backend (1 on the CPU).
+TEST(ServeSpecPlan, SpeculationStopsWhenTooManySequencesDecode) {
+  const int64_t V = 6;
+  std::vector<float> forced(size_t(2 * V), -INFINITY);
+  forced[3] = forced[size_t(V) + 3] = 0;  // both sequences' first token: 3
+  for (int64_t max_batch : {1, 2}) {
+    Scheduler sched(tiny_config(max_batch));
+    sched.add(tiny_sequence(1, {1, 2, 3, 1, 2}, 0, 0));
+    sched.add(tiny_sequence(2, {4, 2, 3, 4, 2}, 0, 0));
+    StepPlan plan;
+    ASSERT_TRUE(sched.schedule(plan));
+    ASSERT_EQ(plan.logit_rows.size(), 2u);
+    sched.commit(plan, forced.data(), V);
+    ASSERT_TRUE(sched.schedule(plan));
+    if (max_batch == 1) EXPECT_EQ(plan.tokens, (std::vector<int32_t>{3, 3}));
+    else EXPECT_EQ(plan.tokens, (std::vector<int32_t>{3, 1, 2, 3, 4, 2}));
+    EXPECT_EQ(plan.logit_rows.size(), plan.tokens.size());
+  }
+  auto model = Model::load(kModels + "/tiny-llama", {.dtype = "f32", .threads = 1, .max_context = 64});
+  EXPECT_EQ(Engine::create(model, {.background = false, .spec_lookup = 2})->options().spec_max_batch, 1);
+}
+
 // The sequence 1 2 3 1 2 | 3 (the first step's token forced): the second step proposes "1 2" (the 2-gram "2 3"
 // occurred before). Its first token must follow row 0's distribution p0 whatever the proposal (accepted with
 // probability p0(1), else drawn from p0 without 1), and after an accepted 1 the next token follows row 1's p1.
@@ -220,32 +274,13 @@ TEST(ServeSpecCommit, SamplingKeepsTheTargetDistribution) {
   std::vector<int64_t> first(size_t(V), 0), after_accept(size_t(V), 0);
   int64_t accepted_first = 0, steps = 0;
   for (int64_t trial = 0; trial < n; ++trial) {
-    SchedulerConfig cfg;
-    cfg.block_size = 4;
-    cfg.num_blocks = 8;
-    cfg.max_step_tokens = 16;
-    cfg.max_running = 2;
-    cfg.max_blocks_per_seq = 8;
-    cfg.max_context = 32;
-    cfg.prefix_caching = false;
-    cfg.spec_lookup = 2;
-    cfg.spec_tokens = 2;
-    Scheduler sched(cfg);
-    auto s = std::make_unique<Sequence>();
-    s->id = 1;
-    s->tokens = {1, 2, 3, 1, 2};
-    s->prompt_len = 5;
-    s->req.max_tokens = 8;
+    Scheduler sched(tiny_config(1));
+    auto s = tiny_sequence(1, {1, 2, 3, 1, 2}, 1.0f, uint64_t(trial) + 1);
     std::vector<int32_t> got;
     s->req.on_token = [&got](int32_t t) {
       got.push_back(t);
       return true;
     };
-    flashkit::engine::SamplerParams sp;
-    sp.temperature = 1.0f;
-    sp.seed = uint64_t(trial) + 1;
-    s->sampler = std::make_unique<flashkit::engine::Sampler>(sp);
-    s->submitted = Clock::now();
     sched.add(std::move(s));
     StepPlan plan;
     ASSERT_TRUE(sched.schedule(plan));
