@@ -468,6 +468,8 @@ void run_bench_serve(BenchArgs& b) {
     prompt_text = ss.str();
     if (!f || prompt_text.empty()) bad("--prompt-file: cannot read " + b.prompt_file + " (or it is empty)");
     b.shared_prefix = 0;  // one series: every request sends the same text
+    // Its length as the server counts it (with BOS); unknown when driving another server (--url).
+    b.prompt_tokens = stack ? int64_t(stack->tok->encode(prompt_text, true).size()) : 0;
   }
   json runs = json::array();
   for (int64_t prefix : {int64_t(0), b.shared_prefix}) {
