@@ -325,6 +325,8 @@ void Scheduler::commit_sequence(StepPlan& plan, size_t k, const TokenPick& pick)
     counters_.spec_proposed += drafts;
     counters_.spec_accepted += accepted;
     if (s->spec_k) s->spec_k->update(int(drafts), int(accepted), 0.0, plan.step_s, 1 + drafts);
+  } else if (s->spec_k && decode_row) {
+    s->spec_k->update(0, 0, 0.0, plan.step_s, 1);  // a step without proposals: only its time (the T = 1 point)
   }
   // Roll back: blocks past the accepted length are empty again (their rejected rows are never read: a row attends
   // to positions <= its own, each written before it is read).
