@@ -309,11 +309,11 @@ class EngineImpl final : public Engine {
     if (!core_) return;
     for (auto& s : in) {
       auto done = std::move(s->req.on_done);
-      // Count the request off when it ends, whatever ends it.
+      // Count the request off when it ends, whatever ends it: after the step's statistics are published
+      // (publish_stats), so that stats() after wait_idle() includes it.
       s->req.on_done = [this, done](const RequestResult& r) {
         if (done) done(r);
-        std::lock_guard<std::mutex> lk(mu_);
-        if (--pending_ == 0) idle_cv_.notify_all();
+        ++ended_;
       };
       core_->add(std::move(s));
     }
@@ -344,6 +344,9 @@ class EngineImpl final : public Engine {
     core_->fill_stats(st);
     std::lock_guard<std::mutex> lk(mu_);
     stats_ = st;
+    pending_ -= ended_;
+    ended_ = 0;
+    if (pending_ == 0) idle_cv_.notify_all();
   }
 
   std::shared_ptr<Model> model_;
@@ -356,7 +359,8 @@ class EngineImpl final : public Engine {
   std::vector<uint64_t> cancels_;
   bool reset_ = false, stop_ = false;
   uint64_t next_id_ = 1;
-  int64_t pending_ = 0;  // submitted, not finished
+  int64_t pending_ = 0;  // submitted, not finished (as of the last publish_stats)
+  int64_t ended_ = 0;    // finished since the last publish_stats (engine thread only)
   EngineStats stats_;
   std::thread thread_;
 };
