@@ -57,6 +57,10 @@ struct ServeArgs {
   bool no_prefix_cache = false, quiet = false, random_weights = false;
   std::string tokenizer;
   OffloadArgs offload;
+  // n-gram speculative decoding (generate's flag names; serve::EngineOptions::spec_*)
+  int lookup = 0, max_draft_tokens = 8;
+  int64_t spec_max_batch = 0;  // 0: by backend
+  std::string draft_tokens = "4";  // K or "auto"
 };
 
 // "1073741824", "512M", "2G", "64K" (binary units); -1 when s is none of these: the engine's one byte-count parser.
@@ -104,6 +108,20 @@ void add_serve_options(CLI::App* c, ServeArgs* a, bool model_required) {
               "Ignore the checkpoint: seeded random weights for the config (benchmarks; -m may be a config.json)");
   c->add_option("--tokenizer", a->tokenizer, "Directory with tokenizer.json, or a tokenizer.json file (default: the model directory)");
   add_offload_options(c, &a->offload);
+  c->add_option("--lookup", a->lookup,
+                "Speculative decoding by n-gram prompt lookup: match the last N..1 tokens of each request's prompt + "
+                "output (0 = off, the default)")
+      ->check(int_range(0, limits::kMaxSpecTokens));
+  c->add_option("--draft-tokens", a->draft_tokens,
+                "Tokens proposed per sequence and step with --lookup: K in [1, 64], or auto (per sequence, from its "
+                "acceptance rate and the step times; default 4)")
+      ->check(int_range_or(1, limits::kMaxSpecTokens, "auto"));
+  c->add_option("--max-draft-tokens", a->max_draft_tokens, "Upper bound of --draft-tokens auto (default 8)")
+      ->check(int_range(1, limits::kMaxSpecTokens));
+  c->add_option("--spec-max-batch", a->spec_max_batch,
+                "Speculate only while at most this many sequences decode (default 0: 1 on the CPU, 8 on CUDA; a "
+                "fuller batch is not weight-bound, so extra rows cost about as much as real ones)")
+      ->check(int_range(0, 4096));
 }
 
 // The numeric ranges are checked by CLI11 (add_serve_options); this checks what they cannot.
@@ -111,6 +129,13 @@ void validate(const ServeArgs& a) {
   std::error_code ec;
   if (!fs::exists(a.model, ec)) bad("--model: " + a.model + ": no such file or directory");
   if (a.host.empty()) bad("--host: empty address (default 127.0.0.1, the loopback interface)");
+}
+
+// Speculation options given without --lookup would silently do nothing.
+void validate_spec(const ServeArgs& a, const CLI::App* c) {
+  if (a.lookup > 0) return;
+  for (const char* opt : {"--draft-tokens", "--max-draft-tokens", "--spec-max-batch"})
+    if (c->count(opt) > 0) bad(std::string(opt) + " sets up speculative decoding; it needs --lookup N (N >= 1)");
 }
 
 // A model, its engine, tokenizer and HTTP server, ready to run.
@@ -157,6 +182,10 @@ std::unique_ptr<Stack> build_stack(const ServeArgs& a, bool log, TpJob* job = nu
   eo.max_step_tokens = a.max_step_tokens;
   eo.max_running = a.max_running;
   eo.prefix_caching = !a.no_prefix_cache;
+  eo.spec_lookup = a.lookup;
+  eo.spec_tokens = a.draft_tokens == "auto" ? 0 : std::stoi(a.draft_tokens);  // checked by CLI11
+  eo.spec_max_tokens = a.max_draft_tokens;
+  eo.spec_max_batch = a.spec_max_batch;
   s->engine = serve::Engine::create(s->model, eo);
   serve::ServerOptions so;
   so.host = a.host;
@@ -195,6 +224,11 @@ std::unique_ptr<Stack> build_stack(const ServeArgs& a, bool log, TpJob* job = nu
                  (long long)mi.max_context, kv, batch, o.prefix_caching ? "on" : "off",
                  a.host.c_str(), s->port, so.model_id.c_str());
     if (const std::string off = offload_summary(mi); !off.empty()) std::fprintf(stderr, "  %s\n", off.c_str());
+    if (o.spec_lookup > 0)
+      std::fprintf(stderr, "  speculative decoding: n-gram lookup N=%d, K=%s, while <= %lld sequences decode\n",
+                   o.spec_lookup, o.spec_tokens > 0 ? std::to_string(o.spec_tokens).c_str()
+                                                    : ("auto (<= " + std::to_string(o.spec_max_tokens) + ")").c_str(),
+                   (long long)o.spec_max_batch);
   }
   return s;
 }
@@ -250,7 +284,7 @@ void run_serve(const ServeArgs& a) {
 
 struct BenchArgs {
   ServeArgs serve;
-  std::string url, output;
+  std::string url, output, prompt_file;
   std::vector<int> concurrency = {1, 2, 4, 8};
   int64_t requests = 16, prompt_tokens = 64, max_tokens = 32, shared_prefix = 48;
   double time_limit = 300;
@@ -278,7 +312,8 @@ struct OneResult {
 };
 
 // One streamed completion; times the arrival of every token-carrying event.
-OneResult one_request(const std::string& host, int port, const std::vector<int32_t>& prompt, int64_t max_tokens) {
+// prompt: token ids, or a text.
+OneResult one_request(const std::string& host, int port, const json& prompt, int64_t max_tokens) {
   OneResult r;
   httplib::Client cli(host, port);
   cli.set_read_timeout(120);
@@ -412,7 +447,10 @@ void run_bench_serve(BenchArgs& b) {
                    {"block_size", stack->engine->options().block_size},
                    {"max_running", stack->engine->options().max_running},
                    {"max_step_tokens", stack->engine->options().max_step_tokens},
-                   {"prefix_caching", stack->engine->options().prefix_caching}};
+                   {"prefix_caching", stack->engine->options().prefix_caching},
+                   {"spec_lookup", stack->engine->options().spec_lookup},
+                   {"spec_tokens", stack->engine->options().spec_tokens},
+                   {"spec_max_batch", stack->engine->options().spec_max_batch}};
   }
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(b.time_limit));
   std::mt19937 rng(uint32_t(b.seed));
@@ -422,6 +460,17 @@ void run_bench_serve(BenchArgs& b) {
     for (auto& x : v) x = int32_t(3 + rng() % uint32_t(std::max(4, id_hi - 3)));
     return v;
   };
+  std::string prompt_text;
+  if (!b.prompt_file.empty()) {
+    std::ifstream f(b.prompt_file, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    prompt_text = ss.str();
+    if (!f || prompt_text.empty()) bad("--prompt-file: cannot read " + b.prompt_file + " (or it is empty)");
+    b.shared_prefix = 0;  // one series: every request sends the same text
+    // Its length as the server counts it (with BOS); unknown when driving another server (--url).
+    b.prompt_tokens = stack ? int64_t(stack->tok->encode(prompt_text, true).size()) : 0;
+  }
   json runs = json::array();
   for (int64_t prefix : {int64_t(0), b.shared_prefix}) {
     if (prefix == 0 && !runs.empty()) continue;
@@ -430,8 +479,12 @@ void run_bench_serve(BenchArgs& b) {
       if (Clock::now() > deadline) break;
       get_json(host, port, "/v1/cache/reset", true);  // every run starts cold
       const json m0 = get_json(host, port, "/metrics");
-      std::vector<std::vector<int32_t>> prompts;
+      std::vector<json> prompts;
       for (int64_t i = 0; i < b.requests; ++i) {
+        if (!prompt_text.empty()) {
+          prompts.push_back(prompt_text);
+          continue;
+        }
         auto p = shared;
         auto tail = random_ids(b.prompt_tokens - int64_t(shared.size()));
         p.insert(p.end(), tail.begin(), tail.end());
@@ -486,11 +539,24 @@ void run_bench_serve(BenchArgs& b) {
                   {"itl_ms", Percentiles::of(itl)},
                   {"prefix_cache_hit_rate", hits + misses > 0 ? hits / (hits + misses) : 0.0},
                   {"preemptions", delta("flashkit_preemptions_total")}};
+      if (!prompt_text.empty()) run["prompt_file"] = b.prompt_file;
+      const double proposed = delta("flashkit_spec_proposed_tokens_total");
+      if (proposed > 0 || delta("flashkit_spec_verify_steps_total") > 0) {
+        const double acc = delta("flashkit_spec_accepted_tokens_total"), vs = delta("flashkit_spec_verify_steps_total");
+        run["speculative"] = {{"proposed", proposed},
+                              {"accepted", acc},
+                              {"verify_steps", vs},
+                              {"acceptance_rate", proposed > 0 ? acc / proposed : 0.0}};
+      }
       if (!first_error.empty()) run["first_error"] = first_error;
-      std::fprintf(stderr, "concurrency %3d prefix %3lld: %6.1f tok/s, ttft p50 %7.1f ms, itl p50 %6.1f ms (%lld/%lld ok)\n", c,
+      std::fprintf(stderr, "concurrency %3d prefix %3lld: %6.1f tok/s, ttft p50 %7.1f ms, itl p50 %6.1f ms (%lld/%lld ok)%s\n", c,
                    (long long)shared.size(), run["throughput_tok_s"].get<double>(),
                    ttft.empty() ? 0.0 : run["ttft_ms"]["p50"].get<double>(),
-                   itl.empty() ? 0.0 : run["itl_ms"]["p50"].get<double>(), (long long)ok, (long long)results.size());
+                   itl.empty() ? 0.0 : run["itl_ms"]["p50"].get<double>(), (long long)ok, (long long)results.size(),
+                   run.contains("speculative")
+                       ? (", accepted " + std::to_string(int64_t(run["speculative"]["accepted"].get<double>())) + "/" +
+                          std::to_string(int64_t(proposed)) + " proposed").c_str()
+                       : "");
       runs.push_back(run);
     }
   }
@@ -513,7 +579,10 @@ void add_serve_commands(CLI::App& app) {
   s->add_option("--host", a->host, "Address to listen on (default 127.0.0.1: this machine only)");
   s->add_option("--port", a->port, "Port (default 8080; 0: any free port)")->check(int_range(0, 65535));
   s->add_option("--model-id", a->model_id, "Model name in the API (default: the model directory's name)");
-  s->callback([a] { run_serve(*a); });
+  s->callback([a, s] {
+    validate_spec(*a, s);
+    run_serve(*a);
+  });
 
   // `flashkit bench serve`: a subcommand of the existing `bench` group (cmd_bench.cpp registers it first).
   CLI::App* bench = nullptr;
@@ -542,7 +611,15 @@ void add_serve_commands(CLI::App& app) {
       ->check(real_range(0, limits::kMaxBenchSeconds, true));
   bs->add_option("--seed", b->seed, "Seed of the random prompts")->check(uint64_value());
   bs->add_option("-o,--output", b->output, "Write the JSON report to FILE (default stdout)");
-  bs->callback([b] { run_bench_serve(*b); });
+  bs->add_option("--prompt-file", b->prompt_file,
+                 "Send this text file as every request's prompt instead of random ids (e.g. an input-grounded "
+                 "passage and a question quoting it, where --lookup has something to copy); one series, no "
+                 "--shared-prefix")
+      ->check(CLI::ExistingFile);
+  bs->callback([b, bs] {
+    validate_spec(b->serve, bs);
+    run_bench_serve(*b);
+  });
 }
 
 }  // namespace flashkit::cli

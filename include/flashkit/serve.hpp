@@ -37,6 +37,20 @@ struct EngineOptions {
   int64_t max_running = 32;       // sequences in the batch at once
   bool prefix_caching = true;
   bool background = true;         // run the scheduler on a thread of its own; false: the caller calls step()
+  // Speculative decoding by n-gram prompt lookup (docs/speculative.md, "In the server"): each decoding sequence also
+  // gets up to K tokens proposed from earlier occurrences of its last spec_lookup..1 tokens in its own prompt and
+  // output, verified in the same batched step (one logits row each); the paged cache rolls back what is rejected.
+  // Output is distributed exactly as without it (greedy: the same tokens). Speculation only uses the step's token
+  // budget left after decode rows, prompt chunks and admissions, and only while at most spec_max_batch sequences are
+  // decoding (a fuller batch is no longer weight-bound: extra rows cost nearly as much as real ones). Models without a
+  // KV cache (Mamba) refuse it (invalid_argument). options() reports spec_max_batch resolved.
+  int spec_lookup = 0;          // longest n-gram matched (0: off)
+  int spec_tokens = 4;          // K proposed per sequence and step, in [1, 64]; 0: adaptive per sequence
+  int spec_max_tokens = 8;      // adaptive K's upper bound, in [1, 64]
+  // Speculate only while this many sequences decode or fewer, in [0, 4096]. 0: by backend: 1 on the CPU (its GEMV
+  // streams the weights once for up to 8 rows; two sequences with K = 4 make 10: measured 0.84x at 2 streams,
+  // docs/speculative.md), 8 on CUDA (a decode step stays weight-bound for dozens of rows).
+  int64_t spec_max_batch = 0;
 };
 
 struct SamplingOptions {
@@ -56,6 +70,10 @@ struct RequestResult {
   int64_t cached_tokens = 0;      // prompt tokens whose KV came from the prefix cache (first admission)
   int64_t completion_tokens = 0;  // tokens passed to on_token
   int64_t preemptions = 0;
+  // Speculative decoding (EngineOptions::spec_lookup; all 0 without it): steps of this request that verified at
+  // least one proposal, the tokens they proposed and accepted, and the tokens they delivered (accepted + one per
+  // step, unless a stop came first).
+  int64_t spec_steps = 0, spec_proposed = 0, spec_accepted = 0, spec_emitted = 0;
   double time_to_first_token_s = 0;  // from submit to the first token
   double total_s = 0;
 };
@@ -80,6 +98,7 @@ struct EngineStats {
   int64_t generation_tokens = 0;   // tokens sampled
   int64_t steps = 0, preemptions = 0;
   int64_t requests_finished = 0, requests_cancelled = 0;
+  int64_t spec_steps = 0, spec_proposed = 0, spec_accepted = 0;  // engine-wide totals of RequestResult's spec_*
   double busy_s = 0;               // time spent in model steps
 };
 

@@ -17,6 +17,7 @@
 
 #include "engine/paged.hpp"
 #include "engine/sampler.hpp"
+#include "core/limits.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/runtime.hpp"
 #include "flashkit/serve.hpp"
@@ -40,6 +41,9 @@ int64_t available_memory_bytes() {
   return physical_memory_bytes();
 }
 
+// EngineOptions::spec_max_batch = 0: how many decoding sequences may still speculate, by backend (serve.hpp).
+int64_t spec_max_batch_for(const Model& model) { return engine::paged_device_free_bytes(model) >= 0 ? 8 : 1; }
+
 // Attention models: continuous batching over paged KV blocks (Scheduler plans, engine::PagedRunner computes).
 class PagedCore final : public StepCore {
  public:
@@ -56,8 +60,13 @@ class PagedCore final : public StepCore {
     ro.block_size = opts.block_size;
     ro.num_blocks = blocks;
     ro.max_rows = opts.max_step_tokens;
-    ro.max_seqs = std::min(opts.max_running, opts.max_step_tokens);
-    opts.max_running = ro.max_seqs;
+    opts.max_running = std::min(opts.max_running, opts.max_step_tokens);
+    if (opts.spec_max_batch == 0) opts.spec_max_batch = spec_max_batch_for(model);
+    // Logits rows: one per sampling sequence, plus one per proposal when speculating (at most spec_max_batch
+    // sequences speculate, K each); never more than the step's rows.
+    const int64_t spec_k = opts.spec_tokens > 0 ? opts.spec_tokens : opts.spec_max_tokens;
+    const int64_t spec_rows = opts.spec_lookup > 0 ? std::min(opts.spec_max_batch, opts.max_running) * spec_k : 0;
+    ro.max_seqs = std::min(opts.max_running + spec_rows, opts.max_step_tokens);
     runner_ = engine::make_paged_runner(model, ro);
     opts.kv_memory = blocks * per_block;
     kv_bytes_ = opts.kv_memory;
@@ -69,6 +78,10 @@ class PagedCore final : public StepCore {
     sc.max_blocks_per_seq = runner_->max_blocks_per_seq();
     sc.max_context = info.max_context;
     sc.prefix_caching = opts.prefix_caching;
+    sc.spec_lookup = opts.spec_lookup;
+    sc.spec_tokens = opts.spec_tokens;
+    sc.spec_max_tokens = opts.spec_max_tokens;
+    sc.spec_max_batch = opts.spec_max_batch;
     // The prefix cache's salt: the model identity and the block size (engine/paged.hpp, block_pool.hpp).
     const std::string ident = engine::model_identity(model) + "block_size=" + std::to_string(opts.block_size);
     sc.salt = hash_bytes(ident.data(), ident.size());
@@ -90,11 +103,13 @@ class PagedCore final : public StepCore {
         // Only the ids come back (CUDA: 8 bytes a row instead of the vocabulary's logits and a host scan of them).
         greedy_.resize(plan_.logit_rows.size());
         runner_->step_greedy(plan_.view(runner_->max_blocks_per_seq()), greedy_);
-        busy_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+        plan_.step_s = std::chrono::duration<double>(Clock::now() - t0).count();
+        busy_s_ += plan_.step_s;
         sched_->commit_greedy(plan_, greedy_, [&](int64_t i, float* out) { runner_->logits_row(i, out); }, vocab_);
       } else {
         runner_->step(plan_.view(runner_->max_blocks_per_seq()), logits_.data());
-        busy_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+        plan_.step_s = std::chrono::duration<double>(Clock::now() - t0).count();
+        busy_s_ += plan_.step_s;
         sched_->commit(plan_, logits_.data(), vocab_);
       }
     } catch (const std::exception& e) {
@@ -124,6 +139,9 @@ class PagedCore final : public StepCore {
     s.preemptions = c.preemptions;
     s.requests_finished = c.finished;
     s.requests_cancelled = c.cancelled;
+    s.spec_steps = c.spec_steps;
+    s.spec_proposed = c.spec_proposed;
+    s.spec_accepted = c.spec_accepted;
     s.busy_s = busy_s_;
   }
 
@@ -148,6 +166,21 @@ class EngineImpl final : public Engine {
       bad("max_step_tokens must be in [1, 65536], got " + std::to_string(opts.max_step_tokens));
     if (opts.max_running < 1 || opts.max_running > 4096)
       bad("max_running must be in [1, 4096], got " + std::to_string(opts.max_running));
+    if (opts.spec_lookup < 0 || opts.spec_lookup > limits::kMaxSpecTokens)
+      bad("spec_lookup must be in [0, " + std::to_string(limits::kMaxSpecTokens) + "] (0: off), got " +
+          std::to_string(opts.spec_lookup));
+    if (opts.spec_tokens < 0 || opts.spec_tokens > limits::kMaxSpecTokens)
+      bad("spec_tokens must be in [1, " + std::to_string(limits::kMaxSpecTokens) + "] or 0 (adaptive), got " +
+          std::to_string(opts.spec_tokens));
+    if (opts.spec_max_tokens < 1 || opts.spec_max_tokens > limits::kMaxSpecTokens)
+      bad("spec_max_tokens must be in [1, " + std::to_string(limits::kMaxSpecTokens) + "], got " +
+          std::to_string(opts.spec_max_tokens));
+    if (opts.spec_max_batch < 0 || opts.spec_max_batch > 4096)
+      bad("spec_max_batch must be in [0, 4096] (0: by backend), got " + std::to_string(opts.spec_max_batch));
+    if (opts.spec_lookup > 0 && !engine::has_kv_cache(*model_))
+      bad("spec_lookup: speculative decoding in the server needs a model with a KV cache (its paged cache rolls "
+          "back rejected proposals); this model (" + model_->info().architecture +
+          ") has none: serve it without n-gram lookup");
     if (engine::has_kv_cache(*model_)) {
       core_ = std::make_unique<PagedCore>(*model_, opts_);  // resolves kv_memory and max_running in opts_
     } else {
@@ -276,11 +309,11 @@ class EngineImpl final : public Engine {
     if (!core_) return;
     for (auto& s : in) {
       auto done = std::move(s->req.on_done);
-      // Count the request off when it ends, whatever ends it.
+      // Count the request off when it ends, whatever ends it: after the step's statistics are published
+      // (publish_stats), so that stats() after wait_idle() includes it.
       s->req.on_done = [this, done](const RequestResult& r) {
         if (done) done(r);
-        std::lock_guard<std::mutex> lk(mu_);
-        if (--pending_ == 0) idle_cv_.notify_all();
+        ++ended_;
       };
       core_->add(std::move(s));
     }
@@ -311,6 +344,9 @@ class EngineImpl final : public Engine {
     core_->fill_stats(st);
     std::lock_guard<std::mutex> lk(mu_);
     stats_ = st;
+    pending_ -= ended_;
+    ended_ = 0;
+    if (pending_ == 0) idle_cv_.notify_all();
   }
 
   std::shared_ptr<Model> model_;
@@ -323,7 +359,8 @@ class EngineImpl final : public Engine {
   std::vector<uint64_t> cancels_;
   bool reset_ = false, stop_ = false;
   uint64_t next_id_ = 1;
-  int64_t pending_ = 0;  // submitted, not finished
+  int64_t pending_ = 0;  // submitted, not finished (as of the last publish_stats)
+  int64_t ended_ = 0;    // finished since the last publish_stats (engine thread only)
   EngineStats stats_;
   std::thread thread_;
 };

@@ -13,9 +13,18 @@
 //   often hits them), its state goes back to "nothing computed" and it is queued first; the tokens it has generated
 //   stay part of it, so its recomputation continues exactly where it stopped. A prompt chunk that does not fit is
 //   shortened instead. Admission keeps one free block per running sequence in hand so that the running ones can grow.
+//   3. speculation (SchedulerConfig::spec_lookup > 0), in what is left of the budget, only while at most
+//      spec_max_batch sequences decode: each decoding sequence (oldest first) gets up to K n-gram proposals from its
+//      own tokens (spec/ngram.hpp) as rows after its decode row, each with a logits row, and blocks for them while
+//      more than one block per running sequence is free (speculation never preempts and never takes the reserve).
 // After the step, commit() advances each sequence, publishes its newly filled blocks to the prefix cache, samples a
 // token for every sequence whose known tokens are now all computed, and finishes sequences (eos / stop id, on_token
-// false, max_tokens, context full, cancel). Runs on the engine thread only.
+// false, max_tokens, context full, cancel). A speculating sequence walks its rows: each proposal is verified with
+// the acceptance rules of spec/accept.hpp (greedy: it equals the row's choice; sampling: a point mass, accepted with
+// probability p(d), else the token is drawn from p without d), the tokens are delivered one by one with the stop
+// rules applied to each, and the walk ends at the first rejection (whose replacement is the next pending token).
+// Then the cache rolls back: computed stops at the accepted length, blocks past it go back to the pool, and only
+// blocks whose positions are all accepted are ever published. Runs on the engine thread only.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -30,6 +39,7 @@
 #include "engine/sampler.hpp"
 #include "flashkit/serve.hpp"
 #include "serve/block_pool.hpp"
+#include "spec/adaptive.hpp"
 
 namespace flashkit::serve {
 
@@ -51,6 +61,8 @@ struct Sequence {
   RequestResult result;
   Clock::time_point submitted;
   std::unique_ptr<Session> session;  // models without a KV cache: the sequence's own state (session_core.hpp)
+  std::vector<int32_t> drafts;       // this step's n-gram proposals (rows after the decode row)
+  std::unique_ptr<spec::StepModel> spec_k;  // adaptive K (spec_tokens == 0), made at the first speculative step
 };
 
 struct SchedulerConfig {
@@ -59,6 +71,8 @@ struct SchedulerConfig {
   int64_t max_blocks_per_seq = 0, max_context = 0;
   bool prefix_caching = true;
   uint64_t salt = 0;
+  int spec_lookup = 0, spec_tokens = 4, spec_max_tokens = 8;  // EngineOptions' spec_*
+  int64_t spec_max_batch = 8;
 };
 
 // The rows of one step, in the layout engine::PagedStep wants.
@@ -66,7 +80,9 @@ struct StepPlan {
   std::vector<int32_t> tokens, positions, row_seq, block_tables, logit_rows;
   std::vector<Sequence*> seqs;    // step sequence index -> sequence
   std::vector<int64_t> chunk;     // rows of each
-  std::vector<int32_t> logit_of;  // logits row of each, -1 when it samples nothing this step
+  std::vector<int32_t> logit_of;  // first logits row of each, -1 when it samples nothing this step (a speculating
+                                  // sequence has 1 + drafts.size() consecutive logits rows)
+  double step_s = 0;              // the step's time (set by the caller before commit; adaptive K uses it)
   void clear();
   engine::PagedStep view(int64_t max_blocks) const;
 };
@@ -74,7 +90,13 @@ struct StepPlan {
 struct SchedulerCounters {
   int64_t prompt_tokens = 0, generation_tokens = 0, steps = 0, preemptions = 0;
   int64_t finished = 0, cancelled = 0;
+  int64_t spec_steps = 0, spec_proposed = 0, spec_accepted = 0;
 };
+
+// Picks sequence s's token from logits row `row`, with `history` the tokens before it (repetition penalty). draft
+// >= 0: verify that proposal: return it when accepted, else a replacement token (never equal to it). May throw
+// flashkit::Error (the request then ends "error").
+using TokenPick = std::function<int32_t(int64_t row, Sequence* s, std::span<const int32_t> history, int32_t draft)>;
 
 // Shared by the two step cores (Scheduler, SessionCore): fill s's result, count it, call on_done (s is marked
 // finished; the caller has released its blocks or session first), and drop finished sequences from both queues.
@@ -115,9 +137,12 @@ class Scheduler {
   void release_blocks(Sequence* s);
   bool grow(Sequence* s, int64_t upto_tokens);  // blocks for positions < upto_tokens; false if out of blocks
   void plan_rows(StepPlan& plan, Sequence* s, int64_t chunk);
+  // Pass 3 of schedule(): proposals for the decoding sequences of `entries` (chunk 1), in `budget` rows.
+  void plan_speculation(std::vector<std::pair<Sequence*, int64_t>>& entries, int64_t budget);
+  // One sequence's commit: the rows of a speculating sequence walked, tokens delivered, the cache rolled back.
+  void commit_sequence(StepPlan& plan, size_t k, const TokenPick& pick);
   void reap();  // drops finished sequences from the queues
-  // commit()'s body; pick(k, s) returns sequence k's token (it may throw flashkit::Error: the request ends "error").
-  void commit_with(StepPlan& plan, const std::function<int32_t(size_t, Sequence*)>& pick);
+  void commit_with(StepPlan& plan, const TokenPick& pick);
 
   SchedulerConfig cfg_;
   BlockPool pool_;

@@ -62,6 +62,14 @@ SERVING = [
     (BENCH_SERVE, "--time-limit", "0", "(0, 3600]"),
     (BENCH_SERVE, "--seed", "-1", "-1"),
     (BENCH_SERVE, "--block-size", "2000", "[1, 1024]"),
+    (SERVE, "--lookup", "65", "[0, 64]"),
+    (SERVE, "--lookup", "1.5", "1.5"),
+    (SERVE, "--draft-tokens", "0", "[1, 64] or auto"),
+    (SERVE, "--draft-tokens", "nan", "nan"),
+    (SERVE, "--max-draft-tokens", "65", "[1, 64]"),
+    (SERVE, "--spec-max-batch", "5000", "[0, 4096]"),
+    (BENCH_SERVE, "--lookup", "-1", "[0, 64]"),
+    (BENCH_SERVE, "--draft-tokens", "99", "[1, 64] or auto"),
 ]
 OTHERS = [
     (SPEC, "--k", "0", "[1, 64]"),

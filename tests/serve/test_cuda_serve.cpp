@@ -270,6 +270,62 @@ TEST(CudaServe, GreedyRequestsMatchGenerateAloneOnDraft) {
   }
 }
 
+// n-gram speculation on the CUDA backend (EngineOptions::spec_lookup): prompts that repeat a phrase, several
+// requests at once, a pool small enough to preempt; greedy output as alone (near-ties allowed as above), proposals
+// accepted and rejected, every block free at the end.
+TEST(CudaServe, SpeculativeGreedyRequestsMatchGenerateAloneOnDraft) {
+  NEED_CUDA();
+  const std::string dir = std::string(FLASHKIT_TEST_DATA) + "/../../models/draft";
+  auto model = load(dir, "cuda", "f32", 512);
+  const int64_t V = model->info().vocab_size;
+  std::mt19937 rng(11);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int64_t> max_tokens;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<int32_t> phrase;
+    for (int t = 0; t < 4 + i % 5; ++t) phrase.push_back(int32_t(2 + rng() % uint32_t(V - 2)));
+    std::vector<int32_t> p;
+    for (int r = 0; r < 2 + i % 3; ++r) p.insert(p.end(), phrase.begin(), phrase.end());
+    p.push_back(phrase[0]);
+    prompts.push_back(p);
+    max_tokens.push_back(16 + (i * 9) % 40);
+  }
+  flashkit::serve::EngineOptions o;
+  o.background = false;
+  o.block_size = 16;
+  o.max_step_tokens = 64;
+  o.max_running = 8;
+  o.kv_memory = paged_kv_bytes_per_token(*model) * 16 * 12;
+  o.spec_lookup = 3;
+  o.spec_tokens = 4;
+  o.spec_max_batch = 8;
+  auto e = flashkit::serve::Engine::create(model, o);
+  std::vector<std::vector<int32_t>> out(prompts.size());
+  std::vector<flashkit::serve::RequestResult> res(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    flashkit::serve::Request r;
+    r.prompt = prompts[i];
+    r.max_tokens = max_tokens[i];
+    r.sampling.temperature = 0;
+    r.stop_at_eos = false;
+    r.on_token = [&out, i](int32_t t) {
+      out[i].push_back(t);
+      return true;
+    };
+    r.on_done = [&res, i](const flashkit::serve::RequestResult& x) { res[i] = x; };
+    e->submit(std::move(r));
+  }
+  e->wait_idle();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_NE(res[i].finish_reason, "error") << res[i].error;
+    expect_same_greedy(*model, prompts[i], out[i], max_tokens[i], "speculative request " + std::to_string(i));
+  }
+  const auto st = e->stats();
+  EXPECT_GT(st.spec_accepted, 0);
+  EXPECT_LT(st.spec_accepted, st.spec_proposed);
+  EXPECT_EQ(st.kv_blocks_used, 0);
+}
+
 // The pool of a CUDA model defaults to a share of the free device memory, not of the host's.
 TEST(CudaServe, DefaultPoolComesFromDeviceMemory) {
   NEED_CUDA();

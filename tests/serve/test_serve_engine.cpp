@@ -359,3 +359,23 @@ TEST(PrefixCache, ModelIdentityTracksWhatChangesBlocks) {
 }
 
 }  // namespace
+
+namespace {
+// stats() after wait_idle() (background thread) must include the requests that just finished: the engine counts a
+// request off only after the step that finished it has published its statistics (it used to count it off inside the
+// step, so wait_idle could return before the last request showed up as finished).
+TEST(ServeEngine, StatsAreCurrentWhenWaitIdleReturns) {
+  auto model = flashkit::Model::load(kModels + "/tiny-llama", {.dtype = "f32", .threads = 1, .max_context = 64});
+  auto e = Engine::create(model, {.max_step_tokens = 32, .max_running = 2});
+  for (int i = 1; i <= 200; ++i) {
+    Request r;
+    r.prompt = {1, 2, 3};
+    r.max_tokens = 1;
+    e->submit(std::move(r));
+    e->wait_idle();
+    const EngineStats st = e->stats();
+    ASSERT_EQ(st.requests_finished, i);
+    ASSERT_EQ(st.running + st.waiting, 0);
+  }
+}
+}  // namespace

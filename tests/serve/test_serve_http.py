@@ -428,6 +428,14 @@ def test_multi_turn_chat_reuses_the_previous_turn(server):
     (["serve", "-m", "{model}", "--max-running", "0"], "--max-running"),
     (["bench", "serve", "--url", "http://10.0.0.1:80"], "loopback"),
     (["bench", "serve", "-m", "{model}", "--concurrency", "0"], "--concurrency"),
+    (["serve", "-m", "{model}", "--lookup", "-1"], "--lookup"),
+    (["serve", "-m", "{model}", "--lookup", "65"], "--lookup"),
+    (["serve", "-m", "{model}", "--lookup", "3", "--draft-tokens", "0"], "--draft-tokens"),
+    (["serve", "-m", "{model}", "--lookup", "3", "--draft-tokens", "often"], "--draft-tokens"),
+    (["serve", "-m", "{model}", "--draft-tokens", "4"], "needs --lookup"),
+    (["serve", "-m", "{model}", "--lookup", "3", "--max-draft-tokens", "0"], "--max-draft-tokens"),
+    (["serve", "-m", "{model}", "--lookup", "3", "--spec-max-batch", "-1"], "--spec-max-batch"),
+    (["bench", "serve", "-m", "{model}", "--lookup", "3", "--draft-tokens", "99"], "--draft-tokens"),
 ])
 def test_cli_errors_are_one_line_exit_2(model_dir, args, msg):
     fixture = os.path.join(DATA, "models", "tiny-llama")
@@ -435,3 +443,56 @@ def test_cli_errors_are_one_line_exit_2(model_dir, args, msg):
     r = subprocess.run([CLI, *argv], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
     assert msg in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+# ---------------------------------------------------------------- n-gram speculative decoding (--lookup)
+
+def test_speculative_server_matches_generate_and_reports_statistics(model_dir):
+    s = Server(model_dir, "--lookup", "3", "--draft-tokens", "4")
+    try:
+        m0 = s.metrics()
+        assert m0["spec_enabled"] == 1 and m0["spec_proposed_tokens_total"] == 0
+        phrase = [17, 42, 99, 250, 3, 77]
+        prompt = [1] + phrase * 3 + phrase[:2]
+        status, body = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 24, "temperature": 0,
+                                                  "ignore_eos": True, "return_token_ids": True})
+        assert status == 200, body
+        out = subprocess.run([CLI, "generate", "-m", model_dir, "--prompt-ids", ",".join(map(str, prompt)), "--ids",
+                              "--temp", "0", "-n", "24", "--ignore-eos", "-q", "--threads", "1"],
+                             capture_output=True, text=True, check=True)
+        assert body["choices"][0]["token_ids"] == [int(x) for x in out.stdout.split()]
+        sp = body["usage"]["speculative"]
+        assert set(sp) == {"proposed", "accepted", "verify_steps", "acceptance_rate", "mean_accepted_length"}
+        assert sp["proposed"] > 0 and 0 <= sp["accepted"] <= sp["proposed"] and sp["verify_steps"] > 0
+        assert sp["acceptance_rate"] == pytest.approx(sp["accepted"] / sp["proposed"])
+        assert 1 <= sp["mean_accepted_length"] <= 1 + sp["accepted"] / sp["verify_steps"] + 1e-9
+        m1 = s.metrics()
+        assert m1["spec_proposed_tokens_total"] == sp["proposed"]
+        assert m1["spec_accepted_tokens_total"] == sp["accepted"]
+        assert m1["spec_verify_steps_total"] == sp["verify_steps"]
+        assert m1["spec_acceptance_rate"] == pytest.approx(sp["accepted"] / sp["proposed"])
+        assert m1["kv_blocks_used"] == 0  # rolled back and released
+        # Streamed with usage: the same tokens, and the statistics in the final usage chunk.
+        c = s.conn()
+        c.request("POST", "/v1/completions", body=json.dumps({
+            "prompt": prompt, "max_tokens": 24, "temperature": 0, "ignore_eos": True, "return_token_ids": True,
+            "stream": True, "stream_options": {"include_usage": True}}), headers={"Content-Type": "application/json"})
+        events = [e for e in sse_events(c.getresponse()) if e != "[DONE]"]
+        c.close()
+        ids = [t for e in events if e["choices"] for t in e["choices"][0].get("token_ids", [])]
+        assert ids == body["choices"][0]["token_ids"]
+        assert events[-1]["usage"]["speculative"]["proposed"] > 0
+        # Sampling works too (exactness of the rule is tested in C++: test_serve_spec.cpp).
+        status, body = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 16, "temperature": 0.8,
+                                                  "seed": 3, "ignore_eos": True})
+        assert status == 200 and body["usage"]["completion_tokens"] == 16
+    finally:
+        assert s.stop() == 0, "".join(s.log)
+
+
+def test_server_without_lookup_reports_no_speculation(server):
+    status, body = server.post("/v1/completions", {"prompt": [1, 2, 3, 1, 2, 3, 1, 2], "max_tokens": 8,
+                                                   "temperature": 0, "ignore_eos": True})
+    assert status == 200 and "speculative" not in body["usage"]
+    m = server.metrics()
+    assert m["spec_enabled"] == 0 and m["spec_proposed_tokens_total"] == 0

@@ -255,6 +255,18 @@ TEST(ServeMamba, ContextFullEndsWithLengthAndBadRequestsAreRefused) {
   EXPECT_THROW(e->submit(std::move(oov)), flashkit::Error);
 }
 
+// n-gram speculation needs a KV cache to roll back (the paged path): a Mamba model refuses it, naming the option.
+TEST(ServeMamba, SpeculationIsRefusedClearly) {
+  auto model = load_mamba();
+  try {
+    Engine::create(model, {.background = false, .spec_lookup = 3});
+    ADD_FAILURE() << "spec_lookup accepted for a model without a KV cache";
+  } catch (const flashkit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("spec_lookup"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("KV cache"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ServeMambaCuda, ConcurrentGreedyRequestsMatchGenerateAlone) {
   if (flashkit::cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
   auto model = Model::load(tiny_mamba_dir(), {.device = "cuda", .dtype = "f32", .max_context = 256});

@@ -446,12 +446,22 @@ struct HttpServer::Impl {
     return ch.done;
   }
 
-  static json usage(const GenRequest& g, const RequestResult& r, int64_t completion) {
+  json usage(const GenRequest& g, const RequestResult& r, int64_t completion) const {
     const int64_t prompt = int64_t(g.prompt.size());
-    return {{"prompt_tokens", prompt},
-            {"completion_tokens", completion},
-            {"total_tokens", prompt + completion},
-            {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
+    json u = {{"prompt_tokens", prompt},
+              {"completion_tokens", completion},
+              {"total_tokens", prompt + completion},
+              {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
+    // An extension object, only when the server speculates (flashkit serve --lookup N; docs/serving.md):
+    // mean_accepted_length = tokens delivered per verification step.
+    if (engine.options().spec_lookup > 0)
+      u["speculative"] = {
+          {"proposed", r.spec_proposed},
+          {"accepted", r.spec_accepted},
+          {"verify_steps", r.spec_steps},
+          {"acceptance_rate", r.spec_proposed > 0 ? double(r.spec_accepted) / double(r.spec_proposed) : 0.0},
+          {"mean_accepted_length", r.spec_steps > 0 ? double(r.spec_emitted) / double(r.spec_steps) : 0.0}};
+    return u;
   }
 
   json choice(const GenRequest& g, const std::string& text, const json& finish, const std::vector<int32_t>* ids,
@@ -695,6 +705,14 @@ struct HttpServer::Impl {
     metric("http_errors_total", "counter", "HTTP requests answered with an error.", double(http_errors.load()));
     metric("engine_steps_total", "counter", "Batched model steps.", double(s.steps));
     metric("engine_busy_seconds_total", "counter", "Seconds spent in model steps.", s.busy_s);
+    // n-gram speculative decoding (flashkit serve --lookup N; all 0 without it).
+    metric("spec_enabled", "gauge", "1 when the server speculates (n-gram lookup).",
+           engine.options().spec_lookup > 0 ? 1.0 : 0.0);
+    metric("spec_verify_steps_total", "counter", "Sequence steps that verified n-gram proposals.", double(s.spec_steps));
+    metric("spec_proposed_tokens_total", "counter", "Tokens proposed by n-gram lookup.", double(s.spec_proposed));
+    metric("spec_accepted_tokens_total", "counter", "Proposed tokens accepted.", double(s.spec_accepted));
+    metric("spec_acceptance_rate", "gauge", "Accepted / proposed tokens since start.",
+           s.spec_proposed > 0 ? double(s.spec_accepted) / double(s.spec_proposed) : 0.0);
     return o.str();
   }
 
