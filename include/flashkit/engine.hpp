@@ -192,16 +192,17 @@ struct SpeculativeOptions {
 // What speculation did (GenerationResult::spec; all zero without speculation).
 struct SpecStats {
   std::string proposer;        // "draft", "ngram", "ngram-tree", "draft+ngram"
-  int64_t steps = 0;           // verification forwards of the target
+  int64_t steps = 0;           // target forwards: verifications, and plain decode steps when nothing was proposed
   int64_t proposed = 0;        // draft tokens put to the target (tree: every node but the root)
   int64_t accepted = 0;        // of those, accepted
-  int64_t emitted = 0;         // tokens the verification steps produced (accepted + one per step, until a stop)
+  int64_t emitted = 0;         // tokens the steps produced (accepted + one per step, until a stop)
   double proposer_s = 0;       // time in the proposer (draft model forwards, n-gram search)
-  double verifier_s = 0;       // time in target verification forwards
+  double verifier_s = 0;       // time in target forwards (verifications and plain steps)
   double sampling_s = 0;       // acceptance tests and sampling
-  std::vector<int64_t> k_histogram;  // steps by the number of draft tokens proposed (index = K)
+  std::vector<int64_t> k_histogram;  // steps by the number of draft tokens proposed (index = K; 0: plain steps)
   // Estimated speed-up of the decode phase over plain decoding: tokens per step x the cost of one plain decode step
-  // (from the verification times' fit t(T) = a + b T, at T = 1) / the time per step; 0 when the fit had one T only.
+  // (measured, else the verification times' fit t(T) = a + b T at T = 1) / the time per step; 0 when the fit had one
+  // T only.
   double speedup_estimate = 0;
   double acceptance_rate() const { return proposed > 0 ? double(accepted) / double(proposed) : 0; }
   double mean_accepted_length() const { return steps > 0 ? double(emitted) / double(steps) : 0; }

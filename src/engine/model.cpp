@@ -21,6 +21,7 @@
 #include "engine/config.hpp"
 #include "engine/offload_plan.hpp"
 #include "engine/paged.hpp"
+#include "engine/plain_step.hpp"
 #include "engine/random_weights.hpp"
 #include "engine/sampler.hpp"
 #include "engine/tp.hpp"
@@ -986,15 +987,10 @@ GenerationResult generate(Session& session, std::span<const int32_t> prompt, con
   if (opts.stop_at_eos)
     for (int32_t e : session.model().info().eos_ids) stops.push_back(e);
 
-  // Device-side greedy decoding: when the choice is the argmax of the raw logits, a decode step of this engine's
-  // session reduces the logits row on the backend and downloads only the id (the CUDA backend: 8 bytes instead of
-  // the whole row, and no CPU scan of the vocabulary). That holds for temperature 0 without a repetition penalty,
-  // and for top_k = 1 without a penalty when the maximum is unique (top-k keeps ties with the k-th value and draws
-  // among them; on a tie, and on an invalid row, the step falls back to the sampler on the downloaded logits, which
-  // also raises the sampler's errors). Tuning::device_argmax = false (FLASHKIT_DEVICE_ARGMAX=0) turns it off.
-  const bool argmax_pick = sp.repetition_penalty == 1.0f && (sp.greedy() || sp.top_k == 1);
-  auto* fast = argmax_pick ? dynamic_cast<engine::DeviceGreedy*>(&session) : nullptr;
-  if (fast && !fast->device_argmax_allowed()) fast = nullptr;
+  // Device-side greedy decoding (engine/plain_step.hpp): a decode step of this engine's session reduces the logits
+  // row on the backend and downloads only the id (the CUDA backend: 8 bytes instead of the whole row, and no CPU scan
+  // of the vocabulary) when the choice is the argmax of the raw logits.
+  engine::DeviceGreedy* fast = engine::device_greedy(session, sp);
 
   GenerationResult r;
   r.prompt_tokens = int64_t(prompt.size());
@@ -1024,19 +1020,7 @@ GenerationResult generate(Session& session, std::span<const int32_t> prompt, con
       break;
     }
     ++r.decode_steps;
-    if (fast) {
-      const engine::ArgmaxResult a = fast->decode_argmax(tok);
-      if (a.valid && (sp.greedy() || a.unique)) {
-        // A top_k = 1 draw uses one PRNG number whatever it picks: keep the sampler's stream where the slow path
-        // leaves it, so a later fallback (a tie) draws the same number.
-        if (!sp.greedy()) sampler.next_uniform();
-        tok = a.index;
-        continue;
-      }
-    } else {
-      session.decode(tok);
-    }
-    tok = sampler.sample(session.logits(), history);
+    tok = engine::plain_decode_step(session, fast, sampler, sp, history, tok);
   }
   r.decode_s = std::chrono::duration<double>(Clock::now() - td).count();
   return r;

@@ -44,30 +44,46 @@ double StepModel::verify_time(double rows) const {
   return std::max(my + slope * (rows - mx), 1e-9);
 }
 
+double StepModel::plain_time() const { return plain_n_ > 0 ? plain_s_ / plain_n_ : verify_time(1); }
+
 void StepModel::update(int k, int accepted, double propose_s, double verify_s, int64_t rows) {
+  if (k <= 0) {
+    plain_s_ = plain_s_ * kDecay + verify_s;
+    plain_n_ = plain_n_ * kDecay + 1;
+    ++plain_since_probe_;
+    if (!adaptive_) return;
+    choose();
+    if (k_ == 0 && plain_since_probe_ >= kProbeEvery) k_ = spec_k_;  // probe: refresh the acceptance and t_verify
+    return;
+  }
+  plain_since_probe_ = 0;
   if (size_t(rows) >= vt_n_.size()) vt_sum_.resize(size_t(rows) + 1, 0), vt_n_.resize(size_t(rows) + 1, 0);
   for (size_t t = 0; t < vt_n_.size(); ++t) vt_sum_[t] *= kDecay, vt_n_[t] *= kDecay;
   vt_sum_[size_t(rows)] += verify_s;
   vt_n_[size_t(rows)] += 1;
-  if (k >= 1) {
-    acc_ = acc_ * kDecay + accepted;
-    stops_ = stops_ * kDecay + (accepted < k ? 1 : 0);
-    draft_s_ = draft_s_ * kDecay + propose_s;
-    draft_n_ = draft_n_ * kDecay + k;
-  }
-  if (adaptive_) choose();
+  acc_ = acc_ * kDecay + accepted;
+  stops_ = stops_ * kDecay + (accepted < k ? 1 : 0);
+  draft_s_ = draft_s_ * kDecay + propose_s;
+  draft_n_ = draft_n_ * kDecay + k;
+  if (!adaptive_) return;
+  choose();
+  if (plain_n_ == 0) k_ = 0;  // calibration: one plain step, so that K = 0 is judged on a measured time
 }
 
 void StepModel::choose() {
   const double td = draft_n_ > 0 ? draft_s_ / draft_n_ : 0;
   double best = -1;
-  int best_k = k_;
+  int best_k = std::max(k_, 1);
   for (int k = 1; k <= k_max_; ++k) {
     const double cost = k * td + verify_time(k + 1);
     const double rate = expected_tokens(k) / std::max(cost, 1e-12);
     if (rate > best * (1 + 1e-9)) best = rate, best_k = k;
   }
-  k_ = best_k;
+  spec_k_ = best_k;
+  // K = 0 when a plain step delivers more tokens per second than the best K (t_plain measured or, before that, the
+  // verification fit at T = 1).
+  const double tp = plain_time();
+  k_ = tp > 0 && 1.0 / tp > best ? 0 : best_k;
 }
 
 }  // namespace flashkit::spec

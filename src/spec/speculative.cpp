@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/plain_step.hpp"
 #include "engine/sampler.hpp"
 #include "flashkit/error.hpp"
 #include "spec/adaptive.hpp"
@@ -129,6 +130,7 @@ GenerationResult generate(Session& target, std::span<const int32_t> prompt, cons
     return true;
   };
 
+  engine::DeviceGreedy* fast = engine::device_greedy(target, sp);
   std::optional<DraftProposer> draft;
   if (so.draft) draft.emplace(*so.draft, sp, V);
   Dist p;
@@ -155,6 +157,22 @@ GenerationResult generate(Session& target, std::span<const int32_t> prompt, cons
       drafted = !greedy;
     }
     const double prop_s = since(tp);
+
+    // Nothing proposed (K = 0, or no candidate): a plain decode step, generate()'s own path -- on CUDA the decode
+    // graph with the device argmax, much cheaper than a one-row verification (its logits row is downloaded).
+    if (tt.size() == 1) {
+      auto tv = Clock::now();
+      const int32_t tok = engine::plain_decode_step(target, fast, sampler, sp, history, pending);
+      const double dec_s = since(tv);
+      st.steps += 1;
+      st.proposer_s += prop_s;
+      st.verifier_s += dec_s;
+      st.k_histogram[0] += 1;
+      steps.update(0, 0, prop_s, dec_s, 1);
+      going = emit(tok);
+      st.emitted += 1;
+      continue;
+    }
 
     // Verify: one target forward over the pending token and every proposal.
     auto tv = Clock::now();
@@ -231,7 +249,7 @@ GenerationResult generate(Session& target, std::span<const int32_t> prompt, cons
   r.decode_steps = int64_t(r.tokens.size()) - 1;
   if (steps.distinct_sizes() >= 2 && st.steps > 0) {
     const double per_step = (st.proposer_s + st.verifier_s + st.sampling_s) / double(st.steps);
-    st.speedup_estimate = st.mean_accepted_length() * steps.verify_time(1) / std::max(per_step, 1e-12);
+    st.speedup_estimate = st.mean_accepted_length() * steps.plain_time() / std::max(per_step, 1e-12);
   }
   return r;
 }

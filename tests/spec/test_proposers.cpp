@@ -2,6 +2,8 @@
 // p and q, no model) and the adaptive-K step model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <random>
 
@@ -137,35 +139,56 @@ TEST(AcceptRules, PointMassCandidatesReproduceP) {
   }
 }
 
+// Step times of a launch-bound target: verification of T rows 10 ms + 0.5 ms per row; a plain step 10.5 ms. The
+// model under test chooses K; `accepted(k)` says how much of a k-proposal the target takes.
+template <typename F>
+std::vector<int> drive(StepModel& m, int steps, double draft_s, F accepted) {
+  std::vector<int> ks;
+  for (int i = 0; i < steps; ++i) {
+    const int k = m.next_k();
+    ks.push_back(k);
+    if (k == 0) m.update(0, 0, 0.0, 0.0105, 1);
+    else m.update(k, accepted(k, i), draft_s * k, 0.010 + 0.0005 * (k + 1), k + 1);
+  }
+  return ks;
+}
+
 TEST(StepModel, GrowsOnFullAcceptanceShrinksOnEarlyRejection) {
   StepModel m(4, 8, true);
   EXPECT_EQ(m.next_k(), 4);
-  // Cheap drafts, verification cost growing slowly with T: everything accepted -> K climbs to the cap.
-  for (int i = 0; i < 30; ++i) {
-    const int k = m.next_k();
-    m.update(k, k, 0.001 * k, 0.010 + 0.0005 * (k + 1), k + 1);
-  }
+  // Cheap drafts, verification cost growing slowly with T: everything accepted -> K climbs to the cap (after one
+  // plain step that measures t_plain).
+  const auto up = drive(m, 30, 0.001, [](int k, int) { return k; });
+  EXPECT_EQ(std::count(up.begin(), up.end(), 0), 1) << "one calibration step";
   EXPECT_EQ(m.next_k(), 8);
   EXPECT_GT(m.acceptance(), 0.9);
-  // Then the first token is rejected every time -> K drops to 1.
-  for (int i = 0; i < 60; ++i) {
-    const int k = m.next_k();
-    m.update(k, 0, 0.001 * k, 0.010 + 0.0005 * (k + 1), k + 1);
-  }
-  EXPECT_EQ(m.next_k(), 1);
+  // Then the first token is rejected every time: once the acceptance estimate has decayed (~40 speculative steps),
+  // one speculative row no longer pays for itself (1 token per 12 ms against 10.5 ms plain), so K goes to 0, with
+  // one probe step in 17.
+  const auto down = drive(m, 120, 0.001, [](int, int) { return 0; });
+  EXPECT_EQ(m.next_k(), 0);
   EXPECT_LT(m.acceptance(), 0.1);
-  // Fixed K never moves.
+  const auto tail = std::vector<int>(down.end() - 51, down.end());
+  EXPECT_GE(std::count(tail.begin(), tail.end(), 0), 51 - 3) << "probes only";
+  EXPECT_GE(std::count(tail.begin(), tail.end(), 1), 2) << "it keeps probing";
+  // Fixed K never moves, not even after plain steps.
   StepModel f(3, 3, false);
   f.update(3, 0, 0.01, 0.01, 4);
+  f.update(0, 0, 0.0, 0.001, 1);
   EXPECT_EQ(f.next_k(), 3);
-  // Expensive drafts (as costly as the target) keep K small even at acceptance 0.7.
+}
+
+TEST(StepModel, PlainStepsWhenDraftsCostMoreThanTheyBring) {
+  // Drafts as costly as a target step, 70% acceptance: no K pays (k = 1: 1.7 tokens per 21 ms vs 1 per 10.5 ms).
   StepModel e(4, 8, true);
-  for (int i = 0; i < 40; ++i) {
-    const int k = e.next_k();
-    const int a = (i % 10 < 7) ? k : k / 2;
-    e.update(k, a, 0.010 * k, 0.010 + 0.0005 * (k + 1), k + 1);
-  }
-  EXPECT_LE(e.next_k(), 3);
+  const auto ks = drive(e, 170, 0.010, [](int k, int i) { return (i % 10 < 7) ? k : k / 2; });
+  const auto tail = std::vector<int>(ks.begin() + 30, ks.end());
+  const double spec_share = double(tail.size() - size_t(std::count(tail.begin(), tail.end(), 0))) / double(tail.size());
+  EXPECT_LE(spec_share, 1.0 / 17 + 0.01) << "at most the probes";
+  // The drafts get cheap (a regime change): the next probe sees it and speculation comes back within a probe period.
+  const auto back = drive(e, 40, 0.0002, [](int k, int) { return k; });
+  EXPECT_GT(e.next_k(), 0);
+  EXPECT_GT(std::count_if(back.begin() + 20, back.end(), [](int k) { return k > 0; }), 15);
 }
 
 }  // namespace
