@@ -1,0 +1,129 @@
+// The Mamba decode mixer step (kernels.hpp, mamba_mixer_step): x_proj, dt_proj and the selective-scan step of one
+// row in one launch, in place of two GEMVs and the scan kernel (engine/mamba_fusion.hpp: when the backend uses it).
+//
+// Why every block recomputes x_proj: every channel's update needs the whole x_proj output (dt_low, B, C), and the
+// alternative is a separate launch (~2-3 us of launch gap and tail per layer at decode sizes, bench/cuda). Each
+// block reads W_x (for mamba-130m 80 x 1536 bf16 = 245 KB) once, from L2 after the first block; with 32 channels a
+// block that is 48 blocks per layer, ~12 MB of L2 reads, about 1 us at the H200's L2 bandwidth and ~2 us of one
+// SM's L2 share -- comparable to the launch it saves, and the launch gap is gone. docs/worklog/mamba-decode-cuda.md
+// has the estimate and what to measure.
+//
+// Arithmetic: the dot products in the GEMV's order (lane l accumulates the 8-weight chunks l, l + 32, ... with
+// fmaf, then warp_sum), the scan step in the scan kernel's (kernels/cuda/ssm/scan.cu at seqlen 1, one state per
+// thread, 16 threads a channel, the partial outputs summed by xor shuffles 8, 4, 2, 1), so the outputs equal the
+// unfused ops' up to the compiler's contractions.
+#include "engine/cuda/common.cuh"
+#include "engine/mamba_fusion.hpp"
+
+namespace flashkit::engine::cuda {
+
+namespace {
+
+constexpr int kThreads = int(kMambaStepThreads), kWarps = kThreads / 32;
+constexpr int kSplit = int(kMambaStepMaxState);  // threads per channel, one state each
+constexpr int kChannels = int(kMambaStepChannels);
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ float softplus_f(float x) { return x > 20.f ? x : log1pf(__expf(x)); }
+
+// acc += the 8 weights of chunk w times x[0..8) (x 16-byte aligned, in shared memory), in the GEMV's order.
+__device__ __forceinline__ float fma_chunk(uint4 w, const float* x, float acc) {
+  float wf[8];
+  unpack8(w, wf);
+  const float4 xa = reinterpret_cast<const float4*>(x)[0], xb = reinterpret_cast<const float4*>(x)[1];
+  acc = fmaf(wf[0], xa.x, acc), acc = fmaf(wf[1], xa.y, acc), acc = fmaf(wf[2], xa.z, acc);
+  acc = fmaf(wf[3], xa.w, acc), acc = fmaf(wf[4], xb.x, acc), acc = fmaf(wf[5], xb.y, acc);
+  acc = fmaf(wf[6], xb.z, acc), acc = fmaf(wf[7], xb.w, acc);
+  return acc;
+}
+
+__global__ void __launch_bounds__(kThreads, 1) mamba_step_kernel(MambaStepArgs a) {
+  extern __shared__ float4 smem4[];
+  const int64_t Di = a.d_inner, KC = Di / 8;
+  const int R = a.dt_rank, N = a.d_state, rows = R + 2 * N;
+  float* xs = reinterpret_cast<float*>(smem4);  // [Di]
+  float* sdbc = xs + (Di + 3) / 4 * 4;          // [rows]: dt_low, B, C
+  __shared__ float sdt[kChannels];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int s = threadIdx.x % kSplit;
+  const int64_t c0 = int64_t(blockIdx.x) * kChannels, c = c0 + threadIdx.x / kSplit;
+  const bool live = c < Di, on = live && s < N;
+
+  pdl_trigger();
+  // Constants before waiting for the previous kernel (the conv GEMV that writes xc and z).
+  const float A2 = on ? a.A[c * N + s] * kLog2e : 0.f;  // exp(dt * A) = exp2(dt * A * log2(e)), as the scan
+  const float Dc = live && a.D ? a.D[c] : 0.f;
+  pdl_wait();
+  for (int64_t k = threadIdx.x; k < Di; k += kThreads) xs[k] = a.xc[k];
+  const float h0 = on ? a.state[c * N + s] : 0.f;
+  const float u = live ? a.xc[c] : 0.f, zz = live ? a.z[c] : 0.f;
+  __syncthreads();
+
+  // x_proj: warp w owns rows w, w + kWarps, ...
+  const uint4* Wx = reinterpret_cast<const uint4*>(a.w_x);
+  for (int j = warp; j < rows; j += kWarps) {
+    const uint4* wrow = Wx + int64_t(j) * KC;
+    float acc = 0.f;
+#pragma unroll 4
+    for (int64_t ch = lane; ch < KC; ch += 32) acc = fma_chunk(__ldg(wrow + ch), xs + ch * 8, acc);
+    acc = warp_sum(acc);
+    if (lane == 0) {
+      sdbc[j] = acc;
+      if (blockIdx.x == 0) a.dbc[j] = acc;
+    }
+  }
+  __syncthreads();
+
+  // dt_proj for the block's channels: warp w owns channels w, w + kWarps, ... (dt_rank / 8 chunks, usually < 32).
+  const uint4* Wd = reinterpret_cast<const uint4*>(a.w_dt);
+  const int RC = R / 8;
+  for (int cl = warp; cl < kChannels; cl += kWarps) {
+    const int64_t cc = c0 + cl;
+    if (cc >= Di) break;  // (warp-uniform)
+    float acc = 0.f;
+    for (int ch = lane; ch < RC; ch += 32) acc = fma_chunk(__ldg(Wd + cc * RC + ch), sdbc + ch * 8, acc);
+    acc = warp_sum(acc);
+    if (lane == 0) {
+      if (a.dt_bias) acc += a.dt_bias[cc];
+      sdt[cl] = acc;
+      a.dt[cc] = acc;
+    }
+  }
+  __syncthreads();
+
+  // The scan step (scan.cu's kernel at seqlen 1): thread s of the channel carries state s.
+  const float dt = softplus_f(live ? sdt[threadIdx.x / kSplit] : 0.f);
+  const float du = dt * u;
+  float h = h0, y = 0.f;
+  if (on) {
+    h = exp2f(dt * A2) * h + du * sdbc[R + s];
+    y += sdbc[R + N + s] * h;
+  }
+#pragma unroll
+  for (int off = kSplit / 2; off > 0; off /= 2) y += __shfl_xor_sync(0xffffffffu, y, off);
+  if (s == 0 && live) {
+    y += Dc * u;
+    y *= zz / (1.f + expf(-zz));
+    a.y[c] = y;
+  }
+  if (on) a.state[c * N + s] = h;
+}
+
+}  // namespace
+
+void mamba_mixer_step(const MambaStepArgs& a, cudaStream_t stream) {
+  MambaStepShape sh;
+  sh.rows = 1, sh.d_inner = a.d_inner, sh.conv_width = 1, sh.dt_rank = a.dt_rank, sh.d_state = a.d_state;
+  sh.bf16_weights = ((reinterpret_cast<uintptr_t>(a.w_x) | reinterpret_cast<uintptr_t>(a.w_dt)) & 15u) == 0;
+  if (!mamba_mixer_step_ok(sh) || !a.xc || !a.z || !a.A || !a.state || !a.dbc || !a.dt || !a.y)
+    fail(Status::invalid_argument,
+         "mamba_mixer_step: needs d_inner a multiple of 8 up to " + std::to_string(kMambaStepMaxInner) +
+             ", dt_rank a multiple of 8, d_state in [1, " + std::to_string(kMambaStepMaxState) +
+             "], 16-byte aligned weights and every buffer; got d_inner " + std::to_string(a.d_inner) + ", dt_rank " +
+             std::to_string(a.dt_rank) + ", d_state " + std::to_string(a.d_state));
+  const size_t smem = size_t(mamba_step_smem_bytes(a.d_inner, a.dt_rank, a.d_state));
+  launch("mamba_mixer_step", mamba_step_kernel, dim3(unsigned(mamba_step_blocks(a.d_inner))), dim3(kThreads), smem,
+         stream, a);
+}
+
+}  // namespace flashkit::engine::cuda
