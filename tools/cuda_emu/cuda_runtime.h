@@ -1,13 +1,16 @@
 // CPU emulation of the CUDA subset the SSM kernels use (tools/cuda_emu/run_ssm.sh; never part of the library): one
-// block at a time, one std::thread per CUDA thread, __syncthreads as a std::barrier, shuffles through a block-wide
-// exchange (valid only where every thread of the block reaches the shuffle), __shared__ as static storage (blocks run
+// block at a time, one std::thread per CUDA thread, __syncthreads as a std::barrier, shuffles through an exchange
+// synchronized per warp (valid where all 32 threads of the warp reach the shuffle, as on the GPU with a full mask;
+// warps may run different loop counts), __shared__ as static storage (blocks run
 // one after another), dynamic shared memory and device allocations filled with 0xff (NaN) first.
 #pragma once
+#include <algorithm>
 #include <barrier>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 #include <cstdint>
@@ -45,15 +48,17 @@ template <class F> cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) {
 inline thread_local dim3 threadIdx;
 inline dim3 blockIdx, blockDim, gridDim;
 inline std::barrier<>* emu_bar = nullptr;
+inline std::vector<std::unique_ptr<std::barrier<>>> emu_warp_bars;  // one per warp of the running block
 inline float emu_xchg[1024];
 alignas(16) inline unsigned char emu_dyn_smem[200000];
 inline void __syncthreads() { emu_bar->arrive_and_wait(); }
 inline float __shfl_xor_sync(unsigned, float v, int off) {
+  std::barrier<>& wb = *emu_warp_bars[threadIdx.x / 32];
   emu_xchg[threadIdx.x] = v;
-  emu_bar->arrive_and_wait();
+  wb.arrive_and_wait();
   const int lane = threadIdx.x % 32;
   const float r = emu_xchg[threadIdx.x - lane + (lane ^ off)];
-  emu_bar->arrive_and_wait();
+  wb.arrive_and_wait();
   return r;
 }
 inline float __expf(float x) { return std::exp(x); }
@@ -68,6 +73,9 @@ inline void emu_launch(dim3 grid, dim3 block, size_t, const std::function<void()
       std::memset(emu_dyn_smem, 0xff, sizeof emu_dyn_smem);  // NaN-ish garbage in shared memory
       std::barrier<> bar(block.x);
       emu_bar = &bar;
+      emu_warp_bars.clear();
+      for (unsigned w0 = 0; w0 < block.x; w0 += 32)
+        emu_warp_bars.push_back(std::make_unique<std::barrier<>>(std::ptrdiff_t(std::min(32u, block.x - w0))));
       std::vector<std::thread> ts;
       for (unsigned t = 0; t < block.x; ++t) ts.emplace_back([&, t] { threadIdx = dim3(t); body(); });
       for (auto& th : ts) th.join();
