@@ -1,6 +1,8 @@
 // The Mamba decode fusion choice (mamba_fusion.hpp).
 #include "engine/mamba_fusion.hpp"
 
+#include <initializer_list>
+
 namespace flashkit::engine {
 
 bool mamba_conv_epilogue_ok(const MambaStepShape& s) {
@@ -18,6 +20,14 @@ bool mamba_mixer_step_ok(const MambaStepShape& s) {
 
 int64_t mamba_step_blocks(int64_t d_inner) {
   return d_inner <= 0 ? 0 : (d_inner + kMambaStepChannels - 1) / kMambaStepChannels;
+}
+
+int mamba_step_cluster(int64_t d_inner, const int* resident) {
+  if (!resident) return 1;
+  const int64_t blocks = mamba_step_blocks(d_inner);
+  for (int c : {8, 4, 2})
+    if (c <= blocks && resident[c] > 0) return c;
+  return 1;
 }
 
 int64_t mamba_step_smem_bytes(int64_t d_inner, int64_t dt_rank, int64_t d_state) {

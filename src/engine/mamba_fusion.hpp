@@ -5,8 +5,9 @@
 // GEMVs, the scan step and the out_proj GEMV (the residual add goes into the next GEMV's prologue). Fused, three:
 //   1. [add][rms_norm] linear(in_proj) ssm_conv   -> the GEMV whose epilogue also runs the conv step of each x
 //      channel it produces (the lane writing x[c] owns conv state row c: no race) -- conv_epilogue_ok;
-//   2. linear(x_proj) linear(dt_proj) ssm_scan    -> one mixer-step kernel (cuda/mamba_step.cu): every block
-//      recomputes x_proj from xc, then dt_proj and the state update for its channels -- mixer_step_ok;
+//   2. linear(x_proj) linear(dt_proj) ssm_scan    -> one mixer-step kernel (cuda/mamba_step.cu): every block (or
+//      cluster of blocks) computes x_proj from xc, then dt_proj and the state update for its channels --
+//      mixer_step_ok, mamba_step_cluster;
 //   3. linear(out_proj) [add]                      -> the GEMV as today (the add fuses into the next prologue).
 // Where a precondition fails, the ops run unfused (the same results up to rounding order: see the kernels).
 #pragma once
@@ -40,6 +41,12 @@ bool mamba_conv_epilogue_ok(const MambaStepShape& s);
 bool mamba_mixer_step_ok(const MambaStepShape& s);
 // Blocks of the mixer step (kMambaStepChannels channels each; the last may be partial).
 int64_t mamba_step_blocks(int64_t d_inner);
+// Cluster size of the mixer step. Every block needs all of x_proj's output; alone, each block reads all of W_x from
+// L2 (245 KB for mamba-130m: ~2 us of one SM's L2 bandwidth). In a cluster of c blocks each computes 1/c of the rows
+// and reads the others' through distributed shared memory, so a block reads 1/c of W_x. The largest of 8, 4, 2 that
+// does not exceed the blocks and the device runs (`resident[c]` > 0: clusters of c blocks fit; sm_90); else 1.
+// The grid is rounded up to a multiple of it (blocks past d_inner compute rows only).
+int mamba_step_cluster(int64_t d_inner, const int* resident /* [17], null: no clusters */);
 // Dynamic shared memory of a mixer-step block: xc then x_proj's output, each rounded up to 4 floats (16 bytes).
 int64_t mamba_step_smem_bytes(int64_t d_inner, int64_t dt_rank, int64_t d_state);
 

@@ -25,6 +25,12 @@
 #include "model/weights.hpp"
 #include "train/safetensors_writer.hpp"
 
+#ifdef FLASHKIT_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "engine/cuda/kernels.hpp"
+#endif
+
 namespace fs = std::filesystem;
 using namespace flashkit;
 using namespace flashkit::engine;
@@ -211,6 +217,98 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaMambaStep,
                                                               Shape{16, 40, 6, 4, 4, false},   // dt_rank 6
                                                               Shape{16, 32, 8, 20, 4, false}), // d_state 20
                                             ::testing::Bool()));
+
+#ifdef FLASHKIT_WITH_CUDA
+// The mixer-step kernel alone with every cluster size forced (the backend picks one per device: 8 for mamba-130m on
+// an H200, 1 without clusters), d_inner 264 (9 blocks of 32 channels: the grid rounded up to whole clusters), rows of
+// x_proj (24 + 2 x 13 = 50) not a multiple of the 16 warps: outputs vs f64, NaN-poisoned first, over 3 steps.
+TEST(CudaMambaStepKernel, EveryClusterSizeMatchesF64) {
+  if (cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
+  constexpr int64_t Di = 264, R = 24, N = 13, P = R + 2 * N;
+  auto to_bf = [](const std::vector<float>& v) {
+    std::vector<uint16_t> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]);
+    return b;
+  };
+  const auto wx = to_bf(rnd(size_t(P * Di), 1, -0.2f, 0.2f)), wdt = to_bf(rnd(size_t(Di * R), 2, -0.3f, 0.3f));
+  const auto bias = rnd(size_t(Di), 3, -3.f, -1.f), A = rnd(size_t(Di * N), 4, -2.f, -0.1f),
+             D = rnd(size_t(Di), 5, 0.5f, 1.5f), state0 = rnd(size_t(Di * N), 6, -1.f, 1.f);
+  auto dev = [](const void* host, size_t bytes) {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
+    if (host) {
+      EXPECT_EQ(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    return p;
+  };
+  void* d_wx = dev(wx.data(), wx.size() * 2);
+  void* d_wdt = dev(wdt.data(), wdt.size() * 2);
+  void* d_bias = dev(bias.data(), bias.size() * 4);
+  void* d_A = dev(A.data(), A.size() * 4);
+  void* d_D = dev(D.data(), D.size() * 4);
+  void* d_state = dev(nullptr, state0.size() * 4);
+  void* d_xc = dev(nullptr, size_t(Di) * 4);
+  void* d_z = dev(nullptr, size_t(Di) * 4);
+  void* d_dbc = dev(nullptr, size_t(P) * 4);
+  void* d_dt = dev(nullptr, size_t(Di) * 4);
+  void* d_y = dev(nullptr, size_t(Di) * 4);
+  for (int cl : {1, 2, 4, 8}) {
+    std::vector<double> sref(state0.begin(), state0.end());
+    ASSERT_EQ(cudaMemcpy(d_state, state0.data(), state0.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    for (int step = 0; step < 3; ++step) {
+      const auto xc = rnd(size_t(Di), 10 + uint64_t(step), -1.f, 1.f);
+      const auto z = rnd(size_t(Di), 20 + uint64_t(step), -2.f, 2.f);
+      ASSERT_EQ(cudaMemcpy(d_xc, xc.data(), xc.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(d_z, z.data(), z.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      for (void* p : {d_dbc, d_dt, d_y})  // NaN
+        ASSERT_EQ(cudaMemset(p, 0xff, (p == d_dbc ? size_t(P) : size_t(Di)) * 4), cudaSuccess);
+      engine::cuda::MambaStepArgs a;
+      a.xc = static_cast<const float*>(d_xc), a.z = static_cast<const float*>(d_z);
+      a.w_x = static_cast<const uint16_t*>(d_wx), a.w_dt = static_cast<const uint16_t*>(d_wdt);
+      a.dt_bias = static_cast<const float*>(d_bias), a.A = static_cast<const float*>(d_A);
+      a.D = static_cast<const float*>(d_D), a.state = static_cast<float*>(d_state);
+      a.dbc = static_cast<float*>(d_dbc), a.dt = static_cast<float*>(d_dt), a.y = static_cast<float*>(d_y);
+      a.d_inner = Di, a.dt_rank = int(R), a.d_state = int(N), a.cluster = cl;
+      try {
+        engine::cuda::mamba_mixer_step(a, nullptr);
+      } catch (const Error& e) {  // a forced cluster size this device does not run (before sm_90)
+        EXPECT_GT(cl, 1) << e.what();
+        break;
+      }
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "cluster " << cl;
+      std::vector<float> dbc(static_cast<size_t>(P)), dt(static_cast<size_t>(Di)), y(static_cast<size_t>(Di)),
+          st(state0.size());
+      ASSERT_EQ(cudaMemcpy(dbc.data(), d_dbc, dbc.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(dt.data(), d_dt, dt.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(y.data(), d_y, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(st.data(), d_state, st.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      std::vector<double> dr(static_cast<size_t>(P)), tr(static_cast<size_t>(Di)), yr(static_cast<size_t>(Di));
+      for (int64_t j = 0; j < P; ++j)
+        for (int64_t k = 0; k < Di; ++k) dr[size_t(j)] += double(bf16_to_f32(wx[size_t(j * Di + k)])) * xc[size_t(k)];
+      for (int64_t c = 0; c < Di; ++c) {
+        double t = bias[size_t(c)];
+        for (int64_t k = 0; k < R; ++k) t += double(bf16_to_f32(wdt[size_t(c * R + k)])) * dr[size_t(k)];
+        tr[size_t(c)] = t;
+        const double sp = t > 20 ? t : std::log1p(std::exp(t)), u = xc[size_t(c)];
+        double acc = 0;
+        for (int64_t n = 0; n < N; ++n) {
+          double& h = sref[size_t(c * N + n)];
+          h = std::exp(sp * A[size_t(c * N + n)]) * h + sp * dr[size_t(R + n)] * u;
+          acc += dr[size_t(R + N + n)] * h;
+        }
+        const double zz = z[size_t(c)];
+        yr[size_t(c)] = (acc + D[size_t(c)] * u) * zz / (1 + std::exp(-zz));
+      }
+      const std::string at = "cluster " + std::to_string(cl) + ", step " + std::to_string(step);
+      EXPECT_LT(rel(dbc, dr), 1e-5) << at;
+      EXPECT_LT(rel(dt, tr), 1e-5) << at;
+      EXPECT_LT(rel(y, yr), 1e-5) << at;
+      EXPECT_LT(rel(st, sref), 1e-5) << at;
+    }
+  }
+  for (void* p : {d_wx, d_wdt, d_bias, d_A, d_D, d_state, d_xc, d_z, d_dbc, d_dt, d_y}) cudaFree(p);
+}
+#endif
 
 // A tiny random MambaForCausalLM checkpoint (HF names): hidden 40, d_inner 80 (not a multiple of 32), dt_rank
 // `rank`, d_state 16.

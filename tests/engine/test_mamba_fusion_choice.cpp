@@ -75,4 +75,16 @@ TEST(MambaFusionChoice, StepBlocksCoverEveryChannel) {
   EXPECT_LE(mamba_step_smem_bytes(kMambaStepMaxInner, kMambaStepMaxProjRows - 32, 16), 48 * 1024 - 1024);
 }
 
+TEST(MambaFusionChoice, ClusterSize) {
+  int none[17] = {}, all[17] = {}, upto4[17] = {};
+  for (int c = 2; c <= 16; ++c) all[c] = 4, upto4[c] = c <= 4 ? 2 : 0;
+  EXPECT_EQ(mamba_step_cluster(1536, nullptr), 1);  // no clusters (sm_80, or not a CUDA build)
+  EXPECT_EQ(mamba_step_cluster(1536, none), 1);     // none fits
+  EXPECT_EQ(mamba_step_cluster(1536, all), 8);      // mamba-130m on an H200: 48 blocks in 6 clusters of 8
+  EXPECT_EQ(mamba_step_cluster(1536, upto4), 4);
+  EXPECT_EQ(mamba_step_cluster(72, all), 2);   // 3 blocks: clusters of 2 (the grid rounded up to 4)
+  EXPECT_EQ(mamba_step_cluster(160, all), 4);  // 5 blocks
+  EXPECT_EQ(mamba_step_cluster(32, all), 1);   // one block
+}
+
 }  // namespace

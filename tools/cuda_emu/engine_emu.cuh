@@ -12,6 +12,7 @@ struct alignas(16) uint4 { unsigned x, y, z, w; };
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline uint4 __ldg(const uint4* p) { return *p; }
 #define __noinline__
+inline void __trap() { std::abort(); }
 
 namespace flashkit::engine::cuda {
 using flashkit::fail;
@@ -31,5 +32,11 @@ inline float warp_sum(float v) {
 template <class K, class... A>
 void launch(const char*, K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t, A... args) {
   emu_launch(grid, block, smem, [&] { kernel(args...); });
+}
+// Clusters are not emulated: a clustered kernel reaches __trap (the emulated launcher never chooses them).
+template <class K, class... A>
+void launch_clustered(const char* name, unsigned, K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                      A... args) {
+  launch(name, kernel, grid, block, smem, s, args...);
 }
 }  // namespace flashkit::engine::cuda

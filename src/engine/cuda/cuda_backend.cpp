@@ -1127,9 +1127,9 @@ class CudaBackend final : public Backend {
     sh.f32 = f32(xp.a) && f32(dbc) && f32(dp.c) && f32(sc.c) && f32(sc.d) && f32(sc.ssm[2]) && f32(sc.ssm[3]) &&
              f32(st) && (!dp.M.bias.data || f32(dp.M.bias));
     sh.contiguous_state = st.ld == N && st.rows == Di && sc.ssm[2].cols * sc.ssm[2].rows >= Di * N;
+    const uintptr_t wbits = reinterpret_cast<uintptr_t>(xp.M.w.data) | reinterpret_cast<uintptr_t>(dp.M.w.data);
     sh.bf16_weights = !is_quant(xp.M) && !is_quant(dp.M) && xp.M.w.dtype == DType::bf16 &&
-                      dp.M.w.dtype == DType::bf16 && xp.M.w.ld == Di && dp.M.w.ld == R &&
-                      ((reinterpret_cast<uintptr_t>(xp.M.w.data) | reinterpret_cast<uintptr_t>(dp.M.w.data)) & 15u) == 0;
+                      dp.M.w.dtype == DType::bf16 && xp.M.w.ld == Di && dp.M.w.ld == R && (wbits & 15u) == 0;
     sh.x_proj_bias = xp.M.bias.data != nullptr;
     if (!mamba_mixer_step_ok(sh) || xp.T != 1 || dp.T != 1 || sc.T != 1) return 0;
     // The schedule's buffers: dt_low, B, C are dbc's column slices [0, R), [R, R + N), [R + N, R + 2N); u is xc.

@@ -1,12 +1,12 @@
 // The Mamba decode mixer step (kernels.hpp, mamba_mixer_step): x_proj, dt_proj and the selective-scan step of one
 // row in one launch, in place of two GEMVs and the scan kernel (engine/mamba_fusion.hpp: when the backend uses it).
 //
-// Why every block recomputes x_proj: every channel's update needs the whole x_proj output (dt_low, B, C), and the
-// alternative is a separate launch (~2-3 us of launch gap and tail per layer at decode sizes, bench/cuda). Each
-// block reads W_x (for mamba-130m 80 x 1536 bf16 = 245 KB) once, from L2 after the first block; with 32 channels a
-// block that is 48 blocks per layer, ~12 MB of L2 reads, about 1 us at the H200's L2 bandwidth and ~2 us of one
-// SM's L2 share -- comparable to the launch it saves, and the launch gap is gone. docs/worklog/mamba-decode-cuda.md
-// has the estimate and what to measure.
+// x_proj: every channel's update needs the whole x_proj output (dt_low, B, C). A block alone would read all of W_x
+// (mamba-130m: 80 x 1536 bf16 = 245 KB) from L2, ~2 us at one SM's share of L2 bandwidth -- about what the launch
+// it saves costs. So on sm_90 the blocks run as clusters of c (mamba_step_cluster: 8 for mamba-130m's 48 blocks):
+// each block computes the rows of its rank (warp w of rank r: rows (r kWarps + w) + c kWarps i) and reads the other
+// ranks' rows from their shared memory (DSMEM), so a block reads 1/c of W_x. Elsewhere (sm_80, or clusters that do
+// not fit) c = 1: every block computes every row. docs/worklog/mamba-decode-cuda.md has the estimates.
 //
 // Arithmetic: the dot products in the GEMV's order (lane l accumulates the 8-weight chunks l, l + 32, ... with
 // fmaf, then warp_sum), the scan step in the scan kernel's (kernels/cuda/ssm/scan.cu at seqlen 1, one state per
@@ -14,6 +14,12 @@
 // unfused ops' up to the compiler's contractions.
 #include "engine/cuda/common.cuh"
 #include "engine/mamba_fusion.hpp"
+
+#if defined(FLASHKIT_WITH_CUDA)
+#include <cooperative_groups.h>
+
+#include "core/cuda_device.hpp"
+#endif
 
 namespace flashkit::engine::cuda {
 
@@ -37,6 +43,7 @@ __device__ __forceinline__ float fma_chunk(uint4 w, const float* x, float acc) {
   return acc;
 }
 
+template <int CL>
 __global__ void __launch_bounds__(kThreads, 1) mamba_step_kernel(MambaStepArgs a) {
   extern __shared__ float4 smem4[];
   const int64_t Di = a.d_inner, KC = Di / 8;
@@ -59,20 +66,35 @@ __global__ void __launch_bounds__(kThreads, 1) mamba_step_kernel(MambaStepArgs a
   const float u = live ? a.xc[c] : 0.f, zz = live ? a.z[c] : 0.f;
   __syncthreads();
 
-  // x_proj: warp w owns rows w, w + kWarps, ...
+  // x_proj: warp w of cluster rank r owns rows r kWarps + w + CL kWarps i (rank 0 alone: all rows).
+  const int rank = CL > 1 ? int(blockIdx.x % CL) : 0;  // (clusters along x: the rank is the index in the cluster)
   const uint4* Wx = reinterpret_cast<const uint4*>(a.w_x);
-  for (int j = warp; j < rows; j += kWarps) {
+  for (int j = rank * kWarps + warp; j < rows; j += CL * kWarps) {
     const uint4* wrow = Wx + int64_t(j) * KC;
     float acc = 0.f;
 #pragma unroll 4
     for (int64_t ch = lane; ch < KC; ch += 32) acc = fma_chunk(__ldg(wrow + ch), xs + ch * 8, acc);
     acc = warp_sum(acc);
-    if (lane == 0) {
-      sdbc[j] = acc;
-      if (blockIdx.x == 0) a.dbc[j] = acc;
-    }
+    if (lane == 0) sdbc[j] = acc;
   }
-  __syncthreads();
+  if constexpr (CL > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cl = cg::this_cluster();
+    cl.sync();  // every rank's rows are in its shared memory, visible to the cluster
+    for (int j = threadIdx.x; j < rows; j += kThreads) {
+      const int owner = (j / kWarps) % CL;
+      if (owner != rank) sdbc[j] = cl.map_shared_rank(sdbc, owner)[j];
+    }
+    cl.sync();  // no rank exits (its shared memory goes) while another still reads its rows
+#else
+    __trap();  // the launcher runs clusters only where the device and the code allow them
+#endif
+  } else {
+    __syncthreads();
+  }
+  if (blockIdx.x == 0)
+    for (int j = threadIdx.x; j < rows; j += kThreads) a.dbc[j] = sdbc[j];
 
   // dt_proj for the block's channels: warp w owns channels w, w + kWarps, ... (dt_rank / 8 chunks, usually < 32).
   const uint4* Wd = reinterpret_cast<const uint4*>(a.w_dt);
@@ -122,8 +144,36 @@ void mamba_mixer_step(const MambaStepArgs& a, cudaStream_t stream) {
              "], 16-byte aligned weights and every buffer; got d_inner " + std::to_string(a.d_inner) + ", dt_rank " +
              std::to_string(a.dt_rank) + ", d_state " + std::to_string(a.d_state));
   const size_t smem = size_t(mamba_step_smem_bytes(a.d_inner, a.dt_rank, a.d_state));
-  launch("mamba_mixer_step", mamba_step_kernel, dim3(unsigned(mamba_step_blocks(a.d_inner))), dim3(kThreads), smem,
-         stream, a);
+  const int* resident = nullptr;
+#if defined(FLASHKIT_WITH_CUDA)
+  // Which cluster sizes fit (per device; with the largest shared memory the kernel takes, so it holds for all).
+  static thread_local int dev_cached = -1;
+  static thread_local ClusterResidency res[4];  // per CL instantiation 2, 4, 8 (index log2)
+  int dev = 0;
+  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+  if (dev != dev_cached) {
+    const size_t most = size_t(mamba_step_smem_bytes(kMambaStepMaxInner, kMambaStepMaxProjRows - 32, 16));
+    res[1] = query_cluster_residency(reinterpret_cast<const void*>(mamba_step_kernel<2>), kThreads, most);
+    res[2] = query_cluster_residency(reinterpret_cast<const void*>(mamba_step_kernel<4>), kThreads, most);
+    res[3] = query_cluster_residency(reinterpret_cast<const void*>(mamba_step_kernel<8>), kThreads, most);
+    res[0] = ClusterResidency{};
+    for (int k = 1; k <= 3; ++k) res[0][1 << k] = res[k][1 << k];  // size c from its own instantiation
+    dev_cached = dev;
+  }
+  resident = res[0].data();
+#endif
+  int cl = a.cluster > 0 ? a.cluster : mamba_step_cluster(a.d_inner, resident);
+  if (cl != 1 && cl != 2 && cl != 4 && cl != 8)
+    fail(Status::invalid_argument, "mamba_mixer_step: cluster must be 1, 2, 4 or 8, got " + std::to_string(cl));
+  if (cl > 1 && (!resident || resident[cl] <= 0))
+    fail(Status::invalid_argument, "mamba_mixer_step: clusters of " + std::to_string(cl) + " do not run here");
+  const int64_t blocks = (mamba_step_blocks(a.d_inner) + cl - 1) / cl * cl;
+  const dim3 grid = dim3(unsigned(blocks), 1, 1);
+  void (*kern)(MambaStepArgs) = cl == 1 ? mamba_step_kernel<1>
+                               : cl == 2 ? mamba_step_kernel<2>
+                               : cl == 4 ? mamba_step_kernel<4>
+                                         : mamba_step_kernel<8>;
+  launch_clustered("mamba_mixer_step", unsigned(cl), kern, grid, dim3(kThreads), smem, stream, a);
 }
 
 }  // namespace flashkit::engine::cuda
