@@ -130,10 +130,10 @@ EOF
       run build_fused cmake --build "$BUILD" -j"$(nproc)" --target flashkit_engine_tests flashkit_ssm_bench -- -k 0
       p=$(bin flashkit_engine_tests)
       if [ -z "$p" ]; then log "flashkit_engine_tests: not built"; status=1; continue; fi
-      run mamba_fusion_tests timeout 150 "$p" --gtest_brief=1 \
-        --gtest_filter='MambaFusionChoice.*:Shapes/CudaMambaStep.*:CudaMambaFusion.*:MambaCuda.*:Mamba.*'
+      CF='Shapes/CudaMambaStep.*:CudaMambaStepKernel.*:CudaMambaFusion.*'  # the CUDA ones (memcheck too)
+      run mamba_fusion_tests timeout 150 "$p" --gtest_brief=1 --gtest_filter="MambaFusionChoice.*:$CF:MambaCuda.*:Mamba.*"
       run memcheck_mamba_fusion timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$p" --gtest_brief=1 \
-        --gtest_filter='Shapes/CudaMambaStep.*:CudaMambaFusion.*'
+        --gtest_filter="$CF"
       grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt"
       log "regs: the fused Mamba kernels (mixer step; the one-row GEMVs that carry the conv epilogue)"
       cuobjdump -res-usage "$BUILD/lib/libflashkit.so" 2>> "$LOG" \

@@ -1068,7 +1068,6 @@ class CudaBackend final : public Backend {
       out.conv_w = static_cast<const float*>(cv.b.data), out.conv_b = static_cast<const float*>(cv.d.data);
       out.conv_state = static_cast<float*>(cv.ssm[0].data), out.conv_out = static_cast<float*>(cv.c.data);
       out.conv_channels = cv.a.cols, out.conv_width = int(cv.ssm[0].cols);
-      ++stats_.mamba_fused_convs;
     } else if (fuse && j < ops.size() && ops[j].kind == OpKind::gated_act && same(ops[j].a, lin.c) && ops[j].T == T &&
         ops[j].c.cols * 2 == N && lin.M.rows % 2 == 0 && f32(ops[j].c) && f32(lin.c)) {
       out.act = to_act(ops[j].act);
@@ -1096,6 +1095,7 @@ class CudaBackend final : public Backend {
       ++stats_.residual_redirects;
     }
     kc::gemv_bf16(in, static_cast<const uint16_t*>(lin.M.w.data), N, K, int(T), out, counters_, stream_);
+    if (out.conv_out) ++stats_.mamba_fused_convs;
     return j - i;
   }
 
