@@ -308,6 +308,39 @@ TEST(CudaMambaStepKernel, EveryClusterSizeMatchesF64) {
   }
   for (void* p : {d_wx, d_wdt, d_bias, d_A, d_D, d_state, d_xc, d_z, d_dbc, d_dt, d_y}) cudaFree(p);
 }
+
+// Shapes outside the kernel's preconditions are refused by name before anything is launched.
+TEST(CudaMambaStepKernel, RefusesShapesItCannotRun) {
+  if (cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
+  alignas(16) static uint16_t w[16];
+  static float f[64];
+  auto args = [&] {
+    engine::cuda::MambaStepArgs a;
+    a.xc = a.z = a.A = f, a.w_x = a.w_dt = w, a.state = a.dbc = a.dt = a.y = f;
+    a.d_inner = 64, a.dt_rank = 8, a.d_state = 16;
+    return a;
+  };
+  auto status_of = [](const engine::cuda::MambaStepArgs& a) {
+    try {
+      engine::cuda::mamba_mixer_step(a, nullptr);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("mamba_mixer_step"), std::string::npos) << e.what();
+      return e.status();
+    }
+    return Status::ok;
+  };
+  auto a = args();
+  a.d_inner = 70;  // x_proj's K % 8
+  EXPECT_EQ(status_of(a), Status::invalid_argument);
+  a = args(), a.dt_rank = 6;
+  EXPECT_EQ(status_of(a), Status::invalid_argument);
+  a = args(), a.d_state = 17;
+  EXPECT_EQ(status_of(a), Status::invalid_argument);
+  a = args(), a.cluster = 3;
+  EXPECT_EQ(status_of(a), Status::invalid_argument);
+  a = args(), a.y = nullptr;
+  EXPECT_EQ(status_of(a), Status::invalid_argument);
+}
 #endif
 
 // A tiny random MambaForCausalLM checkpoint (HF names): hidden 40, d_inner 80 (not a multiple of 32), dt_rank
