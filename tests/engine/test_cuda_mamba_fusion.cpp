@@ -220,11 +220,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaMambaStep,
 
 #ifdef FLASHKIT_WITH_CUDA
 // The mixer-step kernel alone with every cluster size forced (the backend picks one per device: 8 for mamba-130m on
-// an H200, 1 without clusters), d_inner 264 (9 blocks of 32 channels: the grid rounded up to whole clusters), rows of
-// x_proj (24 + 2 x 13 = 50) not a multiple of the 16 warps: outputs vs f64, NaN-poisoned first, over 3 steps.
-TEST(CudaMambaStepKernel, EveryClusterSizeMatchesF64) {
+// an H200, 1 without clusters), d_inner 264 (9 blocks of 32 channels: the grid rounded up to whole clusters) and 2056
+// (x_proj rows longer than the chunks preloaded before the PDL wait), rows of x_proj (24 + 2 x 13 = 50) not a
+// multiple of the 16 warps: outputs vs f64, NaN-poisoned first, over 3 steps.
+class CudaMambaStepKernel : public ::testing::TestWithParam<int64_t> {};
+TEST_P(CudaMambaStepKernel, EveryClusterSizeMatchesF64) {
   if (cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
-  constexpr int64_t Di = 264, R = 24, N = 13, P = R + 2 * N;
+  const int64_t Di = GetParam();
+  constexpr int64_t R = 24, N = 13, P = R + 2 * N;
   auto to_bf = [](const std::vector<float>& v) {
     std::vector<uint16_t> b(v.size());
     for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]);
@@ -308,9 +311,10 @@ TEST(CudaMambaStepKernel, EveryClusterSizeMatchesF64) {
   }
   for (void* p : {d_wx, d_wdt, d_bias, d_A, d_D, d_state, d_xc, d_z, d_dbc, d_dt, d_y}) cudaFree(p);
 }
+INSTANTIATE_TEST_SUITE_P(Inner, CudaMambaStepKernel, ::testing::Values(int64_t(264), int64_t(2056)));
 
 // Shapes outside the kernel's preconditions are refused by name before anything is launched.
-TEST(CudaMambaStepKernel, RefusesShapesItCannotRun) {
+TEST(CudaMambaStepLauncher, RefusesShapesItCannotRun) {
   if (cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
   alignas(16) static uint16_t w[16];
   static float f[64];

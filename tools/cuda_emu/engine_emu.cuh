@@ -11,6 +11,7 @@
 struct alignas(16) uint4 { unsigned x, y, z, w; };
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline uint4 __ldg(const uint4* p) { return *p; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 #define __noinline__
 inline void __trap() { std::abort(); }
 

@@ -130,7 +130,7 @@ EOF
       run build_fused cmake --build "$BUILD" -j"$(nproc)" --target flashkit_engine_tests flashkit_ssm_bench -- -k 0
       p=$(bin flashkit_engine_tests)
       if [ -z "$p" ]; then log "flashkit_engine_tests: not built"; status=1; continue; fi
-      CF='Shapes/CudaMambaStep.*:CudaMambaStepKernel.*:CudaMambaFusion.*'  # the CUDA ones (memcheck too)
+      CF='Shapes/CudaMambaStep.*:Inner/CudaMambaStepKernel.*:CudaMambaStepLauncher.*:CudaMambaFusion.*'  # CUDA ones
       run mamba_fusion_tests timeout 150 "$p" --gtest_brief=1 --gtest_filter="MambaFusionChoice.*:$CF:MambaCuda.*:Mamba.*"
       run memcheck_mamba_fusion timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$p" --gtest_brief=1 \
         --gtest_filter="$CF"

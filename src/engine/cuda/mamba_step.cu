@@ -29,6 +29,7 @@ constexpr int kThreads = int(kMambaStepThreads), kWarps = kThreads / 32;
 constexpr int kSplit = int(kMambaStepMaxState);  // threads per channel, one state each
 constexpr int kChannels = int(kMambaStepChannels);
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kPre = 8;  // x_proj chunks per lane loaded before the PDL wait (a whole row when d_inner <= 2048)
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.f ? x : log1pf(__expf(x)); }
 
@@ -57,7 +58,21 @@ __global__ void __launch_bounds__(kThreads, 1) mamba_step_kernel(MambaStepArgs a
   const bool live = c < Di, on = live && s < N;
 
   pdl_trigger();
-  // Constants before waiting for the previous kernel (the conv GEMV that writes xc and z).
+  // Constants before waiting for the previous kernel (the conv GEMV that writes xc and z), as the GEMV does: the
+  // warp's first x_proj row (all of it when K <= 32 kPre chunks of 8) and its first channel's first dt_proj chunk go
+  // into registers, so the weights' HBM latency overlaps the previous kernel.
+  const int rank = CL > 1 ? int(blockIdx.x % CL) : 0;  // (clusters along x: the rank is the index in the cluster)
+  const uint4* Wx = reinterpret_cast<const uint4*>(a.w_x);
+  const uint4* Wd = reinterpret_cast<const uint4*>(a.w_dt);
+  const int RC = R / 8;
+  const int j0 = rank * kWarps + warp;
+  uint4 wpre[kPre];
+#pragma unroll
+  for (int q = 0; q < kPre; ++q) {
+    const int64_t ch = lane + 32 * q;
+    wpre[q] = j0 < rows && ch < KC ? __ldg(Wx + int64_t(j0) * KC + ch) : make_uint4(0, 0, 0, 0);
+  }
+  const uint4 wdpre = c0 + warp < Di && lane < RC ? __ldg(Wd + (c0 + warp) * RC + lane) : make_uint4(0, 0, 0, 0);
   const float A2 = on ? a.A[c * N + s] * kLog2e : 0.f;  // exp(dt * A) = exp2(dt * A * log2(e)), as the scan
   const float Dc = live && a.D ? a.D[c] : 0.f;
   pdl_wait();
@@ -67,13 +82,18 @@ __global__ void __launch_bounds__(kThreads, 1) mamba_step_kernel(MambaStepArgs a
   __syncthreads();
 
   // x_proj: warp w of cluster rank r owns rows r kWarps + w + CL kWarps i (rank 0 alone: all rows).
-  const int rank = CL > 1 ? int(blockIdx.x % CL) : 0;  // (clusters along x: the rank is the index in the cluster)
-  const uint4* Wx = reinterpret_cast<const uint4*>(a.w_x);
-  for (int j = rank * kWarps + warp; j < rows; j += CL * kWarps) {
+  for (int j = j0; j < rows; j += CL * kWarps) {
     const uint4* wrow = Wx + int64_t(j) * KC;
     float acc = 0.f;
+    int64_t ch = lane;
+    if (j == j0) {  // the preloaded chunks first (the same order: lane, lane + 32, ...)
+#pragma unroll
+      for (int q = 0; q < kPre; ++q)
+        if (lane + 32 * q < KC) acc = fma_chunk(wpre[q], xs + (lane + 32 * q) * 8, acc);
+      ch = lane + 32 * kPre;
+    }
 #pragma unroll 4
-    for (int64_t ch = lane; ch < KC; ch += 32) acc = fma_chunk(__ldg(wrow + ch), xs + ch * 8, acc);
+    for (; ch < KC; ch += 32) acc = fma_chunk(__ldg(wrow + ch), xs + ch * 8, acc);
     acc = warp_sum(acc);
     if (lane == 0) sdbc[j] = acc;
   }
@@ -97,13 +117,12 @@ __global__ void __launch_bounds__(kThreads, 1) mamba_step_kernel(MambaStepArgs a
     for (int j = threadIdx.x; j < rows; j += kThreads) a.dbc[j] = sdbc[j];
 
   // dt_proj for the block's channels: warp w owns channels w, w + kWarps, ... (dt_rank / 8 chunks, usually < 32).
-  const uint4* Wd = reinterpret_cast<const uint4*>(a.w_dt);
-  const int RC = R / 8;
   for (int cl = warp; cl < kChannels; cl += kWarps) {
     const int64_t cc = c0 + cl;
     if (cc >= Di) break;  // (warp-uniform)
     float acc = 0.f;
-    for (int ch = lane; ch < RC; ch += 32) acc = fma_chunk(__ldg(Wd + cc * RC + ch), sdbc + ch * 8, acc);
+    if (lane < RC) acc = fma_chunk(cl == warp ? wdpre : __ldg(Wd + cc * RC + lane), sdbc + lane * 8, acc);
+    for (int ch = lane + 32; ch < RC; ch += 32) acc = fma_chunk(__ldg(Wd + cc * RC + ch), sdbc + ch * 8, acc);
     acc = warp_sum(acc);
     if (lane == 0) {
       if (a.dt_bias) acc += a.dt_bias[cc];
