@@ -32,7 +32,7 @@ int mamba_step_cluster(int64_t d_inner, const int* resident) {
 
 int64_t mamba_step_smem_bytes(int64_t d_inner, int64_t dt_rank, int64_t d_state) {
   auto up4 = [](int64_t n) { return (n + 3) / 4 * 4; };
-  return (up4(d_inner) + up4(dt_rank + 2 * d_state)) * 4;
+  return (up4(d_inner) + up4(dt_rank + 2 * d_state) + kMambaStepChannels) * 4;
 }
 
 }  // namespace flashkit::engine

@@ -30,7 +30,7 @@ struct MambaStepShape {
 // The conv epilogue holds a channel's taps in registers.
 constexpr int64_t kMambaConvMaxWidth = 8;
 // The mixer step: one thread per state (16 per channel, a half warp), so d_state <= 16 (mamba-1 checkpoints use
-// 16); xc and x_proj's output live in static-size shared memory (<= 48 KB without an opt-in).
+// 16); xc and x_proj's output live in shared memory (<= 48 KB: no opt-in).
 constexpr int64_t kMambaStepMaxState = 16;
 constexpr int64_t kMambaStepThreads = 512;
 constexpr int64_t kMambaStepChannels = kMambaStepThreads / kMambaStepMaxState;  // channels per block
@@ -47,7 +47,8 @@ int64_t mamba_step_blocks(int64_t d_inner);
 // does not exceed the blocks and the device runs (`resident[c]` > 0: clusters of c blocks fit; sm_90); else 1.
 // The grid is rounded up to a multiple of it (blocks past d_inner compute rows only).
 int mamba_step_cluster(int64_t d_inner, const int* resident /* [17], null: no clusters */);
-// Dynamic shared memory of a mixer-step block: xc then x_proj's output, each rounded up to 4 floats (16 bytes).
+// Dynamic shared memory of a mixer-step block: xc, x_proj's output (each rounded up to 4 floats: 16 bytes), the
+// block's dt.
 int64_t mamba_step_smem_bytes(int64_t d_inner, int64_t dt_rank, int64_t d_state);
 
 }  // namespace flashkit::engine

@@ -71,10 +71,8 @@ template <class K, class... A>
 void launch(const char*, K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t, A... args) {
   emu_launch(grid, block, smem, [&] { kernel(args...); });
 }
-// Clusters are not emulated: a clustered kernel reaches __trap (the emulated launcher never chooses them).
 template <class K, class... A>
-void launch_clustered(const char* name, unsigned, K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-                      A... args) {
-  launch(name, kernel, grid, block, smem, s, args...);
+void launch_clustered(const char*, unsigned cluster, K kernel, dim3 grid, dim3 block, size_t, cudaStream_t, A... args) {
+  emu_launch_clusters(grid, block, cluster, [&] { kernel(args...); });
 }
 }  // namespace flashkit::engine::cuda

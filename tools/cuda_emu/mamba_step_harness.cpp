@@ -82,9 +82,10 @@ void check_gemv_conv(int64_t K, int64_t Di, int W, bool bias) {
 int main() {
   check_gemv_conv(40, 72, 4, true);   // N = 144: two rows per warp on the emulated 3-SM machine
   check_gemv_conv(24, 20, 3, false);  // N = 40: one row per warp
-  struct S { int64_t Di, R, N; };
+  struct S { int64_t Di, R, N; int cluster; };  // cluster 0: the launcher's choice (here: the largest that fits)
   // (2056: x_proj rows longer than the 8 chunks per lane preloaded before the PDL wait)
-  for (S s : {S{72, 8, 16}, S{48, 16, 5}, S{40, 8, 1}, S{96, 24, 16}, S{2056, 8, 3}}) {
+  for (S s : {S{72, 8, 16, 0}, S{72, 8, 16, 1}, S{72, 8, 16, 4}, S{72, 8, 16, 8}, S{48, 16, 5, 0}, S{40, 8, 1, 0},
+              S{96, 24, 16, 0}, S{2056, 8, 3, 0}}) {
     const int64_t Di = s.Di, R = s.R, N = s.N, P = R + 2 * N;
     std::mt19937_64 g(uint64_t(Di * 100 + N));
     std::uniform_real_distribution<float> ud(-1.f, 1.f);
@@ -109,7 +110,7 @@ int main() {
       engine::cuda::MambaStepArgs a;
       a.xc = xc.data(), a.z = z.data(), a.w_x = wx.data(), a.w_dt = wdt.data(), a.dt_bias = bias.data();
       a.A = A.data(), a.D = D.data(), a.state = state.data(), a.dbc = dbc.data(), a.dt = dt.data(), a.y = y.data();
-      a.d_inner = Di, a.dt_rank = int(R), a.d_state = int(N);
+      a.d_inner = Di, a.dt_rank = int(R), a.d_state = int(N), a.cluster = s.cluster;
       engine::cuda::mamba_mixer_step(a, nullptr);
       // f64 reference
       std::vector<double> dr(static_cast<size_t>(P)), tr(static_cast<size_t>(Di)), yr(static_cast<size_t>(Di));
@@ -138,7 +139,8 @@ int main() {
         return std::sqrt(d / r);
       };
       const std::string tag = "Di" + std::to_string(Di) + " R" + std::to_string(R) + " N" + std::to_string(N) +
-                              " step " + std::to_string(step);
+                              " cluster " + (s.cluster ? std::to_string(s.cluster) : "auto") + " step " +
+                              std::to_string(step);
       for (auto [name, e] : {std::pair<const char*, double>{"dbc", err(dbc, dr)}, {"dt", err(dt, tr)},
                              {"y", err(y, yr)}, {"state", err(state, sref)}}) {
         std::printf("%s %-32s %-6s err %.3g\n", e <= 1e-5 ? "ok  " : "FAIL", tag.c_str(), name, e);

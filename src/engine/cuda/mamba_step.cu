@@ -15,7 +15,7 @@
 #include "engine/cuda/common.cuh"
 #include "engine/mamba_fusion.hpp"
 
-#if defined(FLASHKIT_WITH_CUDA)
+#if defined(FLASHKIT_WITH_CUDA)  // (tools/cuda_emu: its cuda_runtime.h emulates clusters)
 #include <cooperative_groups.h>
 
 #include "core/cuda_device.hpp"
@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kThreads, 1) mamba_step_kernel(MambaStepArgs a
   const int R = a.dt_rank, N = a.d_state, rows = R + 2 * N;
   float* xs = reinterpret_cast<float*>(smem4);  // [Di]
   float* sdbc = xs + (Di + 3) / 4 * 4;          // [rows]: dt_low, B, C
-  __shared__ float sdt[kChannels];
+  float* sdt = sdbc + (rows + 3) / 4 * 4;        // [kChannels]: the block's dt
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int s = threadIdx.x % kSplit;
   const int64_t c0 = int64_t(blockIdx.x) * kChannels, c = c0 + threadIdx.x / kSplit;
@@ -61,7 +61,11 @@ __global__ void __launch_bounds__(kThreads, 1) mamba_step_kernel(MambaStepArgs a
   // Constants before waiting for the previous kernel (the conv GEMV that writes xc and z), as the GEMV does: the
   // warp's first x_proj row (all of it when K <= 32 kPre chunks of 8) and its first channel's first dt_proj chunk go
   // into registers, so the weights' HBM latency overlaps the previous kernel.
-  const int rank = CL > 1 ? int(blockIdx.x % CL) : 0;  // (clusters along x: the rank is the index in the cluster)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int rank = CL > 1 ? int(cooperative_groups::this_cluster().block_rank()) : 0;
+#else
+  const int rank = 0;  // (CL > 1 traps below: the launcher never runs clusters here)
+#endif
   const uint4* Wx = reinterpret_cast<const uint4*>(a.w_x);
   const uint4* Wd = reinterpret_cast<const uint4*>(a.w_dt);
   const int RC = R / 8;
@@ -180,6 +184,9 @@ void mamba_mixer_step(const MambaStepArgs& a, cudaStream_t stream) {
     dev_cached = dev;
   }
   resident = res[0].data();
+#elif defined(FLASHKIT_CUDA_EMU)  // the CPU emulation (tools/cuda_emu/run_mamba_step.sh) runs every cluster size
+  static const int emu_resident[17] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+  resident = emu_resident;
 #endif
   int cl = a.cluster > 0 ? a.cluster : mamba_step_cluster(a.d_inner, resident);
   if (cl != 1 && cl != 2 && cl != 4 && cl != 8)
