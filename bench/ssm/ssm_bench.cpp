@@ -24,6 +24,7 @@
 #include "flashkit/attention.hpp"
 #include "flashkit/engine.hpp"
 #include "flashkit/ssm.hpp"
+#include "flashkit/tuning.hpp"
 #include "kernels/cuda/ssm/ssm_cuda.hpp"
 #include "kernels/ssm_choice.hpp"
 
@@ -99,10 +100,11 @@ int decode_roofline(const char* dir) {
   std::printf("{\"op\": \"mamba_decode_roofline\", \"model\": \"%s\", \"backend\": \"%s\", \"layers\": %lld, "
               "\"hidden\": %lld, \"parameters\": %lld, \"weight_dtype\": \"%s\", \"device_weight_bytes\": %lld, "
               "\"decode_steps\": %lld, \"ms_per_token\": %.4f, \"weight_roofline_ms\": %.4f, "
-              "\"of_roofline\": %.3f, \"goal_of_roofline\": 1.5}\n",
+              "\"of_roofline\": %.3f, \"goal_of_roofline\": 1.5, \"cuda_fuse\": %s}\n",
               dir, info.backend.c_str(), (long long)info.num_layers, (long long)info.hidden_size,
               (long long)info.parameters, info.weight_dtype.c_str(), (long long)info.device_weight_bytes,
-              (long long)steps, best_s * 1e3, roof_s * 1e3, best_s / roof_s);
+              (long long)steps, best_s * 1e3, roof_s * 1e3, best_s / roof_s,
+              default_tuning().cuda_fuse ? "true" : "false");  // FLASHKIT_CUDA_FUSE (A/B: engine/mamba_fusion.hpp)
   return 0;
 }
 

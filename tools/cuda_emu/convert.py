@@ -1,6 +1,6 @@
 """Rewrites a CUDA source for the CPU emulation of tools/cuda_emu/cuda_runtime.h: `kernel<<<grid, block, smem,
 stream>>>(args);` becomes `emu_launch(dim3(grid), dim3(block), smem, [&] { kernel(args); });` and `extern __shared__
-T name[];` a pointer into the emulated dynamic shared memory.  Usage: convert.py IN.cu OUT.cpp"""
+T name[];` a pointer into the running block's emulated dynamic shared memory.  Usage: convert.py IN.cu OUT.cpp"""
 import re
 import sys
 
@@ -30,6 +30,6 @@ def launch(m):
 
 
 src = open(sys.argv[1]).read()
-src = re.sub(r"extern __shared__ (\w+) (\w+)\[\];", r"\1* \2 = reinterpret_cast<\1*>(emu_dyn_smem);", src)
+src = re.sub(r"extern __shared__ (\w+) (\w+)\[\];", r"\1* \2 = reinterpret_cast<\1*>(emu_smem_ptr);", src)
 src = re.sub(r"([\w:]+(?:<[^<>;]*>)?)<<<(.*?)>>>\((.*?)\);", launch, src, flags=re.S)
 open(sys.argv[2], "w").write(src)

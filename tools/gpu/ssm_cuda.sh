@@ -19,9 +19,15 @@
 #             its stored weight bytes at 4.24 TB/s; $OUT/ssm_decode.jsonl and one "decode:" line
 #   profile   the same model through `flashkit generate --profile` on CUDA (eager per-op timing, 64 tokens): where a
 #             Mamba decode step's time goes, per op kind; $OUT/mamba_profile.json (and the op split in the log)
-#   tools/gpu/ssm_cuda.sh [STAGES...]     default: build test sanitize regs bench decode
+#   fused     the fused Mamba decode step (issue 18; engine/mamba_fusion.hpp: 3 kernels per layer instead of 6): builds
+#             flashkit_engine_tests and flashkit_ssm_bench, runs the Mamba engine tests (the fusion choice, a layer's
+#             decode steps vs f64 with fusion on and off on odd shapes, whole-model decode logits fused vs unfused,
+#             CUDA vs CPU), compute-sanitizer memcheck on the CUDA ones, registers of the two fused kernels, then
+#             the decode roofline of the mamba-130m-shaped model with FLASHKIT_CUDA_FUSE=1 and =0 in one run:
+#             $OUT/ssm_decode_fused.jsonl and "fused decode:" lines
+#   tools/gpu/ssm_cuda.sh [STAGES...]     default: build test sanitize regs bench decode fused
 # Results: $OUT/ssm_cuda.log, $OUT/ssm_bench.jsonl, $OUT/ssm_cuda_summary.json, $OUT/ssm_decode.jsonl,
-# $OUT/failed.txt. Exit status non-zero
+# $OUT/ssm_decode_fused.jsonl, $OUT/failed.txt. Exit status non-zero
 # if any stage failed; every stage runs whatever happened before it (only a failed configure stops the job).
 # carry=[".fkdeps.tar.xz"] (the tokenizer's PCRE2/ICU that libflashkit links, tools/gpu/carried_deps.sh pack).
 set -u
@@ -32,7 +38,7 @@ OUT=${OUT:-$PWD/build-gpu-out}; mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}
 ARCHS=${ARCHS:-90a-real}
 LOG="$OUT/ssm_cuda.log"
-STAGES=("$@"); [ ${#STAGES[@]} -eq 0 ] && STAGES=(build test sanitize regs bench decode)
+STAGES=("$@"); [ ${#STAGES[@]} -eq 0 ] && STAGES=(build test sanitize regs bench decode fused)
 status=0
 bin() { find "$BUILD" -name "$1" -type f -perm -u+x | head -1; }
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1; } >> "$LOG" 2>&1
@@ -125,6 +131,49 @@ EOF
       run profile timeout 120 "$BUILD/bin/flashkit" generate -m "$M" --device cuda --prompt-ids 1,2,3,4,5,6,7,8 \
         -n 64 --ids --profile --stats-json "$OUT/mamba_profile.json"
       grep -A40 -i "op split\|by op\|profile" "$LOG" | tail -45 ;;
+    fused)
+      if [ ! -f "$BUILD/build.ninja" ]; then
+        run configure cmake -S . -B "$BUILD" -G Ninja -DFLASHKIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
+          -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 || exit 1
+      fi
+      run build_fused cmake --build "$BUILD" -j"$(nproc)" --target flashkit_engine_tests flashkit_ssm_bench -- -k 0
+      p=$(bin flashkit_engine_tests)
+      if [ -z "$p" ]; then log "flashkit_engine_tests: not built"; status=1; continue; fi
+      CF='Shapes/CudaMambaStep.*:Inner/CudaMambaStepKernel.*:CudaMambaStepLauncher.*:CudaMambaFusion.*'  # CUDA ones
+      run mamba_fusion_tests timeout 150 "$p" --gtest_brief=1 --gtest_filter="MambaFusionChoice.*:$CF:MambaCuda.*:Mamba.*"
+      run memcheck_mamba_fusion timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$p" --gtest_brief=1 \
+        --gtest_filter="$CF"
+      grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt"
+      log "regs: the fused Mamba kernels (mixer step; the one-row GEMVs that carry the conv epilogue)"
+      cuobjdump -res-usage "$BUILD/lib/libflashkit.so" 2>> "$LOG" \
+        | grep -A1 -E "Function .*(mamba_step_kernel|gemv_kernelILi1ELi[12]EL)" | tee -a "$LOG"
+      b=$(bin flashkit_ssm_bench)
+      if [ -z "$b" ]; then log "flashkit_ssm_bench: not built"; status=1; continue; fi
+      M="$BUILD/mamba-130m-random"
+      [ -f "$M/config.json" ] || run decode_model timeout 150 python3 tools/gpu/make_mamba_decode_model.py "$M"
+      : > "$OUT/ssm_decode_fused.jsonl"
+      for f in 1 0; do
+        log "fused decode: FLASHKIT_CUDA_FUSE=$f $b decode $M"
+        FLASHKIT_CUDA_FUSE=$f timeout 90 "$b" decode "$M" >> "$OUT/ssm_decode_fused.jsonl" 2>> "$LOG" \
+          || { log "fused decode: FLASHKIT_CUDA_FUSE=$f failed"; status=1; }
+      done
+      cat "$OUT/ssm_decode_fused.jsonl" >> "$LOG"
+      python3 - "$OUT/ssm_decode_fused.jsonl" <<'EOF' | tee -a "$LOG"
+import json, sys
+rows = {bool(r.get("cuda_fuse")): r for r in map(json.loads, filter(str.strip, open(sys.argv[1])))}
+for on in (True, False):
+    if on in rows:
+        r = rows[on]
+        print("fused decode: fusion %-3s %.4f ms/token, roofline %.4f ms -> %.2fx (goal <= 1.5x: %s)"
+              % ("on" if on else "off", r["ms_per_token"], r["weight_roofline_ms"], r["of_roofline"],
+                 "met" if r["of_roofline"] <= 1.5 else "not met"))
+if True in rows and False in rows:
+    on, off = rows[True], rows[False]
+    print("fused decode: %.2fx faster with fusion (%.1f -> %.1f us per layer)"
+          % (off["ms_per_token"] / on["ms_per_token"], 1e3 * off["ms_per_token"] / off["layers"],
+             1e3 * on["ms_per_token"] / on["layers"]))
+EOF
+      ;;
     *) log "unknown stage $st"; status=1 ;;
   esac
 done

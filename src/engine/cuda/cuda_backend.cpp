@@ -30,6 +30,9 @@
 // match a fusion pattern run as one kernel:
 //   [add | add_rms_norm] [rms_norm over the row] linear [gated_act | softcap]   -> one GEMV (prologue / epilogue)
 //   [rms_norm(q) rms_norm(k) rope(q) rope(k)] attention (T == 1)               -> one decode-attention kernel
+//   [add | add_rms_norm] [rms_norm] linear(in_proj) ssm_conv (T == 1)         -> one GEMV with the conv epilogue
+//   linear(x_proj) linear(dt_proj) ssm_scan (T == 1)                           -> one Mamba mixer-step kernel
+// (the Mamba patterns: engine/mamba_fusion.hpp, which also says when they apply)
 // Fused kernels write every buffer the unfused ops would (the residual, the normed row, the gate/up values), except
 // that a fused decode attention leaves q and k un-normalized and un-rotated in their buffers (the new key is in the
 // cache). Tuning::cuda_fuse = false (FLASHKIT_CUDA_FUSE=0) disables fusion, cuda_graphs = false CUDA graphs (A/B).
@@ -59,6 +62,7 @@
 #include "engine/cuda/kernels.hpp"
 #include "engine/cuda/offload.hpp"
 #include "engine/cuda/paged.hpp"
+#include "engine/mamba_fusion.hpp"
 #include "kernels/cuda/ssm/ssm_cuda.hpp"
 #include "flashkit/attention.hpp"
 #include "flashkit/error.hpp"
@@ -893,6 +897,7 @@ class CudaBackend final : public Backend {
     while (i < ops.size()) {
       if (offload_) order_offload(ops, i);
       size_t used = fuse_ ? fused_attention(ops, i) : 0;  // (attention never touches the residual)
+      if (!used && fuse_) used = fused_mamba_mixer(ops, i);  // (before fused_linear takes x_proj alone)
       if (!used) used = fused_linear(ops, i, fuse_);       // handles the shadow itself
       if (!used && fuse_) used = fused_quant(ops, i);
       if (!used) {
@@ -1058,7 +1063,12 @@ class CudaBackend final : public Backend {
     }
     Tensor y = lin.c;
     int64_t N = lin.M.rows;
-    if (fuse && j < ops.size() && ops[j].kind == OpKind::gated_act && same(ops[j].a, lin.c) && ops[j].T == T &&
+    if (fuse && j < ops.size() && ops[j].kind == OpKind::ssm_conv && conv_epilogue_fits(lin, ops[j])) {
+      const Op& cv = ops[j++];  // a = x (lin.c's first columns), b = taps, c = xc, d = bias, ssm[0] = state
+      out.conv_w = static_cast<const float*>(cv.b.data), out.conv_b = static_cast<const float*>(cv.d.data);
+      out.conv_state = static_cast<float*>(cv.ssm[0].data), out.conv_out = static_cast<float*>(cv.c.data);
+      out.conv_channels = cv.a.cols, out.conv_width = int(cv.ssm[0].cols);
+    } else if (fuse && j < ops.size() && ops[j].kind == OpKind::gated_act && same(ops[j].a, lin.c) && ops[j].T == T &&
         ops[j].c.cols * 2 == N && lin.M.rows % 2 == 0 && f32(ops[j].c) && f32(lin.c)) {
       out.act = to_act(ops[j].act);
       out.gu_out = static_cast<float*>(lin.c.data), out.ldgu = lin.c.ld;
@@ -1085,7 +1095,70 @@ class CudaBackend final : public Backend {
       ++stats_.residual_redirects;
     }
     kc::gemv_bf16(in, static_cast<const uint16_t*>(lin.M.w.data), N, K, int(T), out, counters_, stream_);
+    if (out.conv_out) ++stats_.mamba_fused_convs;
     return j - i;
+  }
+
+  // Mamba decode (engine/mamba_fusion.hpp). The conv op after in_proj: its x is the first columns of the GEMV's
+  // one f32 output row, its other operands are f32 buffers apart from the GEMV's.
+  bool conv_epilogue_fits(const Op& lin, const Op& cv) const {
+    const Tensor& st = cv.ssm[0];
+    MambaStepShape sh;
+    sh.rows = cv.T, sh.d_inner = cv.a.cols, sh.conv_width = st.cols;
+    sh.f32 = lin.c.dtype == DType::f32 && cv.a.dtype == DType::f32 && cv.b.dtype == DType::f32 &&
+             cv.c.dtype == DType::f32 && st.dtype == DType::f32 && (!cv.d.data || cv.d.dtype == DType::f32);
+    sh.contiguous_state = st.ld == st.cols && st.rows == cv.a.cols;
+    return mamba_conv_epilogue_ok(sh) && lin.T == 1 && cv.a.data == lin.c.data && cv.a.cols <= lin.M.rows &&
+           cv.b.cols * cv.b.rows >= cv.a.cols * st.cols && (!cv.d.data || cv.d.cols * cv.d.rows >= cv.a.cols) &&
+           !overlaps(cv.c, 1, lin.c, 1) && !overlaps(st, st.rows, lin.c, 1) && !overlaps(cv.c, 1, lin.a, 1);
+  }
+  // linear(x_proj) linear(dt_proj) ssm_scan of one row as one kernel: x_proj reads xc into dbc, dt_proj reads dbc's
+  // first dt_rank columns into dt, the scan reads xc, dt and B / C from dbc. Returns the ops consumed (0: no match).
+  size_t fused_mamba_mixer(const std::vector<Op>& ops, size_t i) {
+    if (i + 2 >= ops.size() || ops[i].kind != OpKind::linear || ops[i + 1].kind != OpKind::linear ||
+        ops[i + 2].kind != OpKind::ssm_scan)
+      return 0;
+    const Op &xp = ops[i], &dp = ops[i + 1], &sc = ops[i + 2];
+    const Tensor &dbc = xp.c, &st = sc.ssm[4];
+    const int64_t Di = xp.M.cols, R = dp.M.cols, N = st.cols;
+    const auto f32 = [](const Tensor& t) { return t.dtype == DType::f32; };
+    MambaStepShape sh;
+    sh.rows = std::max({xp.T, dp.T, sc.T}), sh.d_inner = Di, sh.dt_rank = R, sh.d_state = N;
+    sh.f32 = f32(xp.a) && f32(dbc) && f32(dp.c) && f32(sc.c) && f32(sc.d) && f32(sc.ssm[2]) && f32(sc.ssm[3]) &&
+             f32(st) && (!dp.M.bias.data || f32(dp.M.bias));
+    sh.contiguous_state = st.ld == N && st.rows == Di && sc.ssm[2].cols * sc.ssm[2].rows >= Di * N;
+    const uintptr_t wbits = reinterpret_cast<uintptr_t>(xp.M.w.data) | reinterpret_cast<uintptr_t>(dp.M.w.data);
+    sh.bf16_weights = !is_quant(xp.M) && !is_quant(dp.M) && xp.M.w.dtype == DType::bf16 &&
+                      dp.M.w.dtype == DType::bf16 && xp.M.w.ld == Di && dp.M.w.ld == R && (wbits & 15u) == 0;
+    sh.x_proj_bias = xp.M.bias.data != nullptr;
+    if (!mamba_mixer_step_ok(sh) || xp.T != 1 || dp.T != 1 || sc.T != 1) return 0;
+    // The schedule's buffers: dt_low, B, C are dbc's column slices [0, R), [R, R + N), [R + N, R + 2N); u is xc.
+    const auto col = [&](int64_t k) { return static_cast<const char*>(dbc.data) + k * 4; };
+    if (xp.M.rows != R + 2 * N || dbc.cols != R + 2 * N || dp.a.data != dbc.data || dp.M.rows != Di ||
+        sc.ssm[0].data != col(R) || sc.ssm[1].data != col(R + N) || sc.ssm[0].cols != N || sc.ssm[1].cols != N ||
+        !same(sc.a, xp.a) || sc.a.cols != Di || !same(sc.b, dp.c) || sc.b.cols != Di || sc.c.cols != Di ||
+        sc.d.cols != Di)
+      return 0;
+    // Outputs apart from the inputs every block reads (xc, z, the state it owns is read then written per thread).
+    for (const Tensor* o : {&dbc, &dp.c, &sc.c})
+      if (overlaps(*o, 1, xp.a, 1) || overlaps(*o, 1, sc.d, 1) || overlaps(*o, 1, st, st.rows)) return 0;
+    if (overlaps(sc.c, 1, dbc, 1) || overlaps(sc.c, 1, dp.c, 1) || overlaps(dbc, 1, dp.c, 1)) return 0;
+    if (redirect_.active)
+      for (size_t k = i; k < i + 3; ++k)
+        if (touches(ops[k], redirect_.home, redirect_.T)) {
+          materialize_residual();
+          break;
+        }
+    kc::MambaStepArgs a;
+    auto fp = [](const Tensor& t) { return static_cast<float*>(t.data); };
+    a.xc = fp(xp.a), a.z = fp(sc.d), a.A = fp(sc.ssm[2]), a.D = sc.ssm[3].data ? fp(sc.ssm[3]) : nullptr;
+    a.w_x = static_cast<const uint16_t*>(xp.M.w.data), a.w_dt = static_cast<const uint16_t*>(dp.M.w.data);
+    a.dt_bias = dp.M.bias.data ? fp(dp.M.bias) : nullptr;
+    a.state = fp(st), a.dbc = fp(dbc), a.dt = fp(dp.c), a.y = fp(sc.c);
+    a.d_inner = Di, a.dt_rank = int(R), a.d_state = int(N);
+    kc::mamba_mixer_step(a, stream_);
+    ++stats_.mamba_fused_mixers;
+    return 3;
   }
 
   void decode_attention(const Op& at, const Op* qn, const Op* kn, const Op* rope) {

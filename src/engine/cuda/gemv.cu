@@ -270,6 +270,27 @@ __device__ __forceinline__ void fma_step(const uint4 (&w)[RR][U], const float* x
   }
 }
 
+// The Mamba conv epilogue of x channel c (GemvOut::conv_*): one causal conv1d step on the channel's state row, in
+// the order of the library's conv1d kernel (kernels/cuda/ssm/scan.cu: shift, append, bias + taps in order, SiLU).
+// (Out of line and with scalar arguments: only the two one-row plain instantiations call it, from one lane per row.)
+__device__ __noinline__ void conv_step(const float* __restrict__ w, const float* __restrict__ bias, float* st,
+                                       float* out, int width, int64_t c, float x) {
+  constexpr int kMaxW = 8;  // engine/mamba_fusion.hpp kMambaConvMaxWidth (checked by gemv_bf16)
+  st += c * width, w += c * width;
+  float hist[kMaxW];
+#pragma unroll
+  for (int k = 0; k < kMaxW; ++k) hist[k] = k + 1 < width ? st[k + 1] : (k + 1 == width ? x : 0.f);
+  float s = bias ? bias[c] : 0.f;
+#pragma unroll
+  for (int k = 0; k < kMaxW; ++k)
+    if (k < width) s += w[k] * hist[k];
+  s = s / (1.f + expf(-s));
+  out[c] = s;
+#pragma unroll
+  for (int k = 0; k < kMaxW; ++k)
+    if (k < width) st[k] = hist[k];
+}
+
 // Reduces the warp's accumulators of rows r0.. and writes them through the epilogue; zeroes acc.
 template <int RR, int R, int TT, bool GATED>
 __device__ __forceinline__ void finish_rows(const GemvParams& p, int64_t r0, int64_t row_end, int lane,
@@ -302,6 +323,9 @@ __device__ __forceinline__ void finish_rows(const GemvParams& p, int64_t r0, int
       if (o.residual) v += o.residual[t * o.ldr + n];
       if (o.y_bf16) static_cast<uint16_t*>(o.y)[t * o.ldy + n] = f2bf(v);
       else static_cast<float*>(o.y)[t * o.ldy + n] = v;
+      if constexpr (TT == 1 && !GATED)  // (one row, f32 y: gemv_bf16 checks)
+        if (o.conv_out && n < o.conv_channels)
+          conv_step(o.conv_w, o.conv_b, o.conv_state, o.conv_out, o.conv_width, n, v);
     }
   }
 #pragma unroll
@@ -443,6 +467,10 @@ void gemv_bf16(const GemvIn& in, const uint16_t* W, int64_t N, int64_t K, int T,
   if (T < 1) fail(Status::invalid_argument, "gemv_bf16: T must be positive, got " + std::to_string(T));
   if (K % 8 != 0 || K <= 0 || (reinterpret_cast<uintptr_t>(W) & 15u))
     fail(Status::invalid_argument, "gemv_bf16: K must be a positive multiple of 8 and W 16-byte aligned");
+  if (out.conv_out && (T != 1 || out.act != Act::none || out.y_bf16 || out.conv_width < 1 || out.conv_width > 8 ||
+                       out.conv_channels > N || !out.conv_w || !out.conv_state))
+    fail(Status::invalid_argument, "gemv_bf16: the conv epilogue needs T == 1, no gate, f32 y, conv_width in [1, 8], "
+                                   "conv_channels <= N and conv weights and state");
   const int64_t smem_cap = max_smem();
   if (K * 4 > smem_cap)
     fail(Status::invalid_argument, "gemv_bf16: K = " + std::to_string(K) + " too large for shared memory (K * 4 > " +

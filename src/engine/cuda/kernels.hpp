@@ -85,6 +85,16 @@ struct GemvOut {
   float softcap = 0.0f;
   const float* residual = nullptr;
   int64_t ldr = 0;
+  // Mamba conv epilogue (T == 1, not gated; engine/mamba_fusion.hpp): outputs n < conv_channels are also the x
+  // channels of a causal conv1d step. The lane that writes y[n] shifts conv_state row n (the last conv_width inputs)
+  // by one, appends v, and writes conv_out[n] = silu(conv_b[n] + sum_k conv_w[n, k] * row[k]) -- the arithmetic of
+  // the library's conv1d kernel (kernels/cuda/ssm/scan.cu). conv_state, conv_w: [conv_channels, conv_width] dense.
+  const float* conv_w = nullptr;
+  const float* conv_b = nullptr;  // optional
+  float* conv_state = nullptr;
+  float* conv_out = nullptr;
+  int64_t conv_channels = 0;
+  int conv_width = 0;
 };
 // Rows per launch (more rows: several launches). The backend uses the GEMV for T <= 8 (cuBLAS above) except in
 // decode-exact steps, where any T stays on it: each output row is bitwise the one-row launch's (gemv.cu).
@@ -93,6 +103,35 @@ constexpr int64_t kGemvMaxRowsPerLaunch = 16;
 // a_out alias an input; left at zero after the launch). Throws invalid_argument on T/K out of range.
 void gemv_bf16(const GemvIn& in, const uint16_t* W, int64_t N, int64_t K, int T, const GemvOut& out,
                unsigned int* counter, cudaStream_t stream);
+
+// ---------------------------------------------------------------- Mamba decode mixer step (mamba_step.cu)
+// One row (T == 1) of x_proj, dt_proj and the selective-scan step in one launch (engine/mamba_fusion.hpp: shapes
+// it takes, mamba_mixer_step_ok). Every block gets dbc = W_x . xc (the whole x_proj output, which every channel
+// needs): it computes it alone, or with the other blocks of its cluster (sm_90; mamba_step_cluster), each its share
+// of the rows, exchanged through distributed shared memory. Then for its kMambaStepChannels channels
+// dt = W_dt[c] . dbc[:dt_rank] + dt_bias[c], the state update h = exp(softplus(dt) A) h + softplus(dt) B x and
+// y = (C . h + D x) silu(z). Every dot product is summed in the GEMV's order (lane l: 8-weight chunks l, l + 32, ...,
+// then the warp butterfly) and the scan step in the scan kernel's, so the outputs match the unfused ops'. Writes what
+// the unfused ops write: dbc (block 0), dt (pre-softplus), y and the state.
+struct MambaStepArgs {
+  const float* xc = nullptr;       // [d_inner] conv output (the scan's u)
+  const float* z = nullptr;        // [d_inner] gate input
+  const uint16_t* w_x = nullptr;   // x_proj [dt_rank + 2 d_state, d_inner] bf16, 16-byte aligned
+  const uint16_t* w_dt = nullptr;  // dt_proj [d_inner, dt_rank] bf16, 16-byte aligned
+  const float* dt_bias = nullptr;  // [d_inner], optional
+  const float* A = nullptr;        // [d_inner, d_state]: -exp(A_log)
+  const float* D = nullptr;        // [d_inner], optional
+  float* state = nullptr;          // [d_inner, d_state], updated
+  float* dbc = nullptr;            // [dt_rank + 2 d_state]: x_proj's output (dt_low, B, C)
+  float* dt = nullptr;             // [d_inner]: dt_proj's output
+  float* y = nullptr;              // [d_inner]
+  int64_t d_inner = 0;
+  int dt_rank = 0, d_state = 0;
+  int cluster = 0;  // blocks per cluster: 0 = mamba_step_cluster's choice for this device; tests force 1, 2, 4, 8
+};
+// Throws invalid_argument when the shapes are outside what mamba_mixer_step_ok accepts or a forced cluster size
+// cannot run on this device.
+void mamba_mixer_step(const MambaStepArgs& a, cudaStream_t stream);
 
 // ---------------------------------------------------------------- small ops (pointwise.cu); rows of stride ld
 // out[t, :] = table row tokens[t] * scale (table bf16 or f32; tokens read from the device step buffer; an id outside

@@ -1,0 +1,38 @@
+// The Mamba decode fusion choice (mamba_fusion.hpp).
+#include "engine/mamba_fusion.hpp"
+
+#include <initializer_list>
+
+namespace flashkit::engine {
+
+bool mamba_conv_epilogue_ok(const MambaStepShape& s) {
+  return s.rows == 1 && s.d_inner > 0 && s.conv_width >= 1 && s.conv_width <= kMambaConvMaxWidth && s.f32 &&
+         s.contiguous_state;
+}
+
+bool mamba_mixer_step_ok(const MambaStepShape& s) {
+  // x_proj and dt_proj are computed as the GEMV computes them (16-byte chunks of 8 weights): K % 8 == 0 for both.
+  return s.rows == 1 && s.d_inner > 0 && s.d_inner % 8 == 0 && s.d_inner <= kMambaStepMaxInner && s.dt_rank > 0 &&
+         s.dt_rank % 8 == 0 && s.d_state >= 1 && s.d_state <= kMambaStepMaxState &&
+         s.dt_rank + 2 * s.d_state <= kMambaStepMaxProjRows && s.f32 && s.contiguous_state && s.bf16_weights &&
+         !s.x_proj_bias;
+}
+
+int64_t mamba_step_blocks(int64_t d_inner) {
+  return d_inner <= 0 ? 0 : (d_inner + kMambaStepChannels - 1) / kMambaStepChannels;
+}
+
+int mamba_step_cluster(int64_t d_inner, const int* resident) {
+  if (!resident) return 1;
+  const int64_t blocks = mamba_step_blocks(d_inner);
+  for (int c : {8, 4, 2})
+    if (c <= blocks && resident[c] > 0) return c;
+  return 1;
+}
+
+int64_t mamba_step_smem_bytes(int64_t d_inner, int64_t dt_rank, int64_t d_state) {
+  auto up4 = [](int64_t n) { return (n + 3) / 4 * 4; };
+  return (up4(d_inner) + up4(dt_rank + 2 * d_state) + kMambaStepChannels) * 4;
+}
+
+}  // namespace flashkit::engine

@@ -1,0 +1,54 @@
+// Which parts of a Mamba layer's decode step the CUDA backend fuses (cuda/cuda_backend.cpp, "Deferred execution and
+// fusion"). Pure functions of the shapes, compiled in every build so the CPU tests check them.
+//
+// Unfused, a decode step (T == 1) of a layer is six kernels: the in_proj GEMV, conv1d, the x_proj and dt_proj
+// GEMVs, the scan step and the out_proj GEMV (the residual add goes into the next GEMV's prologue). Fused, three:
+//   1. [add][rms_norm] linear(in_proj) ssm_conv   -> the GEMV whose epilogue also runs the conv step of each x
+//      channel it produces (the lane writing x[c] owns conv state row c: no race) -- conv_epilogue_ok;
+//   2. linear(x_proj) linear(dt_proj) ssm_scan    -> one mixer-step kernel (cuda/mamba_step.cu): every block (or
+//      cluster of blocks) computes x_proj from xc, then dt_proj and the state update for its channels --
+//      mixer_step_ok, mamba_step_cluster;
+//   3. linear(out_proj) [add]                      -> the GEMV as today (the add fuses into the next prologue).
+// Where a precondition fails, the ops run unfused (the same results up to rounding order: see the kernels).
+#pragma once
+#include <cstdint>
+
+namespace flashkit::engine {
+
+struct MambaStepShape {
+  int64_t rows = 0;        // T: rows of the step (the fused kernels take exactly one)
+  int64_t d_inner = 0;     // channels (x_proj's K)
+  int64_t conv_width = 0;  // causal conv taps
+  int64_t dt_rank = 0;     // dt_proj's K
+  int64_t d_state = 0;     // states per channel
+  bool f32 = true;         // every Mamba activation and state buffer f32 (the backend's ops require it)
+  bool contiguous_state = true;  // conv state [d_inner, width] and SSM state [d_inner, d_state] without row gaps
+  bool bf16_weights = true;      // x_proj and dt_proj plain bf16 matrices (not GGUF blocks), 16-byte aligned
+  bool x_proj_bias = false;      // Mamba's x_proj has none; the mixer kernel does not add one
+};
+
+// The conv epilogue holds a channel's taps in registers.
+constexpr int64_t kMambaConvMaxWidth = 8;
+// The mixer step: one thread per state (16 per channel, a half warp), so d_state <= 16 (mamba-1 checkpoints use
+// 16); xc and x_proj's output live in shared memory (<= 48 KB: no opt-in).
+constexpr int64_t kMambaStepMaxState = 16;
+constexpr int64_t kMambaStepThreads = 512;
+constexpr int64_t kMambaStepChannels = kMambaStepThreads / kMambaStepMaxState;  // channels per block
+constexpr int64_t kMambaStepMaxInner = 8192;
+constexpr int64_t kMambaStepMaxProjRows = 2048;  // dt_rank + 2 d_state
+
+bool mamba_conv_epilogue_ok(const MambaStepShape& s);
+bool mamba_mixer_step_ok(const MambaStepShape& s);
+// Blocks of the mixer step (kMambaStepChannels channels each; the last may be partial).
+int64_t mamba_step_blocks(int64_t d_inner);
+// Cluster size of the mixer step. Every block needs all of x_proj's output; alone, each block reads all of W_x from
+// L2 (245 KB for mamba-130m: ~2 us of one SM's L2 bandwidth). In a cluster of c blocks each computes 1/c of the rows
+// and reads the others' through distributed shared memory, so a block reads 1/c of W_x. The largest of 8, 4, 2 that
+// does not exceed the blocks and the device runs (`resident[c]` > 0: clusters of c blocks fit; sm_90); else 1.
+// The grid is rounded up to a multiple of it (blocks past d_inner compute rows only).
+int mamba_step_cluster(int64_t d_inner, const int* resident /* [17], null: no clusters */);
+// Dynamic shared memory of a mixer-step block: xc, x_proj's output (each rounded up to 4 floats: 16 bytes), the
+// block's dt.
+int64_t mamba_step_smem_bytes(int64_t d_inner, int64_t dt_rank, int64_t d_state);
+
+}  // namespace flashkit::engine
