@@ -647,15 +647,16 @@ void run_rule_case(const RuleCase& c) {
     case kVNegInf: v.set(ki(j, 0, e), -inf); break;
     case kScorePosInf:
     case kOneScoreNegInf: {
-      // One product overflows: q[s, 0, e0] * k[jo, 0, e0] = +-9e38, +-inf in f32. Element e0 is 0 in every other q row
-      // of kv head 0's heads and in every other key, so the other scores stay moderate: the flash kernels evaluate
-      // e^(s - m) as one FMA on log2-scaled scores, exact enough only while |s| is far below ~1e4 (attention.hpp).
+      // One product overflows: q[s, 0, e0] * k[jo, 0, e0] = +-1e40, +-inf in f32 also after the scale (the kernels
+      // round q.k before scaling, the reference after: 9e38 / 8 would be finite there). Element e0 is 0 in every
+      // other q row of kv head 0's heads and in every other key, so the other scores stay moderate: the flash kernels
+      // evaluate e^(s - m) as one FMA on log2-scaled scores, exact only while |s| is far below ~1e4 (attention.hpp).
       const int64_t e0 = 5;
       for (int64_t i = 0; i < c.Sq; ++i)
         for (int64_t h = 0; h < c.H / c.Hkv; ++h) q.set(qi(i, h, e0), 0.0);
       for (int64_t jj = 0; jj < c.Sk; ++jj) k.set(ki(jj, 0, e0), 0.0);
-      q.set(qi(s, 0, e0), 3e19);
-      k.set(ki(jo, 0, e0), c.poison == kScorePosInf ? 3e19 : -3e19);
+      q.set(qi(s, 0, e0), 1e20);
+      k.set(ki(jo, 0, e0), c.poison == kScorePosInf ? 1e20 : -1e20);
       break;
     }
     case kEveryScoreNegInf:  // every score of row s, head 0 -inf in f32; the other rows of kv head 0 score exactly 0
