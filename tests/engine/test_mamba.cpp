@@ -15,51 +15,22 @@
 #include "flashkit/engine.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/runtime.hpp"
-#include "train/safetensors_writer.hpp"
+#include "mamba_checkpoint.hpp"
 
 namespace fs = std::filesystem;
 using namespace flashkit;
 
 namespace {
 
-constexpr int64_t kVocab = 50, kH = 32, kN = 4, kDi = 64, kR = 2, kW = 4, kLayers = 2;
+constexpr int64_t kVocab = 50, kH = 32, kN = 4, kR = 2, kW = 4, kLayers = 2;  // d_inner = 2 * kH
 
 // A tiny random MambaForCausalLM checkpoint (HF names); `skip` leaves one tensor out.
 fs::path make_mamba(const std::string& name, const std::string& skip = "", const std::string& extra_config = "") {
   const fs::path dir = fs::temp_directory_path() / ("flashkit_mamba_" + name + "_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  std::ofstream(dir / "config.json") << R"({"model_type": "mamba", "vocab_size": 50, "hidden_size": 32,
-    "state_size": 4, "num_hidden_layers": 2, "expand": 2, "conv_kernel": 4, "time_step_rank": 2)" << extra_config
-                                     << "}";
-  std::mt19937 rng(7);
-  std::normal_distribution<float> nd(0.f, 0.3f);
-  std::vector<std::vector<float>> store;
-  std::vector<train::SafetensorsEntry> entries;
-  auto add = [&](const std::string& n, std::vector<int64_t> shape, float offset = 0.f) {
-    if (n == skip) return;
-    int64_t numel = 1;
-    for (auto s : shape) numel *= s;
-    store.emplace_back(size_t(numel));
-    for (auto& v : store.back()) v = offset + nd(rng);
-    entries.push_back({n, "F32", shape, nullptr, size_t(numel) * 4});
-  };
-  add("backbone.embeddings.weight", {kVocab, kH});
-  add("backbone.norm_f.weight", {kH}, 1.f);
-  for (int i = 0; i < kLayers; ++i) {
-    const std::string p = "backbone.layers." + std::to_string(i) + ".";
-    add(p + "norm.weight", {kH}, 1.f);
-    add(p + "mixer.in_proj.weight", {2 * kDi, kH});
-    add(p + "mixer.conv1d.weight", {kDi, 1, kW});
-    add(p + "mixer.conv1d.bias", {kDi});
-    add(p + "mixer.x_proj.weight", {kR + 2 * kN, kDi});
-    add(p + "mixer.dt_proj.weight", {kDi, kR});
-    add(p + "mixer.dt_proj.bias", {kDi}, -2.f);
-    add(p + "mixer.A_log", {kDi, kN}, 1.f);
-    add(p + "mixer.D", {kDi}, 1.f);
-    add(p + "mixer.out_proj.weight", {kH, kDi});
-  }
-  for (size_t i = 0; i < entries.size(); ++i) entries[i].data = store[i].data();
-  train::write_safetensors(dir / "model.safetensors", entries);
+  fk_test::TinyMamba m;
+  m.vocab = kVocab, m.hidden = kH, m.d_state = kN, m.layers = kLayers, m.conv = kW, m.dt_rank = kR;
+  m.skip = skip, m.extra_config = extra_config;
+  fk_test::write_tiny_mamba(dir, m);
   return dir;
 }
 

@@ -16,7 +16,7 @@
 #include "flashkit/engine.hpp"
 #include "flashkit/runtime.hpp"
 #include "flashkit/serve.hpp"
-#include "train/safetensors_writer.hpp"
+#include "mamba_checkpoint.hpp"
 
 namespace {
 
@@ -24,44 +24,16 @@ namespace fs = std::filesystem;
 using flashkit::Model;
 using namespace flashkit::serve;
 
-constexpr int64_t kVocab = 60, kH = 32, kN = 4, kDi = 64, kR = 2, kW = 4, kLayers = 2;
+constexpr int64_t kVocab = 60;
 
 // A random MambaForCausalLM checkpoint with Hugging Face tensor names, written once per process.
 fs::path tiny_mamba_dir() {
   static const fs::path dir = [] {
     const fs::path d = fs::temp_directory_path() / ("flashkit_serve_mamba_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    std::ofstream(d / "config.json") << R"({"model_type": "mamba", "vocab_size": 60, "hidden_size": 32,
-      "state_size": 4, "num_hidden_layers": 2, "expand": 2, "conv_kernel": 4, "time_step_rank": 2,
-      "eos_token_id": 0})";
-    std::mt19937 rng(11);
-    std::normal_distribution<float> nd(0.f, 0.3f);
-    std::vector<std::vector<float>> store;
-    std::vector<flashkit::train::SafetensorsEntry> entries;
-    auto add = [&](const std::string& n, std::vector<int64_t> shape, float offset = 0.f) {
-      int64_t numel = 1;
-      for (auto s : shape) numel *= s;
-      store.emplace_back(size_t(numel));
-      for (auto& v : store.back()) v = offset + nd(rng);
-      entries.push_back({n, "F32", shape, nullptr, size_t(numel) * 4});
-    };
-    add("backbone.embeddings.weight", {kVocab, kH});
-    add("backbone.norm_f.weight", {kH}, 1.f);
-    for (int i = 0; i < kLayers; ++i) {
-      const std::string p = "backbone.layers." + std::to_string(i) + ".";
-      add(p + "norm.weight", {kH}, 1.f);
-      add(p + "mixer.in_proj.weight", {2 * kDi, kH});
-      add(p + "mixer.conv1d.weight", {kDi, 1, kW});
-      add(p + "mixer.conv1d.bias", {kDi});
-      add(p + "mixer.x_proj.weight", {kR + 2 * kN, kDi});
-      add(p + "mixer.dt_proj.weight", {kDi, kR});
-      add(p + "mixer.dt_proj.bias", {kDi}, -2.f);
-      add(p + "mixer.A_log", {kDi, kN}, 1.f);
-      add(p + "mixer.D", {kDi}, 1.f);
-      add(p + "mixer.out_proj.weight", {kH, kDi});
-    }
-    for (size_t i = 0; i < entries.size(); ++i) entries[i].data = store[i].data();
-    flashkit::train::write_safetensors(d / "model.safetensors", entries);
+    fk_test::TinyMamba m;
+    m.vocab = kVocab, m.hidden = 32, m.d_state = 4, m.layers = 2, m.conv = 4, m.dt_rank = 2, m.seed = 11;
+    m.extra_config = ", \"eos_token_id\": 0";
+    fk_test::write_tiny_mamba(d, m);
     return d;
   }();
   return dir;
