@@ -27,6 +27,9 @@
 #             in one run with fusion off (FLASHKIT_CUDA_FUSE=0) and on with the mixer's block width automatic and
 #             forced to 32, 16, 8 channels (FLASHKIT_CUDA_MAMBA_CHANNELS, read by the bench's default tuning):
 #             $OUT/ssm_decode_fused.jsonl (each row tagged "mixer_channels") and "fused decode:" lines
+#   mixerncu  (not in the default list) Nsight Compute durations of the mixer-step kernel alone at each block width
+#             (32, 16, 8; 48 decode launches each, cold L2 as in decode) in the same model's decode:
+#             $OUT/ncu_mixer_w*.csv and one "mixer ncu:" line per width
 #   tools/gpu/ssm_cuda.sh [STAGES...]     default: build test sanitize regs bench decode fused
 # Results: $OUT/ssm_cuda.log, $OUT/ssm_bench.jsonl, $OUT/ssm_cuda_summary.json, $OUT/ssm_decode.jsonl,
 # $OUT/ssm_decode_fused.jsonl, $OUT/failed.txt. Exit status non-zero
@@ -143,7 +146,7 @@ EOF
       if [ -z "$p" ]; then log "flashkit_engine_tests: not built"; status=1; continue; fi
       CF='Shapes/CudaMambaStep.*:Inner/CudaMambaStepKernel.*:CudaMambaStepLauncher.*:CudaMambaFusion.*'  # CUDA ones
       run mamba_fusion_tests timeout 150 "$p" --gtest_brief=1 --gtest_filter="MambaFusionChoice.*:$CF:MambaCuda.*:Mamba.*"
-      run memcheck_mamba_fusion timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$p" --gtest_brief=1 \
+      run memcheck_mamba_fusion timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$p" --gtest_brief=1 \
         --gtest_filter="$CF"
       grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt"
       log "regs: the fused Mamba kernels (mixer step; the one-row GEMVs that carry the conv epilogue)"
@@ -187,6 +190,37 @@ if "32" in rows:
         if k in rows:
             print("fused decode: mixer w%s vs w32: %.3fx (%.2f -> %.2f us per layer)"
                   % (k, rows["32"]["ms_per_token"] / rows[k]["ms_per_token"], us(rows["32"]), us(rows[k])))
+EOF
+      ;;
+    mixerncu)
+      b=$(bin flashkit_ssm_bench)
+      if [ -z "$b" ]; then log "flashkit_ssm_bench: not built"; status=1; continue; fi
+      M="$BUILD/mamba-130m-random"
+      [ -f "$M/config.json" ] || run decode_model timeout 150 python3 tools/gpu/make_mamba_decode_model.py "$M"
+      for w in 32 16 8; do
+        FLASHKIT_CUDA_MAMBA_CHANNELS=$w run "ncu_mixer_w$w" timeout 150 ncu --clock-control none \
+          -k regex:mamba_step_kernel -c 48 --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu_mixer_w$w.csv" \
+          "$b" decode "$M"
+      done
+      python3 - "$OUT" <<'EOF' | tee -a "$LOG"
+import csv, os, statistics, sys
+scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}
+for w in ("32", "16", "8"):
+    p = os.path.join(sys.argv[1], "ncu_mixer_w%s.csv" % w)
+    if not os.path.exists(p):
+        print("mixer ncu: w%s: no csv" % w)
+        continue
+    lines = [l for l in open(p) if l.startswith('"')]  # the CSV rows (ncu's own ==PROF== lines skipped)
+    us, shape = [], ""
+    for r in csv.DictReader(lines):
+        if r.get("Metric Name") == "gpu__time_duration.sum":
+            us.append(float(r["Metric Value"].replace(",", "")) * scale.get(r.get("Metric Unit", ""), 1.0))
+            shape = "%s x %s" % (r.get("Grid Size", "?"), r.get("Block Size", "?"))
+    if us:
+        print("mixer ncu: w%-2s grid x block %s: median %.2f us (min %.2f, max %.2f) over %d launches"
+              % (w, shape, statistics.median(us), min(us), max(us), len(us)))
+    else:
+        print("mixer ncu: w%s: no durations in %s" % (w, p))
 EOF
       ;;
     *) log "unknown stage $st"; status=1 ;;
