@@ -57,6 +57,8 @@ struct Tuning {
   bool gemv_streaming_loads = true; // FLASHKIT_CUDA_LDCS
   EngineDecodeMerge engine_decode_merge = EngineDecodeMerge::automatic;  // FLASHKIT_CUDA_ATTN_CLUSTER=0: global
   bool device_argmax = true;        // FLASHKIT_DEVICE_ARGMAX (greedy decoding's argmax on the backend)
+  int cuda_mamba_channels = 0;      // FLASHKIT_CUDA_MAMBA_CHANNELS=32|16|8: channels per block of the fused Mamba
+                                    // mixer step (A/B runs); 0 (auto): engine/mamba_fusion.hpp's choice
 
   // ---- speculative decoding and training
   bool spec_exact = true;           // FLASHKIT_SPEC_EXACT=0: verify chains with the multi-row kernels (A/B runs)

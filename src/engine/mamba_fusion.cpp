@@ -18,21 +18,33 @@ bool mamba_mixer_step_ok(const MambaStepShape& s) {
          !s.x_proj_bias;
 }
 
-int64_t mamba_step_blocks(int64_t d_inner) {
-  return d_inner <= 0 ? 0 : (d_inner + kMambaStepChannels - 1) / kMambaStepChannels;
+bool mamba_step_width_ok(int channels) { return channels == 32 || channels == 16 || channels == 8; }
+
+int mamba_step_channels(int64_t d_inner, int sm_count, int forced) {
+  if (mamba_step_width_ok(forced)) return forced;
+  if (sm_count > 0)
+    for (int w : {8, 16})
+      if (mamba_step_blocks(d_inner, w) <= sm_count) return w;
+  return int(kMambaStepMaxChannels);
 }
 
-int mamba_step_cluster(int64_t d_inner, const int* resident) {
-  if (!resident) return 1;
-  const int64_t blocks = mamba_step_blocks(d_inner);
-  for (int c : {8, 4, 2})
-    if (c <= blocks && resident[c] > 0) return c;
+int64_t mamba_step_blocks(int64_t d_inner, int channels) {
+  return d_inner <= 0 || channels <= 0 ? 0 : (d_inner + channels - 1) / channels;
+}
+
+int mamba_step_cluster(int64_t d_inner, int channels, int64_t proj_rows, const int* resident) {
+  if (!resident || channels < 2) return 1;
+  const int64_t blocks = mamba_step_blocks(d_inner, channels), warps = channels / 2;
+  int target = 1;
+  while (target < kMambaStepMaxCluster && target * warps < proj_rows) target *= 2;
+  for (int c : {16, 8, 4, 2})
+    if (c <= target && c <= blocks && resident[c] > 0) return c;
   return 1;
 }
 
-int64_t mamba_step_smem_bytes(int64_t d_inner, int64_t dt_rank, int64_t d_state) {
+int64_t mamba_step_smem_bytes(int64_t d_inner, int64_t dt_rank, int64_t d_state, int channels) {
   auto up4 = [](int64_t n) { return (n + 3) / 4 * 4; };
-  return (up4(d_inner) + up4(dt_rank + 2 * d_state) + kMambaStepChannels) * 4;
+  return (up4(d_inner) + up4(dt_rank + 2 * d_state) + channels) * 4;
 }
 
 }  // namespace flashkit::engine

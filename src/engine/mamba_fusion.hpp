@@ -7,7 +7,7 @@
 //      channel it produces (the lane writing x[c] owns conv state row c: no race) -- conv_epilogue_ok;
 //   2. linear(x_proj) linear(dt_proj) ssm_scan    -> one mixer-step kernel (cuda/mamba_step.cu): every block (or
 //      cluster of blocks) computes x_proj from xc, then dt_proj and the state update for its channels --
-//      mixer_step_ok, mamba_step_cluster;
+//      mixer_step_ok, mamba_step_channels, mamba_step_cluster;
 //   3. linear(out_proj) [add]                      -> the GEMV as today (the add fuses into the next prologue).
 // Where a precondition fails, the ops run unfused (the same results up to rounding order: see the kernels).
 #pragma once
@@ -30,25 +30,36 @@ struct MambaStepShape {
 // The conv epilogue holds a channel's taps in registers.
 constexpr int64_t kMambaConvMaxWidth = 8;
 // The mixer step: one thread per state (16 per channel, a half warp), so d_state <= 16 (mamba-1 checkpoints use
-// 16); xc and x_proj's output live in shared memory (<= 48 KB: no opt-in).
+// 16); xc and x_proj's output live in shared memory (<= 48 KB: no opt-in). A block carries 32, 16 or 8 channels
+// (512, 256 or 128 threads): mamba_step_channels.
 constexpr int64_t kMambaStepMaxState = 16;
-constexpr int64_t kMambaStepThreads = 512;
-constexpr int64_t kMambaStepChannels = kMambaStepThreads / kMambaStepMaxState;  // channels per block
+constexpr int64_t kMambaStepMaxChannels = 32;  // channels per block, widest
+constexpr int64_t kMambaStepMaxThreads = kMambaStepMaxChannels * kMambaStepMaxState;
 constexpr int64_t kMambaStepMaxInner = 8192;
 constexpr int64_t kMambaStepMaxProjRows = 2048;  // dt_rank + 2 d_state
+constexpr int kMambaStepMaxCluster = 16;         // non-portable above 8 (sm_90 allows 16)
 
 bool mamba_conv_epilogue_ok(const MambaStepShape& s);
 bool mamba_mixer_step_ok(const MambaStepShape& s);
-// Blocks of the mixer step (kMambaStepChannels channels each; the last may be partial).
-int64_t mamba_step_blocks(int64_t d_inner);
-// Cluster size of the mixer step. Every block needs all of x_proj's output; alone, each block reads all of W_x from
-// L2 (245 KB for mamba-130m: ~2 us of one SM's L2 bandwidth). In a cluster of c blocks each computes 1/c of the rows
-// and reads the others' through distributed shared memory, so a block reads 1/c of W_x. The largest of 8, 4, 2 that
-// does not exceed the blocks and the device runs (`resident[c]` > 0: clusters of c blocks fit; sm_90); else 1.
-// The grid is rounded up to a multiple of it (blocks past d_inner compute rows only).
-int mamba_step_cluster(int64_t d_inner, const int* resident /* [17], null: no clusters */);
+// Channels per mixer-step block: `forced` (Tuning::cuda_mamba_channels: 32, 16 or 8) when set, else the narrowest
+// width whose grid is at most one block per SM (more blocks: more SMs issue the latency-bound chain at once, while
+// none runs two); 32 when even that does not fit or the SM count is unknown (0). Mamba-130m (d_inner 1536) on 132
+// SMs: 16 (96 blocks). True for 8, 16, 32 only: mamba_step_width_ok.
+bool mamba_step_width_ok(int channels);
+int mamba_step_channels(int64_t d_inner, int sm_count, int forced);
+// Blocks of the mixer step (`channels` channels each; the last may be partial).
+int64_t mamba_step_blocks(int64_t d_inner, int channels);
+// Cluster size of the mixer step. Every block needs all `proj_rows` (dt_rank + 2 d_state) of x_proj's output;
+// alone, each block reads all of W_x from L2 (245 KB for mamba-130m: ~2 us of one SM's L2 bandwidth). In a cluster
+// of c blocks each computes 1/c of the rows (warp w of rank r: rows r warps + w + c warps i) and reads the others'
+// through distributed shared memory. Target: the smallest power of two c with c x warps-per-block (channels / 2)
+// >= proj_rows (each warp at most one row: the chain of today's 32-channel blocks in clusters of 8), at most 16;
+// run: the largest of 16, 8, 4, 2 not above the target, the blocks and what the device holds (`resident[c]` > 0;
+// sm_90, 16 only where non-portable sizes are allowed); else 1. The grid is rounded up to a multiple of it (blocks
+// past d_inner compute rows only). Mamba-130m (80 rows): 32 channels -> 8, 16 -> 16, 8 -> 16 (two rows a warp).
+int mamba_step_cluster(int64_t d_inner, int channels, int64_t proj_rows, const int* resident /* [17], null: none */);
 // Dynamic shared memory of a mixer-step block: xc, x_proj's output (each rounded up to 4 floats: 16 bytes), the
 // block's dt.
-int64_t mamba_step_smem_bytes(int64_t d_inner, int64_t dt_rank, int64_t d_state);
+int64_t mamba_step_smem_bytes(int64_t d_inner, int64_t dt_rank, int64_t d_state, int channels);
 
 }  // namespace flashkit::engine

@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 #include "engine/backend.hpp"
@@ -219,12 +220,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaMambaStep,
                                             ::testing::Bool()));
 
 #ifdef FLASHKIT_WITH_CUDA
-// The mixer-step kernel alone with every cluster size forced (the backend picks one per device: 8 for mamba-130m on
-// an H200, 1 without clusters), d_inner 264 (9 blocks of 32 channels: the grid rounded up to whole clusters) and 2056
-// (x_proj rows longer than the chunks preloaded before the PDL wait), rows of x_proj (24 + 2 x 13 = 50) not a
-// multiple of the 16 warps: outputs vs f64, NaN-poisoned first, over 3 steps.
+// The mixer-step kernel alone at every block width (32, 16, 8 channels) with every cluster size forced (the backend
+// picks both per device: mamba_step_channels, mamba_step_cluster; 1 without clusters), d_inner 264 (9, 17, 33
+// blocks: the grid rounded up to whole clusters) and 2056 (x_proj rows longer than the chunks preloaded before the
+// PDL wait), rows of x_proj (24 + 2 x 13 = 50) not a multiple of the 16, 8 or 4 warps: outputs vs f64,
+// NaN-poisoned first, over 3 steps.
 class CudaMambaStepKernel : public ::testing::TestWithParam<int64_t> {};
-TEST_P(CudaMambaStepKernel, EveryClusterSizeMatchesF64) {
+TEST_P(CudaMambaStepKernel, EveryWidthAndClusterSizeMatchesF64) {
   if (cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
   const int64_t Di = GetParam();
   constexpr int64_t R = 24, N = 13, P = R + 2 * N;
@@ -255,7 +257,8 @@ TEST_P(CudaMambaStepKernel, EveryClusterSizeMatchesF64) {
   void* d_dbc = dev(nullptr, size_t(P) * 4);
   void* d_dt = dev(nullptr, size_t(Di) * 4);
   void* d_y = dev(nullptr, size_t(Di) * 4);
-  for (int cl : {1, 2, 4, 8}) {
+  for (const auto& [ch, cl] : {std::pair{32, 1}, {32, 2}, {32, 4}, {32, 8}, {32, 16}, {16, 1}, {16, 2}, {16, 4},
+                               {16, 8}, {16, 16}, {8, 1}, {8, 2}, {8, 4}, {8, 8}, {8, 16}}) {
     std::vector<double> sref(state0.begin(), state0.end());
     ASSERT_EQ(cudaMemcpy(d_state, state0.data(), state0.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
     for (int step = 0; step < 3; ++step) {
@@ -271,14 +274,14 @@ TEST_P(CudaMambaStepKernel, EveryClusterSizeMatchesF64) {
       a.dt_bias = static_cast<const float*>(d_bias), a.A = static_cast<const float*>(d_A);
       a.D = static_cast<const float*>(d_D), a.state = static_cast<float*>(d_state);
       a.dbc = static_cast<float*>(d_dbc), a.dt = static_cast<float*>(d_dt), a.y = static_cast<float*>(d_y);
-      a.d_inner = Di, a.dt_rank = int(R), a.d_state = int(N), a.cluster = cl;
+      a.d_inner = Di, a.dt_rank = int(R), a.d_state = int(N), a.cluster = cl, a.channels = ch;
       try {
         engine::cuda::mamba_mixer_step(a, nullptr);
-      } catch (const Error& e) {  // a forced cluster size this device does not run (before sm_90)
+      } catch (const Error& e) {  // a forced cluster size this device does not run (before sm_90; 16: non-portable)
         EXPECT_GT(cl, 1) << e.what();
         break;
       }
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "cluster " << cl;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "width " << ch << ", cluster " << cl;
       std::vector<float> dbc(static_cast<size_t>(P)), dt(static_cast<size_t>(Di)), y(static_cast<size_t>(Di)),
           st(state0.size());
       ASSERT_EQ(cudaMemcpy(dbc.data(), d_dbc, dbc.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -302,7 +305,8 @@ TEST_P(CudaMambaStepKernel, EveryClusterSizeMatchesF64) {
         const double zz = z[size_t(c)];
         yr[size_t(c)] = (acc + D[size_t(c)] * u) * zz / (1 + std::exp(-zz));
       }
-      const std::string at = "cluster " + std::to_string(cl) + ", step " + std::to_string(step);
+      const std::string at =
+          "width " + std::to_string(ch) + ", cluster " + std::to_string(cl) + ", step " + std::to_string(step);
       EXPECT_LT(rel(dbc, dr), 1e-5) << at;
       EXPECT_LT(rel(dt, tr), 1e-5) << at;
       EXPECT_LT(rel(y, yr), 1e-5) << at;
@@ -342,6 +346,12 @@ TEST(CudaMambaStepLauncher, RefusesShapesItCannotRun) {
   EXPECT_EQ(status_of(a), Status::invalid_argument);
   a = args(), a.cluster = 3;
   EXPECT_EQ(status_of(a), Status::invalid_argument);
+  a = args(), a.cluster = 32;
+  EXPECT_EQ(status_of(a), Status::invalid_argument);
+  for (int ch : {4, 12, 64, -8}) {  // channels per block: 8, 16, 32 or 0 (automatic)
+    a = args(), a.channels = ch;
+    EXPECT_EQ(status_of(a), Status::invalid_argument) << ch;
+  }
   a = args(), a.y = nullptr;
   EXPECT_EQ(status_of(a), Status::invalid_argument);
 }
@@ -388,15 +398,18 @@ fs::path make_model(const std::string& name, int rank) {
 }
 
 // The same prompt and decode steps with fusion on and off: logits within 1e-4 (f32 intermediates; the fused kernels
-// sum in the unfused kernels' orders) over 24 decode steps, the steps after the first replaying captured graphs.
+// sum in the unfused kernels' orders) over 24 decode steps, the steps after the first replaying captured graphs;
+// fused with the mixer's block width forced to 32, 16 and 8 channels (Tuning::cuda_mamba_channels) and automatic.
 TEST(CudaMambaFusion, DecodeLogitsMatchUnfused) {
   if (cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
-  for (int rank : {8, 6}) {  // 6: the mixer runs unfused (dt_proj's K % 8 != 0), the conv epilogue still fuses
-    const fs::path dir = make_model("r" + std::to_string(rank), rank);
+  for (const auto& [rank, width] : {std::pair{8, 0}, {8, 32}, {8, 16}, {8, 8}, {6, 0}}) {
+    // rank 6: the mixer runs unfused (dt_proj's K % 8 != 0), the conv epilogue still fuses
+    const fs::path dir = make_model("r" + std::to_string(rank) + "w" + std::to_string(width), rank);
     LoadOptions on, off;
     on.device = off.device = "cuda";
     on.tuning = off.tuning = default_tuning();
     on.tuning->cuda_fuse = true;
+    on.tuning->cuda_mamba_channels = width;
     off.tuning->cuda_fuse = false;
     auto mon = Model::load(dir, on);
     auto moff = Model::load(dir, off);
@@ -419,7 +432,8 @@ TEST(CudaMambaFusion, DecodeLogitsMatchUnfused) {
       const int32_t id = int32_t(g() % 61);
       son->decode(id);
       soff->decode(id);
-      ASSERT_LE(rel32(son->logits(), soff->logits()), 1e-4) << "dt_rank " << rank << ", decode step " << step;
+      ASSERT_LE(rel32(son->logits(), soff->logits()), 1e-4)
+          << "dt_rank " << rank << ", width " << width << ", decode step " << step;
     }
     EXPECT_GT(mon->graph_counts().replayed, 0) << "decode steps replay a captured graph";
     son.reset(), soff.reset(), mon.reset(), moff.reset();

@@ -2,7 +2,12 @@
 // GEMV and mixer-step kernel take, and the mixer's launch geometry. Pure functions: checked in every build.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
+#include <utility>
+
 #include "engine/mamba_fusion.hpp"
+#include "flashkit/tuning.hpp"
 
 using namespace flashkit::engine;
 
@@ -17,8 +22,9 @@ MambaStepShape mamba_130m() {  // state-spaces/mamba-130m: d_inner 1536, dt_rank
 TEST(MambaFusionChoice, Mamba130mDecodeFusesBoth) {
   EXPECT_TRUE(mamba_conv_epilogue_ok(mamba_130m()));
   EXPECT_TRUE(mamba_mixer_step_ok(mamba_130m()));
-  EXPECT_EQ(mamba_step_blocks(1536), 48);
-  EXPECT_EQ(mamba_step_smem_bytes(1536, 48, 16), (1536 + 80 + 32) * 4);
+  EXPECT_EQ(mamba_step_blocks(1536, 32), 48);
+  EXPECT_EQ(mamba_step_smem_bytes(1536, 48, 16, 32), (1536 + 80 + 32) * 4);
+  EXPECT_EQ(mamba_step_smem_bytes(1536, 48, 16, 8), (1536 + 80 + 8) * 4);
 }
 
 TEST(MambaFusionChoice, PrefillAndChunksStayUnfused) {
@@ -67,24 +73,71 @@ TEST(MambaFusionChoice, ConvEpiloguePreconditions) {
 }
 
 TEST(MambaFusionChoice, StepBlocksCoverEveryChannel) {
-  EXPECT_EQ(mamba_step_blocks(0), 0);
-  EXPECT_EQ(mamba_step_blocks(1), 1);
-  EXPECT_EQ(mamba_step_blocks(32), 1);
-  EXPECT_EQ(mamba_step_blocks(72), 3);
-  EXPECT_EQ(kMambaStepChannels * kMambaStepMaxState, kMambaStepThreads);
-  EXPECT_LE(mamba_step_smem_bytes(kMambaStepMaxInner, kMambaStepMaxProjRows - 32, 16), 48 * 1024 - 1024);
+  EXPECT_EQ(mamba_step_blocks(0, 32), 0);
+  EXPECT_EQ(mamba_step_blocks(1, 32), 1);
+  EXPECT_EQ(mamba_step_blocks(32, 32), 1);
+  EXPECT_EQ(mamba_step_blocks(72, 32), 3);
+  EXPECT_EQ(mamba_step_blocks(72, 16), 5);
+  EXPECT_EQ(mamba_step_blocks(72, 8), 9);
+  EXPECT_EQ(mamba_step_blocks(1536, 16), 96);
+  EXPECT_EQ(mamba_step_blocks(1536, 8), 192);
+  EXPECT_EQ(kMambaStepMaxChannels * kMambaStepMaxState, kMambaStepMaxThreads);
+  for (int w : {32, 16, 8})
+    EXPECT_LE(mamba_step_smem_bytes(kMambaStepMaxInner, kMambaStepMaxProjRows - 32, 16, w), 48 * 1024 - 1024);
+}
+
+TEST(MambaFusionChoice, ChannelsPerBlock) {
+  for (int w : {32, 16, 8}) EXPECT_TRUE(mamba_step_width_ok(w)) << w;
+  for (int w : {0, 1, 4, 24, 64, -16}) EXPECT_FALSE(mamba_step_width_ok(w)) << w;
+  EXPECT_EQ(mamba_step_channels(1536, 132, 0), 16);  // mamba-130m on an H200: 96 blocks (192 would be > 1 a SM)
+  EXPECT_EQ(mamba_step_channels(1536, 192, 0), 8);   // 192 blocks fit one a SM
+  EXPECT_EQ(mamba_step_channels(1536, 47, 0), 32);   // not even 48 blocks fit: the widest
+  EXPECT_EQ(mamba_step_channels(1536, 0, 0), 32);    // SM count unknown (the CPU emulation): today's width
+  EXPECT_EQ(mamba_step_channels(5120, 132, 0), 32);  // mamba-2.8b: 160 blocks of 32
+  EXPECT_EQ(mamba_step_channels(72, 132, 0), 8);
+  for (int w : {32, 16, 8}) {  // forced (Tuning::cuda_mamba_channels) whatever the shape and device
+    EXPECT_EQ(mamba_step_channels(1536, 132, w), w);
+    EXPECT_EQ(mamba_step_channels(72, 0, w), w);
+  }
+  EXPECT_EQ(mamba_step_channels(1536, 132, 12), 16);  // not a width: the automatic choice (the launcher refuses it)
 }
 
 TEST(MambaFusionChoice, ClusterSize) {
-  int none[17] = {}, all[17] = {}, upto4[17] = {};
-  for (int c = 2; c <= 16; ++c) all[c] = 4, upto4[c] = c <= 4 ? 2 : 0;
-  EXPECT_EQ(mamba_step_cluster(1536, nullptr), 1);  // no clusters (sm_80, or not a CUDA build)
-  EXPECT_EQ(mamba_step_cluster(1536, none), 1);     // none fits
-  EXPECT_EQ(mamba_step_cluster(1536, all), 8);      // mamba-130m on an H200: 48 blocks in 6 clusters of 8
-  EXPECT_EQ(mamba_step_cluster(1536, upto4), 4);
-  EXPECT_EQ(mamba_step_cluster(72, all), 2);   // 3 blocks: clusters of 2 (the grid rounded up to 4)
-  EXPECT_EQ(mamba_step_cluster(160, all), 4);  // 5 blocks
-  EXPECT_EQ(mamba_step_cluster(32, all), 1);   // one block
+  int none[17] = {}, all[17] = {}, upto4[17] = {}, upto8[17] = {};
+  for (int c = 2; c <= 16; ++c) all[c] = 4, upto4[c] = c <= 4 ? 2 : 0, upto8[c] = c <= 8 ? 3 : 0;
+  constexpr int64_t rows = 80;  // mamba-130m: dt_rank 48 + 2 x 16
+  EXPECT_EQ(mamba_step_cluster(1536, 32, rows, nullptr), 1);  // no clusters (sm_80, or not a CUDA build)
+  EXPECT_EQ(mamba_step_cluster(1536, 32, rows, none), 1);     // none fits
+  EXPECT_EQ(mamba_step_cluster(1536, 32, rows, all), 8);      // 48 blocks of 16 warps in 6 clusters of 8: a row a warp
+  EXPECT_EQ(mamba_step_cluster(1536, 16, rows, all), 16);     // 96 blocks of 8 warps in 6 clusters of 16
+  EXPECT_EQ(mamba_step_cluster(1536, 8, rows, all), 16);      // 192 of 4 warps: 12 clusters of 16 (2 rows a warp)
+  EXPECT_EQ(mamba_step_cluster(1536, 16, rows, upto8), 8);    // 16 not allowed (non-portable): the largest below
+  EXPECT_EQ(mamba_step_cluster(1536, 32, rows, upto4), 4);
+  EXPECT_EQ(mamba_step_cluster(1536, 32, 24, all), 2);        // 24 rows: 2 blocks of 16 warps cover them
+  EXPECT_EQ(mamba_step_cluster(1536, 32, 16, all), 1);        // one block's warps cover every row
+  EXPECT_EQ(mamba_step_cluster(5120, 32, 192, all), 16);      // mamba-2.8b: 192 rows over 16 x 16 warps
+  EXPECT_EQ(mamba_step_cluster(72, 32, rows, all), 2);   // 3 blocks: clusters of 2 (the grid rounded up to 4)
+  EXPECT_EQ(mamba_step_cluster(160, 32, rows, all), 4);  // 5 blocks
+  EXPECT_EQ(mamba_step_cluster(32, 32, rows, all), 1);   // one block
+  EXPECT_EQ(mamba_step_cluster(72, 8, rows, all), 8);    // 9 blocks of 8 channels
+}
+
+// FLASHKIT_CUDA_MAMBA_CHANNELS (read by tuning_from_env, as the bench and the CLI do) forces the width for A/B runs;
+// a value that is not a width is ignored (with a warning): automatic.
+TEST(MambaFusionChoice, WidthFromTheEnvironment) {
+  const char* name = "FLASHKIT_CUDA_MAMBA_CHANNELS";
+  const char* before = std::getenv(name);
+  const std::string saved = before ? before : "";
+  for (auto [value, want] : {std::pair{"32", 32}, {"16", 16}, {"8", 8}, {"auto", 0}, {"12", 0}, {"wide", 0}}) {
+    setenv(name, value, 1);
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(flashkit::tuning_from_env().cuda_mamba_channels, want) << value;
+    testing::internal::GetCapturedStderr();
+  }
+  unsetenv(name);
+  EXPECT_EQ(flashkit::tuning_from_env().cuda_mamba_channels, 0);
+  EXPECT_EQ(flashkit::Tuning{}.cuda_mamba_channels, 0);
+  if (before) setenv(name, saved.c_str(), 1);
 }
 
 }  // namespace

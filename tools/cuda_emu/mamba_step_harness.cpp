@@ -1,6 +1,6 @@
 // The engine's fused Mamba decode kernels run by the CPU emulation (tools/cuda_emu/run_mamba_step.sh) against f64:
-// the mixer step (src/engine/cuda/mamba_step.cu: x_proj, dt_proj and the scan step; odd shapes, d_inner not a
-// multiple of the block's 32 channels, d_state below 16, several steps carrying the state) and the in_proj GEMV with
+// the mixer step (src/engine/cuda/mamba_step.cu: x_proj, dt_proj and the scan step at every block width and
+// cluster size; odd shapes, d_inner not a multiple of the block's channels, d_state below 16, several steps carrying the state) and the in_proj GEMV with
 // its conv epilogue (src/engine/cuda/gemv.cu, one row, both warp shapes, widths 4 and 3, with and without the conv
 // bias). Outputs NaN-poisoned first. A development check of indexing; the GPU tests
 // (tests/engine/test_cuda_mamba_fusion.cpp) are the real ones.
@@ -82,10 +82,17 @@ void check_gemv_conv(int64_t K, int64_t Di, int W, bool bias) {
 int main() {
   check_gemv_conv(40, 72, 4, true);   // N = 144: two rows per warp on the emulated 3-SM machine
   check_gemv_conv(24, 20, 3, false);  // N = 40: one row per warp
-  struct S { int64_t Di, R, N; int cluster; };  // cluster 0: the launcher's choice (here: the largest that fits)
-  // (2056: x_proj rows longer than the 8 chunks per lane preloaded before the PDL wait)
-  for (S s : {S{72, 8, 16, 0}, S{72, 8, 16, 1}, S{72, 8, 16, 4}, S{72, 8, 16, 8}, S{48, 16, 5, 0}, S{40, 8, 1, 0},
-              S{96, 24, 16, 0}, S{2056, 8, 3, 0}}) {
+  struct S { int64_t Di, R, N; int cluster; int ch; };  // cluster 0: the launcher's choice (mamba_step_cluster)
+  // Every block width (32, 16, 8 channels) with every cluster size forced and the automatic one; 2056: x_proj rows
+  // longer than the 8 chunks per lane preloaded before the PDL wait; 264 with 50 rows: more rows than warps.
+  std::vector<S> cases;
+  for (int ch : {32, 16, 8}) {
+    for (int cl : {0, 1, 2, 4, 8, 16}) cases.push_back(S{72, 8, 16, cl, ch});
+    for (S s : {S{48, 16, 5, 0, ch}, S{40, 8, 1, 0, ch}, S{96, 24, 16, 0, ch}, S{264, 24, 13, 0, ch},
+                S{2056, 8, 3, 0, ch}})
+      cases.push_back(s);
+  }
+  for (S s : cases) {
     const int64_t Di = s.Di, R = s.R, N = s.N, P = R + 2 * N;
     std::mt19937_64 g(uint64_t(Di * 100 + N));
     std::uniform_real_distribution<float> ud(-1.f, 1.f);
@@ -110,7 +117,7 @@ int main() {
       engine::cuda::MambaStepArgs a;
       a.xc = xc.data(), a.z = z.data(), a.w_x = wx.data(), a.w_dt = wdt.data(), a.dt_bias = bias.data();
       a.A = A.data(), a.D = D.data(), a.state = state.data(), a.dbc = dbc.data(), a.dt = dt.data(), a.y = y.data();
-      a.d_inner = Di, a.dt_rank = int(R), a.d_state = int(N), a.cluster = s.cluster;
+      a.d_inner = Di, a.dt_rank = int(R), a.d_state = int(N), a.cluster = s.cluster, a.channels = s.ch;
       engine::cuda::mamba_mixer_step(a, nullptr);
       // f64 reference
       std::vector<double> dr(static_cast<size_t>(P)), tr(static_cast<size_t>(Di)), yr(static_cast<size_t>(Di));
@@ -139,11 +146,11 @@ int main() {
         return std::sqrt(d / r);
       };
       const std::string tag = "Di" + std::to_string(Di) + " R" + std::to_string(R) + " N" + std::to_string(N) +
-                              " cluster " + (s.cluster ? std::to_string(s.cluster) : "auto") + " step " +
+                              " w" + std::to_string(s.ch) + " cluster " + (s.cluster ? std::to_string(s.cluster) : "auto") + " step " +
                               std::to_string(step);
       for (auto [name, e] : {std::pair<const char*, double>{"dbc", err(dbc, dr)}, {"dt", err(dt, tr)},
                              {"y", err(y, yr)}, {"state", err(state, sref)}}) {
-        std::printf("%s %-32s %-6s err %.3g\n", e <= 1e-5 ? "ok  " : "FAIL", tag.c_str(), name, e);
+        std::printf("%s %-38s %-6s err %.3g\n", e <= 1e-5 ? "ok  " : "FAIL", tag.c_str(), name, e);
         if (!(e <= 1e-5)) ++fails;
       }
     }

@@ -22,9 +22,14 @@
 #   fused     the fused Mamba decode step (issue 18; engine/mamba_fusion.hpp: 3 kernels per layer instead of 6): builds
 #             flashkit_engine_tests and flashkit_ssm_bench, runs the Mamba engine tests (the fusion choice, a layer's
 #             decode steps vs f64 with fusion on and off on odd shapes, whole-model decode logits fused vs unfused,
-#             CUDA vs CPU), compute-sanitizer memcheck on the CUDA ones, registers of the two fused kernels, then
-#             the decode roofline of the mamba-130m-shaped model with FLASHKIT_CUDA_FUSE=1 and =0 in one run:
-#             $OUT/ssm_decode_fused.jsonl and "fused decode:" lines
+#             CUDA vs CPU; the mixer kernel at every block width x cluster size), compute-sanitizer memcheck on the
+#             CUDA ones, registers of the two fused kernels, then the decode roofline of the mamba-130m-shaped model
+#             in one run with fusion off (FLASHKIT_CUDA_FUSE=0) and on with the mixer's block width automatic and
+#             forced to 32, 16, 8 channels (FLASHKIT_CUDA_MAMBA_CHANNELS, read by the bench's default tuning):
+#             $OUT/ssm_decode_fused.jsonl (each row tagged "mixer_channels") and "fused decode:" lines
+#   mixerncu  (not in the default list) Nsight Compute durations of the mixer-step kernel alone at each block width
+#             (32, 16, 8; 48 decode launches each, cold L2 as in decode) in the same model's decode:
+#             $OUT/ncu_mixer_w*.csv and one "mixer ncu:" line per width
 #   tools/gpu/ssm_cuda.sh [STAGES...]     default: build test sanitize regs bench decode fused
 # Results: $OUT/ssm_cuda.log, $OUT/ssm_bench.jsonl, $OUT/ssm_cuda_summary.json, $OUT/ssm_decode.jsonl,
 # $OUT/ssm_decode_fused.jsonl, $OUT/failed.txt. Exit status non-zero
@@ -141,7 +146,7 @@ EOF
       if [ -z "$p" ]; then log "flashkit_engine_tests: not built"; status=1; continue; fi
       CF='Shapes/CudaMambaStep.*:Inner/CudaMambaStepKernel.*:CudaMambaStepLauncher.*:CudaMambaFusion.*'  # CUDA ones
       run mamba_fusion_tests timeout 150 "$p" --gtest_brief=1 --gtest_filter="MambaFusionChoice.*:$CF:MambaCuda.*:Mamba.*"
-      run memcheck_mamba_fusion timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$p" --gtest_brief=1 \
+      run memcheck_mamba_fusion timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$p" --gtest_brief=1 \
         --gtest_filter="$CF"
       grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt"
       log "regs: the fused Mamba kernels (mixer step; the one-row GEMVs that carry the conv epilogue)"
@@ -152,26 +157,70 @@ EOF
       M="$BUILD/mamba-130m-random"
       [ -f "$M/config.json" ] || run decode_model timeout 150 python3 tools/gpu/make_mamba_decode_model.py "$M"
       : > "$OUT/ssm_decode_fused.jsonl"
-      for f in 1 0; do
-        log "fused decode: FLASHKIT_CUDA_FUSE=$f $b decode $M"
-        FLASHKIT_CUDA_FUSE=$f timeout 90 "$b" decode "$M" >> "$OUT/ssm_decode_fused.jsonl" 2>> "$LOG" \
-          || { log "fused decode: FLASHKIT_CUDA_FUSE=$f failed"; status=1; }
+      # fusion off, then on with the mixer's width automatic and forced: "fuse:channels" (auto: mamba_step_channels)
+      for cfg in 0:auto 1:auto 1:32 1:16 1:8; do
+        f=${cfg%%:*} w=${cfg##*:}
+        log "fused decode: FLASHKIT_CUDA_FUSE=$f FLASHKIT_CUDA_MAMBA_CHANNELS=$w $b decode $M"
+        r=$(FLASHKIT_CUDA_FUSE=$f FLASHKIT_CUDA_MAMBA_CHANNELS=$w timeout 90 "$b" decode "$M" 2>> "$LOG") \
+          || { log "fused decode: FLASHKIT_CUDA_FUSE=$f FLASHKIT_CUDA_MAMBA_CHANNELS=$w failed"; status=1; continue; }
+        printf '%s\n' "$r" | python3 -c 'import json,sys; w=sys.argv[1]
+for l in sys.stdin:
+    if l.strip(): r=json.loads(l); r["mixer_channels"]=w; print(json.dumps(r))' "$w" >> "$OUT/ssm_decode_fused.jsonl"
       done
       cat "$OUT/ssm_decode_fused.jsonl" >> "$LOG"
       python3 - "$OUT/ssm_decode_fused.jsonl" <<'EOF' | tee -a "$LOG"
 import json, sys
-rows = {bool(r.get("cuda_fuse")): r for r in map(json.loads, filter(str.strip, open(sys.argv[1])))}
-for on in (True, False):
-    if on in rows:
-        r = rows[on]
-        print("fused decode: fusion %-3s %.4f ms/token, roofline %.4f ms -> %.2fx (goal <= 1.5x: %s)"
-              % ("on" if on else "off", r["ms_per_token"], r["weight_roofline_ms"], r["of_roofline"],
+rows = {}
+for r in map(json.loads, filter(str.strip, open(sys.argv[1]))):
+    rows["off" if not r.get("cuda_fuse") else r.get("mixer_channels", "auto")] = r
+for k in ("off", "auto", "32", "16", "8"):
+    if k in rows:
+        r = rows[k]
+        print("fused decode: %-22s %.4f ms/token, roofline %.4f ms -> %.2fx (goal <= 1.5x: %s)"
+              % ("fusion off" if k == "off" else "fusion on, mixer " + (k if k == "auto" else "w" + k),
+                 r["ms_per_token"], r["weight_roofline_ms"], r["of_roofline"],
                  "met" if r["of_roofline"] <= 1.5 else "not met"))
-if True in rows and False in rows:
-    on, off = rows[True], rows[False]
+us = lambda r: 1e3 * r["ms_per_token"] / r["layers"]
+if "auto" in rows and "off" in rows:
+    on, off = rows["auto"], rows["off"]
     print("fused decode: %.2fx faster with fusion (%.1f -> %.1f us per layer)"
-          % (off["ms_per_token"] / on["ms_per_token"], 1e3 * off["ms_per_token"] / off["layers"],
-             1e3 * on["ms_per_token"] / on["layers"]))
+          % (off["ms_per_token"] / on["ms_per_token"], us(off), us(on)))
+if "32" in rows:
+    for k in ("16", "8"):
+        if k in rows:
+            print("fused decode: mixer w%s vs w32: %.3fx (%.2f -> %.2f us per layer)"
+                  % (k, rows["32"]["ms_per_token"] / rows[k]["ms_per_token"], us(rows["32"]), us(rows[k])))
+EOF
+      ;;
+    mixerncu)
+      b=$(bin flashkit_ssm_bench)
+      if [ -z "$b" ]; then log "flashkit_ssm_bench: not built"; status=1; continue; fi
+      M="$BUILD/mamba-130m-random"
+      [ -f "$M/config.json" ] || run decode_model timeout 150 python3 tools/gpu/make_mamba_decode_model.py "$M"
+      for w in 32 16 8; do
+        FLASHKIT_CUDA_MAMBA_CHANNELS=$w run "ncu_mixer_w$w" timeout 150 ncu --clock-control none \
+          -k regex:mamba_step_kernel -c 48 --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu_mixer_w$w.csv" \
+          "$b" decode "$M"
+      done
+      python3 - "$OUT" <<'EOF' | tee -a "$LOG"
+import csv, os, statistics, sys
+scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}
+for w in ("32", "16", "8"):
+    p = os.path.join(sys.argv[1], "ncu_mixer_w%s.csv" % w)
+    if not os.path.exists(p):
+        print("mixer ncu: w%s: no csv" % w)
+        continue
+    lines = [l for l in open(p) if l.startswith('"')]  # the CSV rows (ncu's own ==PROF== lines skipped)
+    us, shape = [], ""
+    for r in csv.DictReader(lines):
+        if r.get("Metric Name") == "gpu__time_duration.sum":
+            us.append(float(r["Metric Value"].replace(",", "")) * scale.get(r.get("Metric Unit", ""), 1.0))
+            shape = "%s x %s" % (r.get("Grid Size", "?"), r.get("Block Size", "?"))
+    if us:
+        print("mixer ncu: w%-2s grid x block %s: median %.2f us (min %.2f, max %.2f) over %d launches"
+              % (w, shape, statistics.median(us), min(us), max(us), len(us)))
+    else:
+        print("mixer ncu: w%s: no durations in %s" % (w, p))
 EOF
       ;;
     *) log "unknown stage $st"; status=1 ;;

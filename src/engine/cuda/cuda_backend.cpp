@@ -1156,6 +1156,7 @@ class CudaBackend final : public Backend {
     a.dt_bias = dp.M.bias.data ? fp(dp.M.bias) : nullptr;
     a.state = fp(st), a.dbc = fp(dbc), a.dt = fp(dp.c), a.y = fp(sc.c);
     a.d_inner = Di, a.dt_rank = int(R), a.d_state = int(N);
+    a.channels = tuning_.cuda_mamba_channels;  // 0: mamba_step_channels' choice for the device
     kc::mamba_mixer_step(a, stream_);
     ++stats_.mamba_fused_mixers;
     return 3;

@@ -108,7 +108,7 @@ void gemv_bf16(const GemvIn& in, const uint16_t* W, int64_t N, int64_t K, int T,
 // One row (T == 1) of x_proj, dt_proj and the selective-scan step in one launch (engine/mamba_fusion.hpp: shapes
 // it takes, mamba_mixer_step_ok). Every block gets dbc = W_x . xc (the whole x_proj output, which every channel
 // needs): it computes it alone, or with the other blocks of its cluster (sm_90; mamba_step_cluster), each its share
-// of the rows, exchanged through distributed shared memory. Then for its kMambaStepChannels channels
+// of the rows, exchanged through distributed shared memory. Then for its 32, 16 or 8 channels
 // dt = W_dt[c] . dbc[:dt_rank] + dt_bias[c], the state update h = exp(softplus(dt) A) h + softplus(dt) B x and
 // y = (C . h + D x) silu(z). Every dot product is summed in the GEMV's order (lane l: 8-weight chunks l, l + 32, ...,
 // then the warp butterfly) and the scan step in the scan kernel's, so the outputs match the unfused ops'. Writes what
@@ -127,7 +127,8 @@ struct MambaStepArgs {
   float* y = nullptr;              // [d_inner]
   int64_t d_inner = 0;
   int dt_rank = 0, d_state = 0;
-  int cluster = 0;  // blocks per cluster: 0 = mamba_step_cluster's choice for this device; tests force 1, 2, 4, 8
+  int channels = 0;  // per block: 0 = mamba_step_channels' choice; 32, 16, 8 forced (Tuning::cuda_mamba_channels)
+  int cluster = 0;   // blocks per cluster: 0 = mamba_step_cluster's choice for this device; tests force 1..16
 };
 // Throws invalid_argument when the shapes are outside what mamba_mixer_step_ok accepts or a forced cluster size
 // cannot run on this device.

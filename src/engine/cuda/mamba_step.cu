@@ -8,6 +8,10 @@
 // ranks' rows from their shared memory (DSMEM), so a block reads 1/c of W_x. Elsewhere (sm_80, or clusters that do
 // not fit) c = 1: every block computes every row. docs/worklog/mamba-decode-cuda.md has the estimates.
 //
+// Width: a block carries CH = 32, 16 or 8 channels (16 CH threads; mamba_step_channels: narrower blocks put the
+// latency-bound step on more SMs), the cluster size re-chosen for it (mamba_step_cluster). The width changes which
+// block computes what, not the order of any sum.
+//
 // Arithmetic: the dot products in the GEMV's order (lane l accumulates the 8-weight chunks l, l + 32, ... with
 // fmaf, then warp_sum), the scan step in the scan kernel's (kernels/cuda/ssm/scan.cu at seqlen 1, one state per
 // thread, 16 threads a channel, the partial outputs summed by xor shuffles 8, 4, 2, 1), so the outputs equal the
@@ -25,9 +29,7 @@ namespace flashkit::engine::cuda {
 
 namespace {
 
-constexpr int kThreads = int(kMambaStepThreads), kWarps = kThreads / 32;
 constexpr int kSplit = int(kMambaStepMaxState);  // threads per channel, one state each
-constexpr int kChannels = int(kMambaStepChannels);
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kPre = 8;  // x_proj chunks per lane loaded before the PDL wait (a whole row when d_inner <= 2048)
 
@@ -44,8 +46,12 @@ __device__ __forceinline__ float fma_chunk(uint4 w, const float* x, float acc) {
   return acc;
 }
 
-template <int CL>
-__global__ void __launch_bounds__(kThreads, 1) mamba_step_kernel(MambaStepArgs a) {
+// CH channels per block, clusters of CL blocks. At most 128 registers a thread at every width (the widest block's
+// budget), so narrower blocks may share an SM (a cluster of 16 narrow blocks on fewer SMs).
+template <int CH, int CL>
+__global__ void __launch_bounds__(CH * kSplit, int(kMambaStepMaxThreads) / (CH * kSplit))
+    mamba_step_kernel(MambaStepArgs a) {
+  constexpr int kThreads = CH * kSplit, kWarps = kThreads / 32, kChannels = CH;
   extern __shared__ float4 smem4[];
   const int64_t Di = a.d_inner, KC = Di / 8;
   const int R = a.dt_rank, N = a.d_state, rows = R + 2 * N;
@@ -166,40 +172,68 @@ void mamba_mixer_step(const MambaStepArgs& a, cudaStream_t stream) {
              ", dt_rank a multiple of 8, d_state in [1, " + std::to_string(kMambaStepMaxState) +
              "], 16-byte aligned weights and every buffer; got d_inner " + std::to_string(a.d_inner) + ", dt_rank " +
              std::to_string(a.dt_rank) + ", d_state " + std::to_string(a.d_state));
-  const size_t smem = size_t(mamba_step_smem_bytes(a.d_inner, a.dt_rank, a.d_state));
+  if (a.channels != 0 && !mamba_step_width_ok(a.channels))
+    fail(Status::invalid_argument,
+         "mamba_mixer_step: channels per block must be 8, 16 or 32 (0: automatic), got " + std::to_string(a.channels));
   const int* resident = nullptr;
+  int sms = 0;
 #if defined(FLASHKIT_WITH_CUDA)
-  // Which cluster sizes fit (per device; with the largest shared memory the kernel takes, so it holds for all).
+  sms = cuda_device_info().sms;
+  // Which cluster sizes fit, per width and device (queried with the largest shared memory the kernel takes, so it
+  // holds for every shape); entry c from the instantiation of cluster size c.
   static thread_local int dev_cached = -1;
-  static thread_local ClusterResidency res[4];  // per CL instantiation 2, 4, 8 (index log2)
+  static thread_local ClusterResidency res[3];  // widths 32, 16, 8
   int dev = 0;
   check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
   if (dev != dev_cached) {
-    const size_t most = size_t(mamba_step_smem_bytes(kMambaStepMaxInner, kMambaStepMaxProjRows - 32, 16));
-    res[1] = query_cluster_residency(reinterpret_cast<const void*>(mamba_step_kernel<2>), kThreads, most);
-    res[2] = query_cluster_residency(reinterpret_cast<const void*>(mamba_step_kernel<4>), kThreads, most);
-    res[3] = query_cluster_residency(reinterpret_cast<const void*>(mamba_step_kernel<8>), kThreads, most);
-    res[0] = ClusterResidency{};
-    for (int k = 1; k <= 3; ++k) res[0][1 << k] = res[k][1 << k];  // size c from its own instantiation
+    auto query = [](auto kern2, auto kern4, auto kern8, auto kern16, int ch) {
+      const int threads = ch * kSplit;
+      const size_t most = size_t(mamba_step_smem_bytes(kMambaStepMaxInner, kMambaStepMaxProjRows - 32, 16, ch));
+      ClusterResidency r{};
+      r[2] = query_cluster_residency(reinterpret_cast<const void*>(kern2), threads, most)[2];
+      r[4] = query_cluster_residency(reinterpret_cast<const void*>(kern4), threads, most)[4];
+      r[8] = query_cluster_residency(reinterpret_cast<const void*>(kern8), threads, most)[8];
+      r[16] = query_cluster_residency(reinterpret_cast<const void*>(kern16), threads, most)[16];
+      return r;
+    };
+    res[0] = query(mamba_step_kernel<32, 2>, mamba_step_kernel<32, 4>, mamba_step_kernel<32, 8>,
+                   mamba_step_kernel<32, 16>, 32);
+    res[1] = query(mamba_step_kernel<16, 2>, mamba_step_kernel<16, 4>, mamba_step_kernel<16, 8>,
+                   mamba_step_kernel<16, 16>, 16);
+    res[2] = query(mamba_step_kernel<8, 2>, mamba_step_kernel<8, 4>, mamba_step_kernel<8, 8>,
+                   mamba_step_kernel<8, 16>, 8);
     dev_cached = dev;
   }
-  resident = res[0].data();
-#elif defined(FLASHKIT_CUDA_EMU)  // the CPU emulation (tools/cuda_emu/run_mamba_step.sh) runs every cluster size
-  static const int emu_resident[17] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+  const int ch = mamba_step_channels(a.d_inner, sms, a.channels);
+  resident = res[ch == 32 ? 0 : ch == 16 ? 1 : 2].data();
+#else
+  const int ch = mamba_step_channels(a.d_inner, sms, a.channels);
+#if defined(FLASHKIT_CUDA_EMU)  // the CPU emulation (tools/cuda_emu/run_mamba_step.sh) runs every cluster size
+  static const int emu_resident[17] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
   resident = emu_resident;
 #endif
-  int cl = a.cluster > 0 ? a.cluster : mamba_step_cluster(a.d_inner, resident);
-  if (cl != 1 && cl != 2 && cl != 4 && cl != 8)
-    fail(Status::invalid_argument, "mamba_mixer_step: cluster must be 1, 2, 4 or 8, got " + std::to_string(cl));
+#endif
+  const int proj_rows = a.dt_rank + 2 * a.d_state;
+  const int cl = a.cluster > 0 ? a.cluster : mamba_step_cluster(a.d_inner, ch, proj_rows, resident);
+  if (cl != 1 && cl != 2 && cl != 4 && cl != 8 && cl != 16)
+    fail(Status::invalid_argument, "mamba_mixer_step: cluster must be 1, 2, 4, 8 or 16, got " + std::to_string(cl));
   if (cl > 1 && (!resident || resident[cl] <= 0))
-    fail(Status::invalid_argument, "mamba_mixer_step: clusters of " + std::to_string(cl) + " do not run here");
-  const int64_t blocks = (mamba_step_blocks(a.d_inner) + cl - 1) / cl * cl;
-  const dim3 grid = dim3(unsigned(blocks), 1, 1);
-  void (*kern)(MambaStepArgs) = cl == 1 ? mamba_step_kernel<1>
-                               : cl == 2 ? mamba_step_kernel<2>
-                               : cl == 4 ? mamba_step_kernel<4>
-                                         : mamba_step_kernel<8>;
-  launch_clustered("mamba_mixer_step", unsigned(cl), kern, grid, dim3(kThreads), smem, stream, a);
+    fail(Status::invalid_argument, "mamba_mixer_step: clusters of " + std::to_string(cl) + " blocks of " +
+                                       std::to_string(ch) + " channels do not run here");
+  const size_t smem = size_t(mamba_step_smem_bytes(a.d_inner, a.dt_rank, a.d_state, ch));
+  const int64_t blocks = (mamba_step_blocks(a.d_inner, ch) + cl - 1) / cl * cl;
+  using Kernel = void (*)(MambaStepArgs);
+  static const Kernel kernels[3][5] = {
+      {mamba_step_kernel<32, 1>, mamba_step_kernel<32, 2>, mamba_step_kernel<32, 4>, mamba_step_kernel<32, 8>,
+       mamba_step_kernel<32, 16>},
+      {mamba_step_kernel<16, 1>, mamba_step_kernel<16, 2>, mamba_step_kernel<16, 4>, mamba_step_kernel<16, 8>,
+       mamba_step_kernel<16, 16>},
+      {mamba_step_kernel<8, 1>, mamba_step_kernel<8, 2>, mamba_step_kernel<8, 4>, mamba_step_kernel<8, 8>,
+       mamba_step_kernel<8, 16>}};
+  const int log2cl = cl == 1 ? 0 : cl == 2 ? 1 : cl == 4 ? 2 : cl == 8 ? 3 : 4;
+  const Kernel kern = kernels[ch == 32 ? 0 : ch == 16 ? 1 : 2][log2cl];
+  launch_clustered("mamba_mixer_step", unsigned(cl), kern, dim3(unsigned(blocks), 1, 1), dim3(unsigned(ch * kSplit)),
+                   smem, stream, a);
 }
 
 }  // namespace flashkit::engine::cuda
