@@ -24,7 +24,7 @@
 #include "flashkit/error.hpp"
 #include "flashkit/runtime.hpp"
 #include "model/weights.hpp"
-#include "train/safetensors_writer.hpp"
+#include "mamba_checkpoint.hpp"
 
 #ifdef FLASHKIT_WITH_CUDA
 #include <cuda_runtime.h>
@@ -361,39 +361,9 @@ TEST(CudaMambaStepLauncher, RefusesShapesItCannotRun) {
 // `rank`, d_state 16.
 fs::path make_model(const std::string& name, int rank) {
   const fs::path dir = fs::temp_directory_path() / ("flashkit_mamba_fuse_" + name + "_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  constexpr int64_t V = 61, H = 40, Di = 80, N = 16, W = 4, L = 3;
-  const int64_t R = rank;
-  std::ofstream(dir / "config.json") << R"({"model_type": "mamba", "vocab_size": 61, "hidden_size": 40,
-    "state_size": 16, "num_hidden_layers": 3, "expand": 2, "conv_kernel": 4, "time_step_rank": )" << R << "}";
-  std::mt19937 rng(11);
-  std::normal_distribution<float> nd(0.f, 0.3f);
-  std::vector<std::vector<float>> store;
-  std::vector<train::SafetensorsEntry> entries;
-  auto add = [&](const std::string& n, std::vector<int64_t> shape, float offset = 0.f) {
-    int64_t numel = 1;
-    for (auto s : shape) numel *= s;
-    store.emplace_back(size_t(numel));
-    for (auto& v : store.back()) v = offset + nd(rng);
-    entries.push_back({n, "F32", shape, nullptr, size_t(numel) * 4});
-  };
-  add("backbone.embeddings.weight", {V, H});
-  add("backbone.norm_f.weight", {H}, 1.f);
-  for (int i = 0; i < L; ++i) {
-    const std::string p = "backbone.layers." + std::to_string(i) + ".";
-    add(p + "norm.weight", {H}, 1.f);
-    add(p + "mixer.in_proj.weight", {2 * Di, H});
-    add(p + "mixer.conv1d.weight", {Di, 1, W});
-    add(p + "mixer.conv1d.bias", {Di});
-    add(p + "mixer.x_proj.weight", {R + 2 * N, Di});
-    add(p + "mixer.dt_proj.weight", {Di, R});
-    add(p + "mixer.dt_proj.bias", {Di}, -2.f);
-    add(p + "mixer.A_log", {Di, N}, 0.5f);
-    add(p + "mixer.D", {Di}, 1.f);
-    add(p + "mixer.out_proj.weight", {H, Di});
-  }
-  for (size_t i = 0; i < entries.size(); ++i) entries[i].data = store[i].data();
-  train::write_safetensors(dir / "model.safetensors", entries);
+  fk_test::TinyMamba m;
+  m.vocab = 61, m.hidden = 40, m.d_state = 16, m.layers = 3, m.conv = 4, m.dt_rank = rank, m.a_log = 0.5f, m.seed = 11;
+  fk_test::write_tiny_mamba(dir, m);
   return dir;
 }
 
