@@ -1,7 +1,7 @@
 // The CUDA selective-scan kernel choice (src/kernels/ssm_choice.hpp), a pure function run in the CPU build: v4 with
 // four states per thread for d_state <= 16 in production, v1 kept reachable through generation 1, the other v3
 // variants through 2 and 3, v2 through 4, v4 through 5, 6 and 8 (v3's former production kernel through 7, production v4 also through 6), v1's
-// wide-state kernel beyond 16, the decode step by d_state; v5 (chunked) through 9 and its chunk plan; and the
+// wide-state kernel beyond 16, the decode step by d_state; v5 (chunked) through 9 and 10 and its chunk plan; and the
 // backward's plan.
 #include <gtest/gtest.h>
 
@@ -56,8 +56,10 @@ TEST(ScanChoice, GenerationsFiveAndSixAreV4) {
   EXPECT_EQ(choose_scan_kernel(16, false, 7), ScanKernel::v3_n16_npt2);  // production until run s10-4, by its own number
   EXPECT_EQ(choose_scan_kernel(5, false, 8), ScanKernel::v4_npt4_fma1);
   EXPECT_EQ(choose_scan_kernel(17, false, 8), ScanKernel::v1_n64);
-  EXPECT_EQ(flashkit::kernels::kScanGenerations, 10);
+  EXPECT_EQ(flashkit::kernels::kScanGenerations, 11);
   for (int64_t n : {1, 16}) EXPECT_EQ(choose_scan_kernel(n, false, 9), ScanKernel::v5_chunked) << n;
+  EXPECT_EQ(choose_scan_kernel(16, false, 10), ScanKernel::v5_chunked_fma2);
+  EXPECT_EQ(choose_scan_kernel(17, false, 10), ScanKernel::v1_n64);
   EXPECT_EQ(choose_scan_kernel(17, false, 9), ScanKernel::v1_n64);
 }
 

@@ -1,6 +1,7 @@
 // The scan forward v4 (src/kernels/cuda/ssm/scan_v4.cu: cp.async ring, generations 5, 6, 8 of choose_scan_kernel)
 // and v5 (scan_v5.cu: v4's block over chunks scanned in parallel, generation 9; also on forced chunk plans with many
-// windows, and its refusal of a missing or short workspace) against the f64 reference: odd sizes (seqlen not a multiple of the 16-step chunk, fewer and more chunks than the
+// windows, and its refusal of a missing or short workspace; generation 10: pass 1's exps half on the FMA pipe) against
+// the f64 reference: odd sizes (seqlen not a multiple of the 16-step chunk, fewer and more chunks than the
 // 4 stages, d_inner not a multiple of the 32-channel block or of the 4-channel copies, d_state 1..16, batch 1..3),
 // with and without z, D, delta bias, softplus and the state; both copy paths (16-byte when every pointer and stride
 // allows it, 4-byte otherwise: padded rows and a shifted base pointer force it); y poisoned first and its padding
@@ -22,8 +23,9 @@ using namespace ssm_test;
 
 namespace {
 
-// two / four states per thread; four, one exp on the FMA pipe; v5 (chunks of v4_npt4's block)
-constexpr int kV4Generations[] = {5, 6, 8, 9};
+// two / four states per thread; four, one exp on the FMA pipe; v5 (chunks of v4_npt4's block; pass 1 with two exps
+// of four on the FMA pipe)
+constexpr int kV4Generations[] = {5, 6, 8, 9, 10};
 
 // A [batch, seqlen, d_inner] tensor in rows of d_inner + pad elements, starting `shift` elements into the buffer.
 struct Rows {
@@ -202,7 +204,7 @@ TEST(CudaScanV5Plans, ForcedPlansMatchReferenceAndShortWorkspaceIsRefused) {
       g.B_t = g.C_t = N;
       const auto plan = kernels::make_scan_chunk_plan(b, L, Di, N, len, window);
       Dev ws(std::vector<float>(size_t(plan.workspace_bytes() / 4), 0.f));
-      kernels::launch_scan_v5(g, nullptr, plan, ws.p, plan.workspace_bytes());
+      kernels::launch_scan_v5(g, nullptr, plan, ws.p, plan.workspace_bytes(), window == 2 ? 2 : 0);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const std::string tag = "len " + std::to_string(len) + " window " + std::to_string(window) +
                               (with_state ? " state" : "");

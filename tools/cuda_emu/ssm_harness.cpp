@@ -68,7 +68,7 @@ int main() {
       auto k = kargs(p, s.D, s.z, s.bias, s.sp, s.st ? st2.data() : nullptr);
       const auto plan = kernels::make_scan_chunk_plan(s.b, s.L, s.Di, s.N, len, win);
       std::vector<float> ws(size_t(plan.workspace_bytes() / 4));
-      kernels::launch_scan_v5(k, nullptr, plan, ws.data(), plan.workspace_bytes());
+      kernels::launch_scan_v5(k, nullptr, plan, ws.data(), plan.workspace_bytes(), win == 2 ? 2 : 0);
       const std::string name = "v5 len " + std::to_string(len) + " window " + std::to_string(win) + " (" +
                                std::to_string(plan.windows) + " windows)";
       expect(rel_err(p.y, ref), 1e-4, "fwd " + name + " " + tag);

@@ -107,24 +107,25 @@ for r in rows:
               "  %.2fx attention" % (r["seqlen"], k4.replace("cuda.scan.", ""), ms4, 100 * f4,
                                      "met" if f4 >= 0.70 else "not met", r["ms"] / ms4,
                                      r["kernel"].replace("cuda.scan.", ""), r["attention_fwd_ms"] / ms4))
-    # v5 (the chunked scan, generation 9) against v4_npt4 (generation 6, the block it runs per chunk)
-    v5 = [(ms, f) for k, (ms, f) in g.items() if ".v5." in k]
+    # v5 (the chunked scan, generations 9 and 10) against v4_npt4 (generation 6, the block it runs per chunk)
     npt4 = [ms for k, (ms, f) in g.items() if k == "cuda.scan.v4.n16.split4.tc16.s4"]
-    if v5 and npt4:
-        ms5, f5 = v5[0]
-        out[-1]["v5"] = {"ms": ms5, "of_copy_ceiling": f5, "vs_v4_npt4": npt4[0] / ms5,
-                         "vs_production": r["ms"] / ms5, "vs_attention": r["attention_fwd_ms"] / ms5}
-        print("v5: seqlen %6d  chunked %.3f ms = %4.1f%% of the copy ceiling (goal 70%%: %s)  %.2fx v4_npt4 (%.3f ms)"
-              "  %.2fx production  %.2fx attention" % (r["seqlen"], ms5, 100 * f5, "met" if f5 >= 0.70 else "not met",
-                                                      npt4[0] / ms5, npt4[0], r["ms"] / ms5,
-                                                      r["attention_fwd_ms"] / ms5))
-v5rows = [o["v5"] for o in out if "v5" in o]
-if v5rows:
-    print("v5: %s v4_npt4 at every length (%.2fx..%.2fx): %s" % (
-        "beats" if all(v["vs_v4_npt4"] > 1 for v in v5rows) else "does not beat",
-        min(v["vs_v4_npt4"] for v in v5rows), max(v["vs_v4_npt4"] for v in v5rows),
-        "promote (kProductionScan = ScanKernel::v5_chunked)" if all(v["vs_v4_npt4"] > 1 for v in v5rows)
-        else "keep v4_npt4"))
+    for k5, (ms5, f5) in g.items():
+        if ".v5." not in k5 or not npt4:
+            continue
+        out[-1].setdefault("v5", {})[k5] = {"ms": ms5, "of_copy_ceiling": f5, "vs_v4_npt4": npt4[0] / ms5,
+                                            "vs_production": r["ms"] / ms5, "vs_attention": r["attention_fwd_ms"] / ms5}
+        print("v5: seqlen %6d  %s %.3f ms = %4.1f%% of the copy ceiling (goal 70%%: %s)  %.2fx v4_npt4 (%.3f ms)"
+              "  %.2fx production  %.2fx attention" % (r["seqlen"], k5.replace("cuda.scan.", ""), ms5, 100 * f5,
+                                                      "met" if f5 >= 0.70 else "not met", npt4[0] / ms5, npt4[0],
+                                                      r["ms"] / ms5, r["attention_fwd_ms"] / ms5))
+v5names = sorted({k for o in out for k in o.get("v5", {})})
+for k5 in v5names:
+    sp = [o["v5"][k5]["vs_v4_npt4"] for o in out if k5 in o.get("v5", {})]
+    win = all(x > 1 for x in sp)
+    print("v5: %s %s v4_npt4 at every length (%.2fx..%.2fx): %s" % (
+        k5.replace("cuda.scan.", ""), "beats" if win else "does not beat", min(sp), max(sp),
+        "promotable (kProductionScan = ScanKernel::%s)" % ("v5_chunked_fma2" if "p1fmaexp2" in k5 else "v5_chunked")
+        if win else "keep v4_npt4"))
 json.dump(out, open(sys.argv[2], "w"), indent=1)
 EOF
       ;;

@@ -181,7 +181,8 @@ __device__ __forceinline__ void scan_v4_block(const ScanArgs& a, bool vec, int64
       if constexpr (END_STATE) {
         dt_total += term.x;
 #pragma unroll
-        for (int i = 0; i < NPT; ++i) h[i] = ex2_approx(term.x * A2[i]) * h[i] + term.y * Bn[i];
+        for (int i = 0; i < NPT; ++i)
+          h[i] = (i < POLY ? exp2_fma(term.x * A2[i]) : ex2_approx(term.x * A2[i])) * h[i] + term.y * Bn[i];
         continue;
       }
       const typename Vec<NPT>::T cv = *reinterpret_cast<const typename Vec<NPT>::T*>(sC + tt * kStates + s * NPT);

@@ -46,14 +46,16 @@ __device__ __forceinline__ ScanArgs chunk_args(const ScanArgs& a, int64_t chunk,
 }
 
 // grid (channel blocks, batch, chunks of the window); h_end [window, batch, d_inner, d_state], dt_sum [window, batch,
-// d_inner].
+// d_inner]. POLY of a thread's 4 exps on the FMA pipe: pass 1 doubles the scan's exps (the SFU's floor equals HBM's
+// in v4, docs/worklog/ssm-scan.md), so generation 10 moves half of pass 1's to the FMA pipe.
+template <int POLY>
 __global__ void __launch_bounds__(Block::kThreads, 4)
     chunk_end_kernel(ScanArgs a, bool vec, int64_t chunk_len, int64_t first_chunk, float* h_end, float* dt_sum) {
   ScanArgs c = chunk_args(a, first_chunk + blockIdx.z, chunk_len);
   c.z = nullptr;
   c.y = nullptr;
   c.state = h_end + int64_t(blockIdx.z) * a.batch * a.d_inner * a.d_state;
-  scan_v4_block<kNpt, kTc, kStages, 0, true>(c, vec, blockIdx.y, int64_t(blockIdx.x) * kCh,
+  scan_v4_block<kNpt, kTc, kStages, POLY, true>(c, vec, blockIdx.y, int64_t(blockIdx.x) * kCh,
                                              dt_sum + int64_t(blockIdx.z) * a.batch * a.d_inner);
 }
 
@@ -108,7 +110,7 @@ int64_t scan_v5_device_sms() {
 }
 
 void launch_scan_v5(const ScanArgs& a, void* stream, const ScanChunkPlan& p, float* workspace,
-                    int64_t workspace_bytes) {
+                    int64_t workspace_bytes, int pass1_fma_exps) {
   const cudaStream_t st = static_cast<cudaStream_t>(stream ? stream : cuda_stream());
   if (a.d_state > kStates)
     throw Error(Status::invalid_argument, "A: the v5 scan keeps at most 16 states per channel, got d_state " +
@@ -127,8 +129,9 @@ void launch_scan_v5(const ScanArgs& a, void* stream, const ScanChunkPlan& p, flo
                 "workspace: the v5 scan needs " + std::to_string(need.workspace_bytes()) +
                     " bytes of device workspace (end states and dt sums of a window's chunks, the carried state), got " +
                     (workspace ? std::to_string(workspace_bytes) + " bytes" : std::string("none")));
-  static std::atomic<uint64_t> end_opted{0}, out_opted{0};
-  opt_in_smem(chunk_end_kernel, end_opted);
+  static std::atomic<uint64_t> end_opted{0}, end2_opted{0}, out_opted{0};
+  auto* end_kernel = pass1_fma_exps == 2 ? chunk_end_kernel<2> : chunk_end_kernel<0>;
+  opt_in_smem(end_kernel, pass1_fma_exps == 2 ? end2_opted : end_opted);
   opt_in_smem(chunk_out_kernel, out_opted);
   float* h = workspace;
   float* dt_sum = h + need.state_floats;
@@ -140,7 +143,7 @@ void launch_scan_v5(const ScanArgs& a, void* stream, const ScanChunkPlan& p, flo
     const int64_t first = w * need.window;
     const int64_t count = need.chunks - first < need.window ? need.chunks - first : need.window;
     const dim3 grid(cblocks, unsigned(a.batch), unsigned(count));
-    chunk_end_kernel<<<grid, Block::kThreads, Block::kSmemBytes, st>>>(a, vec, need.chunk_len, first, h, dt_sum);
+    end_kernel<<<grid, Block::kThreads, Block::kSmemBytes, st>>>(a, vec, need.chunk_len, first, h, dt_sum);
     const float* init = w == 0 ? a.state : carry;
     float* out = w + 1 == need.windows && a.state ? a.state : carry;
     chain_kernel<<<unsigned((per_chunk + 255) / 256), 256, 0, st>>>(a.A, a.batch, a.d_inner, a.d_state, count, h,
@@ -150,19 +153,20 @@ void launch_scan_v5(const ScanArgs& a, void* stream, const ScanChunkPlan& p, flo
   check_cuda(cudaGetLastError(), "selective scan v5 kernel launch");
 }
 
-std::string run_scan_v5(const ScanArgs& a, void* stream) {
+std::string run_scan_v5(const ScanArgs& a, void* stream, int pass1_fma_exps) {
+  const char* name = scan_kernel_name(pass1_fma_exps == 2 ? ScanKernel::v5_chunked_fma2 : ScanKernel::v5_chunked);
   const ScanChunkPlan p = plan_scan_chunked(a.batch, a.seqlen, a.d_inner, a.d_state, int(scan_v5_device_sms()));
   if (p.direct) {
     launch_scan_v5(a, stream, p, nullptr, 0);
-    return scan_kernel_name(ScanKernel::v5_chunked);
+    return name;
   }
   const cudaStream_t st = static_cast<cudaStream_t>(stream ? stream : cuda_stream());
   float* ws = nullptr;
   check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&ws), size_t(p.workspace_bytes()), st),
              "cudaMallocAsync(selective scan v5 workspace)");
-  launch_scan_v5(a, stream, p, ws, p.workspace_bytes());
+  launch_scan_v5(a, stream, p, ws, p.workspace_bytes(), pass1_fma_exps);
   check_cuda(cudaFreeAsync(ws, st), "cudaFreeAsync(selective scan v5 workspace)");
-  return scan_kernel_name(ScanKernel::v5_chunked);
+  return name;
 }
 
 }  // namespace flashkit::kernels
