@@ -64,8 +64,8 @@ TEST(ScanChoice, GenerationsFiveAndSixAreV4) {
 }
 
 // v5's chunk plan (generation 9): on an H200 (132 SMs, 528 resident v4 blocks) at the benchmark's batch 8, d_inner
-// 1536 (384 v4 blocks), four chunks at once (1536 blocks: 2.9 waves, 11.6 per SM; two or three chunks would leave
-// the last wave 45% empty), 1k tokens in 4 windows of 4 chunks of 64 steps (a window's u and delta, 8 bytes per
+// 1536 (384 v4 blocks), four chunks at once (1536 blocks: 2.9 waves, 11.6 per SM, 97% of the waves' slots busy;
+// two or three chunks would keep 73% busy), 1k tokens in 4 windows of 4 chunks of 64 steps (a window's u and delta, 8 bytes per
 // step and channel, within 32 MB of L2); long sequences are capped at 16 windows (three launches each); a grid that
 // is full without chunks runs v4 directly; the workspace is one window's end states and dt sums and the carried
 // state.
