@@ -16,7 +16,8 @@
 //     chunks; the thread's C h goes to a padded [step][thread][channel] tile (conflict-free writes, 16-byte
 //     conflict-free reads in the epilogue).
 // Generations 5 (NPT 2, 256 threads), 6 (NPT 4, 128 threads) and 8 (as 6, one of a thread's 4 exps on the FMA pipe
-// instead of the SFU) of choose_scan_kernel (kernels/ssm_choice.hpp).
+// instead of the SFU) of choose_scan_kernel (kernels/ssm_choice.hpp). The block body is scan_v4_block.cuh (v5 runs it
+// per chunk).
 #include <cuda_runtime.h>
 
 #include <atomic>
