@@ -3,7 +3,9 @@
 // (heads * head_dim = d_inner), and the decode step at batch 1 and 8. One JSON object per line on stdout. The scan
 // row also times every kernel generation on the same inputs ("generations": choose_scan_kernel's 0 = production, v3
 // with two states per thread; 1 = v1 (also v1_ms); 2, 3 = v3 with one state per thread, chunks of 16 / 32; 4 = v2;
-// 5, 6 = v4 (cp.async ring) with two / four states per thread; 7 = v3 with two states by its own number) and the
+// 5, 6 = v4 (cp.async ring) with two / four states per thread; 7 = v3 with two states by its own number; 8 = v4 with
+// one exp of four on the FMA pipe; 9, 10 = v5, the chunked two-pass scan (10: half of pass 1's exps on the FMA
+// pipe), against the same compulsory bytes) and the
 // backward (bwd_ms: production; bwd1_ms: plan_scan_backward's generation 1; against its compulsory
 // bytes: u, delta, z, dout in, du, ddelta, dz out, B, C in, dB, dC out).
 //   flashkit_ssm_bench [max_seqlen [MAMBA_DIR]]   (default 16384; batch 8, d_inner 1536, d_state 16 as issue 18 asks)
@@ -142,7 +144,7 @@ int main(int argc, char** argv) {
     k1.B_b = k1.C_b = L * N;
     k1.B_t = k1.C_t = N;
     // choose_scan_kernel's generations side by side: 0 production (v3, two states per thread), 1 v1, 2-3 v3, 4 v2,
-    // 5-6 v4, 7 v3 (two states)
+    // 5-6 v4, 7 v3 (two states), 8 v4 (FMA exp), 9-10 v5 (chunked: its re-read of u, delta, B is not counted)
     std::string gens = "[";
     double v1_ms = 0;
     std::string v1_kernel;

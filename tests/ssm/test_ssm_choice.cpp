@@ -1,7 +1,8 @@
 // The CUDA selective-scan kernel choice (src/kernels/ssm_choice.hpp), a pure function run in the CPU build: v4 with
 // four states per thread for d_state <= 16 in production, v1 kept reachable through generation 1, the other v3
 // variants through 2 and 3, v2 through 4, v4 through 5, 6 and 8 (v3's former production kernel through 7, production v4 also through 6), v1's
-// wide-state kernel beyond 16, the decode step by d_state; and the backward's plan.
+// wide-state kernel beyond 16, the decode step by d_state; v5 (chunked) through 9 and 10 and its chunk plan; and the
+// backward's plan.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -55,7 +56,56 @@ TEST(ScanChoice, GenerationsFiveAndSixAreV4) {
   EXPECT_EQ(choose_scan_kernel(16, false, 7), ScanKernel::v3_n16_npt2);  // production until run s10-4, by its own number
   EXPECT_EQ(choose_scan_kernel(5, false, 8), ScanKernel::v4_npt4_fma1);
   EXPECT_EQ(choose_scan_kernel(17, false, 8), ScanKernel::v1_n64);
-  EXPECT_EQ(flashkit::kernels::kScanGenerations, 9);
+  EXPECT_EQ(flashkit::kernels::kScanGenerations, 11);
+  for (int64_t n : {1, 16}) EXPECT_EQ(choose_scan_kernel(n, false, 9), ScanKernel::v5_chunked) << n;
+  EXPECT_EQ(choose_scan_kernel(16, false, 10), ScanKernel::v5_chunked_fma2);
+  EXPECT_EQ(choose_scan_kernel(17, false, 10), ScanKernel::v1_n64);
+  EXPECT_EQ(choose_scan_kernel(17, false, 9), ScanKernel::v1_n64);
+}
+
+// v5's chunk plan (generation 9): on an H200 (132 SMs, 528 resident v4 blocks) at the benchmark's batch 8, d_inner
+// 1536 (384 v4 blocks), four chunks at once (1536 blocks: 2.9 waves, 11.6 per SM, 97% of the waves' slots busy;
+// two or three chunks would keep 73% busy), 1k tokens in 4 windows of 4 chunks of 64 steps (a window's u and delta, 8 bytes per
+// step and channel, within 32 MB of L2); long sequences are capped at 16 windows (three launches each); a grid that
+// is full without chunks runs v4 directly; the workspace is one window's end states and dt sums and the carried
+// state.
+TEST(ScanChunkPlan, FillsTheGridAndKeepsAWindowInL2) {
+  using flashkit::kernels::plan_scan_chunked;
+  const auto p = plan_scan_chunked(8, 1024, 1536, 16, 132);
+  EXPECT_FALSE(p.direct);
+  EXPECT_EQ(p.window, 4);
+  EXPECT_EQ(p.chunk_len, 64);
+  EXPECT_EQ(p.chunks, 16);
+  EXPECT_EQ(p.windows, 4);
+  const double per_sm = double(p.window) * 8 * 48 / 132;
+  EXPECT_GE(per_sm, 4.0);
+  EXPECT_LE(per_sm, 12.0);
+  EXPECT_LE(p.window * p.chunk_len * 8 * 1536 * 8, flashkit::kernels::kScanV5L2Bytes);
+  EXPECT_EQ(p.workspace_bytes(), 4 * (4 * 8 * 1536 * 16 + 4 * 8 * 1536 + 8 * 1536 * 16));
+  for (int64_t L : {17, 1000, 4096, 32768, 100003}) {
+    const auto q = plan_scan_chunked(8, L, 1536, 16, 132);
+    EXPECT_EQ(q.chunk_len % 16, 0) << L;
+    EXPECT_GE(q.chunks * q.chunk_len, L) << L;
+    EXPECT_LT((q.chunks - 1) * q.chunk_len, L) << L;
+    EXPECT_GE(q.windows * q.window, q.chunks) << L;
+    EXPECT_LE(q.windows, flashkit::kernels::kScanV5MaxWindows) << L;
+  }
+  EXPECT_EQ(plan_scan_chunked(8, 32768, 1536, 16, 132).chunk_len, 512);  // 64 chunks, 16 windows
+  // batch 1 (48 v4 blocks): 11 chunks at once fill exactly one wave of 528
+  const auto one = plan_scan_chunked(1, 4096, 1536, 16, 132);
+  EXPECT_EQ(one.window, 11);
+  EXPECT_EQ(one.windows, 2);
+  EXPECT_LE(one.window * one.chunk_len * 1536 * 8, flashkit::kernels::kScanV5L2Bytes);
+  // a full grid without chunks (batch 64: 3072 blocks), or one tile of steps: v4 as is, no workspace
+  for (const auto& d : {plan_scan_chunked(64, 4096, 1536, 16, 132), plan_scan_chunked(8, 16, 1536, 16, 132)}) {
+    EXPECT_TRUE(d.direct);
+    EXPECT_EQ(d.workspace_bytes(), 0);
+  }
+  // a forced plan (the tests' many windows): the window is capped at the chunk count
+  const auto f = flashkit::kernels::make_scan_chunk_plan(2, 37, 19, 16, 16, 2);
+  EXPECT_EQ(f.chunks, 3);
+  EXPECT_EQ(f.windows, 2);
+  EXPECT_EQ(flashkit::kernels::make_scan_chunk_plan(2, 37, 19, 16, 32, 8).window, 2);
 }
 
 TEST(ScanChoice, DecodeStepByStateSize) {

@@ -51,8 +51,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaScan,
                                            Case{3, 100, 130, 8, false}, Case{2, 33, 45, 64, true},
                                            Case{1, 531, 257, 16, true}));
 
-// Every scan generation (choose_scan_kernel's generation input: 0 = production, v3 with two states per thread;
-// 1 = v1; 2 and 3 = the other v3 variants; 4 = v2)
+// Every scan generation (choose_scan_kernel's generation input: 0 = production; 1 = v1; 2 and 3 = the other v3
+// variants; 4 = v2; 5, 6, 8 = v4; 7 = v3 with two states per thread; 9, 10 = v5, the chunked scan)
 // through the kernel
 // entry point, on odd shapes with a partial last chunk, d_state below the 16 the v2 kernel is laid out for, with
 // and without the initial state, z, D, bias and softplus.

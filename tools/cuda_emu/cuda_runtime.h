@@ -76,9 +76,10 @@ inline int __float_as_int(float x) { int i; std::memcpy(&i, &x, 4); return i; }
 inline float __int_as_float(int i) { float x; std::memcpy(&x, &i, 4); return x; }
 
 // Runs the grid as clusters of `cluster` blocks along x (1: blocks one after another), the blocks of a cluster at
-// once; shared memory poisoned (0xff) per block.
+// once; shared memory poisoned (0xff) per block; grid.z outermost.
 inline void emu_launch_clusters(dim3 grid, dim3 block, unsigned cluster, const std::function<void()>& body) {
   gridDim = grid; blockDim = block;
+  for (unsigned bz = 0; bz < grid.z; ++bz)
   for (unsigned by = 0; by < grid.y; ++by)
     for (unsigned bx0 = 0; bx0 < grid.x; bx0 += cluster) {
       std::vector<std::unique_ptr<EmuBlock>> blocks;
@@ -97,7 +98,7 @@ inline void emu_launch_clusters(dim3 grid, dim3 block, unsigned cluster, const s
       for (unsigned r = 0; r < cluster; ++r)
         for (unsigned t = 0; t < block.x; ++t)
           ts.emplace_back([&, r, t] {
-            threadIdx = dim3(t), blockIdx = dim3(bx0 + r, by);
+            threadIdx = dim3(t), blockIdx = dim3(bx0 + r, by, bz);
             emu_block = ptrs[r], emu_smem_ptr = ptrs[r]->smem;
             emu_cluster_bar = &cluster_bar, emu_cluster_blocks = ptrs.data(), emu_cluster_size = cluster;
             body();

@@ -1,7 +1,10 @@
 // The SSM CUDA kernels run by the CPU emulation (tools/cuda_emu/run_ssm.sh) against the f64 reference: every forward
-// generation (with and without the initial state) and both backward generations, on small odd shapes.
+// generation (with and without the initial state), v5 on forced chunk plans, and both backward generations, on small
+// odd shapes.
 #include <cstdio>
+#include <utility>
 #include <string>
+#include "flashkit/error.hpp"
 #include "flashkit/ssm.hpp"
 #include "kernels/cuda/ssm/ssm_cuda.hpp"
 #include "kernels/ssm_choice.hpp"
@@ -56,6 +59,27 @@ int main() {
       const std::string name = kernels::selective_scan_cuda(k, nullptr, g);
       expect(rel_err(p.y, ref), 1e-4, "fwd " + name + " " + tag);
       if (s.st) expect(rel_err(st2, ref_st), 1e-4, "fwd state " + name + " " + tag);
+    }
+    // v5 with forced plans: many windows (the carry between them), windows of 3 with a partial last one, one window
+    for (auto [len, win] : {std::pair<int64_t, int64_t>{16, 2}, {32, 3}, {16, 1}, {48, 64}}) {
+      if (s.N > 16) break;
+      poison(p.y);
+      std::vector<float> st2 = st0;
+      auto k = kargs(p, s.D, s.z, s.bias, s.sp, s.st ? st2.data() : nullptr);
+      const auto plan = kernels::make_scan_chunk_plan(s.b, s.L, s.Di, s.N, len, win);
+      std::vector<float> ws(size_t(plan.workspace_bytes() / 4));
+      kernels::launch_scan_v5(k, nullptr, plan, ws.data(), plan.workspace_bytes(), win == 2 ? 2 : 0);
+      const std::string name = "v5 len " + std::to_string(len) + " window " + std::to_string(win) + " (" +
+                               std::to_string(plan.windows) + " windows)";
+      expect(rel_err(p.y, ref), 1e-4, "fwd " + name + " " + tag);
+      if (s.st) expect(rel_err(st2, ref_st), 1e-4, "fwd state " + name + " " + tag);
+      std::string msg;
+      try {
+        kernels::launch_scan_v5(k, nullptr, plan, ws.data(), plan.workspace_bytes() - 4);
+      } catch (const Error& e) {
+        msg = e.what();
+      }
+      expect(msg.rfind("workspace: ", 0) == 0 ? 0.0 : 1.0, 0.0, "v5 refuses a short workspace: " + msg.substr(0, 40));
     }
     // backward (no state)
     std::vector<float> w(p.y.size());

@@ -2,8 +2,9 @@
 # The CUDA selective scan (issue 18) on the GPU machine (an H200), one call, under 5 minutes with a warm build-gpu/
 # (the same build directory as tools/gpu/mamba.sh; cold, the library's attention kernels dominate the build):
 #   build     the CUDA library, flashkit_ssm_cuda_tests, flashkit_ssm_tests, flashkit_ssm_bench (targets only)
-#   test      the SSM CUDA tests (forward: every kernel generation v1 / v2 / v3 (3 variants) / v4 (2 variants), v4 on
-#             odd shapes with both copy paths and the state carried into decode steps, decode step, conv1d;
+#   test      the SSM CUDA tests (forward: every kernel generation v1 / v2 / v3 (3 variants) / v4 (3 variants) / v5
+#             (chunked), v4 and v5 on odd shapes with both copy paths and the state carried into decode steps, v5 on
+#             forced chunk plans and its workspace refusal, decode step, conv1d;
 #             backward vs the f64 reference, determinism, seqlen 0, central differences of the CUDA forward) and the
 #             CPU SSM tests
 #   sanitize  compute-sanitizer memcheck on the backward, forward-generation and v4 tests, racecheck on small shapes of
@@ -12,7 +13,9 @@
 #   bench     flashkit_ssm_bench 32768: batch 8, d_inner 1536, d_state 16, seqlen 1k..32k: each generation's ms and
 #             fraction of the 4.24 TB/s copy ceiling, the backward's (both generations), flash attention forward at
 #             matched width; the decode step; then $OUT/ssm_cuda_summary.json (one row per seqlen) and one "v4:" line
-#             per seqlen: the faster v4 variant against the 70% goal, production (v3) and attention
+#             per seqlen: the faster v4 variant against the 70% goal, production and attention; one "v5:" line per
+#             seqlen (the chunked scan against the goal, v4_npt4, production, attention) and a last "v5:" line: does
+#             it beat v4_npt4 at every length (the promotion rule)
 #   decode    the Mamba decode step against the weight-streaming roofline (issue 18: within 1.5x at batch 1): a
 #             random model at mamba-130m's shape made by transformers (tools/gpu/make_mamba_decode_model.py, kept in
 #             $BUILD/mamba-130m-random), then `flashkit_ssm_bench decode DIR`: greedy decode ms/token on CUDA against
@@ -64,9 +67,11 @@ for st in "${STAGES[@]}"; do
       p=$(bin flashkit_ssm_cuda_tests); [ -n "$p" ] || { log "flashkit_ssm_cuda_tests: not built"; status=1; continue; }
       MF='Shapes/CudaScanBackward.*:CudaScanBackward.Deterministic:CudaScanBackward.EmptySequence*'
       run memcheck_ssm timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$p" \
-        --gtest_filter="$MF:Shapes/CudaScanGenerations.*:Shapes/CudaScanV4.*:CudaScanV4Continuation.*" --gtest_brief=1
+        --gtest_filter="$MF:Shapes/CudaScanGenerations.*:Shapes/CudaScanV4.*:CudaScanV4Continuation.*:CudaScanV5Plans.*" \
+        --gtest_brief=1
       RF='Shapes/CudaScanBackward.MatchesReference/1:Shapes/CudaScanBackward.MatchesReference/6'
-      # v4: 4-byte copies over 2 chunks (b2 L17 Di19), 16-byte copies over 7 chunks through the 4-stage ring (b3 L100)
+      # v4 (and v5, generation 9 in the same cases): 4-byte copies over 2 chunks (b2 L17 Di19), 16-byte copies over 7
+      # chunks through the 4-stage ring (b3 L100)
       V4F='Shapes/CudaScanV4.MatchesReference/1:Shapes/CudaScanV4.MatchesReference/2'
       run racecheck_ssm timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 "$p" \
         --gtest_filter="$RF:Shapes/CudaScanGenerations.BothMatchReference/5:$V4F" --gtest_brief=1
@@ -74,7 +79,7 @@ for st in "${STAGES[@]}"; do
     regs)
       log "regs: cuobjdump -res-usage, SSM kernels"
       cuobjdump -res-usage "$BUILD/lib/libflashkit_core.so" 2>> "$LOG" \
-        | grep -A1 -E "Function .*(scan|checkpoint|reverse|reduce_bc|reduce_channel)" | tee -a "$LOG" ;;
+        | grep -A1 -E "Function .*(scan|checkpoint|reverse|reduce_bc|reduce_channel|chunk_end|chunk_out|chain_kernel)" | tee -a "$LOG" ;;
     bench)
       p=$(bin flashkit_ssm_bench)
       [ -n "$p" ] || { log "flashkit_ssm_bench: not built"; status=1; continue; }
@@ -107,6 +112,25 @@ for r in rows:
               "  %.2fx attention" % (r["seqlen"], k4.replace("cuda.scan.", ""), ms4, 100 * f4,
                                      "met" if f4 >= 0.70 else "not met", r["ms"] / ms4,
                                      r["kernel"].replace("cuda.scan.", ""), r["attention_fwd_ms"] / ms4))
+    # v5 (the chunked scan, generations 9 and 10) against v4_npt4 (generation 6, the block it runs per chunk)
+    npt4 = [ms for k, (ms, f) in g.items() if k == "cuda.scan.v4.n16.split4.tc16.s4"]
+    for k5, (ms5, f5) in g.items():
+        if ".v5." not in k5 or not npt4:
+            continue
+        out[-1].setdefault("v5", {})[k5] = {"ms": ms5, "of_copy_ceiling": f5, "vs_v4_npt4": npt4[0] / ms5,
+                                            "vs_production": r["ms"] / ms5, "vs_attention": r["attention_fwd_ms"] / ms5}
+        print("v5: seqlen %6d  %s %.3f ms = %4.1f%% of the copy ceiling (goal 70%%: %s)  %.2fx v4_npt4 (%.3f ms)"
+              "  %.2fx production  %.2fx attention" % (r["seqlen"], k5.replace("cuda.scan.", ""), ms5, 100 * f5,
+                                                      "met" if f5 >= 0.70 else "not met", npt4[0] / ms5, npt4[0],
+                                                      r["ms"] / ms5, r["attention_fwd_ms"] / ms5))
+v5names = sorted({k for o in out for k in o.get("v5", {})})
+for k5 in v5names:
+    sp = [o["v5"][k5]["vs_v4_npt4"] for o in out if k5 in o.get("v5", {})]
+    win = all(x > 1 for x in sp)
+    print("v5: %s %s v4_npt4 at every length (%.2fx..%.2fx): %s" % (
+        k5.replace("cuda.scan.", ""), "beats" if win else "does not beat", min(sp), max(sp),
+        "promotable (kProductionScan = ScanKernel::%s)" % ("v5_chunked_fma2" if "p1fmaexp2" in k5 else "v5_chunked")
+        if win else "keep v4_npt4"))
 json.dump(out, open(sys.argv[2], "w"), indent=1)
 EOF
       ;;

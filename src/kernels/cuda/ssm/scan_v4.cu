@@ -16,7 +16,8 @@
 //     chunks; the thread's C h goes to a padded [step][thread][channel] tile (conflict-free writes, 16-byte
 //     conflict-free reads in the epilogue).
 // Generations 5 (NPT 2, 256 threads), 6 (NPT 4, 128 threads) and 8 (as 6, one of a thread's 4 exps on the FMA pipe
-// instead of the SFU) of choose_scan_kernel (kernels/ssm_choice.hpp).
+// instead of the SFU) of choose_scan_kernel (kernels/ssm_choice.hpp). The block body is scan_v4_block.cuh (v5 runs it
+// per chunk).
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -24,240 +25,19 @@
 
 #include "core/cuda_check.hpp"
 #include "flashkit/runtime.hpp"
-#include "kernels/cuda/ssm/async_copy.cuh"
+#include "kernels/cuda/ssm/scan_v4_block.cuh"
 #include "kernels/cuda/ssm/ssm_cuda.hpp"
 
 namespace flashkit::kernels {
 namespace {
 
-constexpr int kCh = 32;             // channels per block
-constexpr int kGroups = kCh / 4;    // 4-channel groups per row: one 16-byte copy / store each
-constexpr int kStates = 16;
-constexpr float kLog2e = 1.4426950408889634f;
-
-template <int NPT, int TC, int STAGES>
-struct V4 {
-  static constexpr int SPLIT = kStates / NPT;                     // threads per channel in the recurrence
-  static constexpr int kThreads = kCh * SPLIT;                     // 256 (NPT 2) or 128 (NPT 4)
-  static constexpr int kItems = TC * kGroups;                      // (step, group) items per chunk
-  static constexpr int kItemIters = (kItems + kThreads - 1) / kThreads;
-  static constexpr int kBCIters = TC * kStates / kThreads;        // B and C elements a thread copies per chunk
-  static constexpr int kYRow = kCh + 32 / SPLIT;                   // padded: see the header
-  static constexpr int kStageFloats = 3 * TC * kCh + 2 * TC * kStates;  // u, delta, z [TC][32]; B, C [TC][16]
-  static constexpr size_t kSmemBytes =
-      4 * (size_t(STAGES) * kStageFloats + 2 * size_t(TC) * kCh + size_t(TC) * SPLIT * kYRow);
-  static_assert(kThreads % kGroups == 0, "a thread's items share one 4-channel group");
-  static_assert(kBCIters >= 1 && TC * kStates % kThreads == 0, "B/C copies split evenly");
-  static_assert(STAGES >= 2, "at least one chunk in flight");
-};
-
-__device__ __forceinline__ float softplus_f(float x) { return x > 20.f ? x : log1pf(__expf(x)); }
-
-// 2^x on the FMA pipe, for the states that relieve the SFU (16 ex2 per SM and clock: the scan's second floor, equal to
-// HBM's): n = round(x) by adding 1.5 * 2^23 (its low mantissa bits then hold n), f = x - n in [-0.5, 0.5], 2^f by a
-// degree-5 polynomial (a Chebyshev fit made for this file: relative error 2.5e-7 in f32 arithmetic, the size of
-// ex2.approx's), n added to the exponent field. x is clamped to [-126, 126] (decays below 2^-126 are negligible).
-__device__ __forceinline__ float exp2_fma(float x) {
-  x = fminf(fmaxf(x, -126.f), 126.f);
-  const float r = x + 12582912.f;
-  const float f = x - (r - 12582912.f);
-  float p = 1.34004327e-3f;
-  p = fmaf(p, f, 9.67603736e-3f);
-  p = fmaf(p, f, 5.55032715e-2f);
-  p = fmaf(p, f, 2.40221068e-1f);
-  p = fmaf(p, f, 6.93147182e-1f);
-  p = fmaf(p, f, 1.00000012f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(r) << 23));
-}
-
-// `live` (0..4) channels of a 4-channel row piece from `src` (16-byte aligned when `vec`); `base`: any valid address
-// for the copies that read nothing.
-__device__ __forceinline__ void copy_group(float* dst, const float* src, const float* base, int live, bool vec) {
-  if (vec) {
-    cp_async16(dst, live ? src : base, 4 * live);
-  } else {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) cp_async4(dst + k, k < live ? src + k : base, k < live ? 4 : 0);
-  }
-}
-
-// Issues the copies this thread owns for the chunk starting at t0 into `stage` (one commit group is the caller's).
-template <int NPT, int TC, int STAGES>
-__device__ __forceinline__ void issue_chunk(const ScanArgs& a, bool vec, int64_t b, int64_t c0, int64_t t0,
-                                            float* stage) {
-  using P = V4<NPT, TC, STAGES>;
-  const int tid = threadIdx.x;
-  float* su = stage;
-  float* sd = su + TC * kCh;
-  float* sz = sd + TC * kCh;
-  float* sB = sz + TC * kCh;
-  float* sC = sB + TC * kStates;
-#pragma unroll
-  for (int j = 0; j < P::kItemIters; ++j) {
-    const int g = tid + j * P::kThreads;
-    if (P::kItems % P::kThreads != 0 && g >= P::kItems) break;
-    const int tt = g / kGroups, q = g % kGroups;
-    const int64_t t = t0 + tt, c = c0 + 4 * q;
-    const int64_t left = a.d_inner - c;
-    const int live = t < a.seqlen ? int(left < 0 ? 0 : left > 4 ? 4 : left) : 0;
-    const int o = tt * kCh + 4 * q;
-    copy_group(su + o, a.u + b * a.u_b + t * a.u_t + c, a.u, live, vec);
-    copy_group(sd + o, a.delta + b * a.dl_b + t * a.dl_t + c, a.delta, live, vec);
-    if (a.z) copy_group(sz + o, a.z + b * a.z_b + t * a.z_t + c, a.z, live, vec);
-  }
-#pragma unroll
-  for (int j = 0; j < P::kBCIters; ++j) {
-    const int e = tid + j * P::kThreads, tt = e / kStates, n = e % kStates;
-    const int64_t t = t0 + tt;
-    const bool on = t < a.seqlen && n < a.d_state;
-    cp_async4(sB + e, on ? a.B + b * a.B_b + t * a.B_t + n : a.B, on ? 4 : 0);
-    cp_async4(sC + e, on ? a.C + b * a.C_b + t * a.C_t + n : a.C, on ? 4 : 0);
-  }
-}
-
-template <int NPT> struct Vec;
-template <> struct Vec<2> { using T = float2; };
-template <> struct Vec<4> { using T = float4; };
+using namespace scan_v4_detail;
 
 // POLY: how many of a thread's NPT states take exp2_fma instead of ex2.approx.
 template <int NPT, int TC, int STAGES, int POLY>
 __global__ void __launch_bounds__(V4<NPT, TC, STAGES>::kThreads, NPT == 2 ? 3 : 4) scan_v4_kernel(ScanArgs a,
                                                                                                   bool vec) {
-  using P = V4<NPT, TC, STAGES>;
-  constexpr int SPLIT = P::SPLIT;
-  extern __shared__ float4 smem4[];  // float4: 16-byte aligned
-  float* smem = reinterpret_cast<float*>(smem4);
-  float2* sTerm = reinterpret_cast<float2*>(smem + STAGES * P::kStageFloats);  // [TC][32] {dt, dt u}
-  float* sY = smem + STAGES * P::kStageFloats + 2 * TC * kCh;                    // [TC][SPLIT][kYRow]
-  const int tid = threadIdx.x, N = int(a.d_state);
-  const int64_t b = blockIdx.y, c0 = int64_t(blockIdx.x) * kCh;
-  // The recurrence: channel rc, states s * NPT .. s * NPT + NPT - 1.
-  const int rc = tid / SPLIT, s = tid % SPLIT;
-  float A2[NPT], h[NPT];
-#pragma unroll
-  for (int i = 0; i < NPT; ++i) {
-    const int n = s * NPT + i;
-    const bool on = c0 + rc < a.d_inner && n < N;
-    A2[i] = on ? a.A[(c0 + rc) * N + n] * kLog2e : 0.f;
-    h[i] = on && a.state ? a.state[(b * a.d_inner + c0 + rc) * N + n] : 0.f;
-  }
-  // The items: every item of this thread is in 4-channel group q.
-  const int q = tid % kGroups;
-  float bias[4], Dc[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int64_t c = c0 + 4 * q + k;
-    bias[k] = c < a.d_inner && a.delta_bias ? a.delta_bias[c] : 0.f;
-    Dc[k] = c < a.d_inner && a.D ? a.D[c] : 0.f;
-  }
-
-  const int64_t chunks = (a.seqlen + TC - 1) / TC;
-#pragma unroll
-  for (int k = 0; k < STAGES - 1; ++k) {
-    if (k < chunks) issue_chunk<NPT, TC, STAGES>(a, vec, b, c0, int64_t(k) * TC, smem + k * P::kStageFloats);
-    cp_async_commit();  // one group per chunk slot, empty ones too: the wait below counts groups
-  }
-  for (int64_t k = 0; k < chunks; ++k) {
-    const int64_t t0 = k * TC;
-    const float* st = smem + (k % STAGES) * P::kStageFloats;
-    const float *su = st, *sd = st + TC * kCh, *sz = st + 2 * TC * kCh;
-    const float *sB = st + 3 * TC * kCh, *sC = sB + TC * kStates;
-    cp_async_wait<STAGES - 2>();  // this thread's copies of chunk k have landed (the thread reads only those next)
-#pragma unroll
-    for (int j = 0; j < P::kItemIters; ++j) {
-      const int g = tid + j * P::kThreads;
-      if (P::kItems % P::kThreads != 0 && g >= P::kItems) break;
-      const int tt = g / kGroups, o = tt * kCh + 4 * q;
-      const float4 u4 = *reinterpret_cast<const float4*>(su + o), d4 = *reinterpret_cast<const float4*>(sd + o);
-      const float u[4] = {u4.x, u4.y, u4.z, u4.w}, dl[4] = {d4.x, d4.y, d4.z, d4.w};
-      float term[8];
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        float dt = dl[kk] + bias[kk];
-        if (a.softplus) dt = softplus_f(dt);
-        dt = t0 + tt < a.seqlen && c0 + 4 * q + kk < a.d_inner ? dt : 0.f;  // past the end: h unchanged
-        term[2 * kk] = dt;
-        term[2 * kk + 1] = dt * u[kk];
-      }
-      float4* dst = reinterpret_cast<float4*>(sTerm + o);
-      dst[0] = make_float4(term[0], term[1], term[2], term[3]);
-      dst[1] = make_float4(term[4], term[5], term[6], term[7]);
-    }
-    __syncthreads();  // chunk k's terms and B/C (every thread waited for its copies) are visible; chunk k-1 is done
-    if (k + STAGES - 1 < chunks)  // into the stage chunk k-1 used
-      issue_chunk<NPT, TC, STAGES>(a, vec, b, c0, (k + STAGES - 1) * TC,
-                                   smem + ((k + STAGES - 1) % STAGES) * P::kStageFloats);
-    cp_async_commit();
-#pragma unroll
-    for (int tt = 0; tt < TC; ++tt) {
-      const float2 term = sTerm[tt * kCh + rc];
-      const typename Vec<NPT>::T bv = *reinterpret_cast<const typename Vec<NPT>::T*>(sB + tt * kStates + s * NPT);
-      const typename Vec<NPT>::T cv = *reinterpret_cast<const typename Vec<NPT>::T*>(sC + tt * kStates + s * NPT);
-      const float* Bn = reinterpret_cast<const float*>(&bv);
-      const float* Cn = reinterpret_cast<const float*>(&cv);
-      float acc = 0.f;
-#pragma unroll
-      for (int i = 0; i < NPT; ++i) {
-        const float decay = i < POLY ? exp2_fma(term.x * A2[i]) : ex2_approx(term.x * A2[i]);
-        h[i] = decay * h[i] + term.y * Bn[i];
-        acc += Cn[i] * h[i];
-      }
-      sY[(tt * SPLIT + s) * P::kYRow + rc] = acc;
-    }
-    __syncthreads();  // the partial sums are complete
-#pragma unroll
-    for (int j = 0; j < P::kItemIters; ++j) {
-      const int g = tid + j * P::kThreads;
-      if (P::kItems % P::kThreads != 0 && g >= P::kItems) break;
-      const int tt = g / kGroups, o = tt * kCh + 4 * q;
-      const int64_t t = t0 + tt;
-      if (t >= a.seqlen) continue;
-      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-      for (int p = 0; p < SPLIT; ++p) {
-        const float4 v = *reinterpret_cast<const float4*>(sY + (tt * SPLIT + p) * P::kYRow + 4 * q);
-        acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
-      }
-      const float4 u4 = *reinterpret_cast<const float4*>(su + o);
-      const float u[4] = {u4.x, u4.y, u4.z, u4.w};
-      float y[4] = {acc.x, acc.y, acc.z, acc.w};
-      float zz[4] = {0.f, 0.f, 0.f, 0.f};
-      if (a.z) {
-        const float4 z4 = *reinterpret_cast<const float4*>(sz + o);
-        zz[0] = z4.x, zz[1] = z4.y, zz[2] = z4.z, zz[3] = z4.w;
-      }
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        y[kk] += Dc[kk] * u[kk];
-        if (a.z) y[kk] *= zz[kk] / (1.f + __expf(-zz[kk]));
-      }
-      const int64_t c = c0 + 4 * q;
-      float* out = a.y + b * a.y_b + t * a.y_t + c;
-      if (vec && c + 4 <= a.d_inner) {
-        *reinterpret_cast<float4*>(out) = make_float4(y[0], y[1], y[2], y[3]);
-      } else {
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          if (c + kk < a.d_inner) out[kk] = y[kk];
-      }
-    }
-  }
-  cp_async_wait<0>();  // no copy outlives the block (the trailing groups are empty)
-#pragma unroll
-  for (int i = 0; i < NPT; ++i) {
-    const int n = s * NPT + i;
-    if (a.state && c0 + rc < a.d_inner && n < N) a.state[(b * a.d_inner + c0 + rc) * N + n] = h[i];
-  }
-}
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// 16-byte copies and stores need every row piece 16-byte aligned: the pointers and the batch / time strides.
-bool vector_ok(const ScanArgs& a) {
-  bool ok = aligned16(a.u) && aligned16(a.delta) && aligned16(a.y) && (!a.z || aligned16(a.z));
-  for (int64_t st : {a.u_b, a.u_t, a.dl_b, a.dl_t, a.y_b, a.y_t}) ok = ok && st % 4 == 0;
-  if (a.z) ok = ok && a.z_b % 4 == 0 && a.z_t % 4 == 0;
-  return ok;
+  scan_v4_block<NPT, TC, STAGES, POLY>(a, vec, blockIdx.y, int64_t(blockIdx.x) * kCh);
 }
 
 template <int NPT, int TC, int STAGES, int POLY>

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "kernels/ssm_args.hpp"
-#include "kernels/ssm_choice.hpp"  // kCudaMaxState
+#include "kernels/ssm_choice.hpp"  // kCudaMaxState, ScanChunkPlan
 
 namespace flashkit::kernels {
 
@@ -18,6 +18,16 @@ void launch_scan_v3(const ScanArgs& a, void* stream, int chunk, int states_per_t
 // v4 (scan_v4.cu; ScanKernel::v4_*): chunks of 16 steps through a 4-stage cp.async ring, 2 or 4 states per thread;
 // fma_exp_states (0 or, with 4 states, 1) of them take their exp on the FMA pipe instead of the SFU.
 void launch_scan_v4(const ScanArgs& a, void* stream, int states_per_thread, int fma_exp_states = 0);
+// v5 (scan_v5.cu; ScanKernel::v5_chunked): the chunked two-pass scan over v4_npt4's block, planned by
+// plan_scan_chunked / make_scan_chunk_plan (kernels/ssm_choice.hpp). `workspace`: device memory of at least
+// make_scan_chunk_plan(...).workspace_bytes() bytes (none for a direct plan); throws flashkit::Error naming the
+// workspace when it is missing or smaller, and the plan when it does not cover the sequence. run_scan_v5 plans for
+// the current device and allocates the workspace on the stream (as the backward does). pass1_fma_exps (0 or 2): of
+// a thread's 4 exps in pass 1, how many take the FMA-pipe polynomial instead of the SFU (generation 10).
+void launch_scan_v5(const ScanArgs& a, void* stream, const ScanChunkPlan& plan, float* workspace,
+                    int64_t workspace_bytes, int pass1_fma_exps = 0);
+std::string run_scan_v5(const ScanArgs& a, void* stream, int pass1_fma_exps = 0);
+int64_t scan_v5_device_sms();  // the current device's multiprocessors (plan_scan_chunked's sms)
 // The backward (scan_backward.cu): allocates its workspace (plan_scan_backward, kernels/ssm_choice.hpp) on the stream.
 // generation: see plan_scan_backward (kernels/ssm_choice.hpp); 0 in production.
 std::string selective_scan_backward_cuda(const ScanArgs& a, const ScanGradArgs& g, void* stream = nullptr,

@@ -1,0 +1,8 @@
+// The device attribute the scan v5 asks for (its SM count), for the SSM emulation only (run_ssm.sh includes it
+// ahead of scan_v5.cpp; the engine emulation has its own attributes in engine_emu.cuh). A small device: 4
+// multiprocessors, so that the plan splits the small test shapes into several chunks.
+#pragma once
+#include <cuda_runtime.h>  // the copy on the emulation's include path (one definition)
+
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr, int) { *v = 4; return cudaSuccess; }
