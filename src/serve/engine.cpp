@@ -41,7 +41,8 @@ int64_t available_memory_bytes() {
   return physical_memory_bytes();
 }
 
-// EngineOptions::spec_max_batch = 0: how many decoding sequences may still speculate, by backend (serve.hpp).
+// EngineOptions::spec_max_batch = 0: how many decoding sequences may still speculate, by backend (serve.hpp): 8 on a
+// device backend (paged_device_free_bytes reports its memory), 1 on the CPU (measured: two speculating streams lose).
 int64_t spec_max_batch_for(const Model& model) { return engine::paged_device_free_bytes(model) >= 0 ? 8 : 1; }
 
 // Attention models: continuous batching over paged KV blocks (Scheduler plans, engine::PagedRunner computes).
