@@ -56,8 +56,17 @@ FwdChoice choose_fwd(const kernels::AttentionShape& sh, const kernels::Attention
   const int64_t sq = sh.max_seqlen_q;
   const bool causal = mask.causal;
   // Hopper kernels where this build has sm_90a code for this device and the tuning allows (sm90 = false: A/B runs
-  // and an escape hatch); head dims 64 and 128 only (d256 stays on sm_80).
-  if (t.sm90 && dev.sm90a && (D == 64 || D == 128)) {
+  // and an escape hatch). d256 has only the warp-specialized kernel; when it declines, sm_80.
+  if (t.sm90 && dev.sm90a && D == 256) {
+    const int cfg = t.sm90_fwd_config;
+    if (allow_ws && (cfg == 0 || cfg == 3)) {
+      const auto w = cuda::sm90_ws_tile(D);
+      c.kernel = CudaKernel::fwd_sm90_ws;
+      c.tile_m = w.bm, c.tile_n = w.bn, c.stages = w.stages;
+      c.pingpong = t.sm90_ws_pingpong;
+      return c;
+    }
+  } else if (t.sm90 && dev.sm90a && (D == 64 || D == 128)) {
     const int cfg = t.sm90_fwd_config;
     // The warp-specialized TMA kernel wins at d128 everywhere measured and at d64 from 2k tokens (causal: 4k);
     // short d64 sequences keep the small multi-CTA tiles (run s5-6, v9). d128 causal at 512 tokens stays on it

@@ -232,7 +232,12 @@ std::vector<Case> grid() {
     c.D = 128;
     c.dtype = DType::f16;
     g.push_back(c);
+    c.causal = true;  // d256 varlen: the Hopper ws kernel's sequence-boundary key tiles at BN 64
+    c.D = 256;
+    c.dtype = DType::bf16;
+    g.push_back(c);
   }
+  g.push_back({1, 256, 300, 4, 2, 256, true, 64, -1});  // d256 window and GQA (the Hopper ws kernel at BN 64)
   // Decode (seqlen_q <= 16): split-KV with the GQA group packed in the row tile.
   g.push_back({2, 1, 4097, 8, 2, 128});
   g.push_back({1, 4, 2000, 8, 8, 64, true});

@@ -83,12 +83,26 @@ TEST(CudaChoice, ForwardOnHopperFollowsTheMeasuredThresholds) {
   EXPECT_EQ(fwd("d64 causal 4096", shape(2, 16, 16, 64, 4096, 4096), h200(), {}, causal_mask()).kernel,
             CudaKernel::fwd_sm90_ws);
   EXPECT_EQ(fwd("d64 3 stages (ws)", shape(1, 8, 8, 64, 8192, 8192), h200()).stages, 3);
-  // d256 and head dims padded to it stay on sm_80.
+  // d256 and head dims padded to it: the warp-specialized kernel (BN 64, 2 stages); sm_80 when it declines or a
+  // cp.async configuration is forced (that kernel has no d256 tiles).
   c = fwd("d256 4096", shape(1, 8, 8, 256, 4096, 4096), h200());
+  EXPECT_EQ(c.kernel, CudaKernel::fwd_sm90_ws);
+  EXPECT_EQ(c.tile_m, 128);
+  EXPECT_EQ(c.tile_n, 64);
+  EXPECT_EQ(c.stages, 2);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d256");
+  EXPECT_EQ(fwd("d256 causal 512", shape(1, 8, 8, 256, 512, 512), h200(), {}, causal_mask()).kernel,
+            CudaKernel::fwd_sm90_ws);
+  c = fwd("d256 4096, ws declined", shape(1, 8, 8, 256, 4096, 4096), h200(), {}, {}, {}, false);
   EXPECT_EQ(c.kernel, CudaKernel::fwd_sm80);
   EXPECT_EQ(c.tile_m, 64);
   EXPECT_EQ(c.tile_n, 32);
-  EXPECT_EQ(fwd("d200 (padded to 256)", shape(1, 8, 8, 200, 4096, 4096), h200()).dpad, 256);
+  Tuning cfg1;
+  cfg1.sm90_fwd_config = 1;
+  EXPECT_EQ(fwd("d256, cfg 1 forced", shape(1, 8, 8, 256, 4096, 4096), h200(), cfg1).kernel, CudaKernel::fwd_sm80);
+  c = fwd("d200 (padded to 256)", shape(1, 8, 8, 200, 4096, 4096), h200());
+  EXPECT_EQ(c.dpad, 256);
+  EXPECT_EQ(c.kernel, CudaKernel::fwd_sm90_ws);
   EXPECT_EQ(fwd("d96 (padded to 128)", shape(1, 8, 8, 96, 4096, 4096), h200()).dpad, 128);
 }
 

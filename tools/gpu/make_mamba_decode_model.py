@@ -4,7 +4,9 @@
 roofline of tools/gpu/ssm_cuda.sh (`flashkit_ssm_bench decode DIR`): decode time depends on the shapes, not on the
 weights' values, and the GPU machine has no network to fetch the real checkpoint. Imports torch and transformers only
 (issue 22: no flashkit in the process that holds torch).
-  make_mamba_decode_model.py OUTDIR
+  make_mamba_decode_model.py OUTDIR [SIZE]
+SIZE: one of the state-spaces/mamba-*-hf shapes, 130m (default; f32 file), 370m, 790m, 1.4b, 2.8b (bf16 files: the
+larger ones are written in bf16, as those checkpoints are published, to keep the file and its load time small).
 """
 import os
 import sys
@@ -12,13 +14,21 @@ import sys
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "mamba-130m-random"
+    size = sys.argv[2] if len(sys.argv) > 2 else "130m"
+    shapes = {"130m": (24, 768), "370m": (48, 1024), "790m": (48, 1536), "1.4b": (48, 2048), "2.8b": (64, 2560)}
+    if size not in shapes:
+        print("make_mamba_decode_model: SIZE must be one of %s, got %r" % (", ".join(shapes), size), file=sys.stderr)
+        return 2
+    layers, hidden = shapes[size]
     import torch
     from transformers import MambaConfig, MambaForCausalLM
     torch.manual_seed(0)
-    cfg = MambaConfig(vocab_size=50280, hidden_size=768, state_size=16, num_hidden_layers=24, expand=2,
+    cfg = MambaConfig(vocab_size=50280, hidden_size=hidden, state_size=16, num_hidden_layers=layers, expand=2,
                       conv_kernel=4, use_conv_bias=True, use_bias=False, tie_word_embeddings=True,
                       bos_token_id=0, eos_token_id=0)
-    model = MambaForCausalLM(cfg).float().eval()
+    dtype = torch.float32 if size == "130m" else torch.bfloat16
+    torch.set_default_dtype(dtype)  # initialize in the file's dtype: no f32 copy of a 2.8b model
+    model = MambaForCausalLM(cfg).to(dtype).eval()
     os.makedirs(out, exist_ok=True)
     model.save_pretrained(out)
     n = sum(p.numel() for p in model.parameters())

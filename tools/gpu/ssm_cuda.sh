@@ -19,7 +19,8 @@
 #   decode    the Mamba decode step against the weight-streaming roofline (issue 18: within 1.5x at batch 1): a
 #             random model at mamba-130m's shape made by transformers (tools/gpu/make_mamba_decode_model.py, kept in
 #             $BUILD/mamba-130m-random), then `flashkit_ssm_bench decode DIR`: greedy decode ms/token on CUDA against
-#             its stored weight bytes at 4.24 TB/s; $OUT/ssm_decode.jsonl and one "decode:" line
+#             its stored weight bytes at 4.24 TB/s; $OUT/ssm_decode.jsonl and one "decode:" line per model.
+#             MAMBA_DECODE_SIZES="130m 1.4b 2.8b" measures the other published shapes too (bf16 files)
 #   profile   the same model through `flashkit generate --profile` on CUDA (eager per-op timing, 64 tokens): where a
 #             Mamba decode step's time goes, per op kind; $OUT/mamba_profile.json (and the op split in the log)
 #   fused     the fused Mamba decode step (issue 18; engine/mamba_fusion.hpp: 3 kernels per layer instead of 6): builds
@@ -137,11 +138,14 @@ EOF
     decode)
       p=$(bin flashkit_ssm_bench)
       [ -n "$p" ] || { log "flashkit_ssm_bench: not built"; status=1; continue; }
-      M="$BUILD/mamba-130m-random"
-      [ -f "$M/config.json" ] || run decode_model timeout 150 python3 tools/gpu/make_mamba_decode_model.py "$M"
-      log "decode: $p decode $M"
-      timeout 120 "$p" decode "$M" > "$OUT/ssm_decode.jsonl" 2>> "$LOG"; rc=$?
-      log "decode: rc=$rc"; [ $rc -ne 0 ] && status=1
+      : > "$OUT/ssm_decode.jsonl"
+      for size in ${MAMBA_DECODE_SIZES:-130m}; do
+        M="$BUILD/mamba-$size-random"
+        [ -f "$M/config.json" ] || run decode_model_$size timeout 240 python3 tools/gpu/make_mamba_decode_model.py "$M" "$size"
+        log "decode: $p decode $M"
+        timeout 180 "$p" decode "$M" >> "$OUT/ssm_decode.jsonl" 2>> "$LOG"; rc=$?
+        log "decode $size: rc=$rc"; [ $rc -ne 0 ] && status=1
+      done
       cat "$OUT/ssm_decode.jsonl" >> "$LOG"
       python3 - "$OUT/ssm_decode.jsonl" <<'EOF' | tee -a "$LOG"
 import json, sys

@@ -40,11 +40,8 @@ bool launch_fwd_sm90(DType dt, int dpad, int config, const FwdParams& p, cudaStr
 }
 
 bool launch_fwd_sm90_ws(DType dt, int dpad, bool pingpong, const FwdParams& p, cudaStream_t stream) {
-  if (dpad != 64 && dpad != 128) return false;
   return by_type_and_dim(dt, dpad, [&](auto t, auto d) {
-    constexpr int D = decltype(d)::value;
-    if constexpr (D == 256) return false;
-    else return launch_flash_fwd_sm90_ws<decltype(t), D>(p, pingpong, stream);
+    return launch_flash_fwd_sm90_ws<decltype(t), decltype(d)::value>(p, pingpong, stream);
   });
 }
 

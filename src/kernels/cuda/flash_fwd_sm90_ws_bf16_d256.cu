@@ -1,0 +1,7 @@
+// Hopper (sm_90a) forward instantiation for bf16, head_dim 256: the warp-specialized TMA kernel only (the cp.async
+// kernel's two-CTAs-per-SM tiles do not fit a 64 x 256 f32 accumulator per warpgroup beside its operands).
+#include "kernels/cuda/flash_fwd_sm90_ws.cuh"
+
+namespace flashkit::cuda {
+template bool launch_flash_fwd_sm90_ws<__nv_bfloat16, 256>(const FwdParams&, bool, cudaStream_t);
+}  // namespace flashkit::cuda

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Issue 20's attention work on the device machine (an H200), one call per job: build what the attention tests and
+# benchmarks need, run the Hopper kernels' tests, memcheck them, and time them against SDPA's flash and cuDNN
+# backends in one process (bench/cuda/bench_attention.py).
+#   tools/gpu/attn_frontier.sh [STAGES...]      default: build test sanitize bench256
+# Stages:
+#   build      configure + build libflashkit and flashkit_cuda_tests (the build folder stays on a warm machine)
+#   test       the CUDA grid and paths at head dims 200/256 (every d256 kernel: sm80, the Hopper ws forward, the
+#              backward's choice), the non-finite rules, determinism, and the kernel-choice tests
+#   sanitize   compute-sanitizer memcheck + racecheck on small d256 cases of the Hopper forward
+#   bench256   head dim 256 forward and forward+backward, seqlen 512..16k (16k tokens per batch, 8 heads):
+#              flashkit vs SDPA flash vs SDPA cuDNN, TFLOP/s (CUDA-graph replays); $OUT/bench256.txt
+#   grid       the whole prefill grid (d64/128/256) and batch-1 decode: $OUT/attention-cuda.{json,md}, decode-cuda.json
+#   decode1    batch-1 decode bandwidth only: $OUT/decode-cuda.json
+# Results in $OUT/attn_frontier.log (+ failed.txt). carry=[".fkdeps.tar.xz"] (tools/gpu/carried_deps.sh).
+set -u
+cd "$(dirname "$0")/../.."
+. tools/gpu/carried_deps.sh; fk_use_deps
+. tools/gpu/steps.sh
+OUT=${OUT:-$PWD/build-gpu-out}; mkdir -p "$OUT"
+BUILD=${BUILD:-build-gpu}
+ARCHS=${ARCHS:-90a-real}
+LOG="$OUT/attn_frontier.log"
+STAGES=("$@"); [ ${#STAGES[@]} -eq 0 ] && STAGES=(build test sanitize bench256)
+status=0
+bin() { find "$BUILD/tests" -name "$1" -type f -perm -u+x | head -1; }
+export FLASHKIT_LIBRARY="$PWD/$BUILD/lib/libflashkit.so" FLASHKIT_PYDIR="$PWD/python"
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1
+  git log --oneline -1 2>/dev/null; } >> "$LOG" 2>&1
+D256='*_D256_*:*_D200_*'
+for st in "${STAGES[@]}"; do
+  case $st in
+    build)
+      run configure cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHKIT_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 \
+        -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 || exit 1
+      run build cmake --build "$BUILD" -j"$(nproc)" --target flashkit flashkit_cuda_tests flashkit_tests ${EXTRA_TARGETS:-} || exit 1 ;;
+    test)
+      A=$(bin flashkit_cuda_tests); T=$(bin flashkit_tests)
+      run test_d256 timeout 900 "$A" --gtest_filter="Grid/$D256:Paths/$D256" --gtest_brief=1
+      run test_nonfinite timeout 600 "$A" --gtest_filter='*NonFinite*:*Deterministic*' --gtest_brief=1
+      run test_choice timeout 120 "$T" --gtest_filter='CudaChoice.*' --gtest_brief=1
+      grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt" ;;
+    sanitize)
+      A=$(bin flashkit_cuda_tests)
+      F='Grid/*B1_Sq100_Sk333_H6x2_D256_causal_bf16*:Grid/*D256_causal_bf16_varlen*:Grid/*B1_Sq256_Sk300_H4x2_D256_causal_win64*'
+      run memcheck_d256 timeout 600 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$F" --gtest_brief=1
+      run racecheck_d256 timeout 600 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_filter="$F" --gtest_brief=1 ;;
+    bench256)
+      run bench256 timeout 500 python3 bench/cuda/bench_attention.py --only flashkit,sdpa_flash,sdpa_cudnn --dims 256 \
+        --timing graph --reps 10
+      sed -n '/bench256: python3/,$p' "$LOG" | grep -v "^== bench256: rc" > "$OUT/bench256.txt" ;;
+    grid)
+      run grid timeout 580 python3 bench/cuda/bench_attention.py --out "$OUT" ;;
+    decode1)
+      run decode1 timeout 300 python3 bench/cuda/bench_attention.py --out "$OUT" --decode-only --batch1 ;;
+    *) log "unknown stage $st"; status=1 ;;
+  esac
+done
+log "attn_frontier: status=$status"
+exit $status
