@@ -29,6 +29,7 @@ foreach(dt bf16 f16)
     list(APPEND FLASHKIT_CUDA_SOURCES ${CMAKE_CURRENT_LIST_DIR}/flash_fwd_sm90_${dt}_d${d}.cu)
     list(APPEND FLASHKIT_CUDA_SOURCES ${CMAKE_CURRENT_LIST_DIR}/flash_bwd_sm90_${dt}_d${d}.cu)
   endforeach()
+  list(APPEND FLASHKIT_CUDA_SOURCES ${CMAKE_CURRENT_LIST_DIR}/flash_bwd_sm90_${dt}_d256.cu)
 endforeach()
 # The CS149 kernels (include/flashkit/cs149.hpp), one file per kernel; RK4 rounds like its PyTorch reference.
 list(APPEND FLASHKIT_CUDA_SOURCES
