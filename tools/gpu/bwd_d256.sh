@@ -23,8 +23,9 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/python FLASHKIT_LIBRARY=$PWD/$BUILD/li
 : > "$SUM"
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1; } >> "$LOG" 2>&1
 A="$BUILD/tests/attention/flashkit_cuda_tests"
-# Head dims padded to 256 in the CUDA grid (D256, D200, D136): default path = the new kernel; sm80 path = the old one.
-F256='*_D256_*:*_D200_*:*_D136_*'
+# Head dims padded to 256 in the CUDA grid (D256, D200, D136): the Grid suite (default path = the new kernel) and the
+# Paths suite's sm80 path (the portable kernel); test names are SUITE/CLASS.MatchesReference/[PATH_]CASE.
+F256="Grid/*_D256_*:Grid/*_D200_*:Grid/*_D136_*:Paths/*/sm80_*_D256_*:Paths/*/sm80_*_D200_*:Paths/*/sm80_*_D136_*"
 for st in "${STAGES[@]}"; do
   case $st in
     build)
@@ -39,10 +40,11 @@ for st in "${STAGES[@]}"; do
           grep -A2 "flash_bwd_sm90_d256_kernel" | grep -E "registers|spill" | sed "s/^/ptxas $dt: /" | tee -a "$SUM"
       done ;;
     test)
-      run grid_d256 timeout 240 "$A" --gtest_filter="Grid/$F256:Paths/sm80_$F256" --gtest_brief=1
-      grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt"
+      run grid_d256 timeout 240 "$A" --gtest_filter="$F256" --gtest_brief=1
+      grep -E "^\[  FAILED  \] [A-Z]" "$LOG" | sed 's/ ([0-9]* ms)$//' | sort -u | tail -40 > "$OUT/failed.txt"
       {
-        echo "tests: $(grep -E '^\[  PASSED  \]' "$LOG" | tail -1) $(grep -cE '^\[  FAILED  \].*MatchesReference' "$LOG") failed"
+        echo "tests: $(grep -E '^\[  PASSED  \]' "$LOG" | tail -1) failed: $(wc -l < "$OUT/failed.txt")"
+        cat "$OUT/failed.txt"
         # Which backward each case ran: the default path must show sm90wgmma.*.d256 only, the sm80 path sm80mma only.
         echo "bwd paths (Grid + Paths/sm80): $(grep -E '^bwd path:' "$LOG" | awk '{print $NF}' | sort | uniq -c | tr -s ' ' | tr '\n' ';')"
       } | tee -a "$SUM" ;;
