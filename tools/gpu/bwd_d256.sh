@@ -34,7 +34,7 @@ for st in "${STAGES[@]}"; do
       run build cmake --build "$BUILD" -j"$(nproc)" --target flashkit flashkit_cuda_tests || exit 1
       # Registers and spills of the new kernel (its two instantiations per dtype), compiled again with ptxas -v.
       for dt in bf16 f16; do
-        obj=$(find "$BUILD" -name "flash_bwd_sm90_${dt}_d256.cu.o" | head -1)
+        obj=$BUILD/src/CMakeFiles/flashkit_core.dir/kernels/cuda/flash_bwd_sm90_${dt}_d256.cu.o
         cmd=$(cd "$BUILD" && ninja -t commands "${obj#$BUILD/}" 2>/dev/null | tail -1 | sed "s# -o [^ ]*# -o /tmp/ptxas_d256_$dt.o#")
         [ -n "$cmd" ] && (cd "$BUILD" && eval "$cmd -Xptxas -v") 2>&1 |
           grep -A2 "flash_bwd_sm90_d256_kernel" | grep -E "registers|spill" | sed "s/^/ptxas $dt: /" | tee -a "$SUM"
