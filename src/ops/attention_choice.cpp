@@ -99,12 +99,17 @@ BwdChoice choose_bwd(const kernels::AttentionShape& sh, float softcap, const Dev
   BwdChoice c;
   c.dpad = cuda::padded_head_dim(sh.head_dim);
   const int D = c.dpad;
-  if (t.sm90 && dev.sm90a && (D == 64 || D == 128)) {
-    const auto tile = cuda::sm90_bwd_tile(D, t.sm90_bwd_config, softcap > 0.f);
+  if (t.sm90 && dev.sm90a) {
     c.kernel = CudaKernel::bwd_sm90;
     c.config = t.sm90_bwd_config;
-    c.tile_m = tile.bm, c.tile_n = tile.bn();
     c.softcap = softcap > 0.f;
+    if (D == 256) {  // its own kernel, flash_bwd_sm90_d256.cuh (v16); sm90_bwd_config does not apply
+      const auto tile = cuda::sm90_bwd_d256_tile();
+      c.tile_m = tile.bm, c.tile_n = tile.bn;
+    } else {
+      const auto tile = cuda::sm90_bwd_tile(D, t.sm90_bwd_config, softcap > 0.f);
+      c.tile_m = tile.bm, c.tile_n = tile.bn();
+    }
     return c;
   }
   const auto tile = cuda::sm80_bwd_tile(D);

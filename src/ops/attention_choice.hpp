@@ -19,7 +19,7 @@ enum class CudaKernel : int32_t {
   fwd_sm90_ws = 2,  // flash_fwd_sm90_ws.cuh: warp-specialized, TMA producer, ping-pong consumers
   decode = 3,       // the decode family (kernels/cuda/decode/): FwdChoice::decode says which member
   bwd_sm80 = 4,     // flash_bwd.cuh
-  bwd_sm90 = 5,     // flash_bwd_sm90.cuh
+  bwd_sm90 = 5,     // flash_bwd_sm90.cuh (d64, d128), flash_bwd_sm90_d256.cuh (d256)
 };
 
 struct FwdChoice {

@@ -203,6 +203,8 @@ void run_case(const Case& c, uint32_t seed, const std::optional<Tuning>& tuning 
     EXPECT_LT(rel_error(gq, dq64), 2e-2) << "dq, kernel " << cost.kernel;
     EXPECT_LT(rel_error(gk, dk64), 2e-2) << "dk, kernel " << cost.kernel;
     EXPECT_LT(rel_error(gv, dv64), 2e-2) << "dv, kernel " << cost.kernel;
+    // Which backward ran at head dims padded to 256 (tools/gpu/bwd_d256.sh counts these lines per kernel).
+    if (c.D > 128) std::printf("bwd path: %s %s\n", c.name().c_str(), cost.kernel.c_str());
   }
   if (dcu) CK(cudaFree(dcu));
 }
@@ -224,6 +226,25 @@ std::vector<Case> grid() {
   g.push_back({1, 200, 300, 4, 2, 128, true, -1, -1, 4.0f});  // prefill d128 with softcap (Hopper forward)
   g.push_back({2, 96, 160, 4, 2, 64, true, -1, -1, 5.0f});
   g.push_back({1, 128, 128, 2, 2, 256, false, -1, -1, 3.0f, DType::f16});
+  // d256 (and padded to it): the Hopper d256 backward's masks and edges (v16): a two-sided window, softcap with GQA,
+  // more query rows than keys (rows that see none), a strided operand, varlen with empty sequences, a padded
+  // head dim with softcap in f16.
+  g.push_back({1, 200, 260, 4, 4, 256, false, 40, 17});
+  g.push_back({2, 150, 150, 8, 2, 256, true, -1, -1, 4.0f});
+  g.push_back({1, 190, 65, 2, 1, 256, true});
+  {
+    Case c{1, 70, 90, 4, 2, 256, true};
+    c.pad = 8;
+    g.push_back(c);
+    Case v{1, 0, 0, 4, 2, 256, true};
+    v.varlen = {{100, 120}, {0, 50}, {37, 37}, {64, 0}, {130, 70}};
+    g.push_back(v);
+    v.causal = false;
+    v.D = 136;
+    v.softcap = 5.0f;
+    v.dtype = DType::f16;
+    g.push_back(v);
+  }
   {
     Case c{1, 0, 0, 4, 2, 64, true};
     c.varlen = {{100, 120}, {0, 50}, {37, 37}, {64, 0}, {200, 180}};

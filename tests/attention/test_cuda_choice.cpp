@@ -314,10 +314,34 @@ TEST(CudaChoice, Backward) {
   c = bwd("d128", 128, 0.f, h200());
   EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90);
   EXPECT_EQ(c.tile_m, 64);
+  // d256 (and head dims padded to it) on Hopper: the d256 wgmma kernel (v16), softcap and config 1 included.
   c = bwd("d256", 256, 0.f, h200());
+  EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90);
+  EXPECT_EQ(c.tile_m, 64);
+  EXPECT_EQ(c.tile_n, 64);
+  EXPECT_FALSE(c.softcap);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.bwd.sm90wgmma.bf16.d256");
+  c = bwd("d256 softcap", 256, 30.f, h200());
+  EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90);
+  EXPECT_TRUE(c.softcap);
+  EXPECT_EQ(c.tile_n, 64);
+  c = bwd("d200 (padded to 256)", 200, 0.f, h200());
+  EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90);
+  EXPECT_EQ(c.dpad, 256);
+  EXPECT_EQ(bwd("d256 config 1", 256, 0.f, h200(), t).tile_m, 64);
+  // The portable kernel: sm90 = false (the tests' "sm80" path), a device without sm_90a code, an A100.
+  Tuning no90;
+  no90.sm90 = false;
+  c = bwd("d256 sm90=false", 256, 0.f, h200(), no90);
   EXPECT_EQ(c.kernel, CudaKernel::bwd_sm80);
   EXPECT_EQ(c.tile_m, 32);
   EXPECT_EQ(c.tile_n, 64);
+  DeviceInfo plain90 = h200();
+  plain90.sm90a = false;
+  EXPECT_EQ(bwd("d256 no sm_90a code", 256, 0.f, plain90).kernel, CudaKernel::bwd_sm80);
+  c = bwd("d256", 256, 0.f, a100());
+  EXPECT_EQ(c.kernel, CudaKernel::bwd_sm80);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::f16), "cuda.flash.bwd.sm80mma.f16.d256");
   c = bwd("d64", 64, 0.f, a100());
   EXPECT_EQ(c.kernel, CudaKernel::bwd_sm80);
   EXPECT_EQ(c.tile_m, 64);

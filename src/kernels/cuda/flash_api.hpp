@@ -65,6 +65,9 @@ void launch_flash_bwd(const BwdParams& p, cudaStream_t stream);
 // Returns false when this build or device cannot run it.
 template <typename T, int D>
 bool launch_flash_bwd_sm90(const BwdParams& p, int config, cudaStream_t stream);
+// Hopper backward at head_dim 256 (flash_bwd_sm90_d256.cuh), the tile of sm90_bwd_d256_tile(); false as above.
+template <typename T>
+bool launch_flash_bwd_sm90_d256(const BwdParams& p, cudaStream_t stream);
 
 // dtype-generic helpers: the decode family's split combine (decode/combine.cu), the backward's pre/postprocess and
 // strided repacking (flash_aux.cu)

@@ -68,6 +68,12 @@ struct Sm90BwdTile {
 constexpr Sm90BwdTile sm90_bwd_tile(int dpad, int config, bool softcap) {
   return dpad == 64 && config != 1 && !softcap ? Sm90BwdTile{128, 2} : Sm90BwdTile{64, 2};
 }
+// d256 (flash_bwd_sm90_d256.cuh): both warpgroups share BN = 64 keys; S^T/dP^T split by query columns, dK/dV/dQ
+// by head-dim halves (64 keys x 256 columns of dK and dV would not fit one warpgroup's registers).
+struct Sm90BwdD256Tile {
+  int bm, bn, warpgroups;
+};
+constexpr Sm90BwdD256Tile sm90_bwd_d256_tile() { return Sm90BwdD256Tile{64, 64, 2}; }
 
 // ---- decode (decode/flash_decode.cuh): one CTA of kWarps warps per (split, m16 tile of packed query rows, KV head,
 // sequence), each warp with kStages cp.async stages of 16 keys of K and V; dynamic shared memory = the Q tile and
