@@ -43,7 +43,7 @@ for st in "${STAGES[@]}"; do
       grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt" ;;
     sanitize)
       A=$(bin flashkit_cuda_tests)
-      F='Grid/*B1_Sq100_Sk333_H6x2_D256_causal_bf16*:Grid/*D256_causal_bf16_varlen*:Grid/*B1_Sq256_Sk300_H4x2_D256_causal_win64*'
+      F='Grid/*B1_Sq100_Sk333_H6x2_D256_causal_bf16*:Grid/*H4x2_D256_bf16_varlen*:Grid/*B1_Sq256_Sk300_H4x2_D256_causal_win64*'
       run memcheck_d256 timeout 600 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$F" --gtest_brief=1
       run racecheck_d256 timeout 600 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_filter="$F" --gtest_brief=1 ;;
     bench256)

@@ -31,7 +31,7 @@ for st in "${STAGES[@]}"; do
     build)
       run configure cmake -S . -B "$BUILD" -G Ninja -DFLASHKIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
         -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 || exit 1
-      run build cmake --build "$BUILD" -j"$(nproc)" --target flashkit flashkit_cuda_tests || exit 1
+      run build cmake --build "$BUILD" -j"$(nproc)" --target flashkit flashkit_cuda_tests flashkit_tests || exit 1
       # Registers and spills of the new kernel (its two instantiations per dtype), compiled again with ptxas -v.
       for dt in bf16 f16; do
         obj=$BUILD/src/CMakeFiles/flashkit_core.dir/kernels/cuda/flash_bwd_sm90_${dt}_d256.cu.o
