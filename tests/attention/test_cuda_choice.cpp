@@ -83,12 +83,12 @@ TEST(CudaChoice, ForwardOnHopperFollowsTheMeasuredThresholds) {
   EXPECT_EQ(fwd("d64 causal 4096", shape(2, 16, 16, 64, 4096, 4096), h200(), {}, causal_mask()).kernel,
             CudaKernel::fwd_sm90_ws);
   EXPECT_EQ(fwd("d64 3 stages (ws)", shape(1, 8, 8, 64, 8192, 8192), h200()).stages, 3);
-  // d256 and head dims padded to it: the warp-specialized kernel (BN 64, 2 stages); sm_80 when it declines or a
+  // d256 and head dims padded to it: the warp-specialized kernel (BN 80, 2 stages); sm_80 when it declines or a
   // cp.async configuration is forced (that kernel has no d256 tiles).
   c = fwd("d256 4096", shape(1, 8, 8, 256, 4096, 4096), h200());
   EXPECT_EQ(c.kernel, CudaKernel::fwd_sm90_ws);
   EXPECT_EQ(c.tile_m, 128);
-  EXPECT_EQ(c.tile_n, 64);
+  EXPECT_EQ(c.tile_n, 80);
   EXPECT_EQ(c.stages, 2);
   EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d256");
   EXPECT_EQ(fwd("d256 causal 512", shape(1, 8, 8, 256, 512, 512), h200(), {}, causal_mask()).kernel,

@@ -318,7 +318,7 @@ template <typename T, int D>
 bool launch_flash_fwd_sm90_ws(const FwdParams& p, bool pingpong, cudaStream_t stream) {
   if (p.num_splits != 1) return false;
   if constexpr (D == 64 || D == 128 || D == 256) {
-    // <T, D, BN, stages, ping-pong>: 112 KB (d64), 160 KB (d128) and 192 KB (d256) of shared memory, one CTA per SM.
+    // <T, D, BN, stages, ping-pong>: 112 KB (d64), 160 KB (d128) and 224 KB (d256) of shared memory, one CTA per SM.
     constexpr Sm90WsTile w = sm90_ws_tile(D);
     static_assert(w.bm == Sm90WsCfg<D, w.bn, w.stages>::BM, "tiles.hpp and the kernel agree on the row tile");
     return pingpong ? launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, true>(p, stream)

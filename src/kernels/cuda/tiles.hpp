@@ -41,13 +41,13 @@ constexpr Sm90FwdTile sm90_fwd_tile(int dpad, int config) {
                     : (config == 2 ? Sm90FwdTile{128, 2, 2, 1} : Sm90FwdTile{64, 2, 2, 2});
 }
 // ---- the warp-specialized TMA forward (flash_fwd_sm90_ws.cuh): one producer warpgroup, two consumer warpgroups of
-// 64 rows, BN 128, 3 stages at d64 (112 KB) and 2 at d128 (160 KB); d256: BN 64, 2 stages (Q 64 KB + K/V 128 KB; a
-// warpgroup's O is 128 f32 registers per thread, so S stays at 32): one CTA per SM.
+// 64 rows, BN 128, 3 stages at d64 (112 KB) and 2 at d128 (160 KB); d256: BN 80, 2 stages (Q 64 KB + K/V 160 KB; a
+// warpgroup's O is 128 f32 registers per thread, S 40 and P 20 beside it): one CTA per SM.
 struct Sm90WsTile {
   int bm, bn, stages;
 };
 constexpr Sm90WsTile sm90_ws_tile(int dpad) {
-  return dpad == 256 ? Sm90WsTile{128, 64, 2} : Sm90WsTile{128, 128, dpad == 64 ? 3 : 2};
+  return dpad == 256 ? Sm90WsTile{128, 80, 2} : Sm90WsTile{128, 128, dpad == 64 ? 3 : 2};
 }
 
 // ---- backward. sm_80 (flash_bwd.cuh): NW warps of 16 keys (DSPLIT warps share a key row block at d256), BM query
