@@ -81,6 +81,13 @@ for st in "${STAGES[@]}"; do
       log "regs: cuobjdump -res-usage, SSM kernels"
       cuobjdump -res-usage "$BUILD/lib/libflashkit_core.so" 2>> "$LOG" \
         | grep -A1 -E "Function .*(scan|checkpoint|reverse|reduce_bc|reduce_channel|chunk_end|chunk_out|chain_kernel)" | tee -a "$LOG" ;;
+    sass)
+      # SASS of the production forward scan (v4, 4 states per thread): what the recurrence costs per state step.
+      cuobjdump -sass "$BUILD/lib/libflashkit_core.so" 2>> "$LOG" | awk '/Function : .*scan_v4_kernel.*Li4ELi16E/{on=1}
+        on && /Function : / && !/scan_v4_kernel.*Li4ELi16E/{on=0} on' > "$OUT/sass-scan-v4.txt"
+      log "sass: $(wc -l < "$OUT/sass-scan-v4.txt") lines of scan_v4 SASS in sass-scan-v4.txt"
+      grep -oE "^\s+/\*[0-9a-f]+\*/\s+[A-Z0-9_.]+" "$OUT/sass-scan-v4.txt" | awk '{print $2}' | sed 's/\..*//' \
+        | sort | uniq -c | sort -rn | head -25 | tee -a "$LOG" ;;
     bench)
       p=$(bin flashkit_ssm_bench)
       [ -n "$p" ] || { log "flashkit_ssm_bench: not built"; status=1; continue; }
