@@ -15,6 +15,7 @@
 #include "flashkit/attention_fp8.hpp"
 #include "flashkit/e4m3.hpp"
 #include "kernels/attention_fp8_args.hpp"
+#include "kernels/cuda/fp8/fp8_layout.hpp"
 #include "ops/attention_fp8_choice.hpp"
 
 using namespace flashkit;
@@ -358,6 +359,34 @@ TEST(Fp8Choice, CudaNeedsSm90aAndAnInstantiatedHeadDim) {
   EXPECT_EQ(fp8_cuda_unsupported_reason(dev, 128), "");
   EXPECT_NE(fp8_cuda_unsupported_reason(dev, 64).find("head_dim 64"), std::string::npos);
   EXPECT_NE(fp8_cuda_unsupported_reason(dev, 96).find("supported: 128"), std::string::npos);
+}
+
+// The P-from-registers layout of the CUDA kernel: the permutation is one, and packing the S accumulator as the
+// kernel does puts, for every thread, the right row and the permuted key at each logical k of the A fragment.
+TEST(Fp8Layout, PFragmentPermutationMatchesTheAccumulator) {
+  using namespace flashkit::cuda;
+  std::vector<int> seen(32, 0);
+  for (int k = 0; k < 32; ++k) {
+    const int key = fp8_pv_key_of_slot(k);
+    ASSERT_GE(key, 0);
+    ASSERT_LT(key, 32);
+    ++seen[size_t(key)];
+  }
+  for (int key = 0; key < 32; ++key) EXPECT_EQ(seen[size_t(key)], 1) << key;
+  for (int t = 0; t < 4; ++t)
+    for (int r = 0; r < 4; ++r)
+      for (int b = 0; b < 4; ++b) {
+        // A fragment (8-bit, m64k32): row offset and logical k of register r byte b.
+        const int a_row = 8 * (r & 1), a_k = 16 * (r >> 1) + 4 * t + b;
+        // S accumulator element the kernel packs there: n8 tile j of the chunk, element e.
+        const int j = fp8_p_tile(r, b), e = fp8_p_elem(r, b);
+        const int s_row = 8 * (e >> 1), s_key = 8 * j + 2 * t + (e & 1);
+        EXPECT_EQ(s_row, a_row) << "t " << t << " r " << r << " b " << b;
+        EXPECT_EQ(s_key, fp8_pv_key_of_slot(a_k)) << "t " << t << " r " << r << " b " << b;
+      }
+  EXPECT_EQ(fp8_vt_keys(1, 128), 128);
+  EXPECT_EQ(fp8_vt_keys(128, 128), 128);
+  EXPECT_EQ(fp8_vt_keys(129, 128), 256);
 }
 
 }  // namespace
