@@ -1,5 +1,5 @@
 """Benchmark the fp8 (e4m3) attention forward (include/flashkit/attention_fp8.hpp) next to flashkit's bf16 forward
-and PyTorch SDPA's bf16 forward (cuDNN and flash backends), in one process: head_dim 128, 16 heads, seqlen
+and PyTorch SDPA's bf16 forward (cuDNN and flash backends), in one process: head_dim 128 and 256, 16 heads, seqlen
 1k/4k/16k at 32k tokens per batch, causal and not. FLOPs = 4*b*s^2*h*d (halved when causal). Times are medians of
 CUDA-event timings after warm-up; the flashkit calls go through bench/cuda/fp8_shim.cpp (ctypes). Also: the V^T prep kernel alone (part of every fp8 call), and the fp8 output's
 accuracy against flashkit's bf16 output on the unquantized inputs (max abs and relative RMS).
@@ -65,7 +65,7 @@ def main():
     ap.add_argument("--shim", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--dims", default="128")
+    ap.add_argument("--dims", default="128,256")
     args = ap.parse_args()
     lib = load_shim(args.shim)
     reps = 5 if args.quick else 20

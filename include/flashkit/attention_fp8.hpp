@@ -28,7 +28,8 @@
 //   as above (docs/worklog/attention-fp8-cuda.md: what the H200 measures against the bf16 kernel).
 //
 // Backends: CPU (any head_dim the bf16 contract takes: f32 arithmetic, e4m3 rounding of P against the row max) and
-// CUDA on sm_90a GPUs (Hopper; head_dim 128; other GPUs or head dims: Status::unsupported with the reason).
+// CUDA on sm_90a GPUs (Hopper; head_dim 128 or 256; other GPUs or head dims: Status::unsupported with the reason;
+// q, k, v need 16-byte aligned bases and strides there).
 #pragma once
 #include "flashkit/attention.hpp"
 #include "flashkit/tensor.hpp"

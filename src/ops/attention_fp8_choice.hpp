@@ -9,7 +9,7 @@
 namespace flashkit {
 
 // Head dims the sm_90a fp8 kernel is instantiated for.
-inline constexpr int64_t kFp8CudaHeadDims[] = {128};
+inline constexpr int64_t kFp8CudaHeadDims[] = {128, 256};
 
 // Empty when the fp8 kernel runs the call; otherwise the reason (a whole sentence for Status::unsupported).
 std::string fp8_cuda_unsupported_reason(const DeviceInfo& dev, int64_t head_dim);

@@ -357,8 +357,9 @@ TEST(Fp8Choice, CudaNeedsSm90aAndAnInstantiatedHeadDim) {
   EXPECT_NE(fp8_cuda_unsupported_reason(dev, 128).find("no sm_90a code"), std::string::npos);
   dev.sm90a = true;
   EXPECT_EQ(fp8_cuda_unsupported_reason(dev, 128), "");
+  EXPECT_EQ(fp8_cuda_unsupported_reason(dev, 256), "");
   EXPECT_NE(fp8_cuda_unsupported_reason(dev, 64).find("head_dim 64"), std::string::npos);
-  EXPECT_NE(fp8_cuda_unsupported_reason(dev, 96).find("supported: 128"), std::string::npos);
+  EXPECT_NE(fp8_cuda_unsupported_reason(dev, 96).find("supported: 128, 256"), std::string::npos);
 }
 
 // The P-from-registers layout of the CUDA kernel: the permutation is one, and packing the S accumulator as the

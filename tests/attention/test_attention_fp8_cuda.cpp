@@ -107,7 +107,7 @@ void run_case(const Case& c, int64_t D = 128) {
   OpCost cost;
   attention_forward_fp8(dq.view, dk.view, dv.view, dout.view, dlse.view, s, opts, &cost);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(cost.kernel, "cuda.flash.fwd.sm90ws.e4m3.d128");
+  EXPECT_EQ(cost.kernel, "cuda.flash.fwd.sm90ws.e4m3.d" + std::to_string(D));
   HostTensor o(DType::bf16, {c.B, c.Sq, c.H, D}), lse(DType::f32, {c.B, c.H, c.Sq});
   dout.down(&o);
   dlse.down(&lse);
@@ -117,8 +117,8 @@ void run_case(const Case& c, int64_t D = 128) {
   ref.impl = AttentionImpl::reference;
   attention_forward_fp8(q.view, k.view, v.view, o_ref.view, lse_ref.view, s, ref);
   const double err = fk_test::rel_error(o, o_ref), lse_err = fk_test::rel_error(lse, lse_ref);
-  std::printf("fp8 cuda B=%lld Sq=%lld Sk=%lld H=%lld Hkv=%lld causal=%d: o rel err %.2e, lse rel err %.2e\n",
-              (long long)c.B, (long long)c.Sq, (long long)c.Sk, (long long)c.H, (long long)c.Hkv, int(c.causal), err,
+  std::printf("fp8 cuda d%lld B=%lld Sq=%lld Sk=%lld H=%lld Hkv=%lld causal=%d: o rel err %.2e, lse rel err %.2e\n",
+              (long long)D, (long long)c.B, (long long)c.Sq, (long long)c.Sk, (long long)c.H, (long long)c.Hkv, int(c.causal), err,
               lse_err);
   EXPECT_LT(err, kTol);
   EXPECT_LT(lse_err, 1e-4);
@@ -137,6 +137,13 @@ INSTANTIATE_TEST_SUITE_P(Grid, Fp8Cuda,
                                            Case{1, 17, 17, 2, 1, true}, Case{2, 255, 255, 4, 2, true},
                                            Case{1, 255, 1000, 2, 2, false}, Case{1, 1000, 1000, 4, 1, true},
                                            Case{1, 1000, 255, 2, 1, true}, Case{2, 300, 300, 2, 2, false}));
+
+TEST(Fp8Cuda, HeadDim256) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!is_hopper()) GTEST_SKIP() << "not a Hopper GPU";
+  run_case(Case{1, 255, 255, 2, 1, true}, 256);
+  run_case(Case{2, 130, 300, 4, 2, false}, 256);
+}
 
 TEST(Fp8CudaErrors, UnsupportedHeadDimOrGpuIsAClearError) {
   if (!has_gpu()) GTEST_SKIP() << "no CUDA device";

@@ -2,11 +2,11 @@
 # The fp8 (e4m3) attention forward on the GPU machine (an H200; issue 20; docs/worklog/attention-fp8-cuda.md), in
 # one call that fits in ~5 minutes:
 #   build     libflashkit_core (sm_90a only), flashkit_fp8_cuda_tests, and bench/cuda/fp8_shim.cpp (ctypes shim)
-#   test      flashkit_fp8_cuda_tests: quantize_e4m3 on the device vs the CPU bytes, the fp8 kernel vs the f64
+#   test      flashkit_fp8_cuda_tests: quantize_e4m3 on the device vs the CPU bytes, the fp8 kernels (d128, d256) vs the f64
 #             reference of the dequantized inputs with P rounded to e4m3 (odd seqlens, GQA, causal, poisoned
 #             outputs), the unsupported-head-dim error
 #   sanitize  compute-sanitizer memcheck on two small cases (17 keys causal; batch 2, 255 keys, GQA, causal)
-#   bench     bench/cuda/bench_attention_fp8.py: d128, 16 heads, seqlen 1k/4k/16k at 32k tokens, causal and not:
+#   bench     bench/cuda/bench_attention_fp8.py: d128 and d256, 16 heads, seqlen 1k/4k/16k at 32k tokens, causal and not:
 #             fp8 vs flashkit bf16 vs SDPA cuDNN/flash bf16 (TFLOP/s), the V^T prep alone, accuracy vs bf16
 #   tools/gpu/fp8.sh [STAGES...]     default: build test sanitize bench
 # Results: $OUT/fp8.log (everything), $OUT/attention-fp8.json, $OUT/failed.txt. Exit status non-zero if a stage
@@ -44,7 +44,7 @@ for st in "${STAGES[@]}"; do
       run memcheck_fp8 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$T" --gtest_brief=1 \
         --gtest_filter='Grid/Fp8Cuda.MatchesTheRoundedPReference/2:Grid/Fp8Cuda.MatchesTheRoundedPReference/3' ;;
     bench)
-      run bench_fp8 timeout 240 python3 bench/cuda/bench_attention_fp8.py --shim "$SHIM" --out "$OUT" ${QUICK:+--quick}
+      run bench_fp8 timeout 200 python3 bench/cuda/bench_attention_fp8.py --shim "$SHIM" --out "$OUT" ${QUICK:+--quick}
       grep -E "^fp8 d|unavailable" "$LOG" | tail -14 ;;
     *) log "unknown stage $st"; status=1 ;;
   esac

@@ -406,7 +406,8 @@ Fp8LaunchResult launch_fwd_fp8_sm90_cfg(const Fp8FwdParams& p, const uint8_t* vt
 
 template <int D>
 Fp8LaunchResult launch_flash_fwd_fp8_sm90(const Fp8FwdParams& p, const uint8_t* vt, bool pingpong, cudaStream_t stream) {
-  constexpr int BN = kFp8KeyTile, STAGES = 3;  // 16 KB of Q + 3 x (16 KB K + 16 KB V^T): 112 KB
+  // d128: 16 KB of Q + 3 x (16 KB K + 16 KB V^T) = 112 KB; d256: 32 KB + 2 x (32 KB + 32 KB) = 160 KB.
+  constexpr int BN = kFp8KeyTile, STAGES = D == 128 ? 3 : 2;
   return pingpong ? launch_fwd_fp8_sm90_cfg<D, BN, STAGES, true>(p, vt, stream)
                   : launch_fwd_fp8_sm90_cfg<D, BN, STAGES, false>(p, vt, stream);
 }

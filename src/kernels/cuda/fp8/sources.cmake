@@ -4,5 +4,6 @@
 set(FLASHKIT_FP8_CUDA_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/prep.cu
   ${CMAKE_CURRENT_LIST_DIR}/flash_fwd_fp8_sm90_d128.cu
+  ${CMAKE_CURRENT_LIST_DIR}/flash_fwd_fp8_sm90_d256.cu
   ${CMAKE_CURRENT_LIST_DIR}/../../../ops/attention_fp8_cuda.cpp
 )
