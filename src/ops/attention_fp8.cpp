@@ -85,7 +85,7 @@ void attention_forward_fp8(const TensorView& q, const TensorView& k, const Tenso
   }
   const ScopedNumThreads threads(opts.threads);
   if (opts.impl == AttentionImpl::reference) {
-    kernels::attention_forward_fp8_reference(a, /*round_p=*/true);
+    kernels::attention_forward_fp8_reference(a, kernels::Fp8PRounding::row_max);
     if (cost) *cost = kernels::attention_forward_fp8_cost(a, "reference.f64.fp8");
     return;
   }

@@ -14,6 +14,7 @@
 
 #include "attention_fixture.hpp"
 #include "flashkit/attention_fp8.hpp"
+#include "kernels/attention_fp8_args.hpp"
 
 using namespace flashkit;
 using fk_test::HostTensor;
@@ -65,8 +66,35 @@ struct Case {
   bool causal;
 };
 
-// The contract's bound (attention_fp8.hpp): relative RMS error against the rounded-P reference.
+// The contract's bound (attention_fp8.hpp): relative RMS error against the reference that rounds P where the kernel
+// does (against the running max of 128-key tiles); what is left is f32 sums, exp2 and the bf16 output.
 constexpr double kTol = 1e-2;
+
+// The f64 reference of the e4m3 inputs (host) with P rounded as `rounding` says.
+void reference(const HostTensor& q, const HostTensor& k, const HostTensor& v, const AttentionFp8Scales& s, bool causal,
+               kernels::Fp8PRounding rounding, HostTensor* o, HostTensor* lse) {
+  const auto& qs = q.view.shape;
+  const auto& ks = k.view.shape;
+  kernels::AttentionFp8Args a;
+  a.fwd.dtype = DType::e4m3;
+  a.fwd.shape = {qs[0], qs[1], ks[1], qs[2], ks[2], qs[3], nullptr, nullptr, qs[1], ks[1]};
+  auto op = [](const HostTensor& t) {
+    return kernels::AttnOperand{t.view.data, t.view.strides[0], t.view.strides[1], t.view.strides[2]};
+  };
+  a.fwd.q = op(q);
+  a.fwd.k = op(k);
+  a.fwd.v = op(v);
+  a.fwd.o = op(*o);
+  a.fwd.lse = static_cast<float*>(lse->view.data);
+  a.fwd.scale = float(1.0 / std::sqrt(double(qs[3])));
+  a.fwd.mask.causal = causal;
+  a.fwd.mask.window_right = causal ? 0 : -1;
+  a.q_descale = s.q_descale;
+  a.k_descale = s.k_descale;
+  a.v_descale = s.v_descale;
+  a.p_tile = 128;
+  kernels::attention_forward_fp8_reference(a, rounding);
+}
 
 void run_case(const Case& c, int64_t D = 128) {
   std::mt19937 rng(uint32_t(c.Sq * 31 + c.Sk * 7 + c.H + c.causal));
@@ -113,14 +141,19 @@ void run_case(const Case& c, int64_t D = 128) {
   dlse.down(&lse);
 
   HostTensor o_ref(DType::bf16, {c.B, c.Sq, c.H, D}), lse_ref(DType::f32, {c.B, c.H, c.Sq});
-  AttentionOptions ref = opts;
-  ref.impl = AttentionImpl::reference;
-  attention_forward_fp8(q.view, k.view, v.view, o_ref.view, lse_ref.view, s, ref);
+  HostTensor o_row(DType::bf16, {c.B, c.Sq, c.H, D}), lse_row(DType::f32, {c.B, c.H, c.Sq});
+  o_ref.poison();
+  lse_ref.poison();
+  reference(q, k, v, s, c.causal, kernels::Fp8PRounding::tile_max, &o_ref, &lse_ref);
+  reference(q, k, v, s, c.causal, kernels::Fp8PRounding::row_max, &o_row, &lse_row);
   const double err = fk_test::rel_error(o, o_ref), lse_err = fk_test::rel_error(lse, lse_ref);
-  std::printf("fp8 cuda d%lld B=%lld Sq=%lld Sk=%lld H=%lld Hkv=%lld causal=%d: o rel err %.2e, lse rel err %.2e\n",
-              (long long)D, (long long)c.B, (long long)c.Sq, (long long)c.Sk, (long long)c.H, (long long)c.Hkv, int(c.causal), err,
-              lse_err);
+  const double err_row = fk_test::rel_error(o, o_row);
+  std::printf("fp8 cuda d%lld B=%lld Sq=%lld Sk=%lld H=%lld Hkv=%lld causal=%d: o rel err %.2e (vs row-max rounding "
+              "%.2e), lse rel err %.2e\n",
+              (long long)D, (long long)c.B, (long long)c.Sq, (long long)c.Sk, (long long)c.H, (long long)c.Hkv,
+              int(c.causal), err, err_row, lse_err);
   EXPECT_LT(err, kTol);
+  EXPECT_LT(err_row, 0.05);  // the contract's looser statement: P rounded against some running max
   EXPECT_LT(lse_err, 1e-4);
 }
 

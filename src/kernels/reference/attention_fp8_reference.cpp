@@ -1,5 +1,6 @@
-// The fp8 forward's f64 oracle: attention of the dequantized e4m3 inputs, optionally with P rounded to e4m3 before
-// P V (the contract of include/flashkit/attention_fp8.hpp, with the row max as m). Plain loops, parallel over heads.
+// The fp8 forward's f64 oracle: attention of the dequantized e4m3 inputs, with P rounded to e4m3 before P V against
+// the row max or the running max of key tiles (the contract of include/flashkit/attention_fp8.hpp), or not rounded.
+// Plain loops, parallel over heads.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -25,7 +26,7 @@ std::vector<double> dequantize_rows(const AttnOperand& t, int64_t b, int64_t r0,
 
 }  // namespace
 
-void attention_forward_fp8_reference(const AttentionFp8Args& args, bool round_p) {
+void attention_forward_fp8_reference(const AttentionFp8Args& args, Fp8PRounding rounding) {
   const AttentionFwdArgs& a = args.fwd;
   const AttentionShape& s = a.shape;
   const int64_t d = s.head_dim, G = s.group();
@@ -51,10 +52,21 @@ void attention_forward_fp8_reference(const AttentionFp8Args& args, bool round_p)
         double lse = kNegInf;
         if (hi > lo) {
           double l = 0;
+          double mt = kNegInf;  // tile_max: the running max up to the end of key j's tile
+          int64_t tile_end = lo;
           for (int64_t j = lo; j < hi; ++j) {
             const double p = std::exp(sc[size_t(j)] - m);
             l += p;
-            const double pv = round_p ? double(e4m3_to_f32(f32_to_e4m3(float(p)))) : p;
+            double pv = p;
+            if (rounding == Fp8PRounding::row_max) pv = double(e4m3_to_f32(f32_to_e4m3(float(p))));
+            if (rounding == Fp8PRounding::tile_max) {
+              if (j >= tile_end) {  // a new tile: extend the running max over it
+                tile_end = std::min(hi, (j / args.p_tile + 1) * args.p_tile);
+                for (int64_t jj = j; jj < tile_end; ++jj) mt = std::max(mt, sc[size_t(jj)]);
+              }
+              // e4m3(exp(s - mt)) scaled back to the row max, as the kernel's rescaling of O does.
+              pv = double(e4m3_to_f32(f32_to_e4m3(float(std::exp(sc[size_t(j)] - mt))))) * std::exp(mt - m);
+            }
             for (int64_t c = 0; c < d; ++c) o[size_t(c)] += pv * v[size_t(j * d + c)];
           }
           for (int64_t c = 0; c < d; ++c) o[size_t(c)] /= l;
