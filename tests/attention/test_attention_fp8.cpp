@@ -405,6 +405,10 @@ TEST(Fp8Layout, PFragmentPermutationMatchesTheAccumulator) {
         EXPECT_EQ(s_row, a_row) << "t " << t << " r " << r << " b " << b;
         EXPECT_EQ(s_key, fp8_pv_key_of_slot(a_k)) << "t " << t << " r " << r << " b " << b;
       }
+  for (long long slot = 0; slot < 256; ++slot) {  // V^T column -> V key: inside the slot's chunk, the permutation
+    EXPECT_EQ(fp8_vt_source_key(slot) / 32, slot / 32);
+    EXPECT_EQ(fp8_vt_source_key(slot) % 32, fp8_pv_key_of_slot(int(slot % 32)));
+  }
   EXPECT_EQ(fp8_vt_keys(1, 128), 128);
   EXPECT_EQ(fp8_vt_keys(128, 128), 128);
   EXPECT_EQ(fp8_vt_keys(129, 128), 256);

@@ -18,6 +18,8 @@ constexpr int fp8_pv_key_of_slot(int k) {
   const int half = k >> 4, t = (k & 15) >> 2, b = k & 3;
   return 16 * half + 2 * t + (b & 1) + 8 * (b >> 1);
 }
+// The key of V stored at V^T column `slot` (keys permuted inside each 32-key chunk).
+constexpr long long fp8_vt_source_key(long long slot) { return (slot & ~31LL) + fp8_pv_key_of_slot(int(slot & 31)); }
 // The accumulator n8 tile (0..3 inside the chunk) and element (0..3) that fill A-fragment register r, byte b.
 constexpr int fp8_p_tile(int r, int b) { return 2 * (r >> 1) + (b >> 1); }
 constexpr int fp8_p_elem(int r, int b) { return 2 * (r & 1) + (b & 1); }

@@ -40,8 +40,7 @@ __global__ void __launch_bounds__(kPrepThreads) fp8_vt_prep_kernel(const kernels
     uint32_t w = 0;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int s = 4 * k4 + i;  // slot inside this block's 64 keys: chunk s / 32, logical slot s % 32
-      const int src = (s & ~31) + fp8_pv_key_of_slot(s & 31);
+      const int src = int(fp8_vt_source_key(4 * k4 + i));  // blocks start on 32-key chunks: offsets are local
       w |= uint32_t(tile[src][dr]) << (8 * i);
     }
     *reinterpret_cast<uint32_t*>(out + d * keys + slot) = w;
