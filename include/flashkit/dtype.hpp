@@ -6,7 +6,9 @@
 
 namespace flashkit {
 
-enum class DType : int32_t { f32 = 0, bf16 = 1, f16 = 2, f64 = 3, i32 = 4 };
+// e4m3: OCP FP8 E4M3FN (include/flashkit/e4m3.hpp); only attention_forward_fp8 and quantize_e4m3 take it
+// (include/flashkit/attention_fp8.hpp), every other op rejects it by name.
+enum class DType : int32_t { f32 = 0, bf16 = 1, f16 = 2, f64 = 3, i32 = 4, e4m3 = 5 };
 
 constexpr int64_t dtype_size(DType t) {
   switch (t) {
@@ -15,6 +17,7 @@ constexpr int64_t dtype_size(DType t) {
     case DType::f16: return 2;
     case DType::f64: return 8;
     case DType::i32: return 4;
+    case DType::e4m3: return 1;
   }
   return 0;
 }

@@ -24,7 +24,8 @@ typedef enum {
   FK_INTERNAL = 5
 } fk_status;
 
-typedef enum { FK_F32 = 0, FK_BF16 = 1, FK_F16 = 2, FK_F64 = 3, FK_I32 = 4 } fk_dtype;
+/* FK_E4M3: OCP FP8 E4M3FN, one byte; only fk_attention_forward_fp8 and fk_quantize_e4m3 take it. */
+typedef enum { FK_F32 = 0, FK_BF16 = 1, FK_F16 = 2, FK_F64 = 3, FK_I32 = 4, FK_E4M3 = 5 } fk_dtype;
 typedef enum { FK_CPU = 0, FK_CUDA = 1 } fk_device;
 typedef enum { FK_IMPL_AUTO = 0, FK_IMPL_REFERENCE = 1, FK_IMPL_STANDARD = 2, FK_IMPL_FLASH = 3 } fk_impl;
 
@@ -91,6 +92,21 @@ FK_API fk_status fk_tensor_init(fk_tensor* t, void* data, int32_t dtype, int32_t
 FK_API fk_status fk_attention_forward(const fk_tensor* q, const fk_tensor* k, const fk_tensor* v,
                                       const fk_tensor* o, const fk_tensor* lse, const fk_attention_options* opts,
                                       fk_cost* cost /* may be NULL */);
+
+/* The fp8 forward of include/flashkit/attention_fp8.hpp (its semantics, accuracy and limits): q, k, v FK_E4M3, o
+   FK_BF16, lse FK_F32; the real inputs are x * descale (each finite and > 0). opts: scale, causal, impl (auto,
+   flash, reference on CPU), check_finite; windows, softcap and cu_seqlens are rejected (FK_INVALID_ARGUMENT). */
+typedef struct {
+  float q_descale;
+  float k_descale;
+  float v_descale;
+} fk_fp8_scales;
+FK_API fk_status fk_attention_forward_fp8(const fk_tensor* q, const fk_tensor* k, const fk_tensor* v,
+                                          const fk_tensor* o, const fk_tensor* lse, const fk_fp8_scales* scales,
+                                          const fk_attention_options* opts, fk_cost* cost /* may be NULL */);
+/* Per-tensor quantization: *descale = amax(|src|) / 448 (1 for all zeros), dst = e4m3(src / *descale); src FK_F32,
+   FK_BF16 or FK_F16, dst FK_E4M3, same shape, contiguous, same device. */
+FK_API fk_status fk_quantize_e4m3(const fk_tensor* src, const fk_tensor* dst, float* descale);
 
 FK_API fk_status fk_attention_backward(const fk_tensor* dout, const fk_tensor* q, const fk_tensor* k,
                                        const fk_tensor* v, const fk_tensor* o, const fk_tensor* lse,

@@ -40,6 +40,7 @@ FK_BF16 = 1
 FK_F16 = 2
 FK_F64 = 3
 FK_I32 = 4
+FK_E4M3 = 5  # fk_attention_forward_fp8 only (no Python wrapper yet)
 
 # fk_device
 FK_CPU = 0

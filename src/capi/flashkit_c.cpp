@@ -17,7 +17,7 @@ flashkit::TensorView to_view(const fk_tensor* t, const char* name) {
   if (t == nullptr) flashkit::fail(flashkit::Status::invalid_argument, std::string(name) + ": tensor descriptor is NULL");
   if (t->ndim < 0 || t->ndim > 4)
     flashkit::fail(flashkit::Status::invalid_argument, std::string(name) + ": ndim must be in [0, 4], got " + std::to_string(t->ndim));
-  if (t->dtype < FK_F32 || t->dtype > FK_I32)
+  if (t->dtype < FK_F32 || t->dtype > FK_E4M3)
     flashkit::fail(flashkit::Status::invalid_argument, std::string(name) + ": unknown dtype code " + std::to_string(t->dtype));
   if (t->device != FK_CPU && t->device != FK_CUDA)
     flashkit::fail(flashkit::Status::invalid_argument, std::string(name) + ": unknown device code " + std::to_string(t->device));
@@ -127,6 +127,23 @@ fk_status fk_attention_forward(const fk_tensor* q, const fk_tensor* k, const fk_
                                 to_options(opts), &c);
     fill_cost(cost, c);
   });
+}
+
+fk_status fk_attention_forward_fp8(const fk_tensor* q, const fk_tensor* k, const fk_tensor* v, const fk_tensor* o,
+                                   const fk_tensor* lse, const fk_fp8_scales* scales, const fk_attention_options* opts,
+                                   fk_cost* cost) {
+  return guarded([&] {
+    if (scales == nullptr) flashkit::fail(flashkit::Status::invalid_argument, "scales: fk_fp8_scales pointer is NULL");
+    flashkit::OpCost c;
+    flashkit::attention_forward_fp8(to_view(q, "q"), to_view(k, "k"), to_view(v, "v"), to_view(o, "o"),
+                                    to_view(lse, "lse"), {scales->q_descale, scales->k_descale, scales->v_descale},
+                                    to_options(opts), &c);
+    fill_cost(cost, c);
+  });
+}
+
+fk_status fk_quantize_e4m3(const fk_tensor* src, const fk_tensor* dst, float* descale) {
+  return guarded([&] { flashkit::quantize_e4m3(to_view(src, "src"), to_view(dst, "dst"), descale); });
 }
 
 fk_status fk_attention_backward(const fk_tensor* dout, const fk_tensor* q, const fk_tensor* k, const fk_tensor* v,

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "flashkit/dtype.hpp"
+#include "flashkit/e4m3.hpp"
 
 namespace flashkit {
 
@@ -15,6 +16,7 @@ inline double load_as_f64(const void* base, DType dt, int64_t i) {
     case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
     case DType::f64: return static_cast<const double*>(base)[i];
     case DType::i32: return static_cast<const int32_t*>(base)[i];
+    case DType::e4m3: return e4m3_to_f32(static_cast<const uint8_t*>(base)[i]);
   }
   return 0;
 }
@@ -26,6 +28,7 @@ inline void store_from_f64(void* base, DType dt, int64_t i, double v) {
     case DType::f16: static_cast<uint16_t*>(base)[i] = f32_to_f16(float(v)); break;
     case DType::f64: static_cast<double*>(base)[i] = v; break;
     case DType::i32: static_cast<int32_t*>(base)[i] = int32_t(v); break;
+    case DType::e4m3: static_cast<uint8_t*>(base)[i] = f32_to_e4m3(float(v)); break;
   }
 }
 

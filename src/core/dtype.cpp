@@ -11,6 +11,7 @@ std::string_view dtype_name(DType t) {
     case DType::f16: return "f16";
     case DType::f64: return "f64";
     case DType::i32: return "i32";
+    case DType::e4m3: return "e4m3";
   }
   return "unknown";
 }

@@ -110,6 +110,7 @@ bool row_has_nonfinite(const void* row, DType dt, int64_t n) {
     case DType::bf16: return row_has_nonfinite(static_cast<const uint16_t*>(row), n, uint16_t(0x7f80u));
     case DType::f16: return row_has_nonfinite(static_cast<const uint16_t*>(row), n, uint16_t(0x7c00u));
     case DType::f64: return row_has_nonfinite(static_cast<const uint64_t*>(row), n, uint64_t(0x7ff0000000000000ull));
+    case DType::e4m3: return row_has_nonfinite(static_cast<const uint8_t*>(row), n, uint8_t(0x7f));  // NaN only
     default: return false;
   }
 }
@@ -163,6 +164,8 @@ AttentionFwdArgs validate_common(const TensorView& q, const TensorView& k, const
                                  const TensorView& lse, const AttentionOptions& opts, std::vector<int32_t>* host_cu) {
   if (q.data == nullptr) bad("q: data pointer is null");
   if (q.ndim != 4) bad("q: expected 4 dimensions [batch, seqlen_q, heads, head_dim], got shape " + q.shape_str());
+  if (q.dtype == DType::e4m3)
+    bad("q: dtype e4m3 is supported only by attention_forward_fp8 (include/flashkit/attention_fp8.hpp)");
   if (q.dtype == DType::f64 && opts.impl != AttentionImpl::reference)
     bad("q: dtype f64 is accepted by impl=reference only (the oracle's precision); use f32, bf16 or f16");
   if (q.dtype != DType::f32 && q.dtype != DType::bf16 && q.dtype != DType::f16 && q.dtype != DType::f64)
@@ -262,6 +265,8 @@ void check_workspace(const OpCost& c, const AttentionImpl impl, const Tuning& tu
 
 void require_cuda_device(const TensorView& q) {
   if (q.device != Device::cuda) return;
+  if (q.dtype == DType::e4m3)
+    bad("q: dtype e4m3 is supported only by attention_forward_fp8 (include/flashkit/attention_fp8.hpp)");
   if (cuda_device_count() == 0)
     fail(Status::unsupported, "q: tensors are on a CUDA device but this flashkit build has no CUDA support or no device is visible");
   if (q.dtype != DType::bf16 && q.dtype != DType::f16)
@@ -270,6 +275,15 @@ void require_cuda_device(const TensorView& q) {
 }
 
 }  // namespace
+
+// The fp8 forward (ops/attention_fp8.cpp) shares these checks; it passes its e4m3 operands relabelled as bf16 (the
+// strides are in elements, so only the dtype checks differ) and checks the dtypes itself.
+AttentionFwdArgs validate_attention_fwd(const TensorView& q, const TensorView& k, const TensorView& v,
+                                        const TensorView& o, const TensorView& lse, const AttentionOptions& opts,
+                                        std::vector<int32_t>* host_cu) {
+  return validate_common(q, k, v, o, lse, opts, host_cu);
+}
+void check_attention_operand_finite(const TensorView& t, const char* name) { check_finite(t, name); }
 
 void attention_forward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
                        const TensorView& lse, const AttentionOptions& opts, OpCost* cost) {

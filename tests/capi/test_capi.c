@@ -341,6 +341,66 @@ static void test_info(void) {
   CHECK(strcmp(fk_status_name((fk_status)99), "unknown status") == 0, "%s", fk_status_name((fk_status)99));
 }
 
+/* The fp8 forward on the CPU: inputs quantized by fk_quantize_e4m3, flash vs the reference, and its bad input. */
+static void test_fp8(void) {
+  static problem p;
+  static unsigned char q8[NQ], k8[NK], v8[NK];
+  static unsigned short o_fl[NQ], o_ref[NQ];
+  static float lse_fl[NL], lse_ref[NL];
+  const int64_t sq[4] = {B, SQ, H, D}, sk[4] = {B, SK, HKV, D}, sl[3] = {B, H, SQ};
+  fk_tensor tq8, tk8, tv8, to_fl, to_ref, tl_fl, tl_ref;
+  fk_fp8_scales s;
+  fk_attention_options opts;
+  fk_cost cost;
+  double num = 0, den = 0;
+  int i;
+  g_rng = 4242u;
+  problem_init(&p);
+  fk_tensor_init(&tq8, q8, FK_E4M3, FK_CPU, 4, sq);
+  fk_tensor_init(&tk8, k8, FK_E4M3, FK_CPU, 4, sk);
+  fk_tensor_init(&tv8, v8, FK_E4M3, FK_CPU, 4, sk);
+  fk_tensor_init(&to_fl, o_fl, FK_BF16, FK_CPU, 4, sq);
+  fk_tensor_init(&to_ref, o_ref, FK_BF16, FK_CPU, 4, sq);
+  fk_tensor_init(&tl_fl, lse_fl, FK_F32, FK_CPU, 3, sl);
+  fk_tensor_init(&tl_ref, lse_ref, FK_F32, FK_CPU, 3, sl);
+  CHECK(fk_quantize_e4m3(&p.tq, &tq8, &s.q_descale) == FK_OK, "quantize q: %s", fk_last_error());
+  CHECK(fk_quantize_e4m3(&p.tk, &tk8, &s.k_descale) == FK_OK, "quantize k: %s", fk_last_error());
+  CHECK(fk_quantize_e4m3(&p.tv, &tv8, &s.v_descale) == FK_OK, "quantize v: %s", fk_last_error());
+  CHECK(s.q_descale > 0 && s.q_descale < 1.0f / 448 * 1.01f, "q descale %g (inputs in [-1, 1))", s.q_descale);
+  memset(o_fl, 0xff, sizeof(o_fl));
+  memset(o_ref, 0xff, sizeof(o_ref));
+  fk_attention_options_init(&opts);
+  opts.causal = 1;
+  memset(&cost, 0, sizeof(cost));
+  CHECK(fk_attention_forward_fp8(&tq8, &tk8, &tv8, &to_fl, &tl_fl, &s, &opts, &cost) == FK_OK, "fp8 forward: %s",
+        fk_last_error());
+  CHECK(strstr(cost.kernel, "fp8") != NULL && cost.flops > 0, "fp8 cost kernel '%s' flops %g", cost.kernel, cost.flops);
+  opts.impl = FK_IMPL_REFERENCE;
+  CHECK(fk_attention_forward_fp8(&tq8, &tk8, &tv8, &to_ref, &tl_ref, &s, &opts, NULL) == FK_OK,
+        "fp8 reference forward: %s", fk_last_error());
+  for (i = 0; i < NQ; ++i) { /* bf16 is the top half of an f32 */
+    unsigned int ua = (unsigned int)o_fl[i] << 16, ub = (unsigned int)o_ref[i] << 16;
+    float a, b;
+    memcpy(&a, &ua, 4);
+    memcpy(&b, &ub, 4);
+    num += (double)(a - b) * (a - b);
+    den += (double)b * b;
+  }
+  CHECK(den > 0 && sqrt(num / den) < 1e-2, "fp8 flash vs reference o rel error %g", den > 0 ? sqrt(num / den) : -1.0);
+  CHECK(rel_error(lse_fl, lse_ref, NL) < 1e-5, "fp8 lse rel error %g", rel_error(lse_fl, lse_ref, NL));
+  CHECK_STATUS(fk_attention_forward_fp8(&tq8, &tk8, &tv8, &to_fl, &tl_fl, NULL, &opts, NULL), FK_INVALID_ARGUMENT,
+               "scales");
+  s.k_descale = 0;
+  CHECK_STATUS(fk_attention_forward_fp8(&tq8, &tk8, &tv8, &to_fl, &tl_fl, &s, &opts, NULL), FK_INVALID_ARGUMENT,
+               "scales.k_descale");
+  s.k_descale = 1;
+  CHECK_STATUS(fk_attention_forward_fp8(&p.tq, &tk8, &tv8, &to_fl, &tl_fl, &s, &opts, NULL), FK_INVALID_ARGUMENT,
+               "q: dtype must be e4m3");
+  CHECK_STATUS(fk_attention_forward(&tq8, &tk8, &tv8, &to_fl, &tl_fl, &opts, NULL), FK_INVALID_ARGUMENT,
+               "supported only by attention_forward_fp8");
+  CHECK_STATUS(fk_quantize_e4m3(&p.tq, &p.to, &s.q_descale), FK_INVALID_ARGUMENT, "dst: dtype must be e4m3");
+}
+
 int main(void) {
   test_options_init();
   test_tensor_init();
@@ -350,6 +410,7 @@ int main(void) {
   test_threads();
   test_shape_mismatch_names_q();
   test_info();
+  test_fp8();
   printf("flashkit C API: %d checks, %d failures (version %s, isa %s)\n", g_checks, g_failures, fk_version(),
          fk_cpu_isa());
   return g_failures == 0 ? 0 : 1;

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "flashkit/e4m3.hpp"
 #include "flashkit/flashkit.hpp"
 
 namespace fk_test {
@@ -37,6 +38,7 @@ inline double HostTensor::get(int64_t i) const {
     case DType::bf16: return flashkit::bf16_to_f32(reinterpret_cast<const uint16_t*>(bytes.data())[i]);
     case DType::f16: return flashkit::f16_to_f32(reinterpret_cast<const uint16_t*>(bytes.data())[i]);
     case DType::f64: return reinterpret_cast<const double*>(bytes.data())[i];
+    case DType::e4m3: return flashkit::e4m3_to_f32(bytes[size_t(i)]);
     default: return 0;
   }
 }
@@ -46,6 +48,7 @@ inline void HostTensor::set(int64_t i, double v) {
     case DType::bf16: reinterpret_cast<uint16_t*>(bytes.data())[i] = flashkit::f32_to_bf16(float(v)); break;
     case DType::f16: reinterpret_cast<uint16_t*>(bytes.data())[i] = flashkit::f32_to_f16(float(v)); break;
     case DType::f64: reinterpret_cast<double*>(bytes.data())[i] = v; break;
+    case DType::e4m3: bytes[size_t(i)] = flashkit::f32_to_e4m3(float(v)); break;
     default: break;
   }
 }

@@ -1,0 +1,42 @@
+// Host launchers of the fp8 (e4m3) attention forward's CUDA kernels (src/kernels/cuda/fp8/), called by
+// ops/attention_fp8_cuda.cpp after validation. Plain host header: no CUDA device code.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "flashkit/dtype.hpp"
+#include "kernels/attention_args.hpp"
+
+namespace flashkit::cuda {
+
+// Keys per tile of the fp8 kernel (one 128-byte V^T panel); V^T's keys are padded to a multiple of it.
+constexpr int kFp8KeyTile = 128;
+// Named barriers of the fp8 kernel (0 is __syncthreads): Q in shared memory, and the two warpgroups' turns.
+constexpr int kWsBarQFp8 = 1, kWsBarTurnFp8 = 4;
+
+struct Fp8FwdParams {
+  kernels::AttentionFwdArgs a;  // q, k e4m3; a.scale already holds scale * q_descale * k_descale; o bf16
+  float v_descale = 1.f;
+};
+
+struct Fp8LaunchResult {
+  bool launched;
+  const char* why_not;  // when not launched: a sentence for Status::unsupported
+};
+
+// The warp-specialized sm_90a kernel for head dim D (instantiated for 128); vt: the prep kernel's V^T.
+template <int D>
+Fp8LaunchResult launch_flash_fwd_fp8_sm90(const Fp8FwdParams& p, const uint8_t* vt, bool pingpong, cudaStream_t stream);
+
+// V [batch, seqlen_k, kv_heads, head_dim] (e4m3, strided) -> vt [batch, kv_heads, head_dim, keys] with keys =
+// fp8_vt_keys(seqlen_k, kFp8KeyTile), permuted inside 32-key chunks (fp8_layout.hpp), padding zero.
+void launch_fp8_vt_prep(const kernels::AttnOperand& v, const kernels::AttentionShape& sh, uint8_t* vt,
+                        cudaStream_t stream);
+
+// quantize_e4m3 on the device: amax of n elements of src into *amax_dev (f32 bits, must start at 0), then
+// dst = e4m3(src / descale).
+void launch_fp8_amax(const void* src, DType dt, int64_t n, float* amax_dev, cudaStream_t stream);
+void launch_fp8_quantize(const void* src, DType dt, int64_t n, float descale, uint8_t* dst, cudaStream_t stream);
+
+}  // namespace flashkit::cuda

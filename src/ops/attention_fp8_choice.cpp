@@ -1,0 +1,19 @@
+#include "ops/attention_fp8_choice.hpp"
+
+namespace flashkit {
+
+std::string fp8_cuda_unsupported_reason(const DeviceInfo& dev, int64_t head_dim) {
+  if (!dev.sm90a)
+    return "attention_forward_fp8: the CUDA fp8 kernel needs a Hopper GPU (compute capability 9.0) and a build with "
+           "sm_90a code (CMAKE_CUDA_ARCHITECTURES containing 90a); this device is sm_" + std::to_string(dev.cc_major) +
+           std::to_string(dev.cc_minor) + (dev.cc_major == 9 ? " but the build has no sm_90a code" : "") +
+           " (use CPU tensors, or the bf16 attention_forward)";
+  for (int64_t d : kFp8CudaHeadDims)
+    if (d == head_dim) return {};
+  std::string dims;
+  for (int64_t d : kFp8CudaHeadDims) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+  return "attention_forward_fp8: q: head_dim " + std::to_string(head_dim) + " is not supported by the CUDA fp8 kernel "
+         "(supported: " + dims + "; CPU tensors take any head_dim)";
+}
+
+}  // namespace flashkit

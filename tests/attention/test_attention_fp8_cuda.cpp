@@ -1,0 +1,204 @@
+// The fp8 (e4m3) attention forward on CUDA (include/flashkit/attention_fp8.hpp) against the CPU f64 reference of
+// the dequantized inputs with P rounded to e4m3 (impl=reference on host copies): random inputs quantized by
+// quantize_e4m3 on the device (checked byte for byte against the CPU quantizer), odd seqlens, GQA, causal, poisoned
+// outputs; and the errors: head dims without a kernel, GPUs without sm_90a. Skips without a CUDA device.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention_fixture.hpp"
+#include "flashkit/attention_fp8.hpp"
+#include "kernels/attention_fp8_args.hpp"
+
+using namespace flashkit;
+using fk_test::HostTensor;
+
+namespace {
+
+bool has_gpu() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+bool is_hopper() {
+  cudaDeviceProp prop{};
+  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9;
+}
+
+struct Dev {
+  void* p = nullptr;
+  TensorView view;
+  size_t bytes = 0;
+  Dev(DType dt, std::initializer_list<int64_t> shape) {
+    int64_t n = 1;
+    for (auto s : shape) n *= s;
+    bytes = size_t(std::max<int64_t>(n, 1) * dtype_size(dt));
+    EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
+    view = TensorView::contiguous(p, dt, shape, Device::cuda);
+  }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+  void up(const HostTensor& h) { EXPECT_EQ(cudaMemcpy(p, h.bytes.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess); }
+  void down(HostTensor* h) { EXPECT_EQ(cudaMemcpy(h->bytes.data(), p, bytes, cudaMemcpyDeviceToHost), cudaSuccess); }
+  void poison() { EXPECT_EQ(cudaMemset(p, 0xff, bytes), cudaSuccess); }  // NaN in bf16, f32 and e4m3
+};
+
+void fill_normal(HostTensor* t, double sigma, std::mt19937& rng) {
+  std::normal_distribution<double> n01(0.0, sigma);
+  for (int64_t i = 0; i < t->numel(); ++i) {
+    const double x = n01(rng);
+    t->set(i, x == 0 ? 1e-3 : x);
+  }
+}
+
+struct Case {
+  int64_t B, Sq, Sk, H, Hkv;
+  bool causal;
+};
+
+// The contract's bound (attention_fp8.hpp): relative RMS error against the reference that rounds P where the kernel
+// does (against the running max of 128-key tiles); what is left is f32 sums, exp2 and the bf16 output.
+constexpr double kTol = 1e-2;
+
+// The f64 reference of the e4m3 inputs (host) with P rounded as `rounding` says.
+void reference(const HostTensor& q, const HostTensor& k, const HostTensor& v, const AttentionFp8Scales& s, bool causal,
+               kernels::Fp8PRounding rounding, HostTensor* o, HostTensor* lse) {
+  const auto& qs = q.view.shape;
+  const auto& ks = k.view.shape;
+  kernels::AttentionFp8Args a;
+  a.fwd.dtype = DType::e4m3;
+  a.fwd.shape = {qs[0], qs[1], ks[1], qs[2], ks[2], qs[3], nullptr, nullptr, qs[1], ks[1]};
+  auto op = [](const HostTensor& t) {
+    return kernels::AttnOperand{t.view.data, t.view.strides[0], t.view.strides[1], t.view.strides[2]};
+  };
+  a.fwd.q = op(q);
+  a.fwd.k = op(k);
+  a.fwd.v = op(v);
+  a.fwd.o = op(*o);
+  a.fwd.lse = static_cast<float*>(lse->view.data);
+  a.fwd.scale = float(1.0 / std::sqrt(double(qs[3])));
+  a.fwd.mask.causal = causal;
+  a.fwd.mask.window_right = causal ? 0 : -1;
+  a.q_descale = s.q_descale;
+  a.k_descale = s.k_descale;
+  a.v_descale = s.v_descale;
+  a.p_tile = 128;
+  kernels::attention_forward_fp8_reference(a, rounding);
+}
+
+void run_case(const Case& c, int64_t D = 128) {
+  std::mt19937 rng(uint32_t(c.Sq * 31 + c.Sk * 7 + c.H + c.causal));
+  HostTensor q32(DType::bf16, {c.B, c.Sq, c.H, D}), k32(DType::bf16, {c.B, c.Sk, c.Hkv, D}),
+      v32(DType::bf16, {c.B, c.Sk, c.Hkv, D});
+  fill_normal(&q32, 3.0, rng);
+  fill_normal(&k32, 1.0, rng);
+  fill_normal(&v32, 0.25, rng);
+  Dev dq32(DType::bf16, {c.B, c.Sq, c.H, D}), dk32(DType::bf16, {c.B, c.Sk, c.Hkv, D}),
+      dv32(DType::bf16, {c.B, c.Sk, c.Hkv, D});
+  Dev dq(DType::e4m3, {c.B, c.Sq, c.H, D}), dk(DType::e4m3, {c.B, c.Sk, c.Hkv, D}), dv(DType::e4m3, {c.B, c.Sk, c.Hkv, D});
+  Dev dout(DType::bf16, {c.B, c.Sq, c.H, D}), dlse(DType::f32, {c.B, c.H, c.Sq});
+  dq32.up(q32);
+  dk32.up(k32);
+  dv32.up(v32);
+  dq.poison();
+  dk.poison();
+  dv.poison();
+  AttentionFp8Scales s;
+  quantize_e4m3(dq32.view, dq.view, &s.q_descale);
+  quantize_e4m3(dk32.view, dk.view, &s.k_descale);
+  quantize_e4m3(dv32.view, dv.view, &s.v_descale);
+  // The device quantizer gives the CPU quantizer's bytes and scales.
+  HostTensor q(DType::e4m3, {c.B, c.Sq, c.H, D}), k(DType::e4m3, {c.B, c.Sk, c.Hkv, D}), v(DType::e4m3, {c.B, c.Sk, c.Hkv, D});
+  HostTensor qc(DType::e4m3, {c.B, c.Sq, c.H, D});
+  float qs_cpu = 0;
+  quantize_e4m3(q32.view, qc.view, &qs_cpu);
+  dq.down(&q);
+  dk.down(&k);
+  dv.down(&v);
+  EXPECT_EQ(qs_cpu, s.q_descale);
+  EXPECT_EQ(q.bytes, qc.bytes);
+
+  dout.poison();
+  dlse.poison();
+  AttentionOptions opts;
+  opts.causal = c.causal;
+  OpCost cost;
+  attention_forward_fp8(dq.view, dk.view, dv.view, dout.view, dlse.view, s, opts, &cost);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cost.kernel, "cuda.flash.fwd.sm90ws.e4m3.d" + std::to_string(D));
+  HostTensor o(DType::bf16, {c.B, c.Sq, c.H, D}), lse(DType::f32, {c.B, c.H, c.Sq});
+  dout.down(&o);
+  dlse.down(&lse);
+
+  HostTensor o_ref(DType::bf16, {c.B, c.Sq, c.H, D}), lse_ref(DType::f32, {c.B, c.H, c.Sq});
+  HostTensor o_row(DType::bf16, {c.B, c.Sq, c.H, D}), lse_row(DType::f32, {c.B, c.H, c.Sq});
+  o_ref.poison();
+  lse_ref.poison();
+  reference(q, k, v, s, c.causal, kernels::Fp8PRounding::tile_max, &o_ref, &lse_ref);
+  reference(q, k, v, s, c.causal, kernels::Fp8PRounding::row_max, &o_row, &lse_row);
+  const double err = fk_test::rel_error(o, o_ref), lse_err = fk_test::rel_error(lse, lse_ref);
+  const double err_row = fk_test::rel_error(o, o_row);
+  std::printf("fp8 cuda d%lld B=%lld Sq=%lld Sk=%lld H=%lld Hkv=%lld causal=%d: o rel err %.2e (vs row-max rounding "
+              "%.2e), lse rel err %.2e\n",
+              (long long)D, (long long)c.B, (long long)c.Sq, (long long)c.Sk, (long long)c.H, (long long)c.Hkv,
+              int(c.causal), err, err_row, lse_err);
+  EXPECT_LT(err, kTol);
+  EXPECT_LT(err_row, 0.05);  // the contract's looser statement: P rounded against some running max
+  EXPECT_LT(lse_err, 1e-4);
+}
+
+class Fp8Cuda : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Fp8Cuda, MatchesTheRoundedPReference) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!is_hopper()) GTEST_SKIP() << "not a Hopper GPU (Fp8CudaErrors checks the error there)";
+  run_case(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, Fp8Cuda,
+                         ::testing::Values(Case{1, 1, 1, 1, 1, false}, Case{1, 17, 17, 2, 1, false},
+                                           Case{1, 17, 17, 2, 1, true}, Case{2, 255, 255, 4, 2, true},
+                                           Case{1, 255, 1000, 2, 2, false}, Case{1, 1000, 1000, 4, 1, true},
+                                           Case{1, 1000, 255, 2, 1, true}, Case{2, 300, 300, 2, 2, false}));
+
+TEST(Fp8Cuda, HeadDim256) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!is_hopper()) GTEST_SKIP() << "not a Hopper GPU";
+  run_case(Case{1, 255, 255, 2, 1, true}, 256);
+  run_case(Case{2, 130, 300, 4, 2, false}, 256);
+}
+
+TEST(Fp8CudaErrors, UnsupportedHeadDimOrGpuIsAClearError) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  Dev q(DType::e4m3, {1, 8, 2, 64}), k(DType::e4m3, {1, 8, 2, 64}), v(DType::e4m3, {1, 8, 2, 64});
+  Dev o(DType::bf16, {1, 8, 2, 64}), lse(DType::f32, {1, 2, 8});
+  AttentionFp8Scales s;
+  try {
+    attention_forward_fp8(q.view, k.view, v.view, o.view, lse.view, s, {});
+    ADD_FAILURE() << "head_dim 64 ran";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::unsupported);
+    const std::string want = is_hopper() ? "head_dim 64" : "needs a Hopper GPU";
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+  s.q_descale = -1;
+  try {
+    attention_forward_fp8(q.view, k.view, v.view, o.view, lse.view, s, {});
+    ADD_FAILURE() << "a negative descale ran";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("scales.q_descale"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
