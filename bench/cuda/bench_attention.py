@@ -18,6 +18,7 @@ import time
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from cuda_timing import timeit  # bench/cuda/cuda_timing.py (the script's folder is on sys.path)
 
 sys.path.insert(0, os.environ.get("FLASHKIT_PYDIR") or os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 from flashkit import torch as fkt  # noqa: E402
@@ -26,20 +27,6 @@ from flashkit import torch as fkt  # noqa: E402
 TIMING = "eager"
 
 
-def timeit(fn, reps, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e))
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def graph_time(fn, reps, calls=10):

@@ -16,26 +16,13 @@ import sys
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from cuda_timing import timeit as median_ms  # bench/cuda/cuda_timing.py (the script's folder is on sys.path)
 import torch.nn.functional as F
 
 sys.path.insert(0, os.environ.get("FLASHKIT_PYDIR") or os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 from flashkit import torch as fkt  # noqa: E402
 
 
-def median_ms(fn, reps, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e))
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def rel(a, b):
