@@ -49,6 +49,74 @@ __device__ __forceinline__ uint32_t opaque_u32(uint32_t x) {
   return x;
 }
 
+// The query rows [q_lo, q_hi) that see key j: key j is visible to query i iff lo(i) <= j < hi(i), i.e.
+// q_lo(j) <= i < q_hi(j) with (clamps of lo/hi to [0, nk] change nothing for 0 <= j < nk)
+//   q_lo = j - off - window_right (window_right >= 0, else 0),  q_hi = j - off + window_left + 1
+//   (window_left >= 0, else nq), both clipped to [0, nq]; a key past the sequence sees nothing (off = nk - nq).
+__device__ __forceinline__ void bwd_key_queries(const kernels::AttentionMask& m, int64_t j, int64_t off, int nq, int nk,
+                                                int& q_lo, int& q_hi) {
+  int64_t lo = m.window_right >= 0 ? j - off - m.window_right : 0;
+  int64_t hi = m.window_left >= 0 ? j - off + m.window_left + 1 : nq;
+  lo = lo < 0 ? 0 : (lo > nq ? nq : lo);
+  hi = hi < 0 ? 0 : (hi > nq ? nq : hi);
+  if (j >= nk) hi = 0;
+  q_lo = int(lo);
+  q_hi = int(hi);
+}
+
+// The Hopper backwards' cp.async copies (d64/d128 here, d256 in flash_bwd_sm90_d256.cuh). Every thread copies the
+// 16-byte chunk column tid % CH of rows tid / CH + k * (NT / CH); head-dim columns past dreal and rows past the
+// sequence are zero-filled. K and V of the CTA's BN keys from n0 (kbase, vbase: the sequence's first key of this KV
+// head) into their BN-row panels:
+template <int BN, int NT, int CH, typename T>
+__device__ __forceinline__ void bwd_load_kv(uint32_t sK, uint32_t sV, const T* kbase, const T* vbase, int64_t k_stride,
+                                            int64_t v_stride, int n0, int nk, int dreal) {
+  constexpr int RSTEP = NT / CH;
+  static_assert(NT % CH == 0 && BN % RSTEP == 0, "bad copy tiling");
+  const int tid = threadIdx.x, cc = tid % CH, rr0 = tid / CH;
+  const bool c_ok = cc * 8 < dreal;
+#pragma unroll
+  for (int k = 0; k < BN / RSTEP; ++k) {
+    const int r = rr0 + k * RSTEP;
+    const int j = n0 + r;
+    const bool ok = c_ok && j < nk;
+    cp_async16(sK + pswz<BN>(r, cc), ok ? kbase + j * k_stride + cc * 8 : kbase, ok);
+    cp_async16(sV + pswz<BN>(r, cc), ok ? vbase + j * v_stride + cc * 8 : vbase, ok);
+  }
+}
+// and one query step: the Q and dO rows [m0, m0 + BM) of query head h into a stage's BM-row panels (qbase, dobase:
+// the sequence's first query), with the rows' LSE (log2 units, bwd_row_lse2) and Dsum into sL / sDs [BM] f32.
+template <int BM, int NT, int CH, typename T>
+__device__ __forceinline__ void bwd_load_q_step(const BwdParams& p, const kernels::SeqRange& sr, uint32_t sQ,
+                                                uint32_t sdO, uint32_t sL, uint32_t sDs, const T* qbase,
+                                                const T* dobase, int h, int m0, int nq, int nk, int dreal) {
+  constexpr int RSTEP = NT / CH;
+  static_assert(NT % CH == 0 && BM % RSTEP == 0, "bad copy tiling");
+  const kernels::AttentionFwdArgs& a = p.g.fwd;
+  const int tid = threadIdx.x, cc = tid % CH, rr0 = tid / CH;
+  const bool c_ok = cc * 8 < dreal;
+#pragma unroll
+  for (int k = 0; k < BM / RSTEP; ++k) {
+    const int r = rr0 + k * RSTEP;
+    const int i = m0 + r;
+    const bool ok = c_ok && i < nq;
+    cp_async16(sQ + pswz<BM>(r, cc), ok ? qbase + i * a.q.stride_s + h * a.q.stride_h + cc * 8 : qbase, ok);
+    cp_async16(sdO + pswz<BM>(r, cc), ok ? dobase + i * p.g.dout.stride_s + h * p.g.dout.stride_h + cc * 8 : dobase,
+               ok);
+  }
+  if (tid < BM) {
+    const int i = m0 + tid;
+    float L = INFINITY, dd = 0.f;
+    if (i < nq) {
+      const int64_t ridx = a.lse_index(sr, h, i);
+      L = bwd_row_lse2(a.mask, a.lse[ridx], i, nq, nk);
+      dd = p.dsum[ridx];
+    }
+    sts_f32(sL + tid * 4, L);
+    sts_f32(sDs + tid * 4, dd);
+  }
+}
+
 template <int D, int BM, int NWG>
 struct Sm90BwdCfg {
   static constexpr int BN = 64 * NWG, NT = 128 * NWG;
@@ -100,23 +168,10 @@ __global__ void __launch_bounds__(NWG * 128, 1) flash_bwd_sm90_kernel(const BwdP
   key_tile_query_blocks(a.mask, n0, BN, nq, nk, BM, mb_lo, nmb);
   const int nsteps = nmb * group;
 
-  // Queries that see each of this thread's two keys (accumulator rows g and g+8 of its warp's 16): key j is
-  // visible to query i iff lo(i) <= j < hi(i), i.e. q_lo(j) <= i < q_hi(j) with (clamps of lo/hi to [0, nk]
-  // change nothing for 0 <= j < nk)
-  //   q_lo = j - off - window_right (window_right >= 0, else 0),  q_hi = j - off + window_left + 1
-  //   (window_left >= 0, else nq), both clipped to [0, nq]; a key past the sequence sees nothing.
+  // Queries that see each of this thread's two keys (accumulator rows g and g+8 of its warp's 16).
   int q_lo[2], q_hi[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t j = kw0 + wq * 16 + g + 8 * r;
-    int64_t lo = a.mask.window_right >= 0 ? j - off - a.mask.window_right : 0;
-    int64_t hi = a.mask.window_left >= 0 ? j - off + a.mask.window_left + 1 : nq;
-    lo = lo < 0 ? 0 : (lo > nq ? nq : lo);
-    hi = hi < 0 ? 0 : (hi > nq ? nq : hi);
-    if (j >= nk) hi = 0;
-    q_lo[r] = int(lo);
-    q_hi[r] = int(hi);
-  }
+  for (int r = 0; r < 2; ++r) bwd_key_queries(a.mask, kw0 + wq * 16 + g + 8 * r, off, nq, nk, q_lo[r], q_hi[r]);
 
   const T* qbase = static_cast<const T*>(a.q.data) + sr.bslot * a.q.stride_b + sr.q0 * a.q.stride_s;
   const T* dobase = static_cast<const T*>(p.g.dout.data) + sr.bslot * p.g.dout.stride_b + sr.q0 * p.g.dout.stride_s;
@@ -128,47 +183,16 @@ __global__ void __launch_bounds__(NWG * 128, 1) flash_bwd_sm90_kernel(const BwdP
     h = kvh * group + sidx / nmb;
     m0 = (mb_lo + sidx % nmb) * BM;
   };
-  // Every thread copies the same 16-byte chunk column c of rows tid/CH + k*RSTEP (NT is a multiple of CH).
-  constexpr int RSTEP = NT / CH;
-  static_assert(NT % CH == 0 && BM % RSTEP == 0 && BN % RSTEP == 0, "bad copy tiling");
-  const int cc = tid % CH, rr0 = tid / CH;
-  const bool c_ok = cc * 8 < dreal;  // padded head-dim columns are zero-filled
-
   auto load_step = [&](int sidx, int st) {
     int h, m0;
     step_coords(sidx, h, m0);
-    const uint32_t q_st = base + Cfg::oQ + st * Cfg::q_bytes, do_st = base + Cfg::odO + st * Cfg::q_bytes;
-#pragma unroll
-    for (int k = 0; k < BM / RSTEP; ++k) {
-      const int r = rr0 + k * RSTEP;
-      const int i = m0 + r;
-      const bool ok = c_ok && i < nq;
-      cp_async16(q_st + pswz<BM>(r, cc), ok ? qbase + i * a.q.stride_s + h * a.q.stride_h + cc * 8 : qbase, ok);
-      cp_async16(do_st + pswz<BM>(r, cc),
-                 ok ? dobase + i * p.g.dout.stride_s + h * p.g.dout.stride_h + cc * 8 : dobase, ok);
-    }
-    if (tid < BM) {
-      const int i = m0 + tid;
-      float L = INFINITY, dd = 0.f;
-      if (i < nq) {
-        const int64_t ridx = a.lse_index(sr, h, i);
-        L = bwd_row_lse2(a.mask, a.lse[ridx], i, nq, nk);
-        dd = p.dsum[ridx];
-      }
-      sts_f32(base + Cfg::oL + (st * BM + tid) * 4, L);
-      sts_f32(base + Cfg::oDs + (st * BM + tid) * 4, dd);
-    }
+    bwd_load_q_step<BM, NT, CH>(p, sr, base + Cfg::oQ + st * Cfg::q_bytes, base + Cfg::odO + st * Cfg::q_bytes,
+                                base + Cfg::oL + st * BM * 4, base + Cfg::oDs + st * BM * 4, qbase, dobase, h, m0, nq,
+                                nk, dreal);
   };
 
   // K, V tile, and the first query step, in one cp.async group.
-#pragma unroll
-  for (int k = 0; k < BN / RSTEP; ++k) {
-    const int r = rr0 + k * RSTEP;
-    const int j = n0 + r;
-    const bool ok = c_ok && j < nk;
-    cp_async16(base + Cfg::oK + pswz<BN>(r, cc), ok ? kbase + j * a.k.stride_s + cc * 8 : kbase, ok);
-    cp_async16(base + Cfg::oV + pswz<BN>(r, cc), ok ? vbase + j * a.v.stride_s + cc * 8 : vbase, ok);
-  }
+  bwd_load_kv<BN, NT, CH>(base + Cfg::oK, base + Cfg::oV, kbase, vbase, a.k.stride_s, a.v.stride_s, n0, nk, dreal);
   if (nsteps > 0) load_step(0, 0);
   cp_async_commit();
 

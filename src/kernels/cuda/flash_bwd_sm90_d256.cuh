@@ -64,16 +64,7 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_sm90_d256_kernel(const BwdPa
   // Queries that see each of this thread's two keys (rows g, g+8 of its warp's 16), as in flash_bwd_sm90.cuh.
   int q_lo[2], q_hi[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t j = n0 + wq * 16 + g + 8 * r;
-    int64_t lo = a.mask.window_right >= 0 ? j - off - a.mask.window_right : 0;
-    int64_t hi = a.mask.window_left >= 0 ? j - off + a.mask.window_left + 1 : nq;
-    lo = lo < 0 ? 0 : (lo > nq ? nq : lo);
-    hi = hi < 0 ? 0 : (hi > nq ? nq : hi);
-    if (j >= nk) hi = 0;
-    q_lo[r] = int(lo);
-    q_hi[r] = int(hi);
-  }
+  for (int r = 0; r < 2; ++r) bwd_key_queries(a.mask, n0 + wq * 16 + g + 8 * r, off, nq, nk, q_lo[r], q_hi[r]);
 
   const T* qbase = static_cast<const T*>(a.q.data) + sr.bslot * a.q.stride_b + sr.q0 * a.q.stride_s;
   const T* dobase = static_cast<const T*>(p.g.dout.data) + sr.bslot * p.g.dout.stride_b + sr.q0 * p.g.dout.stride_s;
@@ -84,45 +75,14 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_sm90_d256_kernel(const BwdPa
     h = kvh * group + sidx / nmb;
     m0 = (mb_lo + sidx % nmb) * BM;
   };
-  constexpr int RSTEP = NT / CH;  // 8 rows per pass of all threads
-  static_assert(NT % CH == 0 && BM % RSTEP == 0 && BN % RSTEP == 0, "bad copy tiling");
-  const int cc = tid % CH, rr0 = tid / CH;
-  const bool c_ok = cc * 8 < dreal;  // padded head-dim columns are zero-filled
-
   auto load_step = [&](int sidx, int st) {
     int h, m0;
     step_coords(sidx, h, m0);
-    const uint32_t q_st = base + Cfg::oQ + st * Cfg::q_bytes, do_st = base + Cfg::odO + st * Cfg::q_bytes;
-#pragma unroll
-    for (int k = 0; k < BM / RSTEP; ++k) {
-      const int r = rr0 + k * RSTEP;
-      const int i = m0 + r;
-      const bool ok = c_ok && i < nq;
-      cp_async16(q_st + pswz<BM>(r, cc), ok ? qbase + i * a.q.stride_s + h * a.q.stride_h + cc * 8 : qbase, ok);
-      cp_async16(do_st + pswz<BM>(r, cc),
-                 ok ? dobase + i * p.g.dout.stride_s + h * p.g.dout.stride_h + cc * 8 : dobase, ok);
-    }
-    if (tid < BM) {
-      const int i = m0 + tid;
-      float L = INFINITY, dd = 0.f;
-      if (i < nq) {
-        const int64_t ridx = a.lse_index(sr, h, i);
-        L = bwd_row_lse2(a.mask, a.lse[ridx], i, nq, nk);
-        dd = p.dsum[ridx];
-      }
-      sts_f32(base + Cfg::oL + (st * BM + tid) * 4, L);
-      sts_f32(base + Cfg::oDs + (st * BM + tid) * 4, dd);
-    }
+    bwd_load_q_step<BM, NT, CH>(p, sr, base + Cfg::oQ + st * Cfg::q_bytes, base + Cfg::odO + st * Cfg::q_bytes,
+                                base + Cfg::oL + st * BM * 4, base + Cfg::oDs + st * BM * 4, qbase, dobase, h, m0, nq,
+                                nk, dreal);
   };
-
-#pragma unroll
-  for (int k = 0; k < BN / RSTEP; ++k) {
-    const int r = rr0 + k * RSTEP;
-    const int j = n0 + r;
-    const bool ok = c_ok && j < nk;
-    cp_async16(base + Cfg::oK + pswz<BN>(r, cc), ok ? kbase + j * a.k.stride_s + cc * 8 : kbase, ok);
-    cp_async16(base + Cfg::oV + pswz<BN>(r, cc), ok ? vbase + j * a.v.stride_s + cc * 8 : vbase, ok);
-  }
+  bwd_load_kv<BN, NT, CH>(base + Cfg::oK, base + Cfg::oV, kbase, vbase, a.k.stride_s, a.v.stride_s, n0, nk, dreal);
   if (nsteps > 0) load_step(0, 0);
   cp_async_commit();
 
