@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "attention_fixture.hpp"
+#include "cuda_device.hpp"
 #include "nonfinite_rule.hpp"
 
 using namespace flashkit;
@@ -24,14 +25,7 @@ using fk_test::rel_error;
 
 namespace {
 
-bool has_gpu() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return n > 0;
-}
+using fk_test::has_gpu;
 
 #define CK(x)                                                                          \
   do {                                                                                 \

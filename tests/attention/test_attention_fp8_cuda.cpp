@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attention_fixture.hpp"
+#include "cuda_device.hpp"
 #include "flashkit/attention_fp8.hpp"
 #include "kernels/attention_fp8_args.hpp"
 
@@ -21,14 +22,7 @@ using fk_test::HostTensor;
 
 namespace {
 
-bool has_gpu() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return n > 0;
-}
+using fk_test::has_gpu;
 
 bool is_hopper() {
   cudaDeviceProp prop{};
