@@ -1,4 +1,4 @@
-// The scan forward v4 (src/kernels/cuda/ssm/scan_v4.cu: cp.async ring, generations 5, 6, 8 of choose_scan_kernel)
+// The scan forward v4 (src/kernels/cuda/ssm/scan_v4.cu: cp.async ring, generations 5, 6, 8, 11 of choose_scan_kernel)
 // and v5 (scan_v5.cu: v4's block over chunks scanned in parallel, generation 9; also on forced chunk plans with many
 // windows, and its refusal of a missing or short workspace; generation 10: pass 1's exps half on the FMA pipe) against
 // the f64 reference: odd sizes (seqlen not a multiple of the 16-step chunk, fewer and more chunks than the
@@ -24,8 +24,8 @@ using namespace ssm_test;
 namespace {
 
 // two / four states per thread; four, one exp on the FMA pipe; v5 (chunks of v4_npt4's block; pass 1 with two exps
-// of four on the FMA pipe)
-constexpr int kV4Generations[] = {5, 6, 8, 9, 10};
+// of four on the FMA pipe); v4_npt4 with less per-chunk overhead (lean)
+constexpr int kV4Generations[] = {5, 6, 8, 9, 10, 11};
 
 // A [batch, seqlen, d_inner] tensor in rows of d_inner + pad elements, starting `shift` elements into the buffer.
 struct Rows {
