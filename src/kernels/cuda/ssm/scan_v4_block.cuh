@@ -103,7 +103,6 @@ __device__ __forceinline__ void issue_chunk(const ScanArgs& a, bool vec, int64_t
 // only SFU work is one ex2 and one reciprocal, both with relative error ~2^-22 (__logf's is absolute near 1: too
 // coarse for dt ~ 1e-3). Past 15, log1p(e^-x) < 3.1e-7 is below x's last bit.
 __device__ __forceinline__ float softplus_lean(float x) {
-  if (x > 15.f) return x;
   const float w = __expf(-fabsf(x));
   const float s = __fdividef(w, 2.f + w), s2 = s * s;
   float p = 1.f / 13.f;
@@ -113,7 +112,7 @@ __device__ __forceinline__ float softplus_lean(float x) {
   p = fmaf(p, s2, 1.f / 5.f);
   p = fmaf(p, s2, 1.f / 3.f);
   p = fmaf(p, s2, 1.f);
-  return fmaxf(x, 0.f) + 2.f * s * p;
+  return x > 15.f ? x : fmaxf(x, 0.f) + 2.f * s * p;  // a select, not a branch: both sides are cheap
 }
 
 // z sigmoid(z) with the fast reciprocal. e^-z is capped at e^88 (< 2^128, finite): for z < -87.3 the denominator
@@ -133,6 +132,7 @@ struct ChunkSources {
   int chan_live[P::kItemIters];  // the item's channels inside d_inner (0..4); 0 also for items past kItems
   bool n_on;                // this thread's B / C state index is inside d_state
   int64_t left;             // steps from the next chunk to issue to the end: its row tt is live when tt < left
+  int64_t u_step, dl_step, z_step, B_step, C_step;  // one chunk (TC steps) of each source, in elements
 
   __device__ __forceinline__ void init(const ScanArgs& a, int64_t b, int64_t c0) {
     const int tid = threadIdx.x;
@@ -154,6 +154,7 @@ struct ChunkSources {
       C[j] = a.C + b * a.C_b + tt * a.C_t + n;
     }
     left = a.seqlen;
+    u_step = TC * a.u_t, dl_step = TC * a.dl_t, z_step = TC * a.z_t, B_step = TC * a.B_t, C_step = TC * a.C_t;
   }
 
   // The copies of the next chunk into `stage` (the caller commits), then one chunk on.
@@ -173,8 +174,8 @@ struct ChunkSources {
       copy_group(su + o, u[j], a.u, live, vec);
       copy_group(sd + o, dl[j], a.delta, live, vec);
       if (a.z) copy_group(sz + o, z[j], a.z, live, vec);
-      u[j] += TC * a.u_t, dl[j] += TC * a.dl_t;
-      if (a.z) z[j] += TC * a.z_t;
+      u[j] += u_step, dl[j] += dl_step;
+      if (a.z) z[j] += z_step;
     }
 #pragma unroll
     for (int j = 0; j < P::kBCIters; ++j) {
@@ -182,7 +183,7 @@ struct ChunkSources {
       const bool on = n_on && e / kStates < left;
       cp_async4(sB + e, on ? B[j] : a.B, on ? 4 : 0);
       if (WITH_C) cp_async4(sC + e, on ? C[j] : a.C, on ? 4 : 0);
-      B[j] += TC * a.B_t, C[j] += TC * a.C_t;
+      B[j] += B_step, C[j] += C_step;
     }
     left -= TC;
   }
