@@ -1,7 +1,7 @@
 // The pieces of the scan forward v4 (scan_v4.cu) that v5 (scan_v5.cu, the chunked two-pass scan) runs too: the tile
 // constants, the cp.async chunk copies, and one block's scan of 32 channels over a range of steps (scan_v4_block),
-// which v4 runs over the whole sequence and v5 over one chunk (its ScanArgs offset to the chunk's first step).
-// docs/worklog/ssm-scan.md "v4", "v5".
+// which v4 runs over the whole sequence and v5 over one chunk (its ScanArgs offset to the chunk's first step); and
+// generation 11's leaner copies, softplus and silu (scan_v4_block's LEAN). docs/worklog/ssm-scan.md "v4", "v5", "v6".
 #pragma once
 #include <cuda_runtime.h>
 
@@ -130,8 +130,8 @@ struct ChunkSources {
   const float* B[P::kBCIters];
   const float* C[P::kBCIters];
   int chan_live[P::kItemIters];  // the item's channels inside d_inner (0..4); 0 also for items past kItems
-  bool n_on;                // this thread's B / C state index is inside d_state
-  int64_t left;             // steps from the next chunk to issue to the end: its row tt is live when tt < left
+  bool n_on;                     // this thread's B / C state index is inside d_state
+  int64_t left;                  // steps from the next chunk to issue to the end: its row tt is live when tt < left
   int64_t u_step, dl_step, z_step, B_step, C_step;  // one chunk (TC steps) of each source, in elements
 
   __device__ __forceinline__ void init(const ScanArgs& a, int64_t b, int64_t c0) {
