@@ -1,4 +1,4 @@
-// The scan forward v4 (src/kernels/cuda/ssm/scan_v4.cu: cp.async ring, generations 5, 6, 8 of choose_scan_kernel)
+// The scan forward v4 (src/kernels/cuda/ssm/scan_v4.cu: cp.async ring, generations 5, 6, 8, 11 of choose_scan_kernel)
 // and v5 (scan_v5.cu: v4's block over chunks scanned in parallel, generation 9; also on forced chunk plans with many
 // windows, and its refusal of a missing or short workspace; generation 10: pass 1's exps half on the FMA pipe) against
 // the f64 reference: odd sizes (seqlen not a multiple of the 16-step chunk, fewer and more chunks than the
@@ -24,8 +24,8 @@ using namespace ssm_test;
 namespace {
 
 // two / four states per thread; four, one exp on the FMA pipe; v5 (chunks of v4_npt4's block; pass 1 with two exps
-// of four on the FMA pipe)
-constexpr int kV4Generations[] = {5, 6, 8, 9, 10};
+// of four on the FMA pipe); v4_npt4 with less per-chunk overhead (lean)
+constexpr int kV4Generations[] = {5, 6, 8, 9, 10, 11};
 
 // A [batch, seqlen, d_inner] tensor in rows of d_inner + pad elements, starting `shift` elements into the buffer.
 struct Rows {
@@ -173,6 +173,47 @@ TEST(CudaScanV4Continuation, ChunksThenStepsMatchOnePass) {
         EXPECT_LE(rel_err(y.get(), ref), 1e-4) << tag;
         EXPECT_LE(rel_err(s.get(), ref_st), 1e-4) << tag;
       }
+}
+
+// The lean generation's fast softplus and silu at their branch points and limits (softplus: x > 15 taken as x, x
+// down to -30, where e^-|x| is tiny; silu: z beyond +-88, where e^-z overflows or flushes to zero and the quotient
+// must be the limit, not NaN), against the reference and against v4_npt4 (generation 6) on the same inputs; y is
+// checked per element where the gate is at its limits (|z| > 88: y = z (Ch + Du) or 0, never NaN).
+TEST(CudaScanV4Lean, ExtremeDeltaAndGateMatchReference) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const int64_t b = 2, L = 45, Di = 38, N = 16;
+  ScanProblem p(b, L, Di, N, true, true, true, 41);
+  for (size_t i = 0; i < p.delta.size(); ++i) p.delta[i] = -30.f + 60.f * float((i * 7919) % 1001) / 1000.f;
+  for (size_t i = 0; i < p.z.size(); ++i) p.z[i] = -120.f + 240.f * float((i * 104729) % 997) / 996.f;
+  auto a = p.args();
+  a.impl = SsmImpl::reference;
+  selective_scan_forward(a);
+  const std::vector<float> ref = p.y;
+  for (int generation : {6, 11}) {
+    poison(p.y);
+    Dev u(p.u), dl(p.delta), A(p.A), B(p.B), C(p.C), D(p.D), z(p.z), bias(p.bias), y(p.y);
+    kernels::ScanArgs g;
+    g.batch = b, g.seqlen = L, g.d_inner = Di, g.d_state = N;
+    g.u = u.p, g.delta = dl.p, g.z = z.p, g.y = y.p, g.A = A.p, g.B = B.p, g.C = C.p, g.D = D.p;
+    g.delta_bias = bias.p;
+    g.u_b = g.dl_b = g.z_b = g.y_b = L * Di;
+    g.u_t = g.dl_t = g.z_t = g.y_t = Di;
+    g.B_b = g.C_b = L * N;
+    g.B_t = g.C_t = N;
+    const std::string name = kernels::selective_scan_cuda(g, nullptr, generation);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << name;
+    const std::vector<float> out = y.get();
+    EXPECT_LE(rel_err(out, ref), 1e-4) << name;
+    double scale = 0;
+    for (float r : ref) scale = std::max(scale, std::fabs(double(r)));
+    int64_t bad = 0, checked = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (p.z[i] < -88.f) bad += !(std::fabs(out[i]) <= 1e-20f), ++checked;  // the limit 0 (the reference's < 1e-30)
+      if (p.z[i] > 88.f) bad += !(std::fabs(double(out[i]) - ref[i]) <= 1e-4 * scale), ++checked;  // z (Ch + Du)
+    }
+    EXPECT_GT(checked, 0);
+    EXPECT_EQ(bad, 0) << name << ": elements with |z| > 88 off their limit";
+  }
 }
 
 // v5 on forced chunk plans (short chunks, windows of 1..3: the state carried across many windows; one window of all

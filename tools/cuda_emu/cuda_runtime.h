@@ -72,6 +72,8 @@ inline float __shfl_xor_sync(unsigned, float v, int off) {
   return r;
 }
 inline float __expf(float x) { return std::exp(x); }
+// x / y as documented for the device: 0 when 2^126 < |y| (the reciprocal flushes to zero)
+inline float __fdividef(float x, float y) { return std::fabs(y) > 0x1p126f ? x * 0.f : x / y; }
 inline int __float_as_int(float x) { int i; std::memcpy(&i, &x, 4); return i; }
 inline float __int_as_float(int i) { float x; std::memcpy(&x, &i, 4); return x; }
 

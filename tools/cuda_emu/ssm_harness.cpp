@@ -60,6 +60,27 @@ int main() {
       expect(rel_err(p.y, ref), 1e-4, "fwd " + name + " " + tag);
       if (s.st) expect(rel_err(st2, ref_st), 1e-4, "fwd state " + name + " " + tag);
     }
+    // v4_npt4 and its lean generation with delta over [-30, 30] and z over [-120, 120] (the fast softplus' and silu's
+    // branch points and limits; tests/ssm/test_ssm_cuda_v4.cpp CudaScanV4Lean on the GPU)
+    if (s.sp && s.z && s.N <= 16) {
+      ScanProblem q = p;
+      for (size_t i = 0; i < q.delta.size(); ++i) q.delta[i] = -30.f + 60.f * float((i * 7919) % 1001) / 1000.f;
+      for (size_t i = 0; i < q.z.size(); ++i) q.z[i] = -120.f + 240.f * float((i * 104729) % 997) / 996.f;
+      auto qa = q.args();
+      qa.delta_softplus = true;
+      qa.impl = SsmImpl::reference;
+      selective_scan_forward(qa);
+      const std::vector<float> qref = q.y;
+      for (int g : {6, 11}) {
+        poison(q.y);
+        auto k = kargs(q, s.D, true, s.bias, true, nullptr);
+        const std::string name = kernels::selective_scan_cuda(k, nullptr, g);
+        expect(rel_err(q.y, qref), 1e-4, "fwd extreme delta, z " + name + " " + tag);
+        int64_t bad = 0;
+        for (size_t i = 0; i < q.y.size(); ++i) bad += q.z[i] < -88.f && !(std::fabs(q.y[i]) <= 1e-20f);
+        expect(double(bad), 0.0, "fwd z < -88 gives 0 " + name + " " + tag);
+      }
+    }
     // v5 with forced plans: many windows (the carry between them), windows of 3 with a partial last one, one window
     for (auto [len, win] : {std::pair<int64_t, int64_t>{16, 2}, {32, 3}, {16, 1}, {48, 64}}) {
       if (s.N > 16) break;

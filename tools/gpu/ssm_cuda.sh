@@ -2,20 +2,24 @@
 # The CUDA selective scan (issue 18) on the GPU machine (an H200), one call, under 5 minutes with a warm build-gpu/
 # (the same build directory as tools/gpu/mamba.sh; cold, the library's attention kernels dominate the build):
 #   build     the CUDA library, flashkit_ssm_cuda_tests, flashkit_ssm_tests, flashkit_ssm_bench (targets only)
-#   test      the SSM CUDA tests (forward: every kernel generation v1 / v2 / v3 (3 variants) / v4 (3 variants) / v5
-#             (chunked), v4 and v5 on odd shapes with both copy paths and the state carried into decode steps, v5 on
+#   test      the SSM CUDA tests (forward: every kernel generation v1 / v2 / v3 (3 variants) / v4 (4 variants, lean
+#             included) / v5 (chunked), v4 and v5 on odd shapes with both copy paths and the state carried into decode steps, v5 on
 #             forced chunk plans and its workspace refusal, decode step, conv1d;
 #             backward vs the f64 reference, determinism, seqlen 0, central differences of the CUDA forward) and the
 #             CPU SSM tests
 #   sanitize  compute-sanitizer memcheck on the backward, forward-generation and v4 tests, racecheck on small shapes of
 #             all three (v3, v4 and the backward share tiles through shared memory; v4 fills them with cp.async)
 #   regs      registers / spills / shared memory per SSM kernel (cuobjdump -res-usage) into the log
+#   sass      (not in the default list) SASS of v4_npt4 and of its lean generation 11: sass-scan-v4.txt,
+#             sass-scan-v4-lean.txt, their instruction and MUFU.EX2 counts in the log
 #   bench     flashkit_ssm_bench 32768: batch 8, d_inner 1536, d_state 16, seqlen 1k..32k: each generation's ms and
 #             fraction of the 4.24 TB/s copy ceiling, the backward's (both generations), flash attention forward at
 #             matched width; the decode step; then $OUT/ssm_cuda_summary.json (one row per seqlen) and one "v4:" line
 #             per seqlen: the faster v4 variant against the 70% goal, production and attention; one "v5:" line per
 #             seqlen (the chunked scan against the goal, v4_npt4, production, attention) and a last "v5:" line: does
-#             it beat v4_npt4 at every length (the promotion rule)
+#             it beat v4_npt4 at every length (the promotion rule); one "lean:" line per seqlen (generation 11,
+#             v4_npt4 with less per-chunk overhead, against v4_npt4 timed in the same process: ms, fraction of the
+#             copy ceiling, speed-up) and a last "lean: beats|does not beat v4_npt4 at every length" line
 #   decode    the Mamba decode step against the weight-streaming roofline (issue 18: within 1.5x at batch 1): a
 #             random model at mamba-130m's shape made by transformers (tools/gpu/make_mamba_decode_model.py, kept in
 #             $BUILD/mamba-130m-random), then `flashkit_ssm_bench decode DIR`: greedy decode ms/token on CUDA against
@@ -68,7 +72,7 @@ for st in "${STAGES[@]}"; do
       p=$(bin flashkit_ssm_cuda_tests); [ -n "$p" ] || { log "flashkit_ssm_cuda_tests: not built"; status=1; continue; }
       MF='Shapes/CudaScanBackward.*:CudaScanBackward.Deterministic:CudaScanBackward.EmptySequence*'
       run memcheck_ssm timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$p" \
-        --gtest_filter="$MF:Shapes/CudaScanGenerations.*:Shapes/CudaScanV4.*:CudaScanV4Continuation.*:CudaScanV5Plans.*" \
+        --gtest_filter="$MF:Shapes/CudaScanGenerations.*:Shapes/CudaScanV4.*:CudaScanV4Continuation.*:CudaScanV5Plans.*:CudaScanV4Lean.*" \
         --gtest_brief=1
       RF='Shapes/CudaScanBackward.MatchesReference/1:Shapes/CudaScanBackward.MatchesReference/6'
       # v4 (and v5, generation 9 in the same cases): 4-byte copies over 2 chunks (b2 L17 Di19), 16-byte copies over 7
@@ -86,6 +90,33 @@ for st in "${STAGES[@]}"; do
       cuobjdump -sass "$BUILD/lib/libflashkit_core.so" 2>> "$LOG" | awk '/Function : .*scan_v4_kernel.*Li4ELi16E/{on=1}
         on && /Function : / && !/scan_v4_kernel.*Li4ELi16E/{on=0} on' > "$OUT/sass-scan-v4.txt"
       log "sass: $(wc -l < "$OUT/sass-scan-v4.txt") lines of scan_v4 SASS in sass-scan-v4.txt"
+      # generation 11 (v4_npt4_lean) beside it: the per-chunk overhead it cuts
+      cuobjdump -sass "$BUILD/lib/libflashkit_core.so" 2>> "$LOG" | awk '/Function : .*scan_v4_lean_kernel.*Li4ELi16E/{on=1}
+        on && /Function : / && !/scan_v4_lean_kernel.*Li4ELi16E/{on=0} on' > "$OUT/sass-scan-v4-lean.txt"
+      for f in sass-scan-v4 sass-scan-v4-lean; do
+        python3 - "$OUT/$f.txt" "$f" <<'EOF' | tee -a "$LOG"
+import re, sys
+# The first function of a cuobjdump -sass listing: its instructions, and those of its largest loop (the chunk loop:
+# the longest span from a backward BRA's target to the BRA), with the recurrence's MUFU.EX2 and the cp.async LDGSTS.
+ins, seen = [], 0
+for l in open(sys.argv[1]):
+    if 'Function :' in l:
+        seen += 1
+        if seen > 1: break
+    m = re.match(r'\s+/\*([0-9a-f]+)\*/\s+(.*?)\s*;', l)
+    if m: ins.append((int(m.group(1), 16), m.group(2).strip()))
+addr = {a: i for i, (a, _) in enumerate(ins)}
+loops = []
+for i, (a, t) in enumerate(ins):
+    b = re.search(r'\bBRA\s+(?:`\()?(0x[0-9a-f]+)', t)
+    if b and int(b.group(1), 16) < a and int(b.group(1), 16) in addr: loops.append((addr[int(b.group(1), 16)], i))
+s, e = max(loops, key=lambda x: x[1] - x[0]) if loops else (0, -1)
+body = [t for _, t in ins[s:e + 1]]
+print("%s: %d SASS instructions, chunk loop %d (MUFU.EX2 %d, LDGSTS %d, IMAD.WIDE %d)" % (
+    sys.argv[2], len(ins), len(body), sum('MUFU.EX2' in x for x in body), sum('LDGSTS' in x for x in body),
+    sum('IMAD.WIDE' in x for x in body)))
+EOF
+      done
       grep -oE "^\s+/\*[0-9a-f]+\*/\s+[A-Z0-9_.]+" "$OUT/sass-scan-v4.txt" | awk '{print $2}' | sed 's/\..*//' \
         | sort | uniq -c | sort -rn | head -25 | tee -a "$LOG" ;;
     bench)
@@ -131,6 +162,21 @@ for r in rows:
               "  %.2fx production  %.2fx attention" % (r["seqlen"], k5.replace("cuda.scan.", ""), ms5, 100 * f5,
                                                       "met" if f5 >= 0.70 else "not met", npt4[0] / ms5, npt4[0],
                                                       r["ms"] / ms5, r["attention_fwd_ms"] / ms5))
+    # generation 11 (v4_npt4_lean: v4_npt4 with less per-chunk overhead) against v4_npt4 (generation 6), same process
+    lean = [(ms, f) for k, (ms, f) in g.items() if k == "cuda.scan.v4.n16.split4.tc16.s4.lean"]
+    if lean and npt4:
+        msl, fl = lean[0]
+        out[-1]["lean"] = {"ms": msl, "of_copy_ceiling": fl, "v4_npt4_ms": npt4[0], "vs_v4_npt4": npt4[0] / msl}
+        print("lean: seqlen %6d  v4.n16.split4.tc16.s4.lean %.3f ms = %4.1f%% of the copy ceiling (goal 70%%: %s)"
+              "  v4_npt4 %.3f ms = %4.1f%%  -> %.3fx v4_npt4" % (
+                  r["seqlen"], msl, 100 * fl, "met" if fl >= 0.70 else "not met", npt4[0],
+                  100 * g["cuda.scan.v4.n16.split4.tc16.s4"][1], npt4[0] / msl))
+sl = [o["lean"]["vs_v4_npt4"] for o in out if "lean" in o]
+if sl:
+    win = all(x > 1 for x in sl)
+    print("lean: %s v4_npt4 at every length (%.3fx..%.3fx): %s" % (
+        "beats" if win else "does not beat", min(sl), max(sl),
+        "promotable (kProductionScan = ScanKernel::v4_npt4_lean)" if win else "keep v4_npt4"))
 v5names = sorted({k for o in out for k in o.get("v5", {})})
 for k5 in v5names:
     sp = [o["v5"][k5]["vs_v4_npt4"] for o in out if k5 in o.get("v5", {})]

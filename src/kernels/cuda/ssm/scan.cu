@@ -233,6 +233,7 @@ std::string run_scan(ScanKernel k, const ScanArgs& a, void* stream) {
     case ScanKernel::v4_npt2: launch_scan_v4(a, stream, 2); break;
     case ScanKernel::v4_npt4: launch_scan_v4(a, stream, 4); break;
     case ScanKernel::v4_npt4_fma1: launch_scan_v4(a, stream, 4, 1); break;
+    case ScanKernel::v4_npt4_lean: launch_scan_v4(a, stream, 4, 0, true); break;
     case ScanKernel::v5_chunked: return run_scan_v5(a, stream);
     case ScanKernel::v5_chunked_fma2: return run_scan_v5(a, stream, 2);
     case ScanKernel::step_n16: launch<1, 16, 1>(a, stream); break;

@@ -16,7 +16,7 @@
 //     chunks; the thread's C h goes to a padded [step][thread][channel] tile (conflict-free writes, 16-byte
 //     conflict-free reads in the epilogue).
 // Generations 5 (NPT 2, 256 threads), 6 (NPT 4, 128 threads) and 8 (as 6, one of a thread's 4 exps on the FMA pipe
-// instead of the SFU) of choose_scan_kernel (kernels/ssm_choice.hpp). The block body is scan_v4_block.cuh (v5 runs it
+// instead of the SFU) and 11 (as 6 with less per-chunk overhead: scan_v4_block's LEAN) of choose_scan_kernel (kernels/ssm_choice.hpp). The block body is scan_v4_block.cuh (v5 runs it
 // per chunk).
 #include <cuda_runtime.h>
 
@@ -40,11 +40,20 @@ __global__ void __launch_bounds__(V4<NPT, TC, STAGES>::kThreads, NPT == 2 ? 3 : 
   scan_v4_block<NPT, TC, STAGES, POLY>(a, vec, blockIdx.y, int64_t(blockIdx.x) * kCh);
 }
 
+// Generation 11: v4_npt4's block with the per-chunk overhead cut (scan_v4_block's LEAN); its own kernel so that
+// v4's keep their names and code.
 template <int NPT, int TC, int STAGES, int POLY>
+__global__ void __launch_bounds__(V4<NPT, TC, STAGES>::kThreads, NPT == 2 ? 3 : 4) scan_v4_lean_kernel(ScanArgs a,
+                                                                                                       bool vec) {
+  scan_v4_block<NPT, TC, STAGES, POLY, false, true>(a, vec, blockIdx.y, int64_t(blockIdx.x) * kCh);
+}
+
+template <int NPT, int TC, int STAGES, int POLY, bool LEAN = false>
 void launch(const ScanArgs& a, cudaStream_t s) {
   using P = V4<NPT, TC, STAGES>;
   static_assert(POLY >= 0 && POLY <= NPT, "POLY counts a thread's states");
-  auto* kernel = scan_v4_kernel<NPT, TC, STAGES, POLY>;
+  void (*kernel)(ScanArgs, bool) = scan_v4_kernel<NPT, TC, STAGES, POLY>;
+  if constexpr (LEAN) kernel = scan_v4_lean_kernel<NPT, TC, STAGES, POLY>;
   // Above 48 KB of dynamic shared memory needs an opt-in, once per device (not a stream operation: allowed while a
   // CUDA graph is being captured).
   static std::atomic<uint64_t> opted_in{0};
@@ -62,9 +71,10 @@ void launch(const ScanArgs& a, cudaStream_t s) {
 
 }  // namespace
 
-void launch_scan_v4(const ScanArgs& a, void* stream, int states_per_thread, int fma_exp_states) {
+void launch_scan_v4(const ScanArgs& a, void* stream, int states_per_thread, int fma_exp_states, bool lean) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream ? stream : cuda_stream());
-  if (states_per_thread == 4 && fma_exp_states == 1) launch<4, 16, 4, 1>(a, s);
+  if (lean) launch<4, 16, 4, 0, true>(a, s);
+  else if (states_per_thread == 4 && fma_exp_states == 1) launch<4, 16, 4, 1>(a, s);
   else if (states_per_thread == 4) launch<4, 16, 4, 0>(a, s);
   else launch<2, 16, 4, 0>(a, s);
   check_cuda(cudaGetLastError(), "selective scan v4 kernel launch");

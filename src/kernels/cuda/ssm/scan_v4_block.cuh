@@ -1,7 +1,7 @@
 // The pieces of the scan forward v4 (scan_v4.cu) that v5 (scan_v5.cu, the chunked two-pass scan) runs too: the tile
 // constants, the cp.async chunk copies, and one block's scan of 32 channels over a range of steps (scan_v4_block),
-// which v4 runs over the whole sequence and v5 over one chunk (its ScanArgs offset to the chunk's first step).
-// docs/worklog/ssm-scan.md "v4", "v5".
+// which v4 runs over the whole sequence and v5 over one chunk (its ScanArgs offset to the chunk's first step); and
+// generation 11's leaner copies, softplus and silu (scan_v4_block's LEAN). docs/worklog/ssm-scan.md "v4", "v5", "v6".
 #pragma once
 #include <cuda_runtime.h>
 
@@ -97,6 +97,98 @@ __device__ __forceinline__ void issue_chunk(const ScanArgs& a, bool vec, int64_t
   }
 }
 
+// Generation 11 (v4_npt4_lean; docs/worklog/ssm-scan.md "v6"): the per-chunk overhead v4's SASS showed (~700 of
+// ~1,070 instructions per thread and 16-step chunk) cut. softplus(x) = max(x, 0) + log1p(w), w = e^-|x| in (0, 1]:
+// log1p(w) = 2 atanh(s), s = w / (2 + w) in (0, 1/3], by its series to s^13 (truncation < 1.5e-8 relative), so the
+// only SFU work is one ex2 and one reciprocal, both with relative error ~2^-22 (__logf's is absolute near 1: too
+// coarse for dt ~ 1e-3). Past 15, log1p(e^-x) < 3.1e-7 is below x's last bit.
+__device__ __forceinline__ float softplus_lean(float x) {
+  const float w = __expf(-fabsf(x));
+  const float s = __fdividef(w, 2.f + w), s2 = s * s;
+  float p = 1.f / 13.f;
+  p = fmaf(p, s2, 1.f / 11.f);
+  p = fmaf(p, s2, 1.f / 9.f);
+  p = fmaf(p, s2, 1.f / 7.f);
+  p = fmaf(p, s2, 1.f / 5.f);
+  p = fmaf(p, s2, 1.f / 3.f);
+  p = fmaf(p, s2, 1.f);
+  return x > 15.f ? x : fmaxf(x, 0.f) + 2.f * s * p;  // a select, not a branch: both sides are cheap
+}
+
+// z sigmoid(z) with the fast reciprocal. e^-z is capped at e^88 (< 2^128, finite): for z < -87.3 the denominator
+// exceeds 2^126, where __fdividef returns 0, the limit (|z sigmoid(z)| < 1e-36 there); for z > 88 e^-z flushes to 0.
+__device__ __forceinline__ float silu_lean(float z) { return __fdividef(z, 1.f + __expf(fminf(-z, 88.f))); }
+
+// The lean block's copy sources: what issue_chunk recomputes per copy and chunk (64-bit address products, the
+// channel part of the zero-fill count), computed once per block; each issue advances them by one chunk (TC steps).
+template <int NPT, int TC, int STAGES, bool WITH_C>
+struct ChunkSources {
+  using P = V4<NPT, TC, STAGES>;
+  const float* u[P::kItemIters];
+  const float* dl[P::kItemIters];
+  const float* z[P::kItemIters];
+  const float* B[P::kBCIters];
+  const float* C[P::kBCIters];
+  int chan_live[P::kItemIters];  // the item's channels inside d_inner (0..4); 0 also for items past kItems
+  bool n_on;                     // this thread's B / C state index is inside d_state
+  int64_t left;                  // steps from the next chunk to issue to the end: its row tt is live when tt < left
+  int64_t u_step, dl_step, z_step, B_step, C_step;  // one chunk (TC steps) of each source, in elements
+
+  __device__ __forceinline__ void init(const ScanArgs& a, int64_t b, int64_t c0) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < P::kItemIters; ++j) {
+      const int g = tid + j * P::kThreads, tt = g / kGroups, q = g % kGroups;
+      const int64_t c = c0 + 4 * q, ch = a.d_inner - c;
+      chan_live[j] = P::kItems % P::kThreads != 0 && g >= P::kItems ? 0 : int(ch < 0 ? 0 : ch > 4 ? 4 : ch);
+      u[j] = a.u + b * a.u_b + tt * a.u_t + c;
+      dl[j] = a.delta + b * a.dl_b + tt * a.dl_t + c;
+      z[j] = a.z ? a.z + b * a.z_b + tt * a.z_t + c : a.z;
+    }
+    const int n = tid % kStates;
+    n_on = n < a.d_state;
+#pragma unroll
+    for (int j = 0; j < P::kBCIters; ++j) {
+      const int tt = (tid + j * P::kThreads) / kStates;
+      B[j] = a.B + b * a.B_b + tt * a.B_t + n;
+      C[j] = a.C + b * a.C_b + tt * a.C_t + n;
+    }
+    left = a.seqlen;
+    u_step = TC * a.u_t, dl_step = TC * a.dl_t, z_step = TC * a.z_t, B_step = TC * a.B_t, C_step = TC * a.C_t;
+  }
+
+  // The copies of the next chunk into `stage` (the caller commits), then one chunk on.
+  __device__ __forceinline__ void issue(const ScanArgs& a, bool vec, float* stage) {
+    const int tid = threadIdx.x;
+    float* su = stage;
+    float* sd = su + TC * kCh;
+    float* sz = sd + TC * kCh;
+    float* sB = sz + TC * kCh;
+    float* sC = sB + TC * kStates;
+#pragma unroll
+    for (int j = 0; j < P::kItemIters; ++j) {
+      const int g = tid + j * P::kThreads;
+      if (P::kItems % P::kThreads != 0 && g >= P::kItems) break;
+      const int tt = g / kGroups, o = tt * kCh + 4 * (g % kGroups);
+      const int live = tt < left ? chan_live[j] : 0;
+      copy_group(su + o, u[j], a.u, live, vec);
+      copy_group(sd + o, dl[j], a.delta, live, vec);
+      if (a.z) copy_group(sz + o, z[j], a.z, live, vec);
+      u[j] += u_step, dl[j] += dl_step;
+      if (a.z) z[j] += z_step;
+    }
+#pragma unroll
+    for (int j = 0; j < P::kBCIters; ++j) {
+      const int e = tid + j * P::kThreads;
+      const bool on = n_on && e / kStates < left;
+      cp_async4(sB + e, on ? B[j] : a.B, on ? 4 : 0);
+      if (WITH_C) cp_async4(sC + e, on ? C[j] : a.C, on ? 4 : 0);
+      B[j] += B_step, C[j] += C_step;
+    }
+    left -= TC;
+  }
+};
+
 template <int NPT> struct Vec;
 template <> struct Vec<2> { using T = float2; };
 template <> struct Vec<4> { using T = float4; };
@@ -104,8 +196,9 @@ template <> struct Vec<4> { using T = float4; };
 // One block's scan of 32 channels [c0, c0 + 32) of sequence b over a.seqlen steps (v4's kernel body; the v5 passes
 // run it on one chunk's ScanArgs). END_STATE (v5's pass 1): from a zero state, no C, z or y: the block's end state goes
 // to a.state and each channel's sum of dt over the steps to dt_sum[b * d_inner + channel]. POLY: how many of a
-// thread's NPT states take exp2_fma instead of ex2.approx.
-template <int NPT, int TC, int STAGES, int POLY, bool END_STATE = false>
+// thread's NPT states take exp2_fma instead of ex2.approx. LEAN (generation 11): the copy addresses, zero-fill counts
+// and y address carried across chunks (ChunkSources) and the fast softplus / silu above; the recurrence is the same.
+template <int NPT, int TC, int STAGES, int POLY, bool END_STATE = false, bool LEAN = false>
 __device__ __forceinline__ void scan_v4_block(const ScanArgs& a, bool vec, int64_t b, int64_t c0,
                                               float* dt_sum = nullptr) {
   using P = V4<NPT, TC, STAGES>;
@@ -137,12 +230,29 @@ __device__ __forceinline__ void scan_v4_block(const ScanArgs& a, bool vec, int64
 
   float dt_total = 0.f;  // END_STATE: this channel's sum of dt
   const int64_t chunks = (a.seqlen + TC - 1) / TC;
+  // LEAN: the sources of the next chunk to issue; the y row piece of this thread's (first) item and its live channels
+  ChunkSources<NPT, TC, STAGES, !END_STATE> src;
+  float* y_out = nullptr;
+  int y_live = 0;
+  bool dt_chan[4];  // LEAN: channel c0 + 4 q + kk inside d_inner (dt past it is 0)
+  if constexpr (LEAN) {
+    src.init(a, b, c0);
+    const int64_t c = c0 + 4 * q, ch = a.d_inner - c;
+    y_live = int(ch < 0 ? 0 : ch > 4 ? 4 : ch);
+    if constexpr (!END_STATE) y_out = a.y + b * a.y_b + (tid / kGroups) * a.y_t + c;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) dt_chan[kk] = kk < y_live;
+  }
 #pragma unroll
   for (int k = 0; k < STAGES - 1; ++k) {
-    if (k < chunks) issue_chunk<NPT, TC, STAGES, !END_STATE>(a, vec, b, c0, int64_t(k) * TC, smem + k * P::kStageFloats);
+    if constexpr (LEAN) {
+      if (k < chunks) src.issue(a, vec, smem + k * P::kStageFloats);
+    } else {
+      if (k < chunks) issue_chunk<NPT, TC, STAGES, !END_STATE>(a, vec, b, c0, int64_t(k) * TC, smem + k * P::kStageFloats);
+    }
     cp_async_commit();  // one group per chunk slot, empty ones too: the wait below counts groups
   }
-  for (int64_t k = 0; k < chunks; ++k) {
+  for (int64_t k = 0; k < chunks; ++k) {  // (a 32-bit index measured 16 PTX instructions more per chunk)
     const int64_t t0 = k * TC;
     const float* st = smem + (k % STAGES) * P::kStageFloats;
     const float *su = st, *sd = st + TC * kCh, *sz = st + 2 * TC * kCh;
@@ -159,8 +269,13 @@ __device__ __forceinline__ void scan_v4_block(const ScanArgs& a, bool vec, int64
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         float dt = dl[kk] + bias[kk];
-        if (a.softplus) dt = softplus_f(dt);
-        dt = t0 + tt < a.seqlen && c0 + 4 * q + kk < a.d_inner ? dt : 0.f;  // past the end: h unchanged
+        if constexpr (LEAN) {
+          if (a.softplus) dt = softplus_lean(dt);
+          dt = t0 + tt < a.seqlen && dt_chan[kk] ? dt : 0.f;
+        } else {
+          if (a.softplus) dt = softplus_f(dt);
+          dt = t0 + tt < a.seqlen && c0 + 4 * q + kk < a.d_inner ? dt : 0.f;  // past the end: h unchanged
+        }
         term[2 * kk] = dt;
         term[2 * kk + 1] = dt * u[kk];
       }
@@ -169,9 +284,13 @@ __device__ __forceinline__ void scan_v4_block(const ScanArgs& a, bool vec, int64
       dst[1] = make_float4(term[4], term[5], term[6], term[7]);
     }
     __syncthreads();  // chunk k's terms and B/C (every thread waited for its copies) are visible; chunk k-1 is done
-    if (k + STAGES - 1 < chunks)  // into the stage chunk k-1 used
-      issue_chunk<NPT, TC, STAGES, !END_STATE>(a, vec, b, c0, (k + STAGES - 1) * TC,
-                                   smem + ((k + STAGES - 1) % STAGES) * P::kStageFloats);
+    if (k + STAGES - 1 < chunks) {  // into the stage chunk k-1 used
+      if constexpr (LEAN)
+        src.issue(a, vec, smem + ((k + STAGES - 1) % STAGES) * P::kStageFloats);
+      else
+        issue_chunk<NPT, TC, STAGES, !END_STATE>(a, vec, b, c0, (k + STAGES - 1) * TC,
+                                                 smem + ((k + STAGES - 1) % STAGES) * P::kStageFloats);
+    }
     cp_async_commit();
 #pragma unroll
     for (int tt = 0; tt < TC; ++tt) {
@@ -206,8 +325,9 @@ __device__ __forceinline__ void scan_v4_block(const ScanArgs& a, bool vec, int64
         const int64_t t = t0 + tt;
         if (t >= a.seqlen) continue;
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        if constexpr (LEAN) acc = *reinterpret_cast<const float4*>(sY + tt * SPLIT * P::kYRow + 4 * q);  // not 0 + x
 #pragma unroll
-        for (int p = 0; p < SPLIT; ++p) {
+        for (int p = LEAN ? 1 : 0; p < SPLIT; ++p) {
           const float4 v = *reinterpret_cast<const float4*>(sY + (tt * SPLIT + p) * P::kYRow + 4 * q);
           acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
         }
@@ -222,7 +342,22 @@ __device__ __forceinline__ void scan_v4_block(const ScanArgs& a, bool vec, int64
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           y[kk] += Dc[kk] * u[kk];
-          if (a.z) y[kk] *= zz[kk] / (1.f + __expf(-zz[kk]));
+          if constexpr (LEAN) {
+            if (a.z) y[kk] *= silu_lean(zz[kk]);
+          } else {
+            if (a.z) y[kk] *= zz[kk] / (1.f + __expf(-zz[kk]));
+          }
+        }
+        if constexpr (LEAN) {
+          static_assert(!LEAN || P::kItemIters == 1, "LEAN carries one item's y address");
+          if (vec && y_live == 4) {
+            *reinterpret_cast<float4*>(y_out) = make_float4(y[0], y[1], y[2], y[3]);
+          } else {
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk)
+              if (kk < y_live) y_out[kk] = y[kk];
+          }
+          continue;
         }
         const int64_t c = c0 + 4 * q;
         float* out = a.y + b * a.y_b + t * a.y_t + c;
@@ -234,6 +369,7 @@ __device__ __forceinline__ void scan_v4_block(const ScanArgs& a, bool vec, int64
             if (c + kk < a.d_inner) out[kk] = y[kk];
         }
       }
+      if constexpr (LEAN) y_out += TC * a.y_t;
     }
   }
   cp_async_wait<0>();  // no copy outlives the block (the trailing groups are empty)

@@ -16,8 +16,9 @@ std::string selective_scan_step_cuda(const ScanArgs& a, void* stream = nullptr);
 // steps with one state per thread, or chunks of 16 with two.
 void launch_scan_v3(const ScanArgs& a, void* stream, int chunk, int states_per_thread);
 // v4 (scan_v4.cu; ScanKernel::v4_*): chunks of 16 steps through a 4-stage cp.async ring, 2 or 4 states per thread;
-// fma_exp_states (0 or, with 4 states, 1) of them take their exp on the FMA pipe instead of the SFU.
-void launch_scan_v4(const ScanArgs& a, void* stream, int states_per_thread, int fma_exp_states = 0);
+// fma_exp_states (0 or, with 4 states, 1) of them take their exp on the FMA pipe instead of the SFU. lean: generation
+// 11 (4 states per thread, less per-chunk overhead; states_per_thread and fma_exp_states are then ignored).
+void launch_scan_v4(const ScanArgs& a, void* stream, int states_per_thread, int fma_exp_states = 0, bool lean = false);
 // v5 (scan_v5.cu; ScanKernel::v5_chunked): the chunked two-pass scan over v4_npt4's block, planned by
 // plan_scan_chunked / make_scan_chunk_plan (kernels/ssm_choice.hpp). `workspace`: device memory of at least
 // make_scan_chunk_plan(...).workspace_bytes() bytes (none for a direct plan); throws flashkit::Error naming the
