@@ -130,13 +130,14 @@ def test_errors_name_the_argument(storage):
     with pytest.raises(TypeError, match=r"v: dtype must be e4m3 .*got torch.bfloat16 .*quantize_e4m3\(v\)"):
         call(q8, k8, v.bfloat16(), qd, kd, vd)
     with pytest.raises(TypeError, match="k: dtype must be e4m3"):
-        call(q8, k8.to(torch.int32), v8, qd, kd, vd)
+        call(q8, k8.view(torch.uint8).to(torch.int32), v8, qd, kd, vd)
     with pytest.raises(TypeError, match="k: expected a torch.Tensor"):
         call(q8, k8.numpy() if storage == "uint8" else None, v8, qd, kd, vd)
     with pytest.raises(flashkit.InvalidArgumentError, match=r"k: expected shape \[1, 31, 2, 40\]"):
         call(q8, k8[:, :, :, :32], v8, qd, kd, vd)
     with pytest.raises(flashkit.InvalidArgumentError, match="kv_heads"):
-        call(q8, k8[:, :, :1].repeat(1, 1, 3, 1), v8[:, :, :1].repeat(1, 1, 3, 1), qd, kd, vd)  # 3 does not divide 4
+        k3, v3 = (x.view(torch.uint8)[:, :, :1].repeat(1, 1, 3, 1) for x in (k8, v8))  # 3 kv heads do not divide 4
+        call(q8, k3, v3, qd, kd, vd)
     for name, bad in (("q_descale", 0.0), ("k_descale", -1.0), ("v_descale", float("nan")), ("q_descale", 1e300)):
         scales = {**dict(q_descale=qd, k_descale=kd, v_descale=vd), name: bad}
         with pytest.raises(flashkit.InvalidArgumentError, match=r"scales\.%s: must be finite and > 0" % name):
