@@ -17,6 +17,9 @@ Attention: numpy arrays in, numpy arrays out, through the library's C API (ctype
     o, lse = flashkit.attention(q, q, q, causal=True)        # o like q; lse float32 [batch, heads, seqlen]
     dq, dk, dv = flashkit.attention_backward(np.ones_like(o), q, q, q, o, lse, causal=True)
 
+FP8 (e4m3) forward: ``q8, qd = flashkit.quantize_e4m3(q)`` (numpy.uint8 bytes and a per-tensor descale), then
+``o, lse = flashkit.attention_fp8(q8, k8, v8, qd, kd, vd, causal=True)`` (o a BF16Array).
+
 bfloat16: numpy has no such dtype, so ``flashkit.bf16(x)`` makes a :class:`BF16Array` (uint16 storage,
 rounded to nearest even); attention on BF16Array operands returns BF16Array outputs (lse stays float32).
 
@@ -27,6 +30,7 @@ libflashkit_core.so; the engine's libflashkit.so (tokenizer: PCRE2, ICU) is load
 
 from . import _capi
 from ._attention import Cost, attention, attention_backward
+from ._attention_fp8 import attention_fp8, quantize_e4m3
 from ._bf16 import BF16Array, bf16
 from ._engine import Model, Session, sampling_defaults
 from ._tokenizer import Tokenizer
@@ -42,6 +46,8 @@ from .errors import (
 __all__ = [
     "attention",
     "attention_backward",
+    "attention_fp8",
+    "quantize_e4m3",
     "Cost",
     "BF16Array",
     "bf16",

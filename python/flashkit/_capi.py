@@ -40,7 +40,7 @@ FK_BF16 = 1
 FK_F16 = 2
 FK_F64 = 3
 FK_I32 = 4
-FK_E4M3 = 5  # fk_attention_forward_fp8 only (no Python wrapper yet)
+FK_E4M3 = 5  # fk_attention_forward_fp8 / fk_quantize_e4m3 only (flashkit.torch.attention_forward_fp8)
 
 # fk_device
 FK_CPU = 0
@@ -107,9 +107,19 @@ class FkCost(ctypes.Structure):
     ]
 
 
+class FkFp8Scales(ctypes.Structure):
+    """fk_fp8_scales: the per-tensor descales of fk_attention_forward_fp8 (real value = stored e4m3 * descale)."""
+
+    _fields_ = [
+        ("q_descale", ctypes.c_float),
+        ("k_descale", ctypes.c_float),
+        ("v_descale", ctypes.c_float),
+    ]
+
+
 # Sizes the C compiler gives these structs on LP64 platforms; checked at load time so a drifted
 # header is caught before any call passes a mis-laid-out struct.
-_EXPECTED_SIZES = {FkTensor: 88, FkAttentionOptions: 64, FkCost: 352}
+_EXPECTED_SIZES = {FkTensor: 88, FkAttentionOptions: 64, FkCost: 352, FkFp8Scales: 12}
 
 _BUILD_HINT = (
     "build it with `bash tools/build.sh` from the repository root (it produces build/lib/libflashkit.so), "
@@ -200,6 +210,7 @@ def _declare(lib):
     tensor_p = ctypes.POINTER(FkTensor)
     opts_p = ctypes.POINTER(FkAttentionOptions)
     cost_p = ctypes.POINTER(FkCost)
+    scales_p = ctypes.POINTER(FkFp8Scales)
     protos = {
         "fk_version": (c_char_p, []),
         "fk_last_error": (c_char_p, []),
@@ -213,6 +224,9 @@ def _declare(lib):
         "fk_attention_options_init": (c_int32, [opts_p]),
         "fk_tensor_init": (c_int32, [tensor_p, c_void_p, c_int32, c_int32, c_int32, ctypes.POINTER(ctypes.c_int64)]),
         "fk_attention_forward": (c_int32, [tensor_p, tensor_p, tensor_p, tensor_p, tensor_p, opts_p, cost_p]),
+        "fk_attention_forward_fp8": (c_int32, [tensor_p, tensor_p, tensor_p, tensor_p, tensor_p, scales_p, opts_p,
+                                                cost_p]),
+        "fk_quantize_e4m3": (c_int32, [tensor_p, tensor_p, ctypes.POINTER(ctypes.c_float)]),
         "fk_attention_backward": (
             c_int32,
             [tensor_p, tensor_p, tensor_p, tensor_p, tensor_p, tensor_p, tensor_p, tensor_p, tensor_p, opts_p, cost_p],

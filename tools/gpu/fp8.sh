@@ -8,7 +8,11 @@
 #   sanitize  compute-sanitizer memcheck on two small cases (17 keys causal; batch 2, 255 keys, GQA, causal)
 #   bench     bench/cuda/bench_attention_fp8.py: d128 and d256, 16 heads, seqlen 1k/4k/16k at 32k tokens, causal and not:
 #             fp8 vs flashkit bf16 vs SDPA cuDNN/flash bf16 (TFLOP/s), the V^T prep alone, accuracy vs bf16
+#   python    tools/gpu/fp8_python_check.py (not a default stage; after build): flashkit.torch.quantize_e4m3 and
+#             attention_forward_fp8 on CUDA float8_e4m3fn tensors against the CPU path on the same bytes (~30 s);
+#             prints "python fp8: ok rel_rms X"
 #   tools/gpu/fp8.sh [STAGES...]     default: build test bench sanitize (the numbers before the slow memcheck)
+#   tools/gpu/fp8.sh build python    the Python wrappers only
 # Results: $OUT/fp8.log (everything), $OUT/attention-fp8.json, $OUT/failed.txt. Exit status non-zero if a stage
 # failed. carry=[".fkdeps.tar.xz"] (configure finds PCRE2/ICU through carried_deps.sh, as the other scripts).
 set -u
@@ -49,6 +53,10 @@ for st in "${STAGES[@]}"; do
     bench)
       run bench_fp8 timeout 200 python3 bench/cuda/bench_attention_fp8.py --shim "$SHIM" --out "$OUT" ${QUICK:+--quick}
       grep -E "^fp8 d|unavailable" "$LOG" | tail -14 ;;
+    python)
+      export FLASHKIT_LIBRARY=$PWD/$BUILD/lib/libflashkit_core.so  # the attention library alone (all the build stage makes)
+      run python_fp8 timeout 120 python3 tools/gpu/fp8_python_check.py
+      grep -E "^python fp8|^FAIL" "$LOG" | tail -12 ;;
     *) log "unknown stage $st"; status=1 ;;
   esac
 done
