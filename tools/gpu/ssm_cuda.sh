@@ -122,8 +122,8 @@ EOF
     bench)
       p=$(bin flashkit_ssm_bench)
       [ -n "$p" ] || { log "flashkit_ssm_bench: not built"; status=1; continue; }
-      log "bench: $p 32768"
-      timeout 200 "$p" 32768 > "$OUT/ssm_bench.jsonl" 2>> "$LOG"; rc=$?
+      log "bench: $p ${SSM_BENCH_MAX:-32768}"  # SSM_BENCH_MAX: the longest sequence (a shorter run for A/Bs)
+      timeout 200 "$p" "${SSM_BENCH_MAX:-32768}" > "$OUT/ssm_bench.jsonl" 2>> "$LOG"; rc=$?
       log "bench: rc=$rc"; [ $rc -ne 0 ] && status=1
       cat "$OUT/ssm_bench.jsonl" >> "$LOG"
       python3 - "$OUT/ssm_bench.jsonl" "$OUT/ssm_cuda_summary.json" <<'EOF' | tee -a "$LOG"
