@@ -38,7 +38,7 @@ enum class ScanKernel : int {
 
 // Production's kernel for d_state <= 16 (generation 0). Promoting another generation is this one line (and the
 // production test in tests/ssm/test_ssm_choice.cpp); every kernel keeps its own generation number below.
-constexpr ScanKernel kProductionScan = ScanKernel::v4_npt4;  // 1.22-1.23x v3 at 1k-32k (run s10-4)
+constexpr ScanKernel kProductionScan = ScanKernel::v4_npt4_lean;  // 1.13x v4_npt4 at 1k-8k (run s12-9)
 
 // d_state <= 64 is validated before (kCudaMaxState); `step`: the one-token decode kernel.
 constexpr int kScanGenerations = 12;  // 0..11

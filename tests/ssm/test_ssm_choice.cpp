@@ -14,8 +14,8 @@ using flashkit::kernels::choose_scan_kernel;
 using flashkit::kernels::scan_kernel_name;
 using flashkit::kernels::ScanKernel;
 
-TEST(ScanChoice, ProductionPicksV4FourStatesPerThreadUpToSixteenStates) {
-  for (int64_t n : {1, 5, 8, 16}) EXPECT_EQ(choose_scan_kernel(n, false), ScanKernel::v4_npt4) << n;
+TEST(ScanChoice, ProductionPicksV4LeanUpToSixteenStates) {
+  for (int64_t n : {1, 5, 8, 16}) EXPECT_EQ(choose_scan_kernel(n, false), ScanKernel::v4_npt4_lean) << n;
   for (int64_t n : {17, 40, 64}) EXPECT_EQ(choose_scan_kernel(n, false), ScanKernel::v1_n64) << n;
 }
 
