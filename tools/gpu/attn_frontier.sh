@@ -12,6 +12,9 @@
 #              flashkit vs SDPA flash vs SDPA cuDNN, TFLOP/s (CUDA-graph replays); $OUT/bench256.txt
 #   grid       the whole prefill grid (d64/128/256) and batch-1 decode: $OUT/attention-cuda.{json,md}, decode-cuda.json
 #   decode1    batch-1 decode bandwidth only: $OUT/decode-cuda.json
+#   decodencu  Nsight Compute on batch-1 decode calls at 32k keys (tools/gpu/decode_ncu.py; DECODE_NCU_KV to change):
+#              every kernel of each call (decode, split merge) with its duration, DRAM bytes and throughput, grid,
+#              occupancy: $OUT/decode-ncu.txt and one "decode ncu:" line per kernel
 # Results in $OUT/attn_frontier.log (+ failed.txt). carry=[".fkdeps.tar.xz"] (tools/gpu/carried_deps.sh).
 set -u
 cd "$(dirname "$0")/../.."
@@ -54,6 +57,13 @@ for st in "${STAGES[@]}"; do
       run grid timeout 580 python3 bench/cuda/bench_attention.py --out "$OUT" ;;
     decode1)
       run decode1 timeout 300 python3 bench/cuda/bench_attention.py --out "$OUT" --decode-only --batch1 ;;
+    decodencu)
+      run decodencu timeout 300 ncu --clock-control none -k 'regex:decode|combine|merge' \
+        --section SpeedOfLight --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
+        --metrics dram__bytes_read.sum,gpu__time_duration.sum --log-file "$OUT/decode-ncu.txt" \
+        python3 tools/gpu/decode_ncu.py ${DECODE_NCU_KV:-32768}
+      grep -E "^  [a-z_ ]*[a-zA-Z_:<>, 0-9]*\(|Duration|DRAM Throughput|dram__bytes_read.sum|Grid Size|Achieved Occupancy" \
+        "$OUT/decode-ncu.txt" | sed 's/^/decode ncu: /' | tee -a "$LOG" | head -80 ;;
     *) log "unknown stage $st"; status=1 ;;
   esac
 done

@@ -38,6 +38,9 @@
 #   mixerncu  (not in the default list) Nsight Compute durations of the mixer-step kernel alone at each block width
 #             (32, 16, 8; 48 decode launches each, cold L2 as in decode) in the same model's decode:
 #             $OUT/ncu_mixer_w*.csv and one "mixer ncu:" line per width
+#   layerncu  (not in the default list) Nsight Compute on 4 layers of one decode token of a larger random model
+#             (MAMBA_NCU_SIZE, default 2.8b; made as in decode): each kernel's duration, DRAM bytes and throughput,
+#             grid, occupancy: $OUT/ncu_layer_$SIZE.txt and one "layer ncu:" line per kernel
 #   tools/gpu/ssm_cuda.sh [STAGES...]     default: build test sanitize regs bench decode fused
 # Results: $OUT/ssm_cuda.log, $OUT/ssm_bench.jsonl, $OUT/ssm_cuda_summary.json, $OUT/ssm_decode.jsonl,
 # $OUT/ssm_decode_fused.jsonl, $OUT/failed.txt. Exit status non-zero
@@ -304,6 +307,18 @@ for w in ("32", "16", "8"):
         print("mixer ncu: w%s: no durations in %s" % (w, p))
 EOF
       ;;
+    layerncu)
+      b=$(bin flashkit_ssm_bench)
+      if [ -z "$b" ]; then log "flashkit_ssm_bench: not built"; status=1; continue; fi
+      size=${MAMBA_NCU_SIZE:-2.8b}
+      M="$BUILD/mamba-$size-random"
+      [ -f "$M/config.json" ] || run decode_model_$size timeout 240 python3 tools/gpu/make_mamba_decode_model.py "$M" "$size"
+      # the decode kernels only (prefill runs GEMMs): skip the first 64 tokens' worth, then 4 layers (12 kernels)
+      run "ncu_layer_$size" timeout 240 ncu --clock-control none -k 'regex:gemv_kernel|mamba_step_kernel' -s 12288 -c 12 \
+        --section SpeedOfLight --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
+        --metrics dram__bytes_read.sum,gpu__time_duration.sum --log-file "$OUT/ncu_layer_$size.txt" "$b" decode "$M"
+      grep -E "^  [a-z_ ]*[a-zA-Z_:<>, 0-9]*\(|Duration|DRAM Throughput|dram__bytes_read.sum|Grid Size|Achieved Occupancy|Registers Per" \
+        "$OUT/ncu_layer_$size.txt" | sed 's/^/layer ncu: /' | tee -a "$LOG" | head -120 ;;
     *) log "unknown stage $st"; status=1 ;;
   esac
 done
