@@ -135,6 +135,21 @@ TEST(CudaChoice, ForwardFallbacksAndTuning) {
   c = fwd("d128, no ping-pong", shape(1, 16, 16, 128, 4096, 4096), h200(), t);
   EXPECT_FALSE(c.pingpong);
   EXPECT_EQ(flashkit::kernel_name(c, DType::f16), "cuda.flash.fwd.sm90ws.f16.d128.nopingpong");
+  // The wide key tile, asked for: d128 only (d64 and d256 keep theirs).
+  t = Tuning{};
+  t.sm90_ws_bn = 176;
+  c = fwd("d128, BN 176", shape(1, 16, 16, 128, 4096, 4096), h200(), t);
+  EXPECT_EQ(c.kernel, CudaKernel::fwd_sm90_ws);
+  EXPECT_EQ(c.tile_n, 176);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128.bn176");
+  EXPECT_EQ(fwd("d64, BN 176 asked", shape(1, 16, 16, 64, 4096, 4096), h200(), t).tile_n, 128);
+  // Automatic: from 8k keys (run s13-2); BN 128 asked keeps it narrow there.
+  EXPECT_EQ(fwd("d128 8192", shape(1, 16, 16, 128, 8192, 8192), h200()).tile_n, 176);
+  EXPECT_EQ(fwd("d128 4096 queries, 8192 keys", shape(1, 16, 16, 128, 4096, 8192), h200()).tile_n, 176);
+  EXPECT_EQ(fwd("d128 8191", shape(1, 16, 16, 128, 8191, 8191), h200()).tile_n, 128);
+  t.sm90_ws_bn = 128;
+  EXPECT_EQ(fwd("d128 16384, BN 128 asked", shape(1, 16, 16, 128, 16384, 16384), h200(), t).tile_n, 128);
+  EXPECT_EQ(fwd("d256, BN 176 asked", shape(1, 8, 8, 256, 4096, 4096), h200(), t).tile_n, 80);
 }
 
 TEST(CudaChoice, ForwardOnAmpere) {

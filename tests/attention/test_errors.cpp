@@ -805,6 +805,20 @@ TEST(Errors, MaxWorkspaceLimitsStandard) {
   EXPECT_NO_THROW(p.forward());
 }
 
+// FLASHKIT_SM90_WS_BN: 128 or 176 force the d128 ws key tile; anything else keeps automatic with a warning.
+TEST(Errors, Sm90WsBnFromEnv) {
+  for (const auto& [value, want] : {std::pair<const char*, int>{"176", 176}, {"128", 128}, {"auto", 0}}) {
+    ScopedEnv env("FLASHKIT_SM90_WS_BN", value);
+    EXPECT_EQ(tuning_from_env().sm90_ws_bn, want) << value;
+  }
+  testing::internal::CaptureStderr();
+  {
+    ScopedEnv env("FLASHKIT_SM90_WS_BN", "96");
+    EXPECT_EQ(tuning_from_env().sm90_ws_bn, 0);
+  }
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("FLASHKIT_SM90_WS_BN"), std::string::npos);
+}
+
 // ---------------------------------------------------------------------------------------------------
 TEST(Errors, SetNumThreads) {
   const int before = num_threads();

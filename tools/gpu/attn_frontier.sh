@@ -12,6 +12,9 @@
 #              flashkit vs SDPA flash vs SDPA cuDNN, TFLOP/s (CUDA-graph replays); $OUT/bench256.txt
 #   grid       the whole prefill grid (d64/128/256) and batch-1 decode: $OUT/attention-cuda.{json,md}, decode-cuda.json
 #   decode1    batch-1 decode bandwidth only: $OUT/decode-cuda.json
+#   bn176      d128's wide key tile (FLASHKIT_SM90_WS_BN=176, v18): the grid's d128 cases on it, memcheck and
+#              racecheck on two small cases, then the d128 forward (causal and not, 512..16k) with BN 128 and with
+#              BN 176 against SDPA cuDNN (graph timing, one process each): $OUT/bn176.txt, "bn176:" lines
 #   decodencu  Nsight Compute on batch-1 decode calls at 32k keys (tools/gpu/decode_ncu.py; DECODE_NCU_KV to change):
 #              every kernel of each call (decode, split merge) with its duration, DRAM bytes and throughput, grid,
 #              occupancy: $OUT/decode-ncu.txt and one "decode ncu:" line per kernel
@@ -57,6 +60,19 @@ for st in "${STAGES[@]}"; do
       run grid timeout 580 python3 bench/cuda/bench_attention.py --out "$OUT" ;;
     decode1)
       run decode1 timeout 300 python3 bench/cuda/bench_attention.py --out "$OUT" --decode-only --batch1 ;;
+    bn176)
+      A=$(bin flashkit_cuda_tests); T=$(bin flashkit_tests)
+      run test_choice timeout 120 "$T" --gtest_filter='CudaChoice.*' --gtest_brief=1
+      run test_bn176 timeout 600 "$A" --gtest_filter='Paths/*sm90cfg3_bn176*D128*' --gtest_brief=1
+      F='Paths/*sm90cfg3_bn176_flash_B1_Sq300_Sk300_H8x1_D128_causal_bf16:Paths/*sm90cfg3_bn176_flash_B1_Sq0_Sk0_H8x2_D128_causal_bf16_varlen:Paths/*sm90cfg3_bn176_flash_B1_Sq200_Sk100_H4x4_D128_bf16'
+      run memcheck_bn176 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$F" --gtest_brief=1
+      run racecheck_bn176 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_filter="$F" --gtest_brief=1
+      grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt"
+      for bn in 128 176; do
+        FLASHKIT_SM90_WS_BN=$bn run "bench_bn$bn" timeout 300 python3 bench/cuda/bench_attention.py \
+          --only flashkit,sdpa_cudnn --dims 128 --fwd-only --timing graph --reps 10
+      done
+      grep -E "^== bench_bn|^d128" "$LOG" | sed 's/^/bn176: /' | tee "$OUT/bn176.txt" ;;
     decodencu)
       run decodencu timeout 300 ncu --clock-control none -k 'regex:decode|combine|merge' \
         --section SpeedOfLight --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \

@@ -56,9 +56,10 @@ ClusterResidency decode_cluster_residency();
 template <typename T, int D>
 bool launch_flash_fwd_sm90(const FwdParams& p, int config, cudaStream_t stream);
 // The warp-specialized Hopper forward (flash_fwd_sm90_ws.cuh: TMA producer warp, ping-pong consumer warpgroups);
-// same contract. Also false when TMA cannot describe K/V (unaligned base or strides) or K is empty.
+// same contract. Also false when TMA cannot describe K/V (unaligned base or strides) or K is empty. bn: the key
+// tile, sm90_ws_tile(D)'s or (d128) kSm90WsTileWide128's.
 template <typename T, int D>
-bool launch_flash_fwd_sm90_ws(const FwdParams& p, bool pingpong, cudaStream_t stream);
+bool launch_flash_fwd_sm90_ws(const FwdParams& p, int bn, bool pingpong, cudaStream_t stream);
 template <typename T, int D>
 void launch_flash_bwd(const BwdParams& p, cudaStream_t stream);
 // Hopper backward (flash_bwd_sm90.cuh), head_dim 64 and 128, the tile of sm90_bwd_tile(D, config, softcap).
@@ -88,7 +89,7 @@ double standard_workspace_bytes(const kernels::AttentionShape& s, bool backward)
 // The bool ones return false when the kernel declined (see the templates above); nothing was launched then.
 void launch_fwd_sm80(DType dt, int dpad, const FwdParams& p, cudaStream_t stream);
 bool launch_fwd_sm90(DType dt, int dpad, int config, const FwdParams& p, cudaStream_t stream);
-bool launch_fwd_sm90_ws(DType dt, int dpad, bool pingpong, const FwdParams& p, cudaStream_t stream);
+bool launch_fwd_sm90_ws(DType dt, int dpad, int bn, bool pingpong, const FwdParams& p, cudaStream_t stream);
 void launch_decode(DType dt, int dpad, const FwdParams& p, cudaStream_t stream);
 ClusterResidency decode_cluster_residency(DType dt, int dpad);
 void launch_bwd_sm80(DType dt, int dpad, const BwdParams& p, cudaStream_t stream);

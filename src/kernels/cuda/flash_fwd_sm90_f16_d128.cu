@@ -5,5 +5,5 @@
 
 namespace flashkit::cuda {
 template bool launch_flash_fwd_sm90<__half, 128>(const FwdParams&, int, cudaStream_t);
-template bool launch_flash_fwd_sm90_ws<__half, 128>(const FwdParams&, bool, cudaStream_t);
+template bool launch_flash_fwd_sm90_ws<__half, 128>(const FwdParams&, int, bool, cudaStream_t);
 }  // namespace flashkit::cuda

@@ -315,16 +315,23 @@ bool launch_fwd_sm90_ws_cfg(const FwdParams& p, cudaStream_t stream) {
 // pingpong = false (Tuning::sm90_ws_pingpong) lets the two consumer warpgroups issue freely (for measuring the
 // ping-pong).
 template <typename T, int D>
-bool launch_flash_fwd_sm90_ws(const FwdParams& p, bool pingpong, cudaStream_t stream) {
+bool launch_flash_fwd_sm90_ws(const FwdParams& p, int bn, bool pingpong, cudaStream_t stream) {
   if (p.num_splits != 1) return false;
+  if constexpr (D == 128) {
+    constexpr Sm90WsTile w = kSm90WsTileWide128;
+    if (bn == w.bn)
+      return pingpong ? launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, true>(p, stream)
+                      : launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, false>(p, stream);
+  }
   if constexpr (D == 64 || D == 128 || D == 256) {
     // <T, D, BN, stages, ping-pong>: 112 KB (d64), 160 KB (d128) and 224 KB (d256) of shared memory, one CTA per SM.
     constexpr Sm90WsTile w = sm90_ws_tile(D);
     static_assert(w.bm == Sm90WsCfg<D, w.bn, w.stages>::BM, "tiles.hpp and the kernel agree on the row tile");
+    if (bn != w.bn) return false;
     return pingpong ? launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, true>(p, stream)
                     : launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, false>(p, stream);
   } else {
-    (void)pingpong, (void)stream;
+    (void)bn, (void)pingpong, (void)stream;
     return false;
   }
 }

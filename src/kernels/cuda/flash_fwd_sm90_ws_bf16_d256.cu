@@ -3,5 +3,5 @@
 #include "kernels/cuda/flash_fwd_sm90_ws.cuh"
 
 namespace flashkit::cuda {
-template bool launch_flash_fwd_sm90_ws<__nv_bfloat16, 256>(const FwdParams&, bool, cudaStream_t);
+template bool launch_flash_fwd_sm90_ws<__nv_bfloat16, 256>(const FwdParams&, int, bool, cudaStream_t);
 }  // namespace flashkit::cuda

@@ -39,9 +39,9 @@ bool launch_fwd_sm90(DType dt, int dpad, int config, const FwdParams& p, cudaStr
   });
 }
 
-bool launch_fwd_sm90_ws(DType dt, int dpad, bool pingpong, const FwdParams& p, cudaStream_t stream) {
+bool launch_fwd_sm90_ws(DType dt, int dpad, int bn, bool pingpong, const FwdParams& p, cudaStream_t stream) {
   return by_type_and_dim(dt, dpad, [&](auto t, auto d) {
-    return launch_flash_fwd_sm90_ws<decltype(t), decltype(d)::value>(p, pingpong, stream);
+    return launch_flash_fwd_sm90_ws<decltype(t), decltype(d)::value>(p, bn, pingpong, stream);
   });
 }
 

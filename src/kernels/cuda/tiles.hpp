@@ -49,6 +49,15 @@ struct Sm90WsTile {
 constexpr Sm90WsTile sm90_ws_tile(int dpad) {
   return dpad == 256 ? Sm90WsTile{128, 80, 2} : Sm90WsTile{128, 128, dpad == 64 ? 3 : 2};
 }
+// d128's wide key tile (FA3's non-causal d128 tile): S 88 + P 44 + O 64 accumulator registers per consumer thread,
+// Q 32 KB + 2 stages x K, V 44 KB = 208 KB of shared memory. It pays from 8k keys (run s13-2, bf16, TFLOP/s against
+// BN 128: non-causal 591 / 577 at 8k, 606 / 587 at 16k; causal 556 / 538, 581 / 567) and loses below (512 keys:
+// 293 / 340, 141 / 168): fewer, longer key tiles per CTA amortize the per-tile softmax and barrier cost only when
+// a CTA walks many of them. bn_asked: Tuning::sm90_ws_bn (0 automatic, 128 or 176 forced).
+constexpr Sm90WsTile kSm90WsTileWide128{128, 176, 2};
+constexpr bool sm90_ws_wide_d128(int64_t seqlen_k, int bn_asked) {
+  return bn_asked == 0 ? seqlen_k >= 8192 : bn_asked == kSm90WsTileWide128.bn;
+}
 
 // ---- backward. sm_80 (flash_bwd.cuh): NW warps of 16 keys (DSPLIT warps share a key row block at d256), BM query
 // rows per step, STAGES buffers of Q/dO.
