@@ -126,18 +126,36 @@ def _result(out, lse, return_attn_probs):
     return (out, lse, None) if return_attn_probs else out
 
 
+# flash_attn_func's fast path (flash-attn's defaults), bound once: the operator, and in eager mode the extension's
+# entry point that reaches the same operator without torch.ops' Python argument parsing (_torch_ops.fwd_eager; None
+# on the other backends). torch.compile traces the operator: its tracer takes is_compiling() as True. A torch function
+# mode (e.g. `with torch.device(...)`) must see the call, so it takes the operator too.
+_NO_WINDOW = (-1, -1)
+_FWD_EAGER = _torch_ops.fwd_eager
+_ATTENTION = _torch_ops.attention
+_TENSOR = torch.Tensor
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+_function_mode = getattr(torch._C, "_is_torch_function_mode_enabled", None) or (lambda: False)
+
+
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False, *, impl="auto"):
     """q (batch, seqlen_q, nheads, headdim), k/v (batch, seqlen_k, nheads_k, headdim) -> out like q
     (with return_attn_probs: (out, softmax_lse (batch, nheads, seqlen_q) float32, None))."""
-    if (type(dropout_p) is float and dropout_p == 0.0 and softmax_scale is None and type(causal) is bool
-            and window_size == (-1, -1) and type(softcap) is float and softcap == 0.0 and alibi_slopes is None
-            and not deterministic and impl == "auto" and type(q) is torch.Tensor and q.dim() == 4
-            and type(k) is torch.Tensor and k.dim() == 4 and type(v) is torch.Tensor and v.dim() == 4
+    # flash-attn's defaults (the cheapest tests first): every check below would pass, and the operator checks shapes
+    # itself. Host time per call is what a decode step pays (issue 20: <= 10 us). Each test is one torch.compile has
+    # traced before (identity tests on tuples are not).
+    if (softmax_scale is None and alibi_slopes is None and not deterministic and impl == "auto"
+            and type(dropout_p) is float and dropout_p == 0.0 and type(softcap) is float and softcap == 0.0
+            and type(causal) is bool and window_size == _NO_WINDOW
+            and type(q) is _TENSOR and type(k) is _TENSOR and type(v) is _TENSOR
+            and q.dim() == 4 and k.dim() == 4 and v.dim() == 4
             and q.dtype in _DTYPES and k.dtype == q.dtype and v.dtype == q.dtype):
-        # flash-attn's defaults: every check below would pass, and the operator checks shapes itself. Host time per
-        # call is what a decode step pays (the issue's goal: <= 10 us).
-        out, lse = _torch_ops.attention(q, k, v, None, None, 0.0, causal, -1, -1, 0.0, 0)
+        # is_compiling() first: under torch.compile the test ends there, and the eager entry is never traced.
+        if not _is_compiling() and _FWD_EAGER is not None and not _function_mode():
+            out, lse = _FWD_EAGER(q, k, v, causal)
+        else:
+            out, lse = _ATTENTION(q, k, v, None, None, 0.0, causal, -1, -1, 0.0, 0)
         return (out, lse, None) if return_attn_probs else out
     for name, t in (("q", q), ("k", k), ("v", v)):
         _dims(name, t, 4, "(batch, seqlen, nheads, headdim)")
