@@ -148,15 +148,16 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     if (softmax_scale is None and alibi_slopes is None and not deterministic and impl == "auto"
             and type(dropout_p) is float and dropout_p == 0.0 and type(softcap) is float and softcap == 0.0
             and type(causal) is bool and window_size == _NO_WINDOW
-            and type(q) is _TENSOR and type(k) is _TENSOR and type(v) is _TENSOR
-            and q.dim() == 4 and k.dim() == 4 and v.dim() == 4
-            and q.dtype in _DTYPES and k.dtype == q.dtype and v.dtype == q.dtype):
+            and type(q) is _TENSOR and type(k) is _TENSOR and type(v) is _TENSOR):
         # is_compiling() first: under torch.compile the test ends there, and the eager entry is never traced.
         if not _is_compiling() and _FWD_EAGER is not None and not _function_mode():
-            out, lse = _FWD_EAGER(q, k, v, causal)
-        else:
+            r = _FWD_EAGER(q, k, v, causal)  # it tests the dims and dtypes below itself; None: they fail
+            if r is not None:
+                return (r[0], r[1], None) if return_attn_probs else r[0]
+        elif (q.dim() == 4 and k.dim() == 4 and v.dim() == 4
+              and q.dtype in _DTYPES and k.dtype == q.dtype and v.dtype == q.dtype):
             out, lse = _ATTENTION(q, k, v, None, None, 0.0, causal, -1, -1, 0.0, 0)
-        return (out, lse, None) if return_attn_probs else out
+            return (out, lse, None) if return_attn_probs else out
     for name, t in (("q", q), ("k", k), ("v", v)):
         _dims(name, t, 4, "(batch, seqlen, nheads, headdim)")
     out, lse = _run(q, k, v, None, None, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
