@@ -126,10 +126,9 @@ def _result(out, lse, return_attn_probs):
     return (out, lse, None) if return_attn_probs else out
 
 
-# flash_attn_func's fast path (flash-attn's defaults), bound once: the operator, and in eager mode the extension's
-# entry point that reaches the same operator without torch.ops' Python argument parsing (_torch_ops.fwd_eager; None
-# on the other backends). torch.compile traces the operator: its tracer takes is_compiling() as True. A torch function
-# mode (e.g. `with torch.device(...)`) must see the call, so it takes the operator too.
+# flash_attn_func's eager fast path (flash-attn's defaults), bound once: the extension's entry point that reaches the
+# operator without torch.ops' Python argument parsing (_torch_ops.fwd_eager; None on the other backends), else the
+# operator. A torch function mode (e.g. `with torch.device(...)`) must see the call, so it takes the operator too.
 _NO_WINDOW = (-1, -1)
 _FWD_EAGER = _torch_ops.fwd_eager
 _ATTENTION = _torch_ops.attention
@@ -142,15 +141,15 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
                     alibi_slopes=None, deterministic=False, return_attn_probs=False, *, impl="auto"):
     """q (batch, seqlen_q, nheads, headdim), k/v (batch, seqlen_k, nheads_k, headdim) -> out like q
     (with return_attn_probs: (out, softmax_lse (batch, nheads, seqlen_q) float32, None))."""
-    # flash-attn's defaults (the cheapest tests first): every check below would pass, and the operator checks shapes
-    # itself. Host time per call is what a decode step pays (issue 20: <= 10 us). Each test is one torch.compile has
-    # traced before (identity tests on tuples are not).
-    if (softmax_scale is None and alibi_slopes is None and not deterministic and impl == "auto"
-            and type(dropout_p) is float and dropout_p == 0.0 and type(softcap) is float and softcap == 0.0
-            and type(causal) is bool and window_size == _NO_WINDOW
+    # Eager calls with flash-attn's defaults (the cheapest tests first): every check below would pass, and the
+    # operator checks shapes itself. Host time per call is what a decode step pays (issue 20: <= 10 us). Under
+    # torch.compile (is_compiling() is True while it traces) the checked path below runs: it traces to the same one
+    # operator call, and no eager entry is ever traced.
+    if (not _is_compiling() and softmax_scale is None and alibi_slopes is None and not deterministic
+            and impl == "auto" and type(dropout_p) is float and dropout_p == 0.0 and type(softcap) is float
+            and softcap == 0.0 and type(causal) is bool and window_size == _NO_WINDOW
             and type(q) is _TENSOR and type(k) is _TENSOR and type(v) is _TENSOR):
-        # is_compiling() first: under torch.compile the test ends there, and the eager entry is never traced.
-        if not _is_compiling() and _FWD_EAGER is not None and not _function_mode():
+        if _FWD_EAGER is not None and not _function_mode():
             r = _FWD_EAGER(q, k, v, causal)  # it tests the dims and dtypes below itself; None: they fail
             if r is not None:
                 return (r[0], r[1], None) if return_attn_probs else r[0]

@@ -8,8 +8,8 @@ Checks, each one line "PASS|FAIL name: detail", and a JSON summary (argv[1]):
   stream      a call on a side stream, its inputs written on that stream just before: the result is correct
   compile     torch.compile(fullgraph=True) of a small attention module: forward and gradients match eager, and
               the op is one node of the graph (no graph break); once with an explicit softmax_scale (the checked
-              path) and once with flash-attn's defaults (the fast path, whose eager entry torch.compile must not
-              trace), also under torch.no_grad()
+              path) and once with flash-attn's defaults (whose eager fast path must hand over to the checked path
+              while torch.compile traces), also under torch.no_grad()
   eager entry the fast path's extension entry (issue 20): present, bit-identical to torch.ops.flashkit.fwd on a
               decode shape, no autograd node under torch.no_grad()
 Exit status 1 if any check failed.
