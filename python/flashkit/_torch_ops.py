@@ -13,6 +13,9 @@ skips the extension.
 
 The operator's arguments are flashkit's (include/flashkit/attention.hpp): softmax_scale 0.0 means 1/sqrt(head_dim),
 impl is the fk_impl code. ``attention`` is the entry point flashkit.flash_attn and flashkit.torch call.
+``fwd_eager(q, k, v, causal)`` (extension only, else None): flashkit::fwd with flash-attn's defaults through the
+dispatcher without torch.ops' Python argument parsing, None unless q/k/v are 4-d of one supported dtype: the eager
+fast path of flash_attn_func (issue 20: host time per call).
 """
 
 import os
