@@ -317,7 +317,8 @@ def test_eager_entry_raises_what_the_operator_raises():
         _torch_ops.fwd_eager(q, k[..., :4], v, False)
     with pytest.raises(ValueError) as op:
         torch.ops.flashkit.fwd.default(q, k[..., :4], v, None, None, 0.0, False, -1, -1, 0.0, 0)
-    assert str(eager.value) == str(op.value) and "Exception raised from" not in str(eager.value)
+    assert str(eager.value).splitlines()[0] == str(op.value).splitlines()[0]
+    assert "Exception raised from" not in str(eager.value)  # torch's translation: no C++ backtrace
 
 
 @_EXT
