@@ -6,8 +6,8 @@
 //                 window_right, softcap, impl) -> (dq, dk, dv)
 //
 // Layouts and semantics are include/flashkit/attention.hpp's (q [B, Sq, H, D], k/v [B, Sk, Hkv, D], lse f32
-// [B, H, Sq]; softmax_scale 0 means 1/sqrt(D)). Only the CPU and CUDA kernels live here; the fake (meta) kernels
-// and autograd are registered from Python (python/flashkit/_torch_ops.py), so one registration serves this
+// [B, H, Sq]; softmax_scale 0 means 1/sqrt(D)). The CPU and CUDA kernels and the Autograd kernel live here; the fake
+// (meta) kernels are registered from Python (python/flashkit/_torch_ops.py), so one registration serves this
 // extension and the ctypes fallback. flashkit's own checks name the argument at fault; their flashkit::Error
 // becomes a c10 error (RuntimeError in Python) carrying that message.
 // The file is also a Python module with one function, fwd_eager (flash_attn_func's eager fast path, below).
