@@ -350,3 +350,10 @@ def test_modes_and_profiler_still_see_the_operator():
     with torch.profiler.profile() as prof:
         fa.flash_attn_func(q, k, v)
     assert any(e.key == "flashkit::fwd" for e in prof.key_averages())
+
+
+def test_an_extension_without_the_eager_entry_still_loads():
+    # FLASHKIT_TORCH_EXT may name an extension built before fwd_eager existed (no Python module in it): the loader
+    # gives None and flash_attn_func calls the operator.
+    from flashkit import _capi
+    assert _torch_ops._load_eager_entry(_capi.find_library_path()) is None
