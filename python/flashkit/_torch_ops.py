@@ -13,6 +13,9 @@ skips the extension.
 
 The operator's arguments are flashkit's (include/flashkit/attention.hpp): softmax_scale 0.0 means 1/sqrt(head_dim),
 impl is the fk_impl code. ``attention`` is the entry point flashkit.flash_attn and flashkit.torch call.
+``fwd_eager(q, k, v, causal)`` (extension only, else None): flashkit::fwd with flash-attn's defaults through the
+dispatcher without torch.ops' Python argument parsing, None unless q/k/v are 4-d of one supported dtype: the eager
+fast path of flash_attn_func (issue 20: host time per call).
 """
 
 import os
@@ -46,6 +49,21 @@ def _load_extension():
                 return None
             return path
     return None
+
+
+def _load_eager_entry(path):
+    """The extension's Python module side (PYBIND11_MODULE in flashkit_torch.cpp): ``fwd_eager(q, k, v, causal)``,
+    flashkit::fwd with flash-attn's defaults through the dispatcher, without torch.ops' argument parsing. None when
+    the file has no such module (an extension built before it): flash_attn_func then calls the operator."""
+    import importlib.machinery
+    import importlib.util
+    try:
+        loader = importlib.machinery.ExtensionFileLoader("flashkit_torch", path)
+        module = importlib.util.module_from_spec(importlib.util.spec_from_loader("flashkit_torch", loader))
+        loader.exec_module(module)
+    except ImportError:
+        return None
+    return getattr(module, "fwd_eager", None)
 
 
 EXTENSION_PATH = _load_extension()
@@ -87,8 +105,10 @@ if EXTENSION_PATH is not None:
     # The overloads themselves, not the packets: a call skips the packet's overload resolution (host time per call).
     fwd = torch.ops.flashkit.fwd.default
     bwd = torch.ops.flashkit.bwd.default
+    fwd_eager = _load_eager_entry(EXTENSION_PATH)
 elif _HAS_CUSTOM_OP:
     BACKEND = "custom_op"
+    fwd_eager = None
     from typing import Optional, Tuple
 
     @torch.library.custom_op("flashkit::fwd", mutates_args=())
@@ -122,6 +142,7 @@ elif _HAS_CUSTOM_OP:
     torch.library.register_autograd("flashkit::fwd", _backward, setup_context=_setup_context)
 else:
     BACKEND = "ctypes"
+    fwd_eager = None
     fwd = _ctypes_fwd
     bwd = _ctypes_bwd
 

@@ -252,3 +252,108 @@ def test_ctypes_backend_gives_the_same_results():
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        cwd=os.path.dirname(os.path.abspath(__file__)), timeout=60)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
+
+
+# Issue 20 (host time per call): flash_attn_func's eager fast path calls the extension's fwd_eager, and the
+# operator's autograd kernel skips its node when no gradient is asked for. Both must be invisible: same numbers, same
+# autograd, same errors, and modes and the profiler still see torch.ops.flashkit.fwd.
+_EXT = pytest.mark.skipif(_torch_ops.BACKEND != "extension", reason="the compiled extension is not loaded")
+
+
+@_EXT
+def test_eager_entry_is_the_fast_path_and_matches_the_operator():
+    assert _torch_ops.fwd_eager is not None
+    (q, k, v), (tq, tk, tv) = _qkv(21, 2, 5, 9, 4, 2, 24)
+    for causal in (False, True):
+        ref, ref_lse = attention_np(q, k, v, causal=causal)
+        out, lse = _torch_ops.fwd_eager(tq, tk, tv, causal)
+        _check(out, ref)
+        _check(lse, ref_lse)
+        op_out, op_lse = torch.ops.flashkit.fwd.default(tq, tk, tv, None, None, 0.0, causal, -1, -1, 0.0, 0)
+        assert torch.equal(out, op_out) and torch.equal(lse, op_lse)
+        fast, fast_lse, _ = fa.flash_attn_func(tq, tk, tv, 0.0, None, causal, return_attn_probs=True)
+        assert torch.equal(fast, op_out) and torch.equal(fast_lse, op_lse)
+
+
+@_EXT
+@pytest.mark.parametrize("grad_mode", ["no_grad", "inference_mode", "enable_grad"])
+def test_fast_path_autograd_as_the_checked_path(grad_mode):
+    (q, k, v), _ = _qkv(22, 1, 6, 7, 2, 1, 16)
+    do = torch.tensor(rand(np.random.default_rng(5), q.shape))
+    results = []
+    for kwargs in ({}, {"impl": "flash"}):  # the fast path, and the checked path through torch.ops
+        tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
+        ctx = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode,
+               "enable_grad": torch.enable_grad}[grad_mode]()
+        with ctx:
+            o = fa.flash_attn_func(tq, tk, tv, causal=True, **kwargs)
+        assert o.requires_grad == (grad_mode == "enable_grad")
+        assert (o.grad_fn is None) == (grad_mode != "enable_grad")
+        if grad_mode == "enable_grad":
+            o.backward(do)
+            results.append((o.detach(), tq.grad, tk.grad, tv.grad))
+        else:
+            results.append((o,))
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
+@_EXT
+def test_no_grad_skips_the_node_but_forward_ad_is_still_refused():
+    # Without an autograd node under no_grad, a forward-mode dual input must still be refused (the C++ Function API
+    # has no jvp), not silently dropped.
+    import torch.autograd.forward_ad as fwad
+    _, (tq, tk, tv) = _qkv(23, 1, 2, 3, 2, 2, 8)
+    with torch.no_grad(), fwad.dual_level():
+        qd = fwad.make_dual(tq, torch.ones_like(tq))
+        with pytest.raises(RuntimeError, match="jvp"):
+            fa.flash_attn_func(qd, tk, tv)
+
+
+@_EXT
+def test_eager_entry_raises_what_the_operator_raises():
+    q, k, v = _qkv_small()
+    with pytest.raises(ValueError, match="flashkit: k: expected shape") as eager:
+        _torch_ops.fwd_eager(q, k[..., :4], v, False)
+    with pytest.raises(ValueError) as op:
+        torch.ops.flashkit.fwd.default(q, k[..., :4], v, None, None, 0.0, False, -1, -1, 0.0, 0)
+    assert str(eager.value).splitlines()[0] == str(op.value).splitlines()[0]
+    assert "Exception raised from" not in str(eager.value)  # torch's translation: no C++ backtrace
+
+
+@_EXT
+@pytest.mark.parametrize("bad", [lambda q, k, v: (q[0], k, v), lambda q, k, v: (q, k, v[None]),
+                                 lambda q, k, v: (q.double(), k.double(), v.double()),
+                                 lambda q, k, v: (q, k.half(), v), lambda q, k, v: (q.int(), k.int(), v.int())])
+def test_eager_entry_leaves_other_dims_and_dtypes_to_the_checked_path(bad):
+    # None, so flash_attn_func's checked path raises its own error naming the argument (test_refusals_name_...).
+    assert _torch_ops.fwd_eager(*bad(*_qkv_small()), True) is None
+
+
+@_EXT
+def test_modes_and_profiler_still_see_the_operator():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    q, k, v = _qkv_small()
+    with Seen() as seen:
+        fa.flash_attn_func(q, k, v)
+    assert seen.ops == ["flashkit.fwd.default"]
+    with torch.profiler.profile() as prof:
+        fa.flash_attn_func(q, k, v)
+    assert any(e.key == "flashkit::fwd" for e in prof.key_averages())
+
+
+def test_an_extension_without_the_eager_entry_still_loads():
+    # FLASHKIT_TORCH_EXT may name an extension built before fwd_eager existed (no Python module in it): the loader
+    # gives None and flash_attn_func calls the operator.
+    from flashkit import _capi
+    assert _torch_ops._load_eager_entry(_capi.find_library_path()) is None

@@ -7,7 +7,8 @@
 #   tools/gpu/flashapi.sh lib        only the library (a fresh machine: its CUDA build may not fit in one call
 #                                    with the rest; the build folder stays on the warm machine for the next call)
 #   tools/gpu/flashapi.sh            results in $OUT: flashapi.log, flashapi-check.json, flashapi-check-custom-op.json,
-#                                    flashapi-bench.json, flashapi-bench-ctypes.json, flashapi-logs.tar.gz
+#                                    flashapi-bench.json, flashapi-bench-ctypes.json, flashapi-profile.txt,
+#                                    flashapi-logs.tar.gz
 # Run with carry=[".fkdeps.tar.xz"] (the tokenizer's PCRE2/ICU, tools/gpu/carried_deps.sh). Exit status: non-zero if
 # a step failed.
 set -u
@@ -34,7 +35,9 @@ export MAX_JOBS=$(nproc)
 run build_ext python3 python/flashkit/csrc/build.py || exit 1
 run pytest python3 -m pytest -q -p no:cacheprovider tests/python/test_flash_attn.py tests/python/test_torch.py
 run cuda_checks python3 tools/gpu/flashapi_check.py "$OUT/flashapi-check.json"
-run bench_ext python3 bench/python/flash_attn_overhead.py --json "$OUT/flashapi-bench.json"
+# --profile: torch.profiler's table of where one flash_attn_func call's host time goes (issue 20's next steps).
+run bench_ext python3 bench/python/flash_attn_overhead.py --json "$OUT/flashapi-bench.json" \
+  --profile "$OUT/flashapi-profile.txt"
 # The fallback when the extension is not built: torch.library.custom_op over the ctypes calls.
 run bench_ctypes env FLASHKIT_TORCH_EXT=0 \
   python3 bench/python/flash_attn_overhead.py --json "$OUT/flashapi-bench-ctypes.json"
@@ -55,6 +58,6 @@ for f in ("flashapi-bench.json", "flashapi-bench-ctypes.json"):
     for name, row in r["rows"].items():
         print("%-22s %-10s %14.2f %22.2f" % (name, r["backend"], row["host_us"], row["decode_us"]))
 EOF
-tar -czf "$OUT/flashapi-logs.tar.gz" -C "$OUT" flashapi.log $(cd "$OUT" && ls flashapi-*.json 2>/dev/null) \
+tar -czf "$OUT/flashapi-logs.tar.gz" -C "$OUT" flashapi.log $(cd "$OUT" && ls flashapi-*.json flashapi-*.txt 2>/dev/null) \
   >/dev/null 2>&1
 exit $status

@@ -7,7 +7,11 @@ Checks, each one line "PASS|FAIL name: detail", and a JSON summary (argv[1]):
   kvcache     flash_attn_with_kvcache appending one token per sequence (unequal cache_seqlens) against SDPA
   stream      a call on a side stream, its inputs written on that stream just before: the result is correct
   compile     torch.compile(fullgraph=True) of a small attention module: forward and gradients match eager, and
-              the op is one node of the graph (no graph break)
+              the op is one node of the graph (no graph break); once with an explicit softmax_scale (the checked
+              path) and once with flash-attn's defaults (whose eager fast path must hand over to the checked path
+              while torch.compile traces), also under torch.no_grad()
+  eager entry the fast path's extension entry (issue 20): present, bit-identical to torch.ops.flashkit.fwd on a
+              decode shape, no autograd node under torch.no_grad()
 Exit status 1 if any check failed.
 """
 
@@ -122,21 +126,24 @@ def check_stream():
 
 
 class Block(torch.nn.Module):
-    def __init__(self, dim=256, heads=4):
+    def __init__(self, dim=256, heads=4, defaults=False):
         super().__init__()
         self.heads = heads
+        self.defaults = defaults  # flash-attn's defaults: flash_attn_func's fast path
         self.qkv = torch.nn.Linear(dim, 3 * dim, bias=False)
         self.out = torch.nn.Linear(dim, dim, bias=False)
 
     def forward(self, x):
         b, s, _ = x.shape
         q, k, v = self.qkv(x).view(b, s, 3, self.heads, -1).unbind(2)
+        if self.defaults:
+            return self.out(flash_attn_func(q, k, v, causal=True).flatten(2))
         return self.out(flash_attn_func(q, k, v, causal=True, softmax_scale=1.0 / math.sqrt(q.shape[-1])).flatten(2))
 
 
-def check_compile():
+def check_compile(defaults=False):
     torch.manual_seed(5)
-    model = Block().cuda().to(torch.bfloat16)
+    model = Block(defaults=defaults).cuda().to(torch.bfloat16)
     x = torch.randn(2, 100, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     eager = model(x)
     gx_eager = torch.autograd.grad(eager.float().square().sum(), x)[0]
@@ -148,13 +155,44 @@ def check_compile():
     gx = torch.autograd.grad(out.float().square().sum(), x)[0]
     e_fwd, e_bwd = rel(out, eager), rel(gx, gx_eager)
     ok = e_fwd < 1e-2 and e_bwd < 2e-2 and explain.graph_break_count == 0
-    report("torch.compile(fullgraph=True) fwd+bwd", ok, "graphs %d breaks %d rel err out %.1e dx %.1e"
+    name = "torch.compile(fullgraph=True) fwd+bwd" + (", flash-attn defaults" if defaults else "")
+    report(name, ok, "graphs %d breaks %d rel err out %.1e dx %.1e"
            % (explain.graph_count, explain.graph_break_count, e_fwd, e_bwd))
+    if defaults:
+        with torch.no_grad():
+            dynamo.reset()
+            compiled = torch.compile(model, fullgraph=True)
+            e = rel(compiled(x), model(x))
+        report("torch.compile(fullgraph=True) under no_grad, flash-attn defaults", e < 1e-2, "rel err out %.1e" % e)
+
+
+def check_compile_defaults():
+    check_compile(defaults=True)
+
+
+def check_eager_entry():
+    if _torch_ops.BACKEND != "extension":
+        report("eager entry", True, "not used on the %s backend" % _torch_ops.BACKEND)
+        return
+    g = torch.Generator(device="cuda").manual_seed(6)
+    q = torch.randn(2, 1, 32, 128, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+    k = torch.randn(2, 777, 8, 128, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+    v = torch.randn(2, 777, 8, 128, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+    with torch.no_grad():
+        o, lse, _ = flash_attn_func(q, k, v, 0.0, None, True, return_attn_probs=True)
+        o_op, lse_op = torch.ops.flashkit.fwd.default(q, k, v, None, None, 0.0, True, -1, -1, 0.0, 0)
+    same = torch.equal(o, o_op) and torch.equal(lse, lse_op)
+    err = rel(o, sdpa(q.detach(), k.detach(), v.detach(), True))
+    ok = (_torch_ops.fwd_eager is not None and same and o.grad_fn is None and not o.requires_grad
+          and lse.is_contiguous() and lse.dtype == torch.float32 and err < TOL[torch.bfloat16])
+    report("eager entry", ok, "present %s, identical to the operator %s, rel err %.1e"
+           % (_torch_ops.fwd_eager is not None, same, err))
 
 
 def main():
     print("backend %s (torch %s, %s)" % (_torch_ops.BACKEND, torch.__version__, torch.cuda.get_device_name()))
-    for check in (check_fwd_bwd, check_varlen, check_kvcache, check_stream, check_compile):
+    for check in (check_fwd_bwd, check_varlen, check_kvcache, check_stream, check_compile, check_compile_defaults,
+                  check_eager_entry):
         try:
             check()
         except Exception as e:  # one failing check must not hide the others

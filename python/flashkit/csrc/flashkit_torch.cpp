@@ -6,24 +6,34 @@
 //                 window_right, softcap, impl) -> (dq, dk, dv)
 //
 // Layouts and semantics are include/flashkit/attention.hpp's (q [B, Sq, H, D], k/v [B, Sk, Hkv, D], lse f32
-// [B, H, Sq]; softmax_scale 0 means 1/sqrt(D)). Only the CPU and CUDA kernels live here; the fake (meta) kernels
-// and autograd are registered from Python (python/flashkit/_torch_ops.py), so one registration serves this
+// [B, H, Sq]; softmax_scale 0 means 1/sqrt(D)). The CPU and CUDA kernels and the Autograd kernel live here; the fake
+// (meta) kernels are registered from Python (python/flashkit/_torch_ops.py), so one registration serves this
 // extension and the ctypes fallback. flashkit's own checks name the argument at fault; their flashkit::Error
 // becomes a c10 error (RuntimeError in Python) carrying that message.
+// The file is also a Python module with one function, fwd_eager (flash_attn_func's eager fast path, below).
 #include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/extension.h>
 #include <torch/library.h>
 #include <torch/version.h>
 
 #ifdef FLASHKIT_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAGuard.h>
 #endif
 
 #include <optional>
 #include <string>
 #include <tuple>
+
+// cpp_extension defines it (the module name Python imports); set here too for other builds of this file.
+#ifndef TORCH_EXTENSION_NAME
+#define TORCH_EXTENSION_NAME flashkit_torch
+#endif
 
 #include "flashkit/attention.hpp"
 #include "flashkit/error.hpp"
@@ -64,6 +74,16 @@ flashkit::TensorView view_of(const at::Tensor& t, const char* name) {
     v.strides[i] = t.stride(i);
   }
   return v;
+}
+
+// A new contiguous output, straight from the device's allocator: at::empty reaches the same call through two
+// dispatcher hops (BackendSelect, then the device), ~0.15 us per tensor (docs/worklog/attention-cuda.md, v20).
+at::Tensor new_output(at::IntArrayRef sizes, const at::TensorOptions& o) {
+#ifdef FLASHKIT_TORCH_CUDA
+  if (o.device().is_cuda()) return at::Tensor(at::detail::empty_cuda(sizes, o));
+#endif
+  if (o.device().is_cpu()) return at::Tensor(at::detail::empty_cpu(sizes, o));
+  return at::empty(sizes, o);
 }
 
 // A non-contiguous last dimension is copied (the kernels read rows of head_dim elements).
@@ -152,8 +172,9 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
   const at::Tensor q = last_contiguous(q_in), k = last_contiguous(k_in), v = last_contiguous(v_in);
   // Views in argument order (one declaration sequences them), so a bad dtype is reported for the first tensor.
   const flashkit::TensorView qv = view_of(q, "q"), kv = view_of(k, "k"), vv = view_of(v, "v");
-  at::Tensor out = at::empty(q.sizes(), q.options());
-  at::Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+  const at::TensorOptions o = q.options();
+  at::Tensor out = new_output(q.sizes(), o);
+  at::Tensor lse = new_output({q.size(0), q.size(2), q.size(1)}, o.dtype(at::kFloat));
   at::Tensor keep_q, keep_k;
   const auto opts = options(q, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap,
                             impl, &keep_q, &keep_k);
@@ -228,17 +249,70 @@ class FwdWithGrad : public torch::autograd::Function<FwdWithGrad> {
   }
 };
 
+// What torch::autograd::Function::apply would act on: a gradient to record, or a forward-mode gradient (which it
+// refuses: the C++ Function API has no jvp).
+bool needs_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const bool grad = at::GradMode::is_enabled();
+  for (const at::Tensor* t : {&q, &k, &v})
+    if ((grad && t->requires_grad()) || t->_fw_grad(/*level=*/0).defined()) return true;
+  return false;
+}
+
 std::tuple<at::Tensor, at::Tensor> fwd_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                 const OptionalTensor& cu_seqlens_q,
                                                 const OptionalTensor& cu_seqlens_k, double softmax_scale,
                                                 bool causal, int64_t window_left, int64_t window_right,
                                                 double softcap, int64_t impl) {
+  // No gradient asked for (torch.no_grad(), or no input requires one): straight to the device kernel, as ATen's own
+  // ops do; the autograd node, its saved tensors and options would cost ~1 us per call for nothing (v20).
+  if (!needs_autograd(q, k, v)) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("flashkit::fwd", "").typed<decltype(fwd)>();
+    return op.call(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap,
+                   impl);
+  }
   auto r = FwdWithGrad::apply(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right,
                               softcap, impl);
   return {r[0], r[1]};
 }
 
+// flash_attn_func's fast path in eager mode (flash-attn's defaults): the same operator, called through the
+// dispatcher's typed handle, so autograd, dispatch modes, the profiler and the CUDA stream are as for
+// torch.ops.flashkit.fwd.default; what it skips is torch.ops' Python side (the schema walk that turns the eleven
+// Python arguments into a boxed stack and the results back: ~1.2 us of a ~5 us call on the CPU machine, v20). It
+// also makes the fast path's tensor tests (4-d, one supported dtype), cheaper here than as Python attribute reads,
+// and returns None when they fail: Python then takes its checked path, whose errors name the argument. Python calls
+// it only for plain tensors, outside torch.compile and torch function modes (python/flashkit/flash_attn.py). The GIL
+// is released around the call as torch.ops does (a CPU call may run long).
+pybind11::object fwd_eager(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal) {
+  const at::ScalarType t = q.scalar_type();
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4 || k.scalar_type() != t || v.scalar_type() != t ||
+      (t != at::kFloat && t != at::kBFloat16 && t != at::kHalf))
+    return pybind11::none();
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("flashkit::fwd", "").typed<decltype(fwd)>();
+  std::tuple<at::Tensor, at::Tensor> r;
+  {
+    pybind11::gil_scoped_release no_gil;
+    r = op.call(q, k, v, OptionalTensor(), OptionalTensor(), 0.0, causal, -1, -1, 0.0, 0);
+  }
+  return pybind11::cast(std::move(r));
+}
+
 }  // namespace
+
+// A Python module too (imported by python/flashkit/_torch_ops.py after torch.ops.load_library has registered the
+// operators below): the eager entry point. c10 errors become the Python exceptions torch.ops raises for them
+// (ValueError, TypeError, NotImplementedError, torch.cuda.OutOfMemoryError, RuntimeError) through torch's own
+// translation.
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  pybind11::register_local_exception_translator([](std::exception_ptr e) {
+    if (e) torch::translate_exception_to_python(e);
+  });
+  m.def("fwd_eager", &fwd_eager,
+        "flashkit::fwd(q, k, v, None, None, 0.0, causal, -1, -1, 0.0, 0) -> (out, lse); None unless q, k, v are 4-d "
+        "and of one dtype among float32, bfloat16, float16",
+        pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"), pybind11::arg("causal"));
+}
 
 TORCH_LIBRARY(flashkit, m) {
   m.def("fwd(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, float softmax_scale, "
