@@ -22,6 +22,9 @@ void launch_scan_v4(const ScanArgs& a, void* stream, int states_per_thread, int 
 // Generation 12 (scan_v4_cpt.cu; ScanKernel::v4_npt4_lean_cpt2): generation 11 with two channels per thread in the
 // recurrence (64-thread blocks of 32 channels, 4 states per thread and channel).
 void launch_scan_v4_cpt2(const ScanArgs& a, void* stream);
+// Generation 13 (scan_v4_pipe.cu; ScanKernel::v4_npt4_lean_pipe): generation 11 with the recurrence of chunk k, the
+// prologue of chunk k + 1 and the epilogue of chunk k - 1 between the same barriers (5-stage ring, 68 KB).
+void launch_scan_v4_pipe(const ScanArgs& a, void* stream);
 // v5 (scan_v5.cu; ScanKernel::v5_chunked): the chunked two-pass scan over v4_npt4's block, planned by
 // plan_scan_chunked / make_scan_chunk_plan (kernels/ssm_choice.hpp). `workspace`: device memory of at least
 // make_scan_chunk_plan(...).workspace_bytes() bytes (none for a direct plan); throws flashkit::Error naming the
