@@ -145,7 +145,9 @@ int main(int argc, char** argv) {
     k1.B_t = k1.C_t = N;
     // choose_scan_kernel's generations side by side: 0 production (v3, two states per thread), 1 v1, 2-3 v3, 4 v2,
     // 5-6 v4, 7 v3 (two states), 8 v4 (FMA exp), 9-10 v5 (chunked: its re-read of u, delta, B is not counted), 11 v4
-    // lean (v4_npt4 with less per-chunk overhead; tools/gpu/ssm_cuda.sh compares it with 6, timed here in turn)
+    // lean (v4_npt4 with less per-chunk overhead; tools/gpu/ssm_cuda.sh compares it with 6, timed here in turn), 12
+    // lean with two channels per thread, 13 lean with its chunk phases pipelined (both compared with 11: the
+    // "gen12:" / "gen13:" lines)
     std::string gens = "[";
     double v1_ms = 0;
     std::string v1_kernel;

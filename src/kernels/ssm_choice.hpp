@@ -9,7 +9,9 @@
 // two-pass scan over v4's block (scan_v5.cu, plan_scan_chunked below; not yet measured), 10 the same with two of a
 // thread's four exps of pass 1 on the FMA pipe (pass 1 doubles the exps: the SFU becomes a floor). 11 is v4 with four
 // states per thread and the per-chunk overhead cut (copy addresses carried across chunks, fast softplus and silu;
-// docs/worklog/ssm-scan.md "v6"; not yet measured).
+// docs/worklog/ssm-scan.md "v6"; production since run s12-9). 12 is generation 11 with two channels per thread, their
+// recurrences interleaved (scan_v4_cpt.cu; docs/worklog/ssm-scan.md "generation 12"; not yet measured). 13 is
+// generation 11 with its chunk phases software-pipelined (scan_v4_pipe.cu; "generation 13"; not yet measured).
 #pragma once
 #include <cstdint>
 
@@ -32,6 +34,8 @@ enum class ScanKernel : int {
   v5_chunked,  // v5 (scan_v5.cu): the sequence in chunks scanned in parallel, v4_npt4's block per chunk, two passes
   v5_chunked_fma2,  // v5 with 2 of 4 exps per thread in pass 1 on the FMA pipe
   v4_npt4_lean,  // v4_npt4 with the per-chunk overhead cut: copy addresses carried across chunks, fast softplus / silu
+  v4_npt4_lean_cpt2,  // v4_npt4_lean with 2 channels per thread (4 states each), 64-thread blocks of 32 channels
+  v4_npt4_lean_pipe,  // v4_npt4_lean with chunk k's recurrence, k+1's prologue and k-1's epilogue in one basic block
   step_n16,  // decode step: 16 threads per channel (d_state <= 16)
   step_n64,  // decode step: 16 threads per channel x 4 states (d_state <= 64)
 };
@@ -41,7 +45,7 @@ enum class ScanKernel : int {
 constexpr ScanKernel kProductionScan = ScanKernel::v4_npt4_lean;  // 1.13x v4_npt4 at 1k-8k (run s12-9)
 
 // d_state <= 64 is validated before (kCudaMaxState); `step`: the one-token decode kernel.
-constexpr int kScanGenerations = 12;  // 0..11
+constexpr int kScanGenerations = 14;  // 0..13
 
 inline ScanKernel choose_scan_kernel(int64_t d_state, bool step, int generation = 0) {
   if (step) return d_state <= 16 ? ScanKernel::step_n16 : ScanKernel::step_n64;
@@ -58,6 +62,8 @@ inline ScanKernel choose_scan_kernel(int64_t d_state, bool step, int generation 
     case 9: return ScanKernel::v5_chunked;
     case 10: return ScanKernel::v5_chunked_fma2;
     case 11: return ScanKernel::v4_npt4_lean;
+    case 12: return ScanKernel::v4_npt4_lean_cpt2;
+    case 13: return ScanKernel::v4_npt4_lean_pipe;
     default: return kProductionScan;
   }
 }
@@ -185,6 +191,8 @@ inline const char* scan_kernel_name(ScanKernel k) {
     case ScanKernel::v5_chunked: return "cuda.scan.v5.chunked.n16.split4.tc16.s4";
     case ScanKernel::v5_chunked_fma2: return "cuda.scan.v5.chunked.n16.split4.tc16.s4.p1fmaexp2";
     case ScanKernel::v4_npt4_lean: return "cuda.scan.v4.n16.split4.tc16.s4.lean";
+    case ScanKernel::v4_npt4_lean_cpt2: return "cuda.scan.v4.n16.split4.tc16.s4.lean.cpt2";
+    case ScanKernel::v4_npt4_lean_pipe: return "cuda.scan.v4.n16.split4.tc16.s5.lean.pipe";
     case ScanKernel::step_n16: return "cuda.scan_step.n16.split16";
     case ScanKernel::step_n64: return "cuda.scan_step.n64.split16";
   }

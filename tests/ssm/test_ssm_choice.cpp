@@ -2,7 +2,7 @@
 // four states per thread for d_state <= 16 in production, v1 kept reachable through generation 1, the other v3
 // variants through 2 and 3, v2 through 4, v4 through 5, 6 and 8 (v3's former production kernel through 7, production v4 also through 6), v1's
 // wide-state kernel beyond 16, the decode step by d_state; v5 (chunked) through 9 and 10 and its chunk plan; v4_npt4
-// lean through 11; and the backward's plan.
+// lean through 11, with two channels per thread through 12, pipelined through 13; and the backward's plan.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -56,7 +56,7 @@ TEST(ScanChoice, GenerationsFiveAndSixAreV4) {
   EXPECT_EQ(choose_scan_kernel(16, false, 7), ScanKernel::v3_n16_npt2);  // production until run s10-4, by its own number
   EXPECT_EQ(choose_scan_kernel(5, false, 8), ScanKernel::v4_npt4_fma1);
   EXPECT_EQ(choose_scan_kernel(17, false, 8), ScanKernel::v1_n64);
-  EXPECT_EQ(flashkit::kernels::kScanGenerations, 12);
+  EXPECT_EQ(flashkit::kernels::kScanGenerations, 14);
   for (int64_t n : {1, 16}) EXPECT_EQ(choose_scan_kernel(n, false, 9), ScanKernel::v5_chunked) << n;
   EXPECT_EQ(choose_scan_kernel(16, false, 10), ScanKernel::v5_chunked_fma2);
   EXPECT_EQ(choose_scan_kernel(17, false, 10), ScanKernel::v1_n64);
@@ -70,6 +70,25 @@ TEST(ScanChoice, GenerationElevenIsV4Lean) {
   EXPECT_EQ(choose_scan_kernel(17, false, 11), ScanKernel::v1_n64);
   EXPECT_EQ(choose_scan_kernel(16, true, 11), ScanKernel::step_n16);
   EXPECT_STREQ(scan_kernel_name(ScanKernel::v4_npt4_lean), "cuda.scan.v4.n16.split4.tc16.s4.lean");
+}
+
+// Generation 12: generation 11 with two channels per thread (not production until the H200 measures it against
+// generation 11); beyond 16 states and for the decode step the generation does not matter.
+TEST(ScanChoice, GenerationTwelveIsLeanWithTwoChannelsPerThread) {
+  for (int64_t n : {1, 7, 16}) EXPECT_EQ(choose_scan_kernel(n, false, 12), ScanKernel::v4_npt4_lean_cpt2) << n;
+  EXPECT_EQ(choose_scan_kernel(17, false, 12), ScanKernel::v1_n64);
+  EXPECT_EQ(choose_scan_kernel(16, true, 12), ScanKernel::step_n16);
+  EXPECT_STREQ(scan_kernel_name(ScanKernel::v4_npt4_lean_cpt2), "cuda.scan.v4.n16.split4.tc16.s4.lean.cpt2");
+  EXPECT_NE(choose_scan_kernel(16, false, 0), ScanKernel::v4_npt4_lean_cpt2);  // the lead promotes it after the A/B
+}
+
+// Generation 13: generation 11 with its chunk phases software-pipelined (not production until measured).
+TEST(ScanChoice, GenerationThirteenIsLeanPipelined) {
+  for (int64_t n : {1, 7, 16}) EXPECT_EQ(choose_scan_kernel(n, false, 13), ScanKernel::v4_npt4_lean_pipe) << n;
+  EXPECT_EQ(choose_scan_kernel(17, false, 13), ScanKernel::v1_n64);
+  EXPECT_EQ(choose_scan_kernel(16, true, 13), ScanKernel::step_n16);
+  EXPECT_STREQ(scan_kernel_name(ScanKernel::v4_npt4_lean_pipe), "cuda.scan.v4.n16.split4.tc16.s5.lean.pipe");
+  EXPECT_NE(choose_scan_kernel(16, false, 0), ScanKernel::v4_npt4_lean_pipe);  // the lead promotes it after the A/B
 }
 
 // v5's chunk plan (generation 9): on an H200 (132 SMs, 528 resident v4 blocks) at the benchmark's batch 8, d_inner

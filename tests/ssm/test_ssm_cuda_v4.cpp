@@ -1,4 +1,5 @@
-// The scan forward v4 (src/kernels/cuda/ssm/scan_v4.cu: cp.async ring, generations 5, 6, 8, 11 of choose_scan_kernel)
+// The scan forward v4 (src/kernels/cuda/ssm/scan_v4.cu: cp.async ring, generations 5, 6, 8, 11 of choose_scan_kernel;
+// scan_v4_cpt.cu: generation 12, two channels per thread; scan_v4_pipe.cu: 13, chunk phases pipelined)
 // and v5 (scan_v5.cu: v4's block over chunks scanned in parallel, generation 9; also on forced chunk plans with many
 // windows, and its refusal of a missing or short workspace; generation 10: pass 1's exps half on the FMA pipe) against
 // the f64 reference: odd sizes (seqlen not a multiple of the 16-step chunk, fewer and more chunks than the
@@ -24,8 +25,9 @@ using namespace ssm_test;
 namespace {
 
 // two / four states per thread; four, one exp on the FMA pipe; v5 (chunks of v4_npt4's block; pass 1 with two exps
-// of four on the FMA pipe); v4_npt4 with less per-chunk overhead (lean)
-constexpr int kV4Generations[] = {5, 6, 8, 9, 10, 11};
+// of four on the FMA pipe); v4_npt4 with less per-chunk overhead (lean); lean with two channels per thread (64-thread
+// blocks, two items per thread); lean with its chunk phases software-pipelined (13)
+constexpr int kV4Generations[] = {5, 6, 8, 9, 10, 11, 12, 13};
 
 // A [batch, seqlen, d_inner] tensor in rows of d_inner + pad elements, starting `shift` elements into the buffer.
 struct Rows {
@@ -175,7 +177,7 @@ TEST(CudaScanV4Continuation, ChunksThenStepsMatchOnePass) {
       }
 }
 
-// The lean generation's fast softplus and silu at their branch points and limits (softplus: x > 15 taken as x, x
+// The lean generations' (11, 12, 13) fast softplus and silu at their branch points and limits (softplus: x > 15 taken as x, x
 // down to -30, where e^-|x| is tiny; silu: z beyond +-88, where e^-z overflows or flushes to zero and the quotient
 // must be the limit, not NaN), against the reference and against v4_npt4 (generation 6) on the same inputs; y is
 // checked per element where the gate is at its limits (|z| > 88: y = z (Ch + Du) or 0, never NaN).
@@ -189,7 +191,7 @@ TEST(CudaScanV4Lean, ExtremeDeltaAndGateMatchReference) {
   a.impl = SsmImpl::reference;
   selective_scan_forward(a);
   const std::vector<float> ref = p.y;
-  for (int generation : {6, 11}) {
+  for (int generation : {6, 11, 12, 13}) {
     poison(p.y);
     Dev u(p.u), dl(p.delta), A(p.A), B(p.B), C(p.C), D(p.D), z(p.z), bias(p.bias), y(p.y);
     kernels::ScanArgs g;

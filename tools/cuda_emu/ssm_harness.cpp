@@ -60,8 +60,9 @@ int main() {
       expect(rel_err(p.y, ref), 1e-4, "fwd " + name + " " + tag);
       if (s.st) expect(rel_err(st2, ref_st), 1e-4, "fwd state " + name + " " + tag);
     }
-    // v4_npt4 and its lean generation with delta over [-30, 30] and z over [-120, 120] (the fast softplus' and silu's
-    // branch points and limits; tests/ssm/test_ssm_cuda_v4.cpp CudaScanV4Lean on the GPU)
+    // v4_npt4, its lean generation and lean with two channels per thread (12) or pipelined (13) with delta over
+    // [-30, 30] and z over [-120, 120] (the fast softplus' and silu's branch points and limits;
+    // tests/ssm/test_ssm_cuda_v4.cpp CudaScanV4Lean on the GPU)
     if (s.sp && s.z && s.N <= 16) {
       ScanProblem q = p;
       for (size_t i = 0; i < q.delta.size(); ++i) q.delta[i] = -30.f + 60.f * float((i * 7919) % 1001) / 1000.f;
@@ -71,7 +72,7 @@ int main() {
       qa.impl = SsmImpl::reference;
       selective_scan_forward(qa);
       const std::vector<float> qref = q.y;
-      for (int g : {6, 11}) {
+      for (int g : {6, 11, 12, 13}) {
         poison(q.y);
         auto k = kargs(q, s.D, true, s.bias, true, nullptr);
         const std::string name = kernels::selective_scan_cuda(k, nullptr, g);

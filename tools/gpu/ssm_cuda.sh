@@ -2,16 +2,18 @@
 # The CUDA selective scan (issue 18) on the GPU machine (an H200), one call, under 5 minutes with a warm build-gpu/
 # (the same build directory as tools/gpu/mamba.sh; cold, the library's attention kernels dominate the build):
 #   build     the CUDA library, flashkit_ssm_cuda_tests, flashkit_ssm_tests, flashkit_ssm_bench (targets only)
-#   test      the SSM CUDA tests (forward: every kernel generation v1 / v2 / v3 (3 variants) / v4 (4 variants, lean
-#             included) / v5 (chunked), v4 and v5 on odd shapes with both copy paths and the state carried into decode steps, v5 on
+#   test      the SSM CUDA tests (forward: every kernel generation v1 / v2 / v3 (3 variants) / v4 (5 variants, lean
+#             and lean with two channels per thread (generation 12) and pipelined (13) included) / v5 (chunked), v4 and v5 on odd shapes with both copy paths and the state carried into decode steps, v5 on
 #             forced chunk plans and its workspace refusal, decode step, conv1d;
 #             backward vs the f64 reference, determinism, seqlen 0, central differences of the CUDA forward) and the
 #             CPU SSM tests
 #   sanitize  compute-sanitizer memcheck on the backward, forward-generation and v4 tests, racecheck on small shapes of
-#             all three (v3, v4 and the backward share tiles through shared memory; v4 fills them with cp.async)
+#             all three (v3, v4 and the backward share tiles through shared memory; v4 fills them with cp.async);
+#             the generation, v4 and lean cases run generations 12 and 13 too
 #   regs      registers / spills / shared memory per SSM kernel (cuobjdump -res-usage) into the log
-#   sass      (not in the default list) SASS of v4_npt4 and of its lean generation 11: sass-scan-v4.txt,
-#             sass-scan-v4-lean.txt, their instruction and MUFU.EX2 counts in the log
+#   sass      (not in the default list) SASS of v4_npt4, of its lean generation 11, of generation 12 (lean, two
+#             channels per thread) and 13 (lean, pipelined): sass-scan-v4.txt, sass-scan-v4-lean.txt,
+#             sass-scan-v4-cpt2.txt, sass-scan-v4-pipe.txt, their instruction and MUFU.EX2 counts in the log
 #   bench     flashkit_ssm_bench 32768: batch 8, d_inner 1536, d_state 16, seqlen 1k..32k: each generation's ms and
 #             fraction of the 4.24 TB/s copy ceiling, the backward's (both generations), flash attention forward at
 #             matched width; the decode step; then $OUT/ssm_cuda_summary.json (one row per seqlen) and one "v4:" line
@@ -19,7 +21,10 @@
 #             seqlen (the chunked scan against the goal, v4_npt4, production, attention) and a last "v5:" line: does
 #             it beat v4_npt4 at every length (the promotion rule); one "lean:" line per seqlen (generation 11,
 #             v4_npt4 with less per-chunk overhead, against v4_npt4 timed in the same process: ms, fraction of the
-#             copy ceiling, speed-up) and a last "lean: beats|does not beat v4_npt4 at every length" line
+#             copy ceiling, speed-up) and a last "lean: beats|does not beat v4_npt4 at every length" line; one
+#             "gen12:" line per seqlen (generation 12, lean with two channels per thread, against lean timed in the
+#             same process) and a last "gen12: beats|does not beat lean at every length" line; the same "gen13:"
+#             lines for generation 13 (lean with its chunk phases software-pipelined)
 #   decode    the Mamba decode step against the weight-streaming roofline (issue 18: within 1.5x at batch 1): a
 #             random model at mamba-130m's shape made by transformers (tools/gpu/make_mamba_decode_model.py, kept in
 #             $BUILD/mamba-130m-random), then `flashkit_ssm_bench decode DIR`: greedy decode ms/token on CUDA against
@@ -96,7 +101,13 @@ for st in "${STAGES[@]}"; do
       # generation 11 (v4_npt4_lean) beside it: the per-chunk overhead it cuts
       cuobjdump -sass "$BUILD/lib/libflashkit_core.so" 2>> "$LOG" | awk '/Function : .*scan_v4_lean_kernel.*Li4ELi16E/{on=1}
         on && /Function : / && !/scan_v4_lean_kernel.*Li4ELi16E/{on=0} on' > "$OUT/sass-scan-v4-lean.txt"
-      for f in sass-scan-v4 sass-scan-v4-lean; do
+      # generation 12 (lean with two channels per thread): its chunk loop is per thread twice the work of lean's
+      cuobjdump -sass "$BUILD/lib/libflashkit_core.so" 2>> "$LOG" | awk '/Function : .*scan_v4_cpt_kernel/{on=1}
+        on && /Function : / && !/scan_v4_cpt_kernel/{on=0} on' > "$OUT/sass-scan-v4-cpt2.txt"
+      # generation 13 (lean, chunk phases pipelined): one barrier per chunk, the three phases in one basic block
+      cuobjdump -sass "$BUILD/lib/libflashkit_core.so" 2>> "$LOG" | awk '/Function : .*scan_v4_pipe_kernel/{on=1}
+        on && /Function : / && !/scan_v4_pipe_kernel/{on=0} on' > "$OUT/sass-scan-v4-pipe.txt"
+      for f in sass-scan-v4 sass-scan-v4-lean sass-scan-v4-cpt2 sass-scan-v4-pipe; do
         python3 - "$OUT/$f.txt" "$f" <<'EOF' | tee -a "$LOG"
 import re, sys
 # The first function of a cuobjdump -sass listing: its instructions, and those of its largest loop (the chunk loop:
@@ -133,6 +144,8 @@ EOF
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 out = []
+NEW_GENS = [("gen12", "cuda.scan.v4.n16.split4.tc16.s4.lean.cpt2"), ("gen13", "cuda.scan.v4.n16.split4.tc16.s5.lean.pipe")]
+NEW_ENUM = {"gen12": "v4_npt4_lean_cpt2", "gen13": "v4_npt4_lean_pipe"}
 for r in rows:
     if r.get("op") != "scan_fwd":
         continue
@@ -174,12 +187,32 @@ for r in rows:
               "  v4_npt4 %.3f ms = %4.1f%%  -> %.3fx v4_npt4" % (
                   r["seqlen"], msl, 100 * fl, "met" if fl >= 0.70 else "not met", npt4[0],
                   100 * g["cuda.scan.v4.n16.split4.tc16.s4"][1], npt4[0] / msl))
+    # generations 12 (lean with two channels per thread) and 13 (lean, chunk phases pipelined) against generation 11
+    # (v4_npt4_lean), timed in the same process
+    for tag, k12 in NEW_GENS:
+        if lean and k12 in g:
+            msl, fl = lean[0]
+            ms12, f12 = g[k12]
+            out[-1][tag] = {"ms": ms12, "of_copy_ceiling": f12, "lean_ms": msl, "vs_lean": msl / ms12}
+            print("%s: seqlen %6d  %s %.3f ms = %4.1f%% of the copy ceiling (goal 70%%: %s)"
+                  "  lean %.3f ms = %4.1f%%  -> %.3fx lean" % (
+                      tag, r["seqlen"], k12.replace("cuda.scan.", ""), ms12, 100 * f12,
+                      "met" if f12 >= 0.70 else "not met", msl, 100 * fl, msl / ms12))
 sl = [o["lean"]["vs_v4_npt4"] for o in out if "lean" in o]
 if sl:
     win = all(x > 1 for x in sl)
     print("lean: %s v4_npt4 at every length (%.3fx..%.3fx): %s" % (
         "beats" if win else "does not beat", min(sl), max(sl),
         "promotable (kProductionScan = ScanKernel::v4_npt4_lean)" if win else "keep v4_npt4"))
+for tag, k12 in NEW_GENS:
+    s12 = [o[tag]["vs_lean"] for o in out if tag in o]
+    if s12:
+        win = all(x > 1 for x in s12)
+        print("%s: %s lean at every length (%.3fx..%.3fx): %s" % (
+            tag, "beats" if win else "does not beat", min(s12), max(s12),
+            "promotable (kProductionScan = ScanKernel::%s)" % NEW_ENUM[tag] if win else "keep v4_npt4_lean"))
+    else:
+        print("%s: no rows (the generation or lean missing from the bench output)" % tag)
 v5names = sorted({k for o in out for k in o.get("v5", {})})
 for k5 in v5names:
     sp = [o["v5"][k5]["vs_v4_npt4"] for o in out if k5 in o.get("v5", {})]

@@ -17,10 +17,11 @@ constexpr int kGroups = kCh / 4;    // 4-channel groups per row: one 16-byte cop
 constexpr int kStates = 16;
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <int NPT, int TC, int STAGES>
+// CPT: channels per thread in the recurrence (generation 12, scan_v4_cpt.cu: 2; every other kernel: 1).
+template <int NPT, int TC, int STAGES, int CPT = 1>
 struct V4 {
   static constexpr int SPLIT = kStates / NPT;                     // threads per channel in the recurrence
-  static constexpr int kThreads = kCh * SPLIT;                     // 256 (NPT 2) or 128 (NPT 4)
+  static constexpr int kThreads = kCh * SPLIT / CPT;               // 256 (NPT 2) or 128 (NPT 4); / CPT
   static constexpr int kItems = TC * kGroups;                      // (step, group) items per chunk
   static constexpr int kItemIters = (kItems + kThreads - 1) / kThreads;
   static constexpr int kBCIters = TC * kStates / kThreads;        // B and C elements a thread copies per chunk
@@ -31,6 +32,7 @@ struct V4 {
   static_assert(kThreads % kGroups == 0, "a thread's items share one 4-channel group");
   static_assert(kBCIters >= 1 && TC * kStates % kThreads == 0, "B/C copies split evenly");
   static_assert(STAGES >= 2, "at least one chunk in flight");
+  static_assert(kThreads % kStates == 0, "a thread's B / C copies share one state index");
 };
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.f ? x : log1pf(__expf(x)); }
@@ -121,9 +123,9 @@ __device__ __forceinline__ float silu_lean(float z) { return __fdividef(z, 1.f +
 
 // The lean block's copy sources: what issue_chunk recomputes per copy and chunk (64-bit address products, the
 // channel part of the zero-fill count), computed once per block; each issue advances them by one chunk (TC steps).
-template <int NPT, int TC, int STAGES, bool WITH_C>
+template <int NPT, int TC, int STAGES, bool WITH_C, int CPT = 1>
 struct ChunkSources {
-  using P = V4<NPT, TC, STAGES>;
+  using P = V4<NPT, TC, STAGES, CPT>;
   const float* u[P::kItemIters];
   const float* dl[P::kItemIters];
   const float* z[P::kItemIters];

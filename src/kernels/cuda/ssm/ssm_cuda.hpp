@@ -19,6 +19,12 @@ void launch_scan_v3(const ScanArgs& a, void* stream, int chunk, int states_per_t
 // fma_exp_states (0 or, with 4 states, 1) of them take their exp on the FMA pipe instead of the SFU. lean: generation
 // 11 (4 states per thread, less per-chunk overhead; states_per_thread and fma_exp_states are then ignored).
 void launch_scan_v4(const ScanArgs& a, void* stream, int states_per_thread, int fma_exp_states = 0, bool lean = false);
+// Generation 12 (scan_v4_cpt.cu; ScanKernel::v4_npt4_lean_cpt2): generation 11 with two channels per thread in the
+// recurrence (64-thread blocks of 32 channels, 4 states per thread and channel).
+void launch_scan_v4_cpt2(const ScanArgs& a, void* stream);
+// Generation 13 (scan_v4_pipe.cu; ScanKernel::v4_npt4_lean_pipe): generation 11 with the recurrence of chunk k, the
+// prologue of chunk k + 1 and the epilogue of chunk k - 1 between the same barriers (5-stage ring, 68 KB).
+void launch_scan_v4_pipe(const ScanArgs& a, void* stream);
 // v5 (scan_v5.cu; ScanKernel::v5_chunked): the chunked two-pass scan over v4_npt4's block, planned by
 // plan_scan_chunked / make_scan_chunk_plan (kernels/ssm_choice.hpp). `workspace`: device memory of at least
 // make_scan_chunk_plan(...).workspace_bytes() bytes (none for a direct plan); throws flashkit::Error naming the
