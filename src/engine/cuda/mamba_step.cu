@@ -115,8 +115,18 @@ __global__ void __launch_bounds__(mamba_step_threads(CH), int(kMambaStepMaxThrea
         if (lane + 32 * q < KC) acc = fma_chunk(wpre[q], xs + (lane + 32 * q) * 8, acc);
       ch = lane + 32 * kPre;
     }
-#pragma unroll 4
-    for (; ch < KC; ch += 32) acc = fma_chunk(__ldg(wrow + ch), xs + ch * 8, acc);
+    // The rest in batches of kRest chunks, every load of a batch issued before its first use (v3: mamba-2.8b's rows
+    // are 20 chunks a lane, 12 after the preloaded 8: two dependent round trips instead of three in fours; 8 a
+    // batch would spill).
+    constexpr int kRest = 6;
+    for (; ch < KC; ch += 32 * kRest) {
+      uint4 wq[kRest];
+#pragma unroll
+      for (int q = 0; q < kRest; ++q) wq[q] = ch + 32 * q < KC ? __ldg(wrow + ch + 32 * q) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int q = 0; q < kRest; ++q)
+        if (ch + 32 * q < KC) acc = fma_chunk(wq[q], xs + (ch + 32 * q) * 8, acc);
+    }
     acc = warp_sum(acc);
     if (lane == 0) sdbc[j] = acc;
   }
