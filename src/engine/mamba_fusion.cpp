@@ -41,6 +41,10 @@ int mamba_step_cluster(int64_t d_inner, int channels, int64_t proj_rows, const i
   const int64_t blocks = mamba_step_blocks(d_inner, channels), warps = mamba_step_threads(channels) / 32;
   int target = 1;
   while (target < kMambaStepMaxCluster && target * warps < proj_rows) target *= 2;
+  // One wave first: the largest size whose clusters are all resident at once (a second wave repeats the whole
+  // dependent chain: v3); else the largest that runs.
+  for (int c : {16, 8, 4, 2})
+    if (c <= target && c <= blocks && resident[c] > 0 && (blocks + c - 1) / c <= resident[c]) return c;
   for (int c : {16, 8, 4, 2})
     if (c <= target && c <= blocks && resident[c] > 0) return c;
   return 1;

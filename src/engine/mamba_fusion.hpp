@@ -61,8 +61,9 @@ int64_t mamba_step_blocks(int64_t d_inner, int channels);
 // of c blocks each computes 1/c of the rows (warp w of rank r: rows r warps + w + c warps i) and reads the others'
 // through distributed shared memory. Target: the smallest power of two c with c x warps-per-block (channels / 2)
 // >= proj_rows (each warp at most one row: the chain of today's 32-channel blocks in clusters of 8), at most 16;
-// run: the largest of 16, 8, 4, 2 not above the target, the blocks and what the device holds (`resident[c]` > 0;
-// sm_90, 16 only where non-portable sizes are allowed); else 1. The grid is rounded up to a multiple of it (blocks
+// run: the largest of 16, 8, 4, 2 not above the target and the blocks whose clusters are all resident at once
+// (`resident[c]`: clusters of c the device holds; sm_90, 16 only where non-portable sizes are allowed), else the
+// largest that runs at all (`resident[c]` > 0); else 1. The grid is rounded up to a multiple of it (blocks
 // past d_inner compute rows only). Mamba-130m (80 rows): 32 channels -> 8, 16 -> 16, 8 -> 16 (two rows a warp).
 int mamba_step_cluster(int64_t d_inner, int channels, int64_t proj_rows, const int* resident /* [17], null: none */);
 // Dynamic shared memory of a mixer-step block: xc, x_proj's output (each rounded up to 4 floats: 16 bytes), the

@@ -124,6 +124,13 @@ TEST(MambaFusionChoice, ClusterSize) {
   EXPECT_EQ(mamba_step_cluster(5120, 32, 192, all), 16);      // mamba-2.8b: 192 rows over 16 x 16 warps
   EXPECT_EQ(mamba_step_cluster(5120, 64, 192, all), 16);      // the same at width 64 (16 warps a block): 5 clusters
   EXPECT_EQ(mamba_step_cluster(4096, 64, 80, all), 8);        // 80 rows over 8 x 16 warps
+  // one wave first: 5 clusters of 16 where only 4 are resident -> 10 of 8 (16 resident); 5 resident -> 16
+  int gpc4[17] = {}, gpc5[17] = {};
+  for (int c = 2; c <= 16; ++c) gpc4[c] = gpc5[c] = 128 / c;
+  gpc4[16] = 4, gpc5[16] = 5;
+  EXPECT_EQ(mamba_step_cluster(5120, 64, 192, gpc4), 8);
+  EXPECT_EQ(mamba_step_cluster(5120, 64, 192, gpc5), 16);
+  EXPECT_EQ(mamba_step_cluster(5120, 32, 192, gpc5), 16);     // 160 blocks fit no size in one wave: the largest
   EXPECT_EQ(mamba_step_cluster(72, 32, rows, all), 2);   // 3 blocks: clusters of 2 (the grid rounded up to 4)
   EXPECT_EQ(mamba_step_cluster(160, 32, rows, all), 4);  // 5 blocks
   EXPECT_EQ(mamba_step_cluster(32, 32, rows, all), 1);   // one block
