@@ -56,6 +56,8 @@
 #                       "mambadec ncu:" lines
 #               attn    flashkit_engine_bench decode of a random Llama-3.2-1B (the GEMV is shared) with the plan
 #                       legacy, auto, balanced: "mambadec attn:" lines
+#             ~4-5 min on a warm machine whose build-gpu/ and mamba-{1.4b,2.8b}-random exist; otherwise split it:
+#             MAMBADEC_PARTS="build test" first, then MAMBADEC_PARTS="decode ncu attn" (the 2.8b model: ~60-90 s)
 #   tools/gpu/ssm_cuda.sh [STAGES...]     default: build test sanitize regs bench decode fused
 # Results: $OUT/ssm_cuda.log, $OUT/ssm_bench.jsonl, $OUT/ssm_cuda_summary.json, $OUT/ssm_decode.jsonl,
 # $OUT/ssm_decode_fused.jsonl, $OUT/failed.txt. Exit status non-zero
