@@ -102,11 +102,14 @@ int decode_roofline(const char* dir) {
   std::printf("{\"op\": \"mamba_decode_roofline\", \"model\": \"%s\", \"backend\": \"%s\", \"layers\": %lld, "
               "\"hidden\": %lld, \"parameters\": %lld, \"weight_dtype\": \"%s\", \"device_weight_bytes\": %lld, "
               "\"decode_steps\": %lld, \"ms_per_token\": %.4f, \"weight_roofline_ms\": %.4f, "
-              "\"of_roofline\": %.3f, \"goal_of_roofline\": 1.5, \"cuda_fuse\": %s}\n",
+              "\"of_roofline\": %.3f, \"goal_of_roofline\": 1.5, \"cuda_fuse\": %s, \"gemv_plan\": %d, "
+              "\"mamba_channels\": %d}\n",
               dir, info.backend.c_str(), (long long)info.num_layers, (long long)info.hidden_size,
               (long long)info.parameters, info.weight_dtype.c_str(), (long long)info.device_weight_bytes,
               (long long)steps, best_s * 1e3, roof_s * 1e3, best_s / roof_s,
-              default_tuning().cuda_fuse ? "true" : "false");  // FLASHKIT_CUDA_FUSE (A/B: engine/mamba_fusion.hpp)
+              default_tuning().cuda_fuse ? "true" : "false",  // FLASHKIT_CUDA_FUSE (A/B: engine/mamba_fusion.hpp)
+              default_tuning().cuda_gemv_plan,                // FLASHKIT_CUDA_GEMV_PLAN (engine/gemv_plan.hpp)
+              default_tuning().cuda_mamba_channels);          // FLASHKIT_CUDA_MAMBA_CHANNELS (0: automatic)
   return 0;
 }
 

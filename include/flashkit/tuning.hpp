@@ -58,8 +58,11 @@ struct Tuning {
   bool gemv_streaming_loads = true; // FLASHKIT_CUDA_LDCS
   EngineDecodeMerge engine_decode_merge = EngineDecodeMerge::automatic;  // FLASHKIT_CUDA_ATTN_CLUSTER=0: global
   bool device_argmax = true;        // FLASHKIT_DEVICE_ARGMAX (greedy decoding's argmax on the backend)
-  int cuda_mamba_channels = 0;      // FLASHKIT_CUDA_MAMBA_CHANNELS=32|16|8: channels per block of the fused Mamba
+  int cuda_mamba_channels = 0;      // FLASHKIT_CUDA_MAMBA_CHANNELS=64|32|16|8: channels per block of the fused Mamba
                                     // mixer step (A/B runs); 0 (auto): engine/mamba_fusion.hpp's choice
+  int cuda_gemv_plan = 0;           // FLASHKIT_CUDA_GEMV_PLAN=auto|legacy|balanced: the one-row GEMV's grid and
+                                    // step shape (A/B runs); 0 (auto): engine/gemv_plan.hpp's choice, 1 legacy,
+                                    // 2 balanced wherever it applies
 
   // ---- speculative decoding and training
   bool spec_exact = true;           // FLASHKIT_SPEC_EXACT=0: verify chains with the multi-row kernels (A/B runs)

@@ -112,8 +112,10 @@ Tuning tuning_from_env() {
   t.gemv_streaming_loads = env::flag("FLASHKIT_CUDA_LDCS", t.gemv_streaming_loads);
   if (!env::flag("FLASHKIT_CUDA_ATTN_CLUSTER", true)) t.engine_decode_merge = EngineDecodeMerge::global;
   t.device_argmax = env::flag("FLASHKIT_DEVICE_ARGMAX", t.device_argmax);
-  static constexpr int kMambaWidths[] = {0, 32, 16, 8};
-  t.cuda_mamba_channels = kMambaWidths[env::choice("FLASHKIT_CUDA_MAMBA_CHANNELS", {"auto", "32", "16", "8"}, 0)];
+  static constexpr int kMambaWidths[] = {0, 64, 32, 16, 8};
+  t.cuda_mamba_channels =
+      kMambaWidths[env::choice("FLASHKIT_CUDA_MAMBA_CHANNELS", {"auto", "64", "32", "16", "8"}, 0)];
+  t.cuda_gemv_plan = int(env::choice("FLASHKIT_CUDA_GEMV_PLAN", {"auto", "legacy", "balanced"}, 0));
   t.spec_exact = env::flag("FLASHKIT_SPEC_EXACT", t.spec_exact);
   t.train_inject_nan_step = env::integer("FLASHKIT_TRAIN_INJECT_NAN_STEP", -1, 0, INT64_MAX);
 

@@ -18,13 +18,17 @@ bool mamba_mixer_step_ok(const MambaStepShape& s) {
          !s.x_proj_bias;
 }
 
-bool mamba_step_width_ok(int channels) { return channels == 32 || channels == 16 || channels == 8; }
+bool mamba_step_width_ok(int channels) {
+  return channels == 64 || channels == 32 || channels == 16 || channels == 8;
+}
 
 int mamba_step_channels(int64_t d_inner, int sm_count, int forced) {
   if (mamba_step_width_ok(forced)) return forced;
-  if (sm_count > 0)
-    for (int w : {8, 16})
+  if (sm_count > 0) {
+    for (int w : {8, 16, 32})
       if (mamba_step_blocks(d_inner, w) <= sm_count) return w;
+    return int(kMambaStepWideChannels);
+  }
   return int(kMambaStepMaxChannels);
 }
 
@@ -34,9 +38,13 @@ int64_t mamba_step_blocks(int64_t d_inner, int channels) {
 
 int mamba_step_cluster(int64_t d_inner, int channels, int64_t proj_rows, const int* resident) {
   if (!resident || channels < 2) return 1;
-  const int64_t blocks = mamba_step_blocks(d_inner, channels), warps = channels / 2;
+  const int64_t blocks = mamba_step_blocks(d_inner, channels), warps = mamba_step_threads(channels) / 32;
   int target = 1;
   while (target < kMambaStepMaxCluster && target * warps < proj_rows) target *= 2;
+  // One wave first: the largest size whose clusters are all resident at once (a second wave repeats the whole
+  // dependent chain: v3); else the largest that runs.
+  for (int c : {16, 8, 4, 2})
+    if (c <= target && c <= blocks && resident[c] > 0 && (blocks + c - 1) / c <= resident[c]) return c;
   for (int c : {16, 8, 4, 2})
     if (c <= target && c <= blocks && resident[c] > 0) return c;
   return 1;

@@ -31,20 +31,27 @@ struct MambaStepShape {
 constexpr int64_t kMambaConvMaxWidth = 8;
 // The mixer step: one thread per state (16 per channel, a half warp), so d_state <= 16 (mamba-1 checkpoints use
 // 16); xc and x_proj's output live in shared memory (<= 48 KB: no opt-in). A block carries 32, 16 or 8 channels
-// (512, 256 or 128 threads): mamba_step_channels.
+// (512, 256 or 128 threads), or 64 channels at 8 threads a channel, two states each (512 threads):
+// mamba_step_channels.
 constexpr int64_t kMambaStepMaxState = 16;
-constexpr int64_t kMambaStepMaxChannels = 32;  // channels per block, widest
+constexpr int64_t kMambaStepMaxChannels = 32;  // channels per block of the one-state-a-thread widths
+constexpr int64_t kMambaStepWideChannels = 64; // the two-states-a-thread width
 constexpr int64_t kMambaStepMaxThreads = kMambaStepMaxChannels * kMambaStepMaxState;
+// Threads of a mixer-step block of `channels` channels (a compile-time constant of the kernel too).
+constexpr int64_t mamba_step_threads(int channels) {
+  return channels == kMambaStepWideChannels ? kMambaStepMaxThreads : int64_t(channels) * kMambaStepMaxState;
+}
 constexpr int64_t kMambaStepMaxInner = 8192;
 constexpr int64_t kMambaStepMaxProjRows = 2048;  // dt_rank + 2 d_state
 constexpr int kMambaStepMaxCluster = 16;         // non-portable above 8 (sm_90 allows 16)
 
 bool mamba_conv_epilogue_ok(const MambaStepShape& s);
 bool mamba_mixer_step_ok(const MambaStepShape& s);
-// Channels per mixer-step block: `forced` (Tuning::cuda_mamba_channels: 32, 16 or 8) when set, else the narrowest
-// width whose grid is at most one block per SM (more blocks: more SMs issue the latency-bound chain at once, while
-// none runs two); 32 when even that does not fit or the SM count is unknown (0). Mamba-130m (d_inner 1536) on 132
-// SMs: 16 (96 blocks). True for 8, 16, 32 only: mamba_step_width_ok.
+// Channels per mixer-step block: `forced` (Tuning::cuda_mamba_channels: 64, 32, 16 or 8) when set, else the
+// narrowest width whose grid is at most one block per SM (more blocks: more SMs issue the latency-bound chain at once,
+// while none runs two); when not even 32-channel blocks fit one wave, 64 (v3: mamba-2.8b's 160 blocks of 32 ran as
+// two waves of the whole chain; 80 blocks of 64 run as one); 32 when the SM count is unknown (0). Mamba-130m
+// (d_inner 1536) on 132 SMs: 16 (96 blocks). True for 8, 16, 32, 64 only: mamba_step_width_ok.
 bool mamba_step_width_ok(int channels);
 int mamba_step_channels(int64_t d_inner, int sm_count, int forced);
 // Blocks of the mixer step (`channels` channels each; the last may be partial).
@@ -54,8 +61,9 @@ int64_t mamba_step_blocks(int64_t d_inner, int channels);
 // of c blocks each computes 1/c of the rows (warp w of rank r: rows r warps + w + c warps i) and reads the others'
 // through distributed shared memory. Target: the smallest power of two c with c x warps-per-block (channels / 2)
 // >= proj_rows (each warp at most one row: the chain of today's 32-channel blocks in clusters of 8), at most 16;
-// run: the largest of 16, 8, 4, 2 not above the target, the blocks and what the device holds (`resident[c]` > 0;
-// sm_90, 16 only where non-portable sizes are allowed); else 1. The grid is rounded up to a multiple of it (blocks
+// run: the largest of 16, 8, 4, 2 not above the target and the blocks whose clusters are all resident at once
+// (`resident[c]`: clusters of c the device holds; sm_90, 16 only where non-portable sizes are allowed), else the
+// largest that runs at all (`resident[c]` > 0); else 1. The grid is rounded up to a multiple of it (blocks
 // past d_inner compute rows only). Mamba-130m (80 rows): 32 channels -> 8, 16 -> 16, 8 -> 16 (two rows a warp).
 int mamba_step_cluster(int64_t d_inner, int channels, int64_t proj_rows, const int* resident /* [17], null: none */);
 // Dynamic shared memory of a mixer-step block: xc, x_proj's output (each rounded up to 4 floats: 16 bytes), the

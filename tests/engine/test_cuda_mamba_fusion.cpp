@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -220,11 +221,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaMambaStep,
                                             ::testing::Bool()));
 
 #ifdef FLASHKIT_WITH_CUDA
-// The mixer-step kernel alone at every block width (32, 16, 8 channels) with every cluster size forced (the backend
-// picks both per device: mamba_step_channels, mamba_step_cluster; 1 without clusters), d_inner 264 (9, 17, 33
-// blocks: the grid rounded up to whole clusters) and 2056 (x_proj rows longer than the chunks preloaded before the
-// PDL wait), rows of x_proj (24 + 2 x 13 = 50) not a multiple of the 16, 8 or 4 warps: outputs vs f64,
-// NaN-poisoned first, over 3 steps.
+// The mixer-step kernel alone at every block width (64, 32, 16, 8 channels) with every cluster size forced (the
+// backend picks both per device: mamba_step_channels, mamba_step_cluster; 1 without clusters), d_inner 264 (5, 9,
+// 17, 33 blocks: the grid rounded up to whole clusters), 2056 (x_proj rows longer than the chunks preloaded before
+// the PDL wait) and 5120 (mamba-2.8b's), rows of x_proj (24 + 2 x 13 = 50) not a multiple of the 16, 8 or 4 warps:
+// outputs vs f64, NaN-poisoned first, over 3 steps; and every width and cluster size gives the bits of width 32
+// without clusters (the width changes who computes what, never a sum's order; width 64 adds a thread's two states
+// in the order of the 16-thread version's first shuffle).
 class CudaMambaStepKernel : public ::testing::TestWithParam<int64_t> {};
 TEST_P(CudaMambaStepKernel, EveryWidthAndClusterSizeMatchesF64) {
   if (cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
@@ -257,8 +260,10 @@ TEST_P(CudaMambaStepKernel, EveryWidthAndClusterSizeMatchesF64) {
   void* d_dbc = dev(nullptr, size_t(P) * 4);
   void* d_dt = dev(nullptr, size_t(Di) * 4);
   void* d_y = dev(nullptr, size_t(Di) * 4);
+  std::vector<std::vector<std::vector<float>>> bits(3);  // per step: dbc, dt, y, state of width 32 without clusters
   for (const auto& [ch, cl] : {std::pair{32, 1}, {32, 2}, {32, 4}, {32, 8}, {32, 16}, {16, 1}, {16, 2}, {16, 4},
-                               {16, 8}, {16, 16}, {8, 1}, {8, 2}, {8, 4}, {8, 8}, {8, 16}}) {
+                               {16, 8}, {16, 16}, {8, 1}, {8, 2}, {8, 4}, {8, 8}, {8, 16}, {64, 1}, {64, 2},
+                               {64, 4}, {64, 8}, {64, 16}}) {
     std::vector<double> sref(state0.begin(), state0.end());
     ASSERT_EQ(cudaMemcpy(d_state, state0.data(), state0.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
     for (int step = 0; step < 3; ++step) {
@@ -311,11 +316,20 @@ TEST_P(CudaMambaStepKernel, EveryWidthAndClusterSizeMatchesF64) {
       EXPECT_LT(rel(dt, tr), 1e-5) << at;
       EXPECT_LT(rel(y, yr), 1e-5) << at;
       EXPECT_LT(rel(st, sref), 1e-5) << at;
+      auto& b = bits[size_t(step)];
+      if (b.empty()) {
+        b = {dbc, dt, y, st};
+      } else {
+        EXPECT_EQ(dbc, b[0]) << at << ": dbc differs from width 32 without clusters";
+        EXPECT_EQ(dt, b[1]) << at << ": dt differs from width 32 without clusters";
+        EXPECT_EQ(0, std::memcmp(y.data(), b[2].data(), y.size() * 4)) << at << ": y differs from width 32";
+        EXPECT_EQ(0, std::memcmp(st.data(), b[3].data(), st.size() * 4)) << at << ": state differs from width 32";
+      }
     }
   }
   for (void* p : {d_wx, d_wdt, d_bias, d_A, d_D, d_state, d_xc, d_z, d_dbc, d_dt, d_y}) cudaFree(p);
 }
-INSTANTIATE_TEST_SUITE_P(Inner, CudaMambaStepKernel, ::testing::Values(int64_t(264), int64_t(2056)));
+INSTANTIATE_TEST_SUITE_P(Inner, CudaMambaStepKernel, ::testing::Values(int64_t(264), int64_t(2056), int64_t(5120)));
 
 // Shapes outside the kernel's preconditions are refused by name before anything is launched.
 TEST(CudaMambaStepLauncher, RefusesShapesItCannotRun) {
@@ -348,12 +362,95 @@ TEST(CudaMambaStepLauncher, RefusesShapesItCannotRun) {
   EXPECT_EQ(status_of(a), Status::invalid_argument);
   a = args(), a.cluster = 32;
   EXPECT_EQ(status_of(a), Status::invalid_argument);
-  for (int ch : {4, 12, 64, -8}) {  // channels per block: 8, 16, 32 or 0 (automatic)
+  for (int ch : {4, 12, 128, -8}) {  // channels per block: 8, 16, 32, 64 or 0 (automatic)
     a = args(), a.channels = ch;
     EXPECT_EQ(status_of(a), Status::invalid_argument) << ch;
   }
   a = args(), a.y = nullptr;
   EXPECT_EQ(status_of(a), Status::invalid_argument);
+}
+
+// The one-row GEMV under every launch plan (engine/gemv_plan.hpp; Tuning::cuda_gemv_plan: legacy, balanced,
+// automatic) gives the same bits: the plan changes which warp reads which row and how many chunks a step loads,
+// never a sum's order. Shapes: mamba-2.8b's in_proj with the input norm and the conv epilogue (10240 x 2560: the
+// balanced plan's U 5 shape, 4 rows a warp), its out_proj (2560 x 5120), mamba-130m's in_proj (3072 x 768) and an
+// odd one (1001 x 1288). y against f64 too; outputs NaN-poisoned before each launch.
+TEST(CudaGemvPlan, EveryPlanGivesTheSameBits) {
+  if (cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
+  struct Shape { int64_t N, K, conv_channels; };
+  for (const Shape sh : {Shape{10240, 2560, 5120}, Shape{2560, 5120, 0}, Shape{3072, 768, 1536}, Shape{1001, 1288, 0}}) {
+    const int64_t N = sh.N, K = sh.K, Di = sh.conv_channels;
+    constexpr int W = 4;
+    std::vector<uint16_t> w(size_t(N * K));
+    {
+      const auto wf = rnd(w.size(), 31, -0.05f, 0.05f);
+      for (size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(wf[i]);
+    }
+    const auto x = rnd(size_t(K), 32, -1.f, 1.f), nw = rnd(size_t(K), 33, 0.5f, 1.5f);
+    const auto cw = rnd(size_t(std::max<int64_t>(Di, 1) * W), 34, -0.5f, 0.5f),
+               cb = rnd(size_t(std::max<int64_t>(Di, 1)), 35, -0.2f, 0.2f),
+               st0 = rnd(size_t(std::max<int64_t>(Di, 1) * W), 36, -1.f, 1.f);
+    auto dev = [](const void* host, size_t bytes) {
+      void* p = nullptr;
+      EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
+      if (host) {
+        EXPECT_EQ(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+      }
+      return p;
+    };
+    void* d_w = dev(w.data(), w.size() * 2);
+    void* d_x = dev(x.data(), x.size() * 4);
+    void* d_nw = dev(nw.data(), nw.size() * 4);
+    void* d_cw = dev(cw.data(), cw.size() * 4);
+    void* d_cb = dev(cb.data(), cb.size() * 4);
+    void* d_st = dev(nullptr, st0.size() * 4);
+    void* d_xc = dev(nullptr, cb.size() * 4);
+    void* d_y = dev(nullptr, size_t(N) * 4);
+    void* d_counter = dev(nullptr, 4);
+    ASSERT_EQ(cudaMemset(d_counter, 0, 4), cudaSuccess);
+    std::vector<std::vector<float>> first;
+    for (int mode : {1, 2, 0}) {
+      Tuning t = default_tuning();
+      t.cuda_gemv_plan = mode;
+      engine::cuda::ScopedLaunchTuning scope(t);
+      ASSERT_EQ(cudaMemcpy(d_st, st0.data(), st0.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemset(d_y, 0xff, size_t(N) * 4), cudaSuccess);
+      ASSERT_EQ(cudaMemset(d_xc, 0xff, cb.size() * 4), cudaSuccess);
+      engine::cuda::GemvIn in;
+      in.x = d_x, in.ldx = K, in.norm_w = static_cast<const float*>(d_nw), in.eps = 1e-5f;
+      engine::cuda::GemvOut out;
+      out.y = d_y, out.ldy = N;
+      if (Di > 0) {
+        out.conv_w = static_cast<const float*>(d_cw), out.conv_b = static_cast<const float*>(d_cb);
+        out.conv_state = static_cast<float*>(d_st), out.conv_out = static_cast<float*>(d_xc);
+        out.conv_channels = Di, out.conv_width = W;
+      }
+      engine::cuda::gemv_bf16(in, static_cast<const uint16_t*>(d_w), N, K, 1, out,
+                              static_cast<unsigned*>(d_counter), nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "plan " << mode;
+      std::vector<float> y(static_cast<size_t>(N)), xc(cb.size()), st(st0.size());
+      ASSERT_EQ(cudaMemcpy(y.data(), d_y, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(xc.data(), d_xc, xc.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(st.data(), d_st, st.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      const std::string at = std::to_string(N) + " x " + std::to_string(K) + ", plan " + std::to_string(mode);
+      if (first.empty()) {
+        double ss = 0;
+        for (float v : x) ss += double(v) * v;
+        const double r = 1.0 / std::sqrt(ss / double(K) + 1e-5);
+        std::vector<double> yr(static_cast<size_t>(N));
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t k = 0; k < K; ++k)
+            yr[size_t(n)] += double(bf16_to_f32(w[size_t(n * K + k)])) * x[size_t(k)] * r * nw[size_t(k)];
+        EXPECT_LT(rel(y, yr), 1e-5) << at;
+        first = {y, xc, st};
+      } else {
+        EXPECT_EQ(0, std::memcmp(y.data(), first[0].data(), y.size() * 4)) << at << ": y differs from legacy";
+        EXPECT_EQ(0, std::memcmp(xc.data(), first[1].data(), xc.size() * 4)) << at << ": xc differs from legacy";
+        EXPECT_EQ(0, std::memcmp(st.data(), first[2].data(), st.size() * 4)) << at << ": state differs";
+      }
+    }
+    for (void* p : {d_w, d_x, d_nw, d_cw, d_cb, d_st, d_xc, d_y, d_counter}) cudaFree(p);
+  }
 }
 #endif
 
@@ -369,10 +466,11 @@ fs::path make_model(const std::string& name, int rank) {
 
 // The same prompt and decode steps with fusion on and off: logits within 1e-4 (f32 intermediates; the fused kernels
 // sum in the unfused kernels' orders) over 24 decode steps, the steps after the first replaying captured graphs;
-// fused with the mixer's block width forced to 32, 16 and 8 channels (Tuning::cuda_mamba_channels) and automatic.
+// fused with the mixer's block width forced to 64, 32, 16 and 8 channels (Tuning::cuda_mamba_channels) and
+// automatic.
 TEST(CudaMambaFusion, DecodeLogitsMatchUnfused) {
   if (cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
-  for (const auto& [rank, width] : {std::pair{8, 0}, {8, 32}, {8, 16}, {8, 8}, {6, 0}}) {
+  for (const auto& [rank, width] : {std::pair{8, 0}, {8, 64}, {8, 32}, {8, 16}, {8, 8}, {6, 0}}) {
     // rank 6: the mixer runs unfused (dt_proj's K % 8 != 0), the conv epilogue still fuses
     const fs::path dir = make_model("r" + std::to_string(rank) + "w" + std::to_string(width), rank);
     LoadOptions on, off;

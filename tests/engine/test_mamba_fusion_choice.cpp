@@ -82,20 +82,26 @@ TEST(MambaFusionChoice, StepBlocksCoverEveryChannel) {
   EXPECT_EQ(mamba_step_blocks(1536, 16), 96);
   EXPECT_EQ(mamba_step_blocks(1536, 8), 192);
   EXPECT_EQ(kMambaStepMaxChannels * kMambaStepMaxState, kMambaStepMaxThreads);
-  for (int w : {32, 16, 8})
+  for (int w : {64, 32, 16, 8})
     EXPECT_LE(mamba_step_smem_bytes(kMambaStepMaxInner, kMambaStepMaxProjRows - 32, 16, w), 48 * 1024 - 1024);
+  // threads: 16 a channel (one state each), 8 a channel at width 64 (two states each); never above 512
+  EXPECT_EQ(mamba_step_threads(32), 512);
+  EXPECT_EQ(mamba_step_threads(16), 256);
+  EXPECT_EQ(mamba_step_threads(8), 128);
+  EXPECT_EQ(mamba_step_threads(64), 512);
 }
 
 TEST(MambaFusionChoice, ChannelsPerBlock) {
-  for (int w : {32, 16, 8}) EXPECT_TRUE(mamba_step_width_ok(w)) << w;
-  for (int w : {0, 1, 4, 24, 64, -16}) EXPECT_FALSE(mamba_step_width_ok(w)) << w;
+  for (int w : {64, 32, 16, 8}) EXPECT_TRUE(mamba_step_width_ok(w)) << w;
+  for (int w : {0, 1, 4, 24, 128, -16}) EXPECT_FALSE(mamba_step_width_ok(w)) << w;
   EXPECT_EQ(mamba_step_channels(1536, 132, 0), 16);  // mamba-130m on an H200: 96 blocks (192 would be > 1 a SM)
   EXPECT_EQ(mamba_step_channels(1536, 192, 0), 8);   // 192 blocks fit one a SM
-  EXPECT_EQ(mamba_step_channels(1536, 47, 0), 32);   // not even 48 blocks fit: the widest
+  EXPECT_EQ(mamba_step_channels(1536, 47, 0), 64);   // not even 48 blocks of 32 fit one wave: 24 of 64
   EXPECT_EQ(mamba_step_channels(1536, 0, 0), 32);    // SM count unknown (the CPU emulation): today's width
-  EXPECT_EQ(mamba_step_channels(5120, 132, 0), 32);  // mamba-2.8b: 160 blocks of 32
+  EXPECT_EQ(mamba_step_channels(5120, 132, 0), 64);  // mamba-2.8b: 160 blocks of 32 were two waves; 80 of 64
+  EXPECT_EQ(mamba_step_channels(4096, 132, 0), 32);  // mamba-1.4b: 128 blocks of 32 fit one wave
   EXPECT_EQ(mamba_step_channels(72, 132, 0), 8);
-  for (int w : {32, 16, 8}) {  // forced (Tuning::cuda_mamba_channels) whatever the shape and device
+  for (int w : {64, 32, 16, 8}) {  // forced (Tuning::cuda_mamba_channels) whatever the shape and device
     EXPECT_EQ(mamba_step_channels(1536, 132, w), w);
     EXPECT_EQ(mamba_step_channels(72, 0, w), w);
   }
@@ -116,6 +122,15 @@ TEST(MambaFusionChoice, ClusterSize) {
   EXPECT_EQ(mamba_step_cluster(1536, 32, 24, all), 2);        // 24 rows: 2 blocks of 16 warps cover them
   EXPECT_EQ(mamba_step_cluster(1536, 32, 16, all), 1);        // one block's warps cover every row
   EXPECT_EQ(mamba_step_cluster(5120, 32, 192, all), 16);      // mamba-2.8b: 192 rows over 16 x 16 warps
+  EXPECT_EQ(mamba_step_cluster(5120, 64, 192, all), 16);      // the same at width 64 (16 warps a block): 5 clusters
+  EXPECT_EQ(mamba_step_cluster(4096, 64, 80, all), 8);        // 80 rows over 8 x 16 warps
+  // one wave first: 5 clusters of 16 where only 4 are resident -> 10 of 8 (16 resident); 5 resident -> 16
+  int gpc4[17] = {}, gpc5[17] = {};
+  for (int c = 2; c <= 16; ++c) gpc4[c] = gpc5[c] = 128 / c;
+  gpc4[16] = 4, gpc5[16] = 5;
+  EXPECT_EQ(mamba_step_cluster(5120, 64, 192, gpc4), 8);
+  EXPECT_EQ(mamba_step_cluster(5120, 64, 192, gpc5), 16);
+  EXPECT_EQ(mamba_step_cluster(5120, 32, 192, gpc5), 16);     // 160 blocks fit no size in one wave: the largest
   EXPECT_EQ(mamba_step_cluster(72, 32, rows, all), 2);   // 3 blocks: clusters of 2 (the grid rounded up to 4)
   EXPECT_EQ(mamba_step_cluster(160, 32, rows, all), 4);  // 5 blocks
   EXPECT_EQ(mamba_step_cluster(32, 32, rows, all), 1);   // one block
@@ -128,7 +143,8 @@ TEST(MambaFusionChoice, WidthFromTheEnvironment) {
   const char* name = "FLASHKIT_CUDA_MAMBA_CHANNELS";
   const char* before = std::getenv(name);
   const std::string saved = before ? before : "";
-  for (auto [value, want] : {std::pair{"32", 32}, {"16", 16}, {"8", 8}, {"auto", 0}, {"12", 0}, {"wide", 0}}) {
+  for (auto [value, want] :
+       {std::pair{"64", 64}, {"32", 32}, {"16", 16}, {"8", 8}, {"auto", 0}, {"12", 0}, {"wide", 0}}) {
     setenv(name, value, 1);
     testing::internal::CaptureStderr();
     EXPECT_EQ(flashkit::tuning_from_env().cuda_mamba_channels, want) << value;

@@ -16,6 +16,7 @@ using std::min;
 inline uint4 __ldcs(const uint4* p) { return *p; }
 inline void __threadfence() {}
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline float __fadd_rn(float a, float b) { return a + b; }
 inline unsigned atomicAdd(unsigned* p, unsigned v) {
   const unsigned old = __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
   return old;

@@ -6,9 +6,12 @@
 // (tests/engine/test_cuda_mamba_fusion.cpp) are the real ones.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/cuda/kernels.hpp"
@@ -16,7 +19,21 @@
 
 using namespace flashkit;
 
+// The launch settings gemv.cu reads (device.cpp on the GPU): the GEMV plan mode is switched per run here.
+Tuning g_tuning;
+namespace flashkit::engine::cuda {
+const Tuning& launch_tuning() { return g_tuning; }
+}  // namespace flashkit::engine::cuda
+
 int fails = 0;
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+void expect_same(bool same, const std::string& what) {
+  std::printf("%s %-44s %s\n", same ? "ok  " : "FAIL", what.c_str(), same ? "bitwise equal" : "bits differ");
+  if (!same) ++fails;
+}
 
 double rel_err(const std::vector<float>& got, const std::vector<double>& ref) {
   double d = 0, r = 1e-300;
@@ -33,7 +50,8 @@ void expect(double e, const std::string& what) {
 
 // [rms_norm] linear(in_proj) with the conv epilogue: y = W . rms_norm(x) * w, then for x channels c < Di the conv
 // step on conv state row c.
-void check_gemv_conv(int64_t K, int64_t Di, int W, bool bias) {
+// Returns y, xc and the state after the step (every GEMV plan must give the same bits).
+std::vector<std::vector<float>> check_gemv_conv(int64_t K, int64_t Di, int W, bool bias) {
   const int64_t N = 2 * Di;
   std::mt19937_64 g(uint64_t(K * 7 + Di + W));
   std::uniform_real_distribution<float> ud(-1.f, 1.f);
@@ -73,25 +91,42 @@ void check_gemv_conv(int64_t K, int64_t Di, int W, bool bias) {
     xcr[size_t(c)] = s / (1 + std::exp(-s));
   }
   const std::string tag = "gemv+conv K" + std::to_string(K) + " Di" + std::to_string(Di) + " W" + std::to_string(W) +
-                          (bias ? " bias" : "");
+                          (bias ? " bias" : "") + " plan " + std::to_string(g_tuning.cuda_gemv_plan);
   expect(rel_err(y, yr), tag + " y");
   expect(rel_err(xc, xcr), tag + " xc");
   expect(rel_err(state, sref), tag + " state");
+  return {y, xc, state};
 }
 
 int main() {
-  check_gemv_conv(40, 72, 4, true);   // N = 144: two rows per warp on the emulated 3-SM machine
-  check_gemv_conv(24, 20, 3, false);  // N = 40: one row per warp
+  // Each shape under the legacy plan (N = 144: two rows a warp step on the emulated 3-SM machine; N = 40: one),
+  // the balanced one (one row a step, several rows a warp; K 1280: 5 chunks a lane, the U 5 shape) and the
+  // automatic choice: the same bits from every plan.
+  struct G { int64_t K, Di; int W; bool bias; };
+  for (G c : {G{40, 72, 4, true}, G{24, 20, 3, false}, G{1280, 40, 4, true}, G{776, 136, 2, false}}) {
+    std::vector<std::vector<float>> first;
+    for (int mode : {1, 2, 0}) {
+      g_tuning.cuda_gemv_plan = mode;
+      auto got = check_gemv_conv(c.K, c.Di, c.W, c.bias);
+      if (first.empty()) first = got;
+      else
+        expect_same(same_bits(got[0], first[0]) && same_bits(got[1], first[1]) && same_bits(got[2], first[2]),
+                    "gemv+conv K" + std::to_string(c.K) + " plan " + std::to_string(mode) + " vs legacy");
+    }
+  }
+  g_tuning.cuda_gemv_plan = 0;
   struct S { int64_t Di, R, N; int cluster; int ch; };  // cluster 0: the launcher's choice (mamba_step_cluster)
   // Every block width (32, 16, 8 channels) with every cluster size forced and the automatic one; 2056: x_proj rows
   // longer than the 8 chunks per lane preloaded before the PDL wait; 264 with 50 rows: more rows than warps.
   std::vector<S> cases;
-  for (int ch : {32, 16, 8}) {
+  for (int ch : {32, 64, 16, 8}) {
     for (int cl : {0, 1, 2, 4, 8, 16}) cases.push_back(S{72, 8, 16, cl, ch});
     for (S s : {S{48, 16, 5, 0, ch}, S{40, 8, 1, 0, ch}, S{96, 24, 16, 0, ch}, S{264, 24, 13, 0, ch},
-                S{2056, 8, 3, 0, ch}})
+                S{2056, 8, 3, 0, ch}, S{200, 16, 9, 0, ch}})
       cases.push_back(s);
   }
+  // The first run of each shape (width 32) is the bits every other width and cluster size must reproduce.
+  std::map<std::tuple<int64_t, int64_t, int64_t, int>, std::vector<std::vector<float>>> bits;
   for (S s : cases) {
     const int64_t Di = s.Di, R = s.R, N = s.N, P = R + 2 * N;
     std::mt19937_64 g(uint64_t(Di * 100 + N));
@@ -153,6 +188,12 @@ int main() {
         std::printf("%s %-38s %-6s err %.3g\n", e <= 1e-5 ? "ok  " : "FAIL", tag.c_str(), name, e);
         if (!(e <= 1e-5)) ++fails;
       }
+      auto& ref = bits[{Di, R, N, step}];
+      if (ref.empty()) ref = {dbc, dt, y, state};
+      else
+        expect_same(same_bits(dbc, ref[0]) && same_bits(dt, ref[1]) && same_bits(y, ref[2]) &&
+                        same_bits(state, ref[3]),
+                    tag + " vs the first run");
     }
   }
   std::printf("%s\n", fails ? "mamba step emulation: FAILED" : "mamba step emulation: all ok");

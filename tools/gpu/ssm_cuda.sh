@@ -46,6 +46,23 @@
 #   layerncu  (not in the default list) Nsight Compute on 4 layers of one decode token of a larger random model
 #             (MAMBA_NCU_SIZE, default 2.8b; made as in decode): each kernel's duration, DRAM bytes and throughput,
 #             grid, occupancy: $OUT/ncu_layer_$SIZE.txt and one "layer ncu:" line per kernel
+#   mambadec  (not in the default list; issue 18 Required 5, session 13: the balanced GEMV plan and the 64-channel
+#             mixer, docs/worklog/mamba-decode-cuda.md v3) in one call, the parts in this order (MAMBADEC_PARTS
+#             picks some: "build test decode ncu attn"):
+#               build   flashkit_engine_tests, flashkit_ssm_bench, flashkit_engine_bench
+#               test    the Mamba engine tests, the GEMV plan tests (pure and on the GPU: every plan the same bits),
+#                       the mixer at every width incl. 64 (bits equal across widths); memcheck on the small kernel
+#                       tests
+#               decode  `flashkit_ssm_bench decode` at 130m, 1.4b, 2.8b (MAMBADEC_SIZES), each with the change
+#                       off ("base": FLASHKIT_CUDA_GEMV_PLAN=legacy, mixer width 32 at 2.8b, as before) and on
+#                       ("new": both automatic), at 2.8b also each half alone ("gemv", "mixer"):
+#                       $OUT/mambadec_decode.jsonl and "mambadec decode:" lines
+#               ncu     Nsight Compute durations of the 12 kernels of 4 layers of a 2.8b decode token, base and new:
+#                       "mambadec ncu:" lines
+#               attn    flashkit_engine_bench decode of a random Llama-3.2-1B (the GEMV is shared) with the plan
+#                       legacy, auto, balanced: "mambadec attn:" lines
+#             ~4-5 min on a warm machine whose build-gpu/ and mamba-{1.4b,2.8b}-random exist; otherwise split it:
+#             MAMBADEC_PARTS="build test" first, then MAMBADEC_PARTS="decode ncu attn" (the 2.8b model: ~60-90 s)
 #   tools/gpu/ssm_cuda.sh [STAGES...]     default: build test sanitize regs bench decode fused
 # Results: $OUT/ssm_cuda.log, $OUT/ssm_bench.jsonl, $OUT/ssm_cuda_summary.json, $OUT/ssm_decode.jsonl,
 # $OUT/ssm_decode_fused.jsonl, $OUT/failed.txt. Exit status non-zero
@@ -352,6 +369,121 @@ EOF
         --metrics dram__bytes_read.sum,gpu__time_duration.sum --log-file "$OUT/ncu_layer_$size.txt" "$b" decode "$M"
       grep -E "^  [a-z_ ]*[a-zA-Z_:<>, 0-9]*\(|Duration|DRAM Throughput|dram__bytes_read.sum|Grid Size|Achieved Occupancy|Registers Per" \
         "$OUT/ncu_layer_$size.txt" | sed 's/^/layer ncu: /' | tee -a "$LOG" | head -120 ;;
+    mambadec)
+      parts=" ${MAMBADEC_PARTS:-build test decode ncu attn} "
+      if [[ $parts == *" build "* ]]; then
+        if [ ! -f "$BUILD/build.ninja" ]; then
+          run configure cmake -S . -B "$BUILD" -G Ninja -DFLASHKIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
+            -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 || exit 1
+        fi
+        run build_mambadec cmake --build "$BUILD" -j"$(nproc)" --target flashkit_engine_tests flashkit_ssm_bench \
+          flashkit_engine_bench -- -k 0
+      fi
+      t=$(bin flashkit_engine_tests) b=$(bin flashkit_ssm_bench) e=$(bin flashkit_engine_bench)
+      if [[ $parts == *" test "* ]]; then
+        if [ -n "$t" ]; then
+          CF='Shapes/CudaMambaStep.*:Inner/CudaMambaStepKernel.*:CudaMambaStepLauncher.*:CudaMambaFusion.*:CudaGemvPlan.*'
+          run mambadec_tests timeout 150 "$t" --gtest_brief=1 \
+            --gtest_filter="MambaFusionChoice.*:GemvPlan.*:$CF:MambaCuda.*:Mamba.*"
+          run mambadec_memcheck timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$t" --gtest_brief=1 \
+            --gtest_filter='Shapes/CudaMambaStep.*:Inner/CudaMambaStepKernel.*/0:CudaMambaStepLauncher.*'
+          grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt"
+          log "regs: mixer step and the one-row GEMVs (lean ones: ..Li3EE)"
+          cuobjdump -res-usage "$BUILD/lib/libflashkit.so" 2>> "$LOG" \
+            | grep -A1 -E "Function .*(mamba_step_kernelILi64|gemv_kernelILi1ELi[12]ELi[458]ELb0)" | tee -a "$LOG"
+        else log "flashkit_engine_tests: not built"; status=1; fi
+      fi
+      # A config is "name|FLASHKIT_CUDA_GEMV_PLAN|FLASHKIT_CUDA_MAMBA_CHANNELS"
+      md_configs() {
+        case $1 in
+          2.8b) echo "base|legacy|32 gemv|auto|32 mixer|legacy|auto new|auto|auto" ;;
+          *) echo "base|legacy|auto new|auto|auto" ;;
+        esac
+      }
+      if [[ $parts == *" decode "* ]]; then
+        : > "$OUT/mambadec_decode.jsonl"
+        for size in ${MAMBADEC_SIZES:-130m 1.4b 2.8b}; do
+          M="$BUILD/mamba-$size-random"
+          [ -f "$M/config.json" ] || run decode_model_$size timeout 240 python3 tools/gpu/make_mamba_decode_model.py "$M" "$size"
+          [ -n "$b" ] || { log "flashkit_ssm_bench: not built"; status=1; break; }
+          for cfg in $(md_configs "$size"); do
+            IFS='|' read -r name plan ch <<< "$cfg"
+            log "mambadec decode $size $name: FLASHKIT_CUDA_GEMV_PLAN=$plan FLASHKIT_CUDA_MAMBA_CHANNELS=$ch"
+            r=$(FLASHKIT_CUDA_GEMV_PLAN=$plan FLASHKIT_CUDA_MAMBA_CHANNELS=$ch timeout 120 "$b" decode "$M" 2>> "$LOG") \
+              || { log "mambadec decode $size $name: failed"; status=1; continue; }
+            printf '%s\n' "$r" | python3 -c 'import json,sys
+for l in sys.stdin:
+    if l.strip(): r=json.loads(l); r["size"]=sys.argv[1]; r["config"]=sys.argv[2]; print(json.dumps(r))' \
+              "$size" "$name" >> "$OUT/mambadec_decode.jsonl"
+          done
+        done
+        cat "$OUT/mambadec_decode.jsonl" >> "$LOG"
+        python3 - "$OUT/mambadec_decode.jsonl" <<'EOF2' | tee -a "$LOG"
+import json, sys
+rows = {}
+for r in map(json.loads, filter(str.strip, open(sys.argv[1]))):
+    rows[(r["size"], r["config"])] = r
+us = lambda r: 1e3 * r["ms_per_token"] / r["layers"]
+for (size, cfg), r in rows.items():
+    print("mambadec decode: %-5s %-5s %.4f ms/token, roofline %.4f ms -> %.2fx (goal <= 1.5x: %s), %.1f us per layer"
+          % (size, cfg, r["ms_per_token"], r["weight_roofline_ms"], r["of_roofline"],
+             "met" if r["of_roofline"] <= 1.5 else "not met", us(r)))
+for size in dict.fromkeys(s for s, _ in rows):
+    base = rows.get((size, "base"))
+    for cfg in ("gemv", "mixer", "new"):
+        r = rows.get((size, cfg))
+        if base and r:
+            print("mambadec decode: %-5s %-5s vs base: %.3fx (%.1f -> %.1f us per layer)"
+                  % (size, cfg, base["ms_per_token"] / r["ms_per_token"], us(base), us(r)))
+EOF2
+      fi
+      if [[ $parts == *" ncu "* ]] && [ -n "$b" ]; then
+        M="$BUILD/mamba-2.8b-random"
+        [ -f "$M/config.json" ] || run decode_model_2.8b timeout 240 python3 tools/gpu/make_mamba_decode_model.py "$M" 2.8b
+        for cfg in "base|legacy|32" "new|auto|auto"; do
+          IFS='|' read -r name plan ch <<< "$cfg"
+          # 4 layers (12 kernels) of a decode token after 64 tokens' worth of launches, durations and DRAM bytes only
+          FLASHKIT_CUDA_GEMV_PLAN=$plan FLASHKIT_CUDA_MAMBA_CHANNELS=$ch run "mambadec_ncu_$name" timeout 150 \
+            ncu --clock-control none -k 'regex:gemv_kernel|mamba_step_kernel' -s 12288 -c 12 \
+            --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size,launch__registers_per_thread,launch__block_size \
+            --csv --log-file "$OUT/mambadec_ncu_$name.csv" "$b" decode "$M"
+        done
+        python3 - "$OUT" <<'EOF2' | tee -a "$LOG"
+import csv, collections, os, re, sys
+scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "byte": 1e-6, "Kbyte": 1e-3, "Mbyte": 1.0, "Gbyte": 1e3}
+for name in ("base", "new"):
+    p = os.path.join(sys.argv[1], "mambadec_ncu_%s.csv" % name)
+    if not os.path.exists(p):
+        print("mambadec ncu: %s: no csv" % name); continue
+    per = collections.OrderedDict()
+    for r in csv.DictReader(l for l in open(p) if l.startswith('"')):
+        k = (r["ID"], re.sub(r"\(anonymous namespace\)::|unnamed>::|^void ", "", r["Kernel Name"]).split("(")[0])
+        v = float(r["Metric Value"].replace(",", "")) * scale.get(r.get("Metric Unit", ""), 1.0)
+        per.setdefault(k, {})[r["Metric Name"]] = v
+    total = 0.0
+    for (i, kern), m in per.items():
+        d, mb = m.get("gpu__time_duration.sum", 0), m.get("dram__bytes_read.sum", 0)
+        total += d
+        print("mambadec ncu: %-4s %-42s grid %5d x %3d regs %3d  %6.2f us  %6.2f MB  %5.2f TB/s" % (
+            name, kern[:42], m.get("launch__grid_size", 0), m.get("launch__block_size", 0),
+            m.get("launch__registers_per_thread", 0), d, mb, mb / max(d, 1e-9)))
+    if per:
+        print("mambadec ncu: %-4s %d kernels, %.1f us serialized = %.1f us per layer" % (
+            name, len(per), total, total / max(1, len(per) // 3)))
+EOF2
+        tar -czf "$OUT/mambadec_ncu.tgz" -C "$OUT" $(cd "$OUT" && ls mambadec_ncu_*.csv 2>/dev/null) 2>> "$LOG" && \
+          rm -f "$OUT"/mambadec_ncu_*.csv
+      fi
+      if [[ $parts == *" attn "* ]]; then
+        if [ -n "$e" ]; then
+          for plan in legacy auto balanced; do
+            FLASHKIT_CUDA_GEMV_PLAN=$plan FLASHKIT_BENCH_RANDOM=1 FLASHKIT_BENCH_REPS=2 FLASHKIT_BENCH_NEW=128 \
+              FLASHKIT_BENCH_PREFILL=512 FLASHKIT_BENCH_MODELS=models/configs/llama-3.2-1b.json \
+              timeout 120 "$e" 2>> "$LOG" | grep "graphs_on" | sed "s/^/mambadec attn: plan $plan: /" | tee -a "$LOG"
+          done
+        else log "flashkit_engine_bench: not built"; status=1; fi
+      fi
+      ;;
     *) log "unknown stage $st"; status=1 ;;
   esac
 done

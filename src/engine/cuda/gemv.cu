@@ -15,6 +15,7 @@
 // memory as f32, built by the prologue (residual add / sandwich norm / input norm), which every block recomputes:
 // O(T K) reads from L2, cheaper than a separate launch at decode sizes. The grid is one wave (occupancy-sized).
 #include "engine/cuda/common.cuh"
+#include "engine/gemv_plan.hpp"
 
 #include <algorithm>
 #include <utility>
@@ -66,7 +67,10 @@ constexpr int kBatch = 4;
 
 // Builds a[t, :] (f32, in smem) for t < T (shared memory holds T rows). rs_d[t] keeps the post-norm factor of d.
 // With keep_h, h[t, :] (pre-norm) also stays in smem at hs for the side output.
-template <int TT>
+// kB: groups of 4 a thread loads per pass (kBatch; fewer in the lean instantiations, whose 80 registers the
+// batch would spill). A thread's groups are summed in the same order whatever kB (k = 4 tid + j 4 kThreads,
+// j = 0, 1, ...), so kB never changes the result.
+template <int TT, int kB = kBatch>
 __device__ void prologue(const GemvParams& p, float* xs, float* hs, float* red, float* rs_d) {
   const GemvIn& in = p.in;
   const int64_t K = p.K;
@@ -80,13 +84,13 @@ __device__ void prologue(const GemvParams& p, float* xs, float* hs, float* red, 
     float rd = 1.0f;
     if (drow && in.post_w) {  // rms of d first (Gemma's sandwich norm)
       float ss = 0;
-      for (int64_t k0 = int64_t(threadIdx.x) * 4; k0 < K; k0 += kStep * kBatch) {
-        float4 dv[kBatch];
+      for (int64_t k0 = int64_t(threadIdx.x) * 4; k0 < K; k0 += kStep * kB) {
+        float4 dv[kB];
 #pragma unroll
-        for (int b = 0; b < kBatch; ++b)
+        for (int b = 0; b < kB; ++b)
           dv[b] = k0 + b * kStep < K ? load4(drow, false, p.vec, k0 + b * kStep) : make_float4(0, 0, 0, 0);
 #pragma unroll
-        for (int b = 0; b < kBatch; ++b) ss += dot4(dv[b], dv[b]);
+        for (int b = 0; b < kB; ++b) ss += dot4(dv[b], dv[b]);
       }
       ss = block_sum(ss, red);
       rd = rsqrtf(ss / float(K) + in.eps);
@@ -94,12 +98,12 @@ __device__ void prologue(const GemvParams& p, float* xs, float* hs, float* red, 
     if (threadIdx.x == 0) rs_d[t] = rd;
     float ss = 0;
     // When the row fits one pass (K <= 4096), the norm weights load with it and stay in registers.
-    const bool one_pass = K <= kStep * kBatch;
-    float4 nw[kBatch];
-    for (int64_t k0 = int64_t(threadIdx.x) * 4; k0 < K; k0 += kStep * kBatch) {
-      float4 xv[kBatch], dv[kBatch], pw[kBatch];
+    const bool one_pass = K <= kStep * kB;
+    float4 nw[kB];
+    for (int64_t k0 = int64_t(threadIdx.x) * 4; k0 < K; k0 += kStep * kB) {
+      float4 xv[kB], dv[kB], pw[kB];
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
+      for (int b = 0; b < kB; ++b) {
         const int64_t k = k0 + b * kStep;
         const bool ok = k < K;
         xv[b] = ok ? load4(xrow, in.x_bf16, p.vec, k) : make_float4(0, 0, 0, 0);
@@ -108,7 +112,7 @@ __device__ void prologue(const GemvParams& p, float* xs, float* hs, float* red, 
         nw[b] = ok && one_pass && in.norm_w ? load4(in.norm_w, false, p.vec, k) : make_float4(1, 1, 1, 1);
       }
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
+      for (int b = 0; b < kB; ++b) {
         const int64_t k = k0 + b * kStep;
         if (k >= K) break;
         const float f = drow && in.post_w ? rd : 1.0f;
@@ -125,7 +129,7 @@ __device__ void prologue(const GemvParams& p, float* xs, float* hs, float* red, 
       const float r = rsqrtf(ss / float(K) + in.eps);
       if (one_pass) {
 #pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
+        for (int b = 0; b < kB; ++b) {
           const int64_t k = int64_t(threadIdx.x) * 4 + b * kStep;
           if (k >= K) break;
           float4 v = *reinterpret_cast<float4*>(row + k);
@@ -301,6 +305,8 @@ __device__ __forceinline__ void finish_rows(const GemvParams& p, int64_t r0, int
 #pragma unroll
     for (int t = 0; t < TT; ++t) acc[i][t] = warp_sum(acc[i][t]);
   // lane (r * TT + t) % 32 writes output (t, r0 + r)
+  float conv_v = 0.f;   // the conv epilogue's input and channel of this lane (one row each: lanes 0..R-1 run
+  int64_t conv_n = -1;  // their conv steps together, not one after another: each is a dependent memory round trip)
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -324,21 +330,47 @@ __device__ __forceinline__ void finish_rows(const GemvParams& p, int64_t r0, int
       if (o.y_bf16) static_cast<uint16_t*>(o.y)[t * o.ldy + n] = f2bf(v);
       else static_cast<float*>(o.y)[t * o.ldy + n] = v;
       if constexpr (TT == 1 && !GATED)  // (one row, f32 y: gemv_bf16 checks)
-        if (o.conv_out && n < o.conv_channels)
-          conv_step(o.conv_w, o.conv_b, o.conv_state, o.conv_out, o.conv_width, n, v);
+        if (o.conv_out && n < o.conv_channels) conv_v = v, conv_n = n;
     }
   }
+  if constexpr (TT == 1 && !GATED)
+    if (conv_n >= 0) conv_step(p.out.conv_w, p.out.conv_b, p.out.conv_state, p.out.conv_out, p.out.conv_width, conv_n,
+                               conv_v);
 #pragma unroll
   for (int i = 0; i < RR; ++i)
 #pragma unroll
     for (int t = 0; t < TT; ++t) acc[i][t] = 0.0f;
 }
 
+// The conv epilogue's operands of the rows r0 .. r0 + R - 1 (state row, taps, bias; lane i: row r0 + i) into L1
+// when a warp starts the row group, so the epilogue's loads hit L1 rather than paying an HBM round trip in the middle
+// of the weight stream. (After the PDL wait: the state was written by this kernel's previous launch.)
+template <int TT, int R, bool GATED>
+__device__ __forceinline__ void prefetch_conv(const GemvOut& o, int64_t r0, int lane) {
+  if constexpr (TT == 1 && !GATED) {
+#if defined(__CUDA_ARCH__)
+    const int64_t n = r0 + lane;
+    if (!o.conv_out || lane >= R || n >= o.conv_channels) return;
+    const float* st = o.conv_state + n * o.conv_width;
+    const float* w = o.conv_w + n * o.conv_width;
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(st));
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(st + o.conv_width - 1));  // (a row may cross a 128-byte line)
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(w));
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(w + o.conv_width - 1));
+    if (o.conv_b) asm volatile("prefetch.global.L1 [%0];" ::"l"(o.conv_b + n));
+#else
+    (void)o, (void)r0, (void)lane;
+#endif
+  }
+}
+
 // Main loop: a warp walks its steps (row group, chunk range) in order with two register buffers, the loads of step
 // s + 1 in flight while step s is multiplied (v3; v2 loaded a step, waited, multiplied, so every step paid a full
 // memory round trip and the memory pipe drained between steps).
-template <int TT, int R, int U, bool GATED>
-__global__ void __launch_bounds__(kThreads, 2) gemv_kernel(GemvParams p) {
+// MINB: blocks per SM the registers must allow (2: up to 128 registers; 3: the lean one-row shapes of the
+// balanced plan, up to 80).
+template <int TT, int R, int U, bool GATED, int MINB = 2>
+__global__ void __launch_bounds__(kThreads, MINB) gemv_kernel(GemvParams p) {
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);
   float* hs = xs + int64_t(p.T) * p.K;
@@ -370,7 +402,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(GemvParams p) {
   uint4 wa[RR][U], wb[RR][U];
   if (r0 < row_end) load_step<RR, R, U, GATED>(W4, N, KC, r0, row_end, 0, lane, p.ldcs, wa);
   pdl_wait();
-  prologue<TT>(p, xs, hs, red, rs_d);
+  if (r0 < row_end) prefetch_conv<TT, R, GATED>(p.out, r0, lane);
+  prologue<TT, MINB >= 3 ? 2 : kBatch>(p, xs, hs, red, rs_d);
 
   float acc[RR][TT];
 #pragma unroll
@@ -381,12 +414,14 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(GemvParams p) {
     int64_t r1 = r0, c1 = c0;
     advance(r1, c1);
     if (r1 < row_end) load_step<RR, R, U, GATED>(W4, N, KC, r1, row_end, c1, lane, p.ldcs, wb);
+    if (c1 == 0 && r1 < row_end) prefetch_conv<TT, R, GATED>(p.out, r1, lane);
     fma_step<RR, TT, U>(wa, xs, K, KC, c0, lane, p.T, acc);
     if (c1 == 0) finish_rows<RR, R, TT, GATED>(p, r0, row_end, lane, acc);
     if (r1 >= row_end) break;
     int64_t r2 = r1, c2 = c1;
     advance(r2, c2);
     if (r2 < row_end) load_step<RR, R, U, GATED>(W4, N, KC, r2, row_end, c2, lane, p.ldcs, wa);
+    if (c2 == 0 && r2 < row_end) prefetch_conv<TT, R, GATED>(p.out, r2, lane);
     fma_step<RR, TT, U>(wb, xs, K, KC, c1, lane, p.T, acc);
     if (c2 == 0) finish_rows<RR, R, TT, GATED>(p, r1, row_end, lane, acc);
     r0 = r2, c0 = c2;
@@ -411,28 +446,60 @@ int64_t max_smem() {
   return bytes;
 }
 
+size_t gemv_smem(const GemvParams& p) { return size_t(p.T) * size_t(p.K) * sizeof(float) * (p.keep_h ? 2 : 1); }
+
+// Blocks of this instantiation one SM holds with p's shared memory (after opting in to more dynamic shared memory:
+// static + dynamic may pass 48 KB even when dynamic alone does not; once per instantiation and device).
+template <int TT, int R, int U, bool GATED, int MINB = 2>
+int resident_blocks(const GemvParams& p) {
+  auto kern = gemv_kernel<TT, R, U, GATED, MINB>;
+  static thread_local int done_for = -1;
+  int dev = 0;
+  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+  if (done_for != dev) {
+    check_cuda(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(max_smem())),
+               "cudaFuncSetAttribute(gemv smem)");
+    done_for = dev;
+  }
+  int occ = 0;
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, kThreads, gemv_smem(p)), "gemv occupancy");
+  return occ;
+}
+
+// Tuning::cuda_gemv_plan (FLASHKIT_CUDA_GEMV_PLAN): auto, legacy or balanced (A/B runs).
+int gemv_plan_mode() { return launch_tuning().cuda_gemv_plan; }
+
+// A one-row ungated launch as planned (engine/gemv_plan.hpp).
+template <int R, int U, int MINB>
+void run_planned(const GemvParams& p0, const GemvPlan& plan, cudaStream_t stream) {
+  GemvParams p = p0;
+  p.rows_per_block = plan.rows_per_block;
+  launch("gemv_bf16", gemv_kernel<1, R, U, false, MINB>, dim3(unsigned(plan.blocks)), dim3(kThreads), gemv_smem(p),
+         stream, p);
+}
+
+void run_one_row(const GemvParams& p, cudaStream_t stream) {
+  const int resident[4] = {resident_blocks<1, 2, 4, false>(p), resident_blocks<1, 1, 8, false>(p),
+                           resident_blocks<1, 1, 4, false, 3>(p), resident_blocks<1, 1, 5, false, 3>(p)};
+  const GemvPlan plan = gemv_plan(p.N, p.K, sm_count(), resident, GemvPlanMode(gemv_plan_mode()));
+  switch (plan.step) {
+    case GemvStep::r2u4: return run_planned<2, 4, 2>(p, plan, stream);
+    case GemvStep::r1u8: return run_planned<1, 8, 2>(p, plan, stream);
+    case GemvStep::r1u4_lean: return run_planned<1, 4, 3>(p, plan, stream);
+    case GemvStep::r1u5_lean: return run_planned<1, 5, 3>(p, plan, stream);
+  }
+}
+
 template <int TT, int R, int U, bool GATED>
 void run(const GemvParams& p0, cudaStream_t stream) {
   GemvParams p = p0;
   const int sms = sm_count();
   const int64_t groups = (p.N + R - 1) / R;  // row groups of one warp
-  const size_t smem = size_t(p.T) * size_t(p.K) * sizeof(float) * (p.keep_h ? 2 : 1);
+  const size_t smem = gemv_smem(p);
   auto kern = gemv_kernel<TT, R, U, GATED>;
-  {  // opt in to more dynamic shared memory (static + dynamic may pass 48 KB even when dynamic alone does not),
-     // once per instantiation and device
-    static thread_local int done_for = -1;
-    int dev = 0;
-    check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
-    if (done_for != dev) {
-      check_cuda(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(max_smem())),
-                 "cudaFuncSetAttribute(gemv smem)");
-      done_for = dev;
-    }
-  }
   // One wave: as many blocks as can be resident (registers / shared memory), at most 4 per SM (half the threads,
   // so the next kernel's blocks can become resident under PDL).
-  int occ = 0;
-  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, kThreads, smem), "gemv occupancy");
+  const int occ = resident_blocks<TT, R, U, GATED>(p);
   const int64_t max_blocks = int64_t(sms) * std::clamp(occ, 1, 4);
   int64_t blocks = std::min<int64_t>((groups + kWarps - 1) / kWarps, max_blocks);
   blocks = std::max<int64_t>(blocks, 1);
@@ -518,8 +585,7 @@ void gemv_bf16(const GemvIn& in, const uint16_t* W, int64_t N, int64_t K, int T,
         if (r2) run<1, 2, 2, true>(p, stream);
         else run<1, 1, 4, true>(p, stream);
       } else {
-        if (r2) run<1, 2, 4, false>(p, stream);
-        else run<1, 1, 8, false>(p, stream);
+        run_one_row(p, stream);  // (engine/gemv_plan.hpp: the legacy plan is the r2 rule above)
       }
     } else if (Tc <= 8) {
       if (gated) run<8, 1, 2, true>(p, stream);
