@@ -73,8 +73,8 @@ FwdChoice choose_fwd(const kernels::AttentionShape& sh, const kernels::Attention
     // too: configuration 1 won one run and lost the full grid (s6-5, s6-6, v10).
     const bool ws_default = D == 128 || (D == 64 && sq >= (causal ? 4096 : 2048));
     if (allow_ws && (cfg == 3 || (cfg == 0 && ws_default))) {
-      const auto w = D == 128 && cuda::sm90_ws_wide_d128(sh.max_seqlen_k, t.sm90_ws_bn) ? cuda::kSm90WsTileWide128
-                                                                                       : cuda::sm90_ws_tile(D);
+      const auto w = cuda::sm90_ws_wide(D, sh.max_seqlen_k, t.sm90_ws_bn) ? cuda::sm90_ws_wide_tile(D)
+                                                                          : cuda::sm90_ws_tile(D);
       c.kernel = CudaKernel::fwd_sm90_ws;
       c.tile_m = w.bm, c.tile_n = w.bn, c.stages = w.stages;
       c.pingpong = t.sm90_ws_pingpong;
@@ -125,7 +125,8 @@ std::string kernel_name(const FwdChoice& c, DType dt) {
   switch (c.kernel) {
     case CudaKernel::fwd_sm90: return "cuda.flash.fwd.sm90wgmma" + tail + ".cfg" + std::to_string(c.config);
     case CudaKernel::fwd_sm90_ws:
-      return "cuda.flash.fwd.sm90ws" + tail + (c.dpad == 128 && c.tile_n == cuda::kSm90WsTileWide128.bn ? ".bn176" : "") +
+      return "cuda.flash.fwd.sm90ws" + tail +
+             (c.tile_n == cuda::sm90_ws_wide_tile(c.dpad).bn ? ".bn" + std::to_string(c.tile_n) : "") +
              (c.pingpong ? "" : ".nopingpong");
     case CudaKernel::decode: {
       const std::string plan = cuda::decode_plan_name(c.decode);  // "mma.splits16.combine", "one_warp", ...

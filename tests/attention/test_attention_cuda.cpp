@@ -364,6 +364,8 @@ std::vector<Path> paths() {
   t.sm90_fwd_config = 3;
   t.sm90_ws_bn = 176;
   v.push_back({"sm90cfg3_bn176", t});
+  t.sm90_ws_bn = 192;
+  v.push_back({"sm90cfg3_bn192", t});
   t = Tuning{};
   t.sm90_bwd_config = 1;
   v.push_back({"sm90bwdcfg1", t});

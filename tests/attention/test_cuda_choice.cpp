@@ -143,6 +143,13 @@ TEST(CudaChoice, ForwardFallbacksAndTuning) {
   EXPECT_EQ(c.tile_n, 176);
   EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128.bn176");
   EXPECT_EQ(fwd("d64, BN 176 asked", shape(1, 16, 16, 64, 4096, 4096), h200(), t).tile_n, 128);
+  t.sm90_ws_bn = 192;
+  c = fwd("d64, BN 192", shape(1, 16, 16, 64, 4096, 4096), h200(), t);
+  EXPECT_EQ(c.tile_n, 192);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d64.bn192");
+  EXPECT_EQ(fwd("d128, BN 192 asked", shape(1, 16, 16, 128, 4096, 4096), h200(), t).tile_n, 128);
+  EXPECT_EQ(fwd("d64 16384, automatic", shape(1, 16, 16, 64, 16384, 16384), h200()).tile_n, 128);
+  t.sm90_ws_bn = 176;
   // Automatic: from 8k keys (run s13-2); BN 128 asked keeps it narrow there.
   EXPECT_EQ(fwd("d128 8192", shape(1, 16, 16, 128, 8192, 8192), h200()).tile_n, 176);
   EXPECT_EQ(fwd("d128 4096 queries, 8192 keys", shape(1, 16, 16, 128, 4096, 8192), h200()).tile_n, 176);

@@ -807,7 +807,7 @@ TEST(Errors, MaxWorkspaceLimitsStandard) {
 
 // FLASHKIT_SM90_WS_BN: 128 or 176 force the d128 ws key tile; anything else keeps automatic with a warning.
 TEST(Errors, Sm90WsBnFromEnv) {
-  for (const auto& [value, want] : {std::pair<const char*, int>{"176", 176}, {"128", 128}, {"auto", 0}}) {
+  for (const auto& [value, want] : {std::pair<const char*, int>{"176", 176}, {"192", 192}, {"128", 128}, {"auto", 0}}) {
     ScopedEnv env("FLASHKIT_SM90_WS_BN", value);
     EXPECT_EQ(tuning_from_env().sm90_ws_bn, want) << value;
   }

@@ -7,7 +7,7 @@ accumulator register spelled out, so the operand lists are generated rather than
 """
 import os
 
-NS = (16, 32, 64, 80, 128, 176, 256)
+NS = (16, 32, 64, 80, 128, 176, 192, 256)
 TYPES = (("__nv_bfloat16", "bf16"), ("__half", "f16"))
 
 

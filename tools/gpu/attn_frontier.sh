@@ -15,6 +15,7 @@
 #   bn176      d128's wide key tile (FLASHKIT_SM90_WS_BN=176, v18): the grid's d128 cases on it, memcheck and
 #              racecheck on two small cases, then the d128 forward (causal and not, 512..16k) with BN 128 and with
 #              BN 176 against SDPA cuDNN (graph timing, one process each): $OUT/bn176.txt, "bn176:" lines
+#   bn192      the same for d64's wide tile (BN 192, v18b): $OUT/bn192.txt, "bn192:" lines
 #   decodencu  Nsight Compute on batch-1 decode calls at 32k keys (tools/gpu/decode_ncu.py; DECODE_NCU_KV to change):
 #              every kernel of each call (decode, split merge) with its duration, DRAM bytes and throughput, grid,
 #              occupancy: $OUT/decode-ncu.txt and one "decode ncu:" line per kernel
@@ -73,6 +74,18 @@ for st in "${STAGES[@]}"; do
           --only flashkit,sdpa_cudnn --dims 128 --fwd-only --timing graph --reps 10
       done
       grep -E "^== bench_bn|^d128" "$LOG" | sed 's/^/bn176: /' | tee "$OUT/bn176.txt" ;;
+    bn192)
+      A=$(bin flashkit_cuda_tests)
+      run test_bn192 timeout 600 "$A" --gtest_filter='Paths/*sm90cfg3_bn192*D64*' --gtest_brief=1
+      F='Paths/*sm90cfg3_bn192_flash_B1_Sq300_Sk300_H8x1_D64_causal_bf16:Paths/*sm90cfg3_bn192_flash_B1_Sq200_Sk100_H4x4_D64_bf16'
+      run memcheck_bn192 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$F" --gtest_brief=1
+      run racecheck_bn192 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_filter="$F" --gtest_brief=1
+      grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt"
+      for bn in 128 192; do  # d64 takes the ws kernel from 2k tokens (causal 4k): the shorter points time cfg 1/2
+        FLASHKIT_SM90_WS_BN=$bn run "bench_d64_bn$bn" timeout 300 python3 bench/cuda/bench_attention.py \
+          --only flashkit,sdpa_cudnn --dims 64 --fwd-only --timing graph --reps 10
+      done
+      grep -E "^== bench_d64_bn|^d64" "$LOG" | sed 's/^/bn192: /' | tee "$OUT/bn192.txt" ;;
     decodencu)
       run decodencu timeout 300 ncu --clock-control none -k 'regex:decode|combine|merge' \
         --section SpeedOfLight --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \

@@ -57,7 +57,7 @@ template <typename T, int D>
 bool launch_flash_fwd_sm90(const FwdParams& p, int config, cudaStream_t stream);
 // The warp-specialized Hopper forward (flash_fwd_sm90_ws.cuh: TMA producer warp, ping-pong consumer warpgroups);
 // same contract. Also false when TMA cannot describe K/V (unaligned base or strides) or K is empty. bn: the key
-// tile, sm90_ws_tile(D)'s or (d128) kSm90WsTileWide128's.
+// tile, sm90_ws_tile(D)'s or sm90_ws_wide_tile(D)'s.
 template <typename T, int D>
 bool launch_flash_fwd_sm90_ws(const FwdParams& p, int bn, bool pingpong, cudaStream_t stream);
 template <typename T, int D>

@@ -317,8 +317,8 @@ bool launch_fwd_sm90_ws_cfg(const FwdParams& p, cudaStream_t stream) {
 template <typename T, int D>
 bool launch_flash_fwd_sm90_ws(const FwdParams& p, int bn, bool pingpong, cudaStream_t stream) {
   if (p.num_splits != 1) return false;
-  if constexpr (D == 128) {
-    constexpr Sm90WsTile w = kSm90WsTileWide128;
+  if constexpr (D == 64 || D == 128) {
+    constexpr Sm90WsTile w = sm90_ws_wide_tile(D);
     if (bn == w.bn)
       return pingpong ? launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, true>(p, stream)
                       : launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, false>(p, stream);
