@@ -61,9 +61,9 @@ GemvPlan gemv_plan_balanced(int64_t n, int64_t k, int sms, const int (&resident)
 GemvPlan gemv_plan(int64_t n, int64_t k, int sms, const int (&resident)[4], GemvPlanMode mode) {
   const GemvPlan legacy = gemv_plan_legacy(n, k, sms, resident);
   if (mode == GemvPlanMode::legacy) return legacy;
-  const GemvPlan balanced = gemv_plan_balanced(n, k, sms, resident);
-  if (mode == GemvPlanMode::balanced) return balanced;
-  return balanced.warp_steps < legacy.warp_steps ? balanced : legacy;
+  // automatic = legacy: the balanced plan's fewer warp steps did not make it faster where it applies (run s13-5,
+  // mamba-2.8b: 0.984x end to end; ncu in_proj 21.0-22.2 -> 23.9-25.5 us, out_proj 13.7-14.6 -> 13.0 us).
+  return mode == GemvPlanMode::balanced ? gemv_plan_balanced(n, k, sms, resident) : legacy;
 }
 
 }  // namespace flashkit::engine

@@ -42,7 +42,7 @@ GemvPlan gemv_plan_legacy(int64_t n, int64_t k, int sms, const int (&resident)[4
 // Every warp the same number of whole rows (the last block may have fewer), one wave, the U of the lean shapes that
 // needs the fewest steps per row (ties: U 5 only where it divides the chunks exactly).
 GemvPlan gemv_plan_balanced(int64_t n, int64_t k, int sms, const int (&resident)[4]);
-// automatic: the balanced plan where its busiest warp takes fewer steps than the legacy plan's, else legacy.
+// automatic: legacy (the balanced plan measured no faster where it shortens the busiest warp, run s13-5).
 GemvPlan gemv_plan(int64_t n, int64_t k, int sms, const int (&resident)[4], GemvPlanMode mode);
 
 }  // namespace flashkit::engine

@@ -42,7 +42,7 @@ enum class ScanKernel : int {
 
 // Production's kernel for d_state <= 16 (generation 0). Promoting another generation is this one line (and the
 // production test in tests/ssm/test_ssm_choice.cpp); every kernel keeps its own generation number below.
-constexpr ScanKernel kProductionScan = ScanKernel::v4_npt4_lean;  // 1.13x v4_npt4 at 1k-8k (run s12-9)
+constexpr ScanKernel kProductionScan = ScanKernel::v4_npt4_lean_pipe;  // 1.11-1.12x generation 11 at 1k-8k (run s13-4)
 
 // d_state <= 64 is validated before (kCudaMaxState); `step`: the one-token decode kernel.
 constexpr int kScanGenerations = 14;  // 0..13

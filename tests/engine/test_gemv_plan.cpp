@@ -74,16 +74,16 @@ TEST(GemvPlan, BalancedGivesEveryWarpTheSameRows) {
     expect_valid(gemv_plan_balanced(n, k, kSms, kResident), n);
 }
 
-TEST(GemvPlan, AutomaticChangesOnlyTheShapesItShortens) {
+TEST(GemvPlan, AutomaticIsLegacy) {
   auto pick = [](int64_t n, int64_t k) { return gemv_plan(n, k, kSms, kResident, GemvPlanMode::automatic); };
-  // mamba-2.8b: in_proj 9 -> 8 steps for the busiest warp, out_proj 6 -> 4
-  EXPECT_TRUE(pick(10240, 2560).balanced);
-  EXPECT_TRUE(pick(2560, 5120).balanced);
-  // mamba-130m in_proj (3072 x 768): 12 rows a block over 8 warps -> one row a warp
-  EXPECT_TRUE(pick(3072, 768).balanced);
-  // unchanged: mamba-1.4b (in_proj 8192 x 2048, out_proj 2048 x 4096), mamba-130m out_proj and lm_head,
+  // The balanced plan shortens the busiest warp at mamba-2.8b (in_proj 9 -> 8 steps, out_proj 6 -> 4) and
+  // mamba-130m's in_proj, but measured no faster there (run s13-5): automatic stays legacy everywhere.
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{10240, 2560}, {2560, 5120}, {3072, 768}})
+    EXPECT_LT(gemv_plan_balanced(n, k, kSms, kResident).warp_steps, gemv_plan_legacy(n, k, kSms, kResident).warp_steps);
+  // mamba-2.8b and -130m as above, mamba-1.4b (in_proj 8192 x 2048, out_proj 2048 x 4096), mamba-130m out_proj and lm_head,
   // Llama-3.2-1B qkv (a tie), o, down, lm_head; gemma-3-270m lm_head
-  for (auto [n, k] : {std::pair<int64_t, int64_t>{8192, 2048}, {2048, 4096}, {768, 1536}, {50280, 768}, {3072, 2048},
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{10240, 2560}, {2560, 5120}, {3072, 768}, {8192, 2048}, {2048, 4096},
+                      {768, 1536}, {50280, 768}, {3072, 2048},
                       {2048, 2048}, {2048, 8192}, {128256, 2048}, {262144, 640}}) {
     const GemvPlan a = pick(n, k), l = gemv_plan_legacy(n, k, kSms, kResident);
     EXPECT_FALSE(a.balanced) << n << " x " << k;

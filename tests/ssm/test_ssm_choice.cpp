@@ -14,8 +14,8 @@ using flashkit::kernels::choose_scan_kernel;
 using flashkit::kernels::scan_kernel_name;
 using flashkit::kernels::ScanKernel;
 
-TEST(ScanChoice, ProductionPicksV4LeanUpToSixteenStates) {
-  for (int64_t n : {1, 5, 8, 16}) EXPECT_EQ(choose_scan_kernel(n, false), ScanKernel::v4_npt4_lean) << n;
+TEST(ScanChoice, ProductionPicksV4LeanPipelinedUpToSixteenStates) {
+  for (int64_t n : {1, 5, 8, 16}) EXPECT_EQ(choose_scan_kernel(n, false), ScanKernel::v4_npt4_lean_pipe) << n;
   for (int64_t n : {17, 40, 64}) EXPECT_EQ(choose_scan_kernel(n, false), ScanKernel::v1_n64) << n;
 }
 
@@ -82,13 +82,12 @@ TEST(ScanChoice, GenerationTwelveIsLeanWithTwoChannelsPerThread) {
   EXPECT_NE(choose_scan_kernel(16, false, 0), ScanKernel::v4_npt4_lean_cpt2);  // the lead promotes it after the A/B
 }
 
-// Generation 13: generation 11 with its chunk phases software-pipelined (not production until measured).
+// Generation 13: generation 11 with its chunk phases software-pipelined (production since run s13-4: 1.11-1.12x).
 TEST(ScanChoice, GenerationThirteenIsLeanPipelined) {
   for (int64_t n : {1, 7, 16}) EXPECT_EQ(choose_scan_kernel(n, false, 13), ScanKernel::v4_npt4_lean_pipe) << n;
   EXPECT_EQ(choose_scan_kernel(17, false, 13), ScanKernel::v1_n64);
   EXPECT_EQ(choose_scan_kernel(16, true, 13), ScanKernel::step_n16);
   EXPECT_STREQ(scan_kernel_name(ScanKernel::v4_npt4_lean_pipe), "cuda.scan.v4.n16.split4.tc16.s5.lean.pipe");
-  EXPECT_NE(choose_scan_kernel(16, false, 0), ScanKernel::v4_npt4_lean_pipe);  // the lead promotes it after the A/B
 }
 
 // v5's chunk plan (generation 9): on an H200 (132 SMs, 528 resident v4 blocks) at the benchmark's batch 8, d_inner
