@@ -3,6 +3,7 @@
 #include "ops/attention_choice.hpp"
 
 #include "kernels/cuda/tiles.hpp"
+#include "kernels/cuda/ws_schedule.hpp"
 
 namespace flashkit {
 
@@ -31,6 +32,17 @@ bool fwd_needs_decode_residency(const kernels::AttentionShape& sh, const DeviceI
   cuda::DecodeShape d;
   d.head_dim = sh.head_dim;
   return is_decode(sh) && cuda::decode_plan_needs_residency(d, dev, t);
+}
+
+int ws_persist_ctas(const kernels::AttentionShape& sh, const DeviceInfo& dev, const Tuning& t, int dpad,
+                    bool pingpong) {
+  if ((dpad != 64 && dpad != 128) || !pingpong || t.sm90_ws_persist == 0) return 0;
+  const int bm = cuda::sm90_ws_tile(dpad).bm;
+  const int64_t tiles = (sh.max_seqlen_q + bm - 1) / bm * sh.heads * sh.batch;
+  if (tiles <= 0 || tiles >= cuda::kWsMaxTiles) return 0;
+  if (t.sm90_ws_persist > 0) return cuda::ws_persistent_ctas(tiles, dev.sms, t.sm90_ws_persist);
+  // Not measured yet (v19, docs/worklog/attention-cuda.md): the lead's A/B run decides this threshold.
+  return dev.sms > 0 && tiles > dev.sms ? cuda::ws_persistent_ctas(tiles, dev.sms, 0) : 0;
 }
 
 FwdChoice choose_fwd(const kernels::AttentionShape& sh, const kernels::AttentionMask& mask, const DeviceInfo& dev,
@@ -77,6 +89,7 @@ FwdChoice choose_fwd(const kernels::AttentionShape& sh, const kernels::Attention
       c.kernel = CudaKernel::fwd_sm90_ws;
       c.tile_m = w.bm, c.tile_n = w.bn, c.stages = w.stages;
       c.pingpong = t.sm90_ws_pingpong;
+      c.persist_ctas = ws_persist_ctas(sh, dev, t, D, c.pingpong);
       return c;
     }
     // Configurations of the cp.async kernel (v5/v6): short sequences want several small CTAs per SM (their
@@ -123,7 +136,9 @@ std::string kernel_name(const FwdChoice& c, DType dt) {
   const std::string tail = std::string(".") + dtype_tag(dt) + ".d" + std::to_string(c.dpad);
   switch (c.kernel) {
     case CudaKernel::fwd_sm90: return "cuda.flash.fwd.sm90wgmma" + tail + ".cfg" + std::to_string(c.config);
-    case CudaKernel::fwd_sm90_ws: return "cuda.flash.fwd.sm90ws" + tail + (c.pingpong ? "" : ".nopingpong");
+    case CudaKernel::fwd_sm90_ws:
+      return "cuda.flash.fwd.sm90ws" + tail + (c.pingpong ? "" : ".nopingpong") +
+             (c.persist_ctas > 0 ? ".persistent" + std::to_string(c.persist_ctas) : "");
     case CudaKernel::decode: {
       const std::string plan = cuda::decode_plan_name(c.decode);  // "mma.splits16.combine", "one_warp", ...
       const size_t dot = plan.find('.');

@@ -201,10 +201,12 @@ struct FwdTile {
   TileRows trows;
   TileKeys keys;
 };
-__device__ __forceinline__ FwdTile fwd_tile(const kernels::AttentionFwdArgs& a, bool pack, int mb, int BM, int BN) {
+// The tile of query block mb, head block hblk (grid.y) and batch slot bslot (grid.z); fwd_tile: this CTA's.
+__device__ __forceinline__ FwdTile fwd_tile_at(const kernels::AttentionFwdArgs& a, bool pack, int mb, int hblk,
+                                               int bslot, int BM, int BN) {
   FwdTile t;
-  t.sr = kernels::seq_range(a.shape, blockIdx.z);
-  const int group = int(a.shape.heads / a.shape.kv_heads), hblk = int(blockIdx.y);
+  t.sr = kernels::seq_range(a.shape, bslot);
+  const int group = int(a.shape.heads / a.shape.kv_heads);
   t.rows = pack ? group * t.sr.nq : t.sr.nq;
   t.m0 = int64_t(mb) * BM;
   t.kvh = pack ? hblk : hblk / group;
@@ -213,6 +215,9 @@ __device__ __forceinline__ FwdTile fwd_tile(const kernels::AttentionFwdArgs& a, 
   t.keys = TileKeys{0, 0, 0, 0};
   if (t.m0 < t.rows) t.keys = tile_keys(a.mask, t.trows, t.m0, (t.m0 + BM < t.rows ? t.m0 + BM : t.rows) - 1, t.sr.nk, BN);
   return t;
+}
+__device__ __forceinline__ FwdTile fwd_tile(const kernels::AttentionFwdArgs& a, bool pack, int mb, int BM, int BN) {
+  return fwd_tile_at(a, pack, mb, int(blockIdx.y), int(blockIdx.z), BM, BN);
 }
 
 // Copies a forward tile's BM query rows into shared memory with cp.async (16-byte chunks; rows past the tile's
