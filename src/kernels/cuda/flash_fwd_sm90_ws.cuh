@@ -124,9 +124,9 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
       return -1;
     }
   };
-  // The compiler may not merge a tile's recomputation with an earlier one (that would carry it again).
+  // Persistent: the compiler may not merge a tile's recomputation with an earlier one (that would carry it again).
   auto opaque = [](int i) {
-    asm volatile("" : "+r"(i));
+    if constexpr (PERSISTENT) asm volatile("" : "+r"(i));
     return i;
   };
   int cur = next_index();
