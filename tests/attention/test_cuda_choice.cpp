@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -176,6 +177,22 @@ TEST(CudaChoice, WsPersistentGrid) {
   EXPECT_EQ(fwd("d256, persist any", shape(1, 16, 16, 256, 8192, 8192), h200(), t).persist_ctas, 0);
   t.sm90_fwd_config = 3;
   EXPECT_EQ(fwd("d64 1024, cfg 3, persist any", shape(1, 16, 16, 64, 1024, 1024), h200(), t).persist_ctas, 128);
+}
+
+// FLASHKIT_SM90_WS_PERSIST through tuning_from_env(): -1 (auto) by default and for values out of range.
+TEST(CudaChoice, WsPersistFromEnvironment) {
+  const char* name = "FLASHKIT_SM90_WS_PERSIST";
+  const char* old = std::getenv(name);
+  const std::string saved = old ? old : "";
+  EXPECT_EQ(Tuning{}.sm90_ws_persist, -1);
+  setenv(name, "3", 1);
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_persist, 3);
+  setenv(name, "0", 1);
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_persist, 0);
+  setenv(name, "-7", 1);
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_persist, -1);
+  if (old) setenv(name, saved.c_str(), 1);
+  else unsetenv(name);
 }
 
 // The static schedule: every tile exactly once; tile order as the one-CTA-per-tile grid launches (query tile fastest,
