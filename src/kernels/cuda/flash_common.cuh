@@ -220,13 +220,14 @@ __device__ __forceinline__ FwdTile fwd_tile(const kernels::AttentionFwdArgs& a, 
   return fwd_tile_at(a, pack, mb, int(blockIdx.y), int(blockIdx.z), BM, BN);
 }
 
-// Copies a forward tile's BM query rows into shared memory with cp.async (16-byte chunks; rows past the tile's
-// end and chunks past the head dim are zero-filled); smem_off(r, c) is the byte offset of row r, chunk c.
+// Copies BM query rows [m0, m0 + BM) into shared memory with cp.async, thread t of NT (16-byte chunks; rows past the
+// tile's end and chunks past the head dim are zero-filled); smem_off(r, c) is the byte offset of row r, chunk c.
+// load_q_tile: a forward tile's rows by the CTA's first NT threads.
 template <typename T, int BM, int CH, int NT, typename SmemOff>
-__device__ __forceinline__ void load_q_tile(uint32_t sQ, const T* qbase, const kernels::AttnOperand& q, int64_t q0,
-                                            const TileRows& trows, int64_t m0, int64_t rows, int dreal,
+__device__ __forceinline__ void load_q_rows(int t, uint32_t sQ, const T* qbase, const kernels::AttnOperand& q,
+                                            int64_t q0, const TileRows& trows, int64_t m0, int64_t rows, int dreal,
                                             SmemOff smem_off) {
-  for (int idx = threadIdx.x; idx < BM * CH; idx += NT) {
+  for (int idx = t; idx < BM * CH; idx += NT) {
     const int r = idx / CH, c = idx % CH;
     const int64_t gr = m0 + r;
     const bool ok = gr < rows && c * 8 < dreal;
@@ -238,6 +239,12 @@ __device__ __forceinline__ void load_q_tile(uint32_t sQ, const T* qbase, const k
     }
     cp_async16(sQ + smem_off(r, c), src, ok);
   }
+}
+template <typename T, int BM, int CH, int NT, typename SmemOff>
+__device__ __forceinline__ void load_q_tile(uint32_t sQ, const T* qbase, const kernels::AttnOperand& q, int64_t q0,
+                                            const TileRows& trows, int64_t m0, int64_t rows, int dreal,
+                                            SmemOff smem_off) {
+  load_q_rows<T, BM, CH, NT>(int(threadIdx.x), sQ, qbase, q, q0, trows, m0, rows, dreal, smem_off);
 }
 
 // Backward: the query blocks of BM rows that see any key of [n0, n0 + BN) (first block, count).

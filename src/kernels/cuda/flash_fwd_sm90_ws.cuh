@@ -188,14 +188,27 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
   // ---- consumers ----
   setmaxnreg_inc<Cfg::kConsumerRegs>();
   const int wg = tid >> 7;
-  // Q of a work tile into its panels (cp.async, committed; the caller waits).
+  // Q of a work tile into its panels (cp.async, committed; the caller waits), and the barrier after which it is
+  // there (or after which the panels may be written). Persistent: each warpgroup loads and syncs on its own 64 rows
+  // (the only ones its QK^T and epilogue touch), so neither waits for the other at a tile boundary; otherwise all
+  // consumers load all rows.
   auto issue_q = [&](const FwdTile& u) {
     const T* qbase = static_cast<const T*>(a.q.data) + u.sr.bslot * a.q.stride_b;
-    load_q_tile<T, BM, CH, Cfg::kConsumers>(sQ, qbase, a.q, u.sr.q0, u.trows, u.m0, u.rows, u.dreal,
-                                            [](int r, int c) { return pswz<BM>(r, c); });
+    if constexpr (PERSISTENT) {
+      load_q_rows<T, 64, CH, 128>(tid & 127, sQ, qbase, a.q, u.sr.q0, u.trows, u.m0 + 64 * wg, u.rows, u.dreal,
+                                  [wg](int r, int c) { return pswz<BM>(64 * wg + r, c); });
+    } else {
+      load_q_tile<T, BM, CH, Cfg::kConsumers>(sQ, qbase, a.q, u.sr.q0, u.trows, u.m0, u.rows, u.dreal,
+                                              [](int r, int c) { return pswz<BM>(r, c); });
+    }
     cp_async_commit();
   };
+  auto q_barrier = [&]() {
+    if constexpr (PERSISTENT) named_barrier(kWsBarEpi + wg, 128);
+    else named_barrier(kWsBarQ, Cfg::kConsumers);
+  };
   bool q_issued = false;  // the current tile's Q was issued during the previous tile's epilogue
+  bool opened = false;    // warpgroup 1 gave warpgroup 0 its first turn
   while (cur >= 0) {
     t = tile_at(opaque(cur));
     const int64_t nq = t.sr.nq, nk = t.sr.nk, rows = t.rows, m0 = t.m0;
@@ -226,13 +239,15 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
     // Slot k in [nb_begin, nb_end] holds this warpgroup's products S_k (k < nb_end) and P_{k-1} V_{k-1}
     // (k > nb_begin), either possibly absent. Each warpgroup takes one turn per slot, warpgroup 0 first: it issues
     // on its own barrier's release and then releases the other's. Warpgroup 1 opens with one arrival and skips its
-    // last, so every work tile leaves both turn barriers balanced.
+    // last, so the work tile leaves both turn barriers balanced. Persistent: the turns run on across work tiles
+    // (warpgroup 0 takes the next tile's first turn as soon as warpgroup 1 issued its last product of this one):
+    // warpgroup 1 opens once and never skips, and warpgroup 0 takes the dangling arrival after its last tile.
     auto turn_begin = [&]() {
       if constexpr (PINGPONG) named_barrier(kWsBarTurn + wg, 256);
     };
     auto turn_end = [&](int k) {
       if constexpr (PINGPONG) {
-        if (wg == 0 || k < nb_end) named_barrier_arrive(kWsBarTurn + (wg ^ 1), 256);
+        if (PERSISTENT || wg == 0 || k < nb_end) named_barrier_arrive(kWsBarTurn + (wg ^ 1), 256);
       }
     };
     auto idle_slot = [&](int k) {
@@ -252,10 +267,11 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
       if (!q_issued) issue_q(t);
       cp_async_wait<0>();
       fence_proxy_async();  // cp.async writes -> the tensor cores' async proxy
-      named_barrier(kWsBarQ, Cfg::kConsumers);
+      q_barrier();
       if constexpr (PINGPONG) {
-        if (wg == 1) named_barrier_arrive(kWsBarTurn + 0, 256);  // warpgroup 0 takes the first turn
+        if (wg == 1 && !(PERSISTENT && opened)) named_barrier_arrive(kWsBarTurn + 0, 256);  // warpgroup 0 first
       }
+      opened = true;
 
       float alpha[2];
       uint32_t pa[BN / 16][4];
@@ -314,14 +330,14 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
     }
     n0 += uint32_t(ntiles);
 
-    // Epilogue. Its stores read the staging buffer, so the next tile's Q may load into the Q panels once both
-    // warpgroups are past their last QK^T of this tile (all their wgmma waited for above): during the epilogue
-    // when O has its own buffer, after it otherwise.
+    // Epilogue. The next tile's Q may load into this warpgroup's Q rows once all its warps are past their last
+    // QK^T of this tile (every wgmma waited for above) and, when O is staged there, past reading it back: during
+    // the epilogue when O has its own buffer, after it otherwise.
     const int next = next_index();
     const FwdTile nt = tile_at(next < 0 ? cur : next);
     const bool next_q = next >= 0 && nt.keys.nb_end > nt.keys.nb_begin;
     if constexpr (Cfg::own_o) {
-      named_barrier(kWsBarQ, Cfg::kConsumers);
+      q_barrier();
       if (next_q) issue_q(nt);
     }
     // The staging buffer's rows of this warpgroup are free once every warp of it is past its last QK^T (Q panels)
@@ -329,11 +345,14 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
     const FwdTile te = tile_at(opaque(cur));
     w.store(te.sr, te.trows, sO, te.m0, te.rows, te.dreal, kWsBarEpi + wg);
     if constexpr (PERSISTENT && !Cfg::own_o) {
-      named_barrier(kWsBarQ, Cfg::kConsumers);
+      q_barrier();
       if (next_q) issue_q(nt);
     }
     q_issued = next_q;
     cur = next;
+  }
+  if constexpr (PERSISTENT && PINGPONG) {
+    if (wg == 0 && opened) named_barrier(kWsBarTurn + 0, 256);  // warpgroup 1's arrival after its last turn
   }
 #else
   __trap();
