@@ -13,6 +13,9 @@
 //     warpgroup's softmax runs under the other's tensor-core work instead of both waiting in lock step.
 // Each warpgroup computes only the key tiles its own 64 rows can see (causal diagonal, windows, rows past the end)
 // and passes the others by, still taking its turn and releasing their buffers so the protocol stays balanced.
+// PERSISTENT (d64/d128 with ping-pong, chosen by ws_persist_ctas in src/ops/attention_choice.cpp): one CTA per SM
+// walks the work tiles of a static schedule (ws_schedule.hpp); the ring, the turns and each warpgroup's Q rows run
+// on from tile to tile, so the next tile's loads overlap this one's tail and epilogue (docs/worklog v19).
 // Scores, masking, softcap, online softmax, GQA packing, varlen and padded head dims follow flash_fwd_sm90.cuh.
 // Included by flash_fwd_sm90_*.cu only.
 #pragma once
@@ -62,8 +65,9 @@ constexpr int kWsBarQ = 1, kWsBarEpi = 2, kWsBarTurn = 4;
 // PERSISTENT: gridDim.x CTAs (one per SM) walk the work tiles in the static order of ws_schedule.hpp. Barrier init,
 // tensor-map prefetch and setmaxnreg happen once; the K/V ring's stage and phase run on a count of key tiles that
 // continues across work tiles, so the producer loads the next tile's K/V as soon as the ring frees a buffer (under
-// the current tile's last products and epilogue), and the consumers load the next Q during the epilogue (own_o).
-// Otherwise one CTA per work tile (grid: query tiles x heads x batch), the loop below running once.
+// the current tile's last products and epilogue); each consumer warpgroup loads its next Q rows during its
+// epilogue (own_o) or right after it, and the turns continue, so warpgroup 0 starts the next tile while warpgroup
+// 1 finishes this one. Otherwise one CTA per work tile (grid: query tiles x heads x batch), the loop running once.
 template <typename T, int D, int BN, int STAGES, bool PINGPONG, bool PERSISTENT>
 __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
     flash_fwd_sm90_ws_kernel(const FwdParams p, const __grid_constant__ CUtensorMap tmap_k,
