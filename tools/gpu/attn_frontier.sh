@@ -15,7 +15,8 @@
 #   decodencu  Nsight Compute on batch-1 decode calls at 32k keys (tools/gpu/decode_ncu.py; DECODE_NCU_KV to change):
 #              every kernel of each call (decode, split merge) with its duration, DRAM bytes and throughput, grid,
 #              occupancy: $OUT/decode-ncu.txt and one "decode ncu:" line per kernel
-#   persist    the persistent ws forward (v19; after build): the choice tests, the CUDA grid at d64/d96/d128 and its
+#   persist    the persistent ws forward (v19; after build): the choice tests, the CUDA grid at d64/d96/d128 (default
+#              path and sm90cfg3: the ws kernel with one CTA per tile) and its
 #              two forced-persistent paths (sm90ws_persist: one CTA per SM; sm90ws_persist3: 3 CTAs, several tiles
 #              each), memcheck + racecheck on small persistent cases, then the A/B bench persistent vs one CTA per
 #              tile vs SDPA flash / cuDNN at d64/d128, causal and not, 512..16k (bench/cuda/bench_ws_persist.py; one
@@ -63,14 +64,14 @@ for st in "${STAGES[@]}"; do
       A=$(bin flashkit_cuda_tests); T=$(bin flashkit_tests)
       run persist_choice timeout 60 "$T" --gtest_filter='CudaChoice.*' --gtest_brief=1
       run persist_paths timeout 300 "$A" --gtest_brief=1 \
-        --gtest_filter='Paths/*sm90ws_persist*:Grid/*_D64_*:Grid/*_D96_*:Grid/*_D128_*-*_D256_*:*_D200_*:*_D136_*'
+        --gtest_filter='Paths/*sm90ws_persist*:Paths/*sm90cfg3_flash*:Grid/*_D64_*:Grid/*_D96_*:Grid/*_D128_*-*_D256_*:*_D200_*:*_D136_*'
       grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt"
       F='Paths/*sm90ws_persist3_*_B1_Sq200_Sk100_H4x4_D128_causal_bf16:Paths/*sm90ws_persist3_*_H4x2_D64_causal_bf16_varlen'
       F="$F:Paths/*sm90ws_persist3_*_B1_Sq256_Sk300_H4x4_D128_causal_win64*:Paths/*sm90ws_persist_*_B2_Sq129_Sk257_H4x2_D64_bf16"
       run persist_memcheck timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$F" --gtest_brief=1
       run persist_racecheck timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_filter="$F" --gtest_brief=1
       run persist_bench timeout 300 python3 bench/cuda/bench_ws_persist.py --out "$OUT"
-      grep -E "^persist d" "$LOG" > "$OUT/persist.txt" ;;
+      grep -E "^persist d" "$LOG" | tee "$OUT/persist.txt" ;;
     grid)
       run grid timeout 580 python3 bench/cuda/bench_attention.py --out "$OUT" ;;
     decode1)
