@@ -45,6 +45,8 @@ struct Tuning {
   bool sm90_ws_pingpong = true;     // FLASHKIT_SM90_WS_PINGPONG=0: consumer warpgroups issue freely
   int sm90_ws_bn = 0;               // FLASHKIT_SM90_WS_BN=128|176|192: the ws kernel's key tile (d128: 128|176,
                                     // d64: 128|192; A/B runs); 0: auto
+  int sm90_ws_persist = -1;         // FLASHKIT_SM90_WS_PERSIST: -1 the choice's; 0 one ws CTA per tile; N > 0 a
+                                    // persistent ws grid of at most N CTAs (and at most one per SM)
   int sm90_bwd_config = 0;          // FLASHKIT_SM90_BWD_CFG=1: the BM 64 Hopper backward at d64
   int decode_max_splits = 0;        // FLASHKIT_DECODE_MAX_SPLITS (1..512); 0: the kernel's own cap
   DecodeCombine decode_combine = DecodeCombine::automatic;  // FLASHKIT_DECODE_COMBINE=auto|kernel|cluster

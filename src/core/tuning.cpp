@@ -99,6 +99,7 @@ Tuning tuning_from_env() {
   t.sm90_ws_pingpong = env::flag("FLASHKIT_SM90_WS_PINGPONG", t.sm90_ws_pingpong);
   static constexpr int kWsBn[] = {0, 128, 176, 192};
   t.sm90_ws_bn = kWsBn[env::choice("FLASHKIT_SM90_WS_BN", {"auto", "128", "176", "192"}, 0)];
+  t.sm90_ws_persist = int(env::integer("FLASHKIT_SM90_WS_PERSIST", -1, -1, 1 << 20));
   t.sm90_bwd_config = int(env::integer("FLASHKIT_SM90_BWD_CFG", 0, 0, 1));
   t.decode_max_splits = int(env::integer("FLASHKIT_DECODE_MAX_SPLITS", 0, 1, 512));
   t.decode_combine = DecodeCombine(env::choice("FLASHKIT_DECODE_COMBINE", {"auto", "kernel", "cluster"}, 0));

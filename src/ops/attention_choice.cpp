@@ -3,6 +3,7 @@
 #include "ops/attention_choice.hpp"
 
 #include "kernels/cuda/tiles.hpp"
+#include "kernels/cuda/ws_schedule.hpp"
 
 namespace flashkit {
 
@@ -31,6 +32,20 @@ bool fwd_needs_decode_residency(const kernels::AttentionShape& sh, const DeviceI
   cuda::DecodeShape d;
   d.head_dim = sh.head_dim;
   return is_decode(sh) && cuda::decode_plan_needs_residency(d, dev, t);
+}
+
+int ws_persist_ctas(const kernels::AttentionShape& sh, const DeviceInfo& dev, const Tuning& t, int dpad,
+                    bool pingpong, int tile_n) {
+  // The persistent kernel is built for the narrow key tiles only (at BN 176 O would share Q's panels).
+  if ((dpad != 64 && dpad != 128) || !pingpong || t.sm90_ws_persist == 0 || tile_n != cuda::sm90_ws_tile(dpad).bn)
+    return 0;
+  const int bm = cuda::sm90_ws_tile(dpad).bm;
+  const int64_t tiles = (sh.max_seqlen_q + bm - 1) / bm * sh.heads * sh.batch;
+  if (tiles <= 0 || tiles >= cuda::kWsMaxTiles) return 0;
+  if (t.sm90_ws_persist > 0) return cuda::ws_persistent_ctas(tiles, dev.sms, t.sm90_ws_persist);
+  // Automatic: off until an H200 A/B shows where it wins (v19, docs/worklog/attention-cuda.md).
+  (void)dev;
+  return 0;
 }
 
 FwdChoice choose_fwd(const kernels::AttentionShape& sh, const kernels::AttentionMask& mask, const DeviceInfo& dev,
@@ -78,6 +93,7 @@ FwdChoice choose_fwd(const kernels::AttentionShape& sh, const kernels::Attention
       c.kernel = CudaKernel::fwd_sm90_ws;
       c.tile_m = w.bm, c.tile_n = w.bn, c.stages = w.stages;
       c.pingpong = t.sm90_ws_pingpong;
+      c.persist_ctas = ws_persist_ctas(sh, dev, t, D, c.pingpong, c.tile_n);
       return c;
     }
     // Configurations of the cp.async kernel (v5/v6): short sequences want several small CTAs per SM (their
@@ -127,7 +143,8 @@ std::string kernel_name(const FwdChoice& c, DType dt) {
     case CudaKernel::fwd_sm90_ws:
       return "cuda.flash.fwd.sm90ws" + tail +
              (c.tile_n == cuda::sm90_ws_wide_tile(c.dpad).bn ? ".bn" + std::to_string(c.tile_n) : "") +
-             (c.pingpong ? "" : ".nopingpong");
+             (c.pingpong ? "" : ".nopingpong") +
+             (c.persist_ctas > 0 ? ".persistent" + std::to_string(c.persist_ctas) : "");
     case CudaKernel::decode: {
       const std::string plan = cuda::decode_plan_name(c.decode);  // "mma.splits16.combine", "one_warp", ...
       const size_t dot = plan.find('.');

@@ -30,6 +30,7 @@ struct FwdChoice {
   int splits = 1;     // split-KV splits (decode only)
   int cluster = 0;    // CTAs per cluster of the decode merge (0: none)
   bool pingpong = false;  // fwd_sm90_ws: consumer warpgroups take turns
+  int persist_ctas = 0;   // fwd_sm90_ws: > 0 a persistent grid of this many CTAs (ws_persist_ctas); 0 one per tile
   cuda::DecodePlan decode;  // kernel == decode
 };
 
@@ -47,6 +48,11 @@ struct BwdChoice {
 FwdChoice choose_fwd(const kernels::AttentionShape& shape, const kernels::AttentionMask& mask, const DeviceInfo& dev,
                      const Tuning& tuning, const ClusterResidency& decode_residency = {}, bool allow_ws = true);
 BwdChoice choose_bwd(const kernels::AttentionShape& shape, float softcap, const DeviceInfo& dev, const Tuning& tuning);
+
+// The persistent grid of the warp-specialized forward (0: one CTA per work tile): d64/d128 with ping-pong and the
+// narrow key tile (tile_n) only; when Tuning::sm90_ws_persist asks for it (automatic: off until measured, v19).
+int ws_persist_ctas(const kernels::AttentionShape& shape, const DeviceInfo& dev, const Tuning& tuning, int dpad,
+                    bool pingpong, int tile_n);
 
 // Whether choose_fwd would read decode_residency for this call (the dispatch skips the occupancy query otherwise).
 bool fwd_needs_decode_residency(const kernels::AttentionShape& shape, const DeviceInfo& dev, const Tuning& tuning);

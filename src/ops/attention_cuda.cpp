@@ -202,6 +202,7 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
     // sm_90a code does not run on this device. Then the choice is asked again without it.
     bool launched = false;
     if (choice.kernel == CudaKernel::fwd_sm90_ws) {
+      p.ws_persist_ctas = choice.persist_ctas;
       launched = cuda::launch_fwd_sm90_ws(a.dtype, D, choice.tile_n, choice.pingpong, p, stream);
       if (!launched) choice = choose_fwd(sh, a.mask, dev, tuning, res, /*allow_ws=*/false);
     }

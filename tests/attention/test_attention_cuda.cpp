@@ -253,6 +253,17 @@ std::vector<Case> grid() {
     g.push_back(c);
   }
   g.push_back({1, 256, 300, 4, 2, 256, true, 64, -1});  // d256 window and GQA (the Hopper ws kernel at BN 64)
+  // More work tiles than the H200's 132 SMs (160 each, forward only: the reference stays fast): the persistent ws grid
+  // (by default at d128; the sm90ws_persist paths at d64) runs a second tile on some CTAs, under a causal window with
+  // GQA and an odd query length at d64, non-causal with a ragged last tile at d128.
+  {
+    Case c{1, 1000, 600, 20, 4, 64, true, 300, -1};
+    c.backward = false;
+    g.push_back(c);
+    Case n{2, 520, 400, 16, 16, 128};
+    n.backward = false;
+    g.push_back(n);
+  }
   // Decode (seqlen_q <= 16): split-KV with the GQA group packed in the row tile.
   g.push_back({2, 1, 4097, 8, 2, 128});
   g.push_back({1, 4, 2000, 8, 8, 64, true});
@@ -345,6 +356,7 @@ INSTANTIATE_TEST_SUITE_P(Grid, CudaAttentionGrid, ::testing::ValuesIn(grid()),
 struct Path {
   const char* name;
   Tuning tuning;
+  bool forward_only = false;  // the path changes only the forward: the backward's reference is skipped
 };
 std::vector<Path> paths() {
   std::vector<Path> v;
@@ -360,6 +372,14 @@ std::vector<Path> paths() {
   t.sm90_fwd_config = 3;
   t.sm90_ws_pingpong = false;
   v.push_back({"sm90cfg3_nopingpong", t});
+  // The persistent ws grid forced at d64/d128 (v19): one CTA per SM (fewer tiles than SMs: one tile per CTA), and
+  // at most 3 CTAs (every CTA runs several tiles: the K/V ring's phases and the Q prefetch across tiles).
+  t = Tuning{};
+  t.sm90_fwd_config = 3;
+  t.sm90_ws_persist = 1 << 20;
+  v.push_back({"sm90ws_persist", t, true});
+  t.sm90_ws_persist = 3;
+  v.push_back({"sm90ws_persist3", t, true});
   t = Tuning{};
   t.sm90_fwd_config = 3;
   t.sm90_ws_bn = 176;
@@ -385,8 +405,10 @@ class CudaAttentionPaths : public ::testing::TestWithParam<std::tuple<Path, Case
 
 TEST_P(CudaAttentionPaths, MatchesReference) {
   if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
-  const auto& [path, c] = GetParam();
+  const auto& [path, grid_case] = GetParam();
   SCOPED_TRACE(path.name);
+  Case c = grid_case;
+  if (path.forward_only) c.backward = false;
   run_case(c, 1234u + uint32_t(std::hash<std::string>{}(c.name()) & 0xffff), path.tuning);
 }
 

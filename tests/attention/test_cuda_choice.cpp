@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <algorithm>
+#include <cstdlib>
 #include <string>
+#include <vector>
 
+#include "kernels/cuda/ws_schedule.hpp"
 #include "ops/attention_choice.hpp"
 
 namespace {
@@ -157,6 +161,107 @@ TEST(CudaChoice, ForwardFallbacksAndTuning) {
   t.sm90_ws_bn = 128;
   EXPECT_EQ(fwd("d128 16384, BN 128 asked", shape(1, 16, 16, 128, 16384, 16384), h200(), t).tile_n, 128);
   EXPECT_EQ(fwd("d256, BN 176 asked", shape(1, 8, 8, 256, 4096, 4096), h200(), t).tile_n, 80);
+}
+
+// The persistent grid of the ws kernel (v19): d64/d128 with ping-pong and the narrow key tile only; off unless
+// Tuning::sm90_ws_persist asks for it (at most N CTAs) until an H200 A/B decides where it wins.
+TEST(CudaChoice, WsPersistentGrid) {
+  FwdChoice c = fwd("d128 causal 512 (64 tiles)", shape(1, 16, 16, 128, 512, 512), h200(), {}, causal_mask());
+  EXPECT_EQ(c.kernel, CudaKernel::fwd_sm90_ws);
+  EXPECT_EQ(c.persist_ctas, 0);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128");
+  // Automatic: off everywhere for now.
+  EXPECT_EQ(fwd("d128 133 tiles", shape(1, 19, 19, 128, 896, 896), h200()).persist_ctas, 0);
+  EXPECT_EQ(fwd("d64 causal 4096", shape(2, 16, 16, 64, 4096, 4096), h200(), {}, causal_mask()).persist_ctas, 0);
+  // Varlen, forced: tiles of the longest sequence for every sequence (the grid the kernel walks).
+  AttentionShape v = shape(1, 8, 2, 128, 100, 100);
+  v.batch = 40, v.max_seqlen_q = 300, v.max_seqlen_k = 300;  // 3 x 8 x 40 = 960 tiles
+  Tuning on;
+  on.sm90_ws_persist = 100000;
+  EXPECT_EQ(fwd("d128 varlen", v, h200(), on).persist_ctas, 132);
+  // Never: d256, no ping-pong, the cp.async kernel.
+  EXPECT_EQ(fwd("d256 4096", shape(2, 16, 16, 256, 4096, 4096), h200()).persist_ctas, 0);
+  Tuning t;
+  t.sm90_ws_pingpong = false;
+  EXPECT_EQ(fwd("d128 4096, no ping-pong", shape(2, 16, 16, 128, 4096, 4096), h200(), t).persist_ctas, 0);
+  EXPECT_EQ(fwd("d64 1024 (cp.async)", shape(2, 16, 16, 64, 1024, 1024), h200()).persist_ctas, 0);
+  // Forced: off; on with at most 3 CTAs (every CTA runs several tiles); on with one per SM but never more CTAs
+  // than tiles; never at d256.
+  t = Tuning{};
+  t.sm90_ws_persist = 0;
+  EXPECT_EQ(fwd("d128 4096, persist off", shape(2, 16, 16, 128, 4096, 4096), h200(), t).persist_ctas, 0);
+  t.sm90_ws_persist = 3;
+  c = fwd("d128 512, persist 3", shape(1, 16, 16, 128, 512, 512), h200(), t);
+  EXPECT_EQ(c.persist_ctas, 3);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::f16), "cuda.flash.fwd.sm90ws.f16.d128.persistent3");
+  t.sm90_ws_persist = 100000;
+  EXPECT_EQ(fwd("d128 512, persist any", shape(1, 16, 16, 128, 512, 512), h200(), t).persist_ctas, 64);
+  EXPECT_EQ(fwd("d128 4096, persist any", shape(1, 16, 16, 128, 4096, 4096), h200(), t).persist_ctas, 132);
+  EXPECT_EQ(fwd("d128 8192 (BN 176), persist any", shape(1, 16, 16, 128, 8192, 8192), h200(), t).persist_ctas, 0);
+  EXPECT_EQ(fwd("d256, persist any", shape(1, 16, 16, 256, 8192, 8192), h200(), t).persist_ctas, 0);
+  t.sm90_fwd_config = 3;
+  EXPECT_EQ(fwd("d64 1024, cfg 3, persist any", shape(1, 16, 16, 64, 1024, 1024), h200(), t).persist_ctas, 128);
+}
+
+// FLASHKIT_SM90_WS_PERSIST through tuning_from_env(): -1 (auto) by default and for values out of range.
+TEST(CudaChoice, WsPersistFromEnvironment) {
+  const char* name = "FLASHKIT_SM90_WS_PERSIST";
+  const char* old = std::getenv(name);
+  const std::string saved = old ? old : "";
+  EXPECT_EQ(Tuning{}.sm90_ws_persist, -1);
+  setenv(name, "3", 1);
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_persist, 3);
+  setenv(name, "0", 1);
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_persist, 0);
+  setenv(name, "-7", 1);
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_persist, -1);
+  if (old) setenv(name, saved.c_str(), 1);
+  else unsetenv(name);
+}
+
+// The static schedule: every tile exactly once; tile order as the one-CTA-per-tile grid launches (query tile fastest,
+// longest first); reversed odd rounds balance causal tiles where plain striding gives one CTA the longest every time.
+TEST(CudaChoice, WsPersistentSchedule) {
+  const auto c = cuda::ws_tile_coord(0, 4, 3);
+  EXPECT_EQ(c.mb, 3);
+  EXPECT_EQ(c.hblk, 0);
+  EXPECT_EQ(c.bslot, 0);
+  const auto d = cuda::ws_tile_coord(4 * 3 * 2 - 1, 4, 3);
+  EXPECT_EQ(d.mb, 0);
+  EXPECT_EQ(d.hblk, 2);
+  EXPECT_EQ(d.bslot, 1);
+  EXPECT_EQ(cuda::ws_tile_coord(5, 4, 3).mb, 2);
+  EXPECT_EQ(cuda::ws_tile_coord(5, 4, 3).hblk, 1);
+  for (int total : {1, 7, 131, 132, 133, 1000, 2112}) {
+    for (int ctas : {1, 3, 64, 132}) {
+      std::vector<int> seen(size_t(total), 0);
+      for (int cta = 0; cta < ctas; ++cta)
+        for (int r = 0; r * ctas < total; ++r) {
+          const int i = cuda::ws_tile_of(cta, r, ctas);
+          ASSERT_GE(i, 0);
+          if (i < total) ++seen[size_t(i)];
+        }
+      for (int i = 0; i < total; ++i) ASSERT_EQ(seen[size_t(i)], 1) << "tile " << i << " of " << total << ", " << ctas;
+    }
+  }
+  // Causal, 4 query tiles per head (cost mb + 1), 16 heads x 33 sequences on 132 CTAs.
+  const int mblocks = 4, total = mblocks * 16 * 33, ctas = 132;
+  int worst = 0, worst_plain = 0, sum = 0;
+  for (int cta = 0; cta < ctas; ++cta) {
+    int cost = 0, plain = 0;
+    for (int r = 0; r * ctas < total; ++r) {
+      const int i = cuda::ws_tile_of(cta, r, ctas);
+      if (i < total) cost += cuda::ws_tile_coord(i, mblocks, 16).mb + 1;
+      if (r * ctas + cta < total) plain += cuda::ws_tile_coord(r * ctas + cta, mblocks, 16).mb + 1;
+    }
+    worst = std::max(worst, cost), worst_plain = std::max(worst_plain, plain), sum += cost;
+  }
+  EXPECT_LE(worst, (sum + ctas - 1) / ctas + mblocks);
+  EXPECT_GT(worst_plain, worst);
+  EXPECT_EQ(cuda::ws_persistent_ctas(1000, 132, 0), 132);
+  EXPECT_EQ(cuda::ws_persistent_ctas(50, 132, 0), 50);
+  EXPECT_EQ(cuda::ws_persistent_ctas(1000, 132, 3), 3);
+  EXPECT_EQ(cuda::ws_persistent_ctas(1000, 0, 0), 1);
 }
 
 TEST(CudaChoice, ForwardOnAmpere) {

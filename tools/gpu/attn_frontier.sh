@@ -19,6 +19,13 @@
 #   decodencu  Nsight Compute on batch-1 decode calls at 32k keys (tools/gpu/decode_ncu.py; DECODE_NCU_KV to change):
 #              every kernel of each call (decode, split merge) with its duration, DRAM bytes and throughput, grid,
 #              occupancy: $OUT/decode-ncu.txt and one "decode ncu:" line per kernel
+#   persist    the persistent ws forward (v19; after build): the choice tests, the CUDA grid at d64/d96/d128 (default
+#              path and sm90cfg3: the ws kernel with one CTA per tile) and its
+#              two forced-persistent paths (sm90ws_persist: one CTA per SM; sm90ws_persist3: 3 CTAs, several tiles
+#              each), memcheck + racecheck on small persistent cases, then the A/B bench persistent vs one CTA per
+#              tile vs SDPA flash / cuDNN at d64/d128, causal and not, 512..16k (bench/cuda/bench_ws_persist.py; one
+#              "persist d.. causal=. s=..: ws A persistent B (+x%) sdpa_flash C cudnn D same=1 kernel=..." line per
+#              point): $OUT/persist.txt, $OUT/ws-persist.json
 # Results in $OUT/attn_frontier.log (+ failed.txt). carry=[".fkdeps.tar.xz"] (tools/gpu/carried_deps.sh).
 set -u
 cd "$(dirname "$0")/../.."
@@ -57,6 +64,18 @@ for st in "${STAGES[@]}"; do
       run bench256 timeout 500 python3 bench/cuda/bench_attention.py --only flashkit,sdpa_flash,sdpa_cudnn --dims 256 \
         --timing graph --reps 10
       sed -n '/bench256: python3/,$p' "$LOG" | grep -v "^== bench256: rc" > "$OUT/bench256.txt" ;;
+    persist)
+      A=$(bin flashkit_cuda_tests); T=$(bin flashkit_tests)
+      run persist_choice timeout 60 "$T" --gtest_filter='CudaChoice.*' --gtest_brief=1
+      run persist_paths timeout 300 "$A" --gtest_brief=1 \
+        --gtest_filter='Paths/*sm90ws_persist*:Paths/*sm90cfg3_flash*:Grid/*_D64_*:Grid/*_D96_*:Grid/*_D128_*-*_D256_*:*_D200_*:*_D136_*'
+      grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt"
+      F='Paths/*sm90ws_persist3_*_B1_Sq200_Sk100_H4x4_D128_causal_bf16:Paths/*sm90ws_persist3_*_H4x2_D64_causal_bf16_varlen'
+      F="$F:Paths/*sm90ws_persist3_*_B1_Sq256_Sk300_H4x4_D128_causal_win64*:Paths/*sm90ws_persist_*_B2_Sq129_Sk257_H4x2_D64_bf16"
+      run persist_memcheck timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$F" --gtest_brief=1
+      run persist_racecheck timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_filter="$F" --gtest_brief=1
+      run persist_bench timeout 300 python3 bench/cuda/bench_ws_persist.py --out "$OUT"
+      grep -E "^persist d" "$LOG" | tee "$OUT/persist.txt" ;;
     grid)
       run grid timeout 580 python3 bench/cuda/bench_attention.py --out "$OUT" ;;
     decode1)

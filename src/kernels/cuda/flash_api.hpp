@@ -33,6 +33,9 @@ struct FwdParams {
   DecodeKernel decode_kernel = DecodeKernel::mma;
   int cluster = 0;
   bool pdl = false;
+  // The warp-specialized Hopper forward only: > 0 launches its persistent grid of this many CTAs (FwdChoice's
+  // persist_ctas); 0 one CTA per work tile.
+  int ws_persist_ctas = 0;
 };
 
 struct BwdParams {

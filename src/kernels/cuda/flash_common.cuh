@@ -201,10 +201,12 @@ struct FwdTile {
   TileRows trows;
   TileKeys keys;
 };
-__device__ __forceinline__ FwdTile fwd_tile(const kernels::AttentionFwdArgs& a, bool pack, int mb, int BM, int BN) {
+// The tile of query block mb, head block hblk (grid.y) and batch slot bslot (grid.z); fwd_tile: this CTA's.
+__device__ __forceinline__ FwdTile fwd_tile_at(const kernels::AttentionFwdArgs& a, bool pack, int mb, int hblk,
+                                               int bslot, int BM, int BN) {
   FwdTile t;
-  t.sr = kernels::seq_range(a.shape, blockIdx.z);
-  const int group = int(a.shape.heads / a.shape.kv_heads), hblk = int(blockIdx.y);
+  t.sr = kernels::seq_range(a.shape, bslot);
+  const int group = int(a.shape.heads / a.shape.kv_heads);
   t.rows = pack ? group * t.sr.nq : t.sr.nq;
   t.m0 = int64_t(mb) * BM;
   t.kvh = pack ? hblk : hblk / group;
@@ -214,14 +216,18 @@ __device__ __forceinline__ FwdTile fwd_tile(const kernels::AttentionFwdArgs& a, 
   if (t.m0 < t.rows) t.keys = tile_keys(a.mask, t.trows, t.m0, (t.m0 + BM < t.rows ? t.m0 + BM : t.rows) - 1, t.sr.nk, BN);
   return t;
 }
+__device__ __forceinline__ FwdTile fwd_tile(const kernels::AttentionFwdArgs& a, bool pack, int mb, int BM, int BN) {
+  return fwd_tile_at(a, pack, mb, int(blockIdx.y), int(blockIdx.z), BM, BN);
+}
 
-// Copies a forward tile's BM query rows into shared memory with cp.async (16-byte chunks; rows past the tile's
-// end and chunks past the head dim are zero-filled); smem_off(r, c) is the byte offset of row r, chunk c.
+// Copies BM query rows [m0, m0 + BM) into shared memory with cp.async, thread t of NT (16-byte chunks; rows past the
+// tile's end and chunks past the head dim are zero-filled); smem_off(r, c) is the byte offset of row r, chunk c.
+// load_q_tile: a forward tile's rows by the CTA's first NT threads.
 template <typename T, int BM, int CH, int NT, typename SmemOff>
-__device__ __forceinline__ void load_q_tile(uint32_t sQ, const T* qbase, const kernels::AttnOperand& q, int64_t q0,
-                                            const TileRows& trows, int64_t m0, int64_t rows, int dreal,
+__device__ __forceinline__ void load_q_rows(int t, uint32_t sQ, const T* qbase, const kernels::AttnOperand& q,
+                                            int64_t q0, const TileRows& trows, int64_t m0, int64_t rows, int dreal,
                                             SmemOff smem_off) {
-  for (int idx = threadIdx.x; idx < BM * CH; idx += NT) {
+  for (int idx = t; idx < BM * CH; idx += NT) {
     const int r = idx / CH, c = idx % CH;
     const int64_t gr = m0 + r;
     const bool ok = gr < rows && c * 8 < dreal;
@@ -233,6 +239,12 @@ __device__ __forceinline__ void load_q_tile(uint32_t sQ, const T* qbase, const k
     }
     cp_async16(sQ + smem_off(r, c), src, ok);
   }
+}
+template <typename T, int BM, int CH, int NT, typename SmemOff>
+__device__ __forceinline__ void load_q_tile(uint32_t sQ, const T* qbase, const kernels::AttnOperand& q, int64_t q0,
+                                            const TileRows& trows, int64_t m0, int64_t rows, int dreal,
+                                            SmemOff smem_off) {
+  load_q_rows<T, BM, CH, NT>(int(threadIdx.x), sQ, qbase, q, q0, trows, m0, rows, dreal, smem_off);
 }
 
 // Backward: the query blocks of BM rows that see any key of [n0, n0 + BN) (first block, count).
