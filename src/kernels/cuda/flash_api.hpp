@@ -22,12 +22,14 @@ struct FwdParams {
   kernels::AttentionFwdArgs a;
   int num_splits = 1;
   bool pack_gqa = false;
-  float* o_part = nullptr;    // [num_splits, num_rows, Dpad] f32
-  float* lse_part = nullptr;  // [num_splits, num_rows] f32 (natural log)
+  float* o_part = nullptr;    // [num_splits, num_rows, Dpad] f32 (two-level clusters: [num_splits / cluster, ...])
+  float* lse_part = nullptr;  // [num_splits, num_rows] f32 (natural log; two-level: [num_splits / cluster, ...])
   int64_t num_rows = 0;       // rows of the lse layout: batch_slots * heads * seqlen_q
   // Decode only (the plan of decode/plan.hpp): which member runs, and on sm_90 as clusters (> 1: the splits of each
   // (m-tile, KV head, sequence) are one thread-block cluster of this many CTAs, == num_splits <= kMaxDecodeCluster,
-  // merging through distributed shared memory: no o_part/lse_part, no combine launch; 0: no clusters). pdl: the
+  // merging through distributed shared memory: no o_part/lse_part, no combine launch; or two levels: a power of two
+  // dividing num_splits, each cluster merging its splits into one partial of o_part/lse_part for the combine
+  // launch; 0: no clusters). pdl: the
   // decode kernel and the split combine are launched with programmatic dependent launch, so each grid's launch
   // overlaps the tail of the one before it in the stream.
   DecodeKernel decode_kernel = DecodeKernel::mma;

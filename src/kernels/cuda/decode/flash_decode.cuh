@@ -30,6 +30,12 @@
 //    shared memory alive until all ranks have read it (merge::merge_cluster_item). No HBM partials. Every CTA of a cluster
 //    reaches both barriers: the only early exit (a tile past the sequence's rows) depends on the m-tile and the
 //    sequence alone, so it is taken by the whole cluster or by none of it.
+//  - two-level split merge (sm_90, Tuning::decode_combine = two_level, v21): the same clusters of C = p.cluster
+//    CTAs with C a power of two dividing S (C < S): the splits of an m-tile are S / C consecutive clusters
+//    (rank = split % C); each merges its C partials as above and writes ONE f32 partial (index split / C) to
+//    o_part/lse_part, and launch_split_combine merges the S / C of them. At batch 1, 8/1 heads d256 (128 splits)
+//    the combine reads 8-16 partials per row instead of 128; unlike the retired in-kernel merge no CTA reads more
+//    than its 1/C share of one cluster's partials.
 //
 // Index walk-through (checked by hand): nk = 100, nq = 1, causal, window_left 30, 3 splits, one row group.
 // lo(0) = 0 + (100 - 1) - 30 = 69, hi(0) = 0 + 99 + 0 + 1 = 100: klo 69, khi 100 -> blocks nb0 = 69/16 = 4,
@@ -83,9 +89,10 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
   const int S = p.num_splits;
-  const bool clustered = p.cluster > 1;  // uniform over the grid; then p.cluster == S (the host checks)
+  const bool clustered = p.cluster > 1;  // uniform over the grid; then p.cluster divides S (the host checks)
   const int mtiles = int(gridDim.x) / S;
-  // Without clusters the m-tiles of a split sit side by side; with them the S splits of an m-tile (one cluster).
+  // Without clusters the m-tiles of a split sit side by side; with them the S splits of an m-tile (S / p.cluster
+  // whole clusters, as p.cluster divides S).
   const int split = clustered ? int(blockIdx.x) % S : int(blockIdx.x) / mtiles;
   const int mt = clustered ? int(blockIdx.x) / S : int(blockIdx.x) % mtiles;
   const kernels::SeqRange sr = kernels::seq_range(a.shape, blockIdx.z);
@@ -390,21 +397,30 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
     const cg::cluster_group cl = cg::this_cluster();
     cl.sync();  // every rank's cpart/clse (written above by its threads) is visible to the whole cluster
     const int CG = dreal / 4;
-    // Items (row, 4 columns; at most 16 x 64) dealt out round-robin over the ranks (item idx to rank idx % S, its
-    // thread idx / S % NT), so every rank takes ~1/S of them (4 rows of d128: 8 items per rank with S = 16) and the
-    // cluster's DSMEM traffic is spread over its SMs. All 2S remote loads of an item are issued before any is used.
-    for (int idx = tid * S + split; idx < nrows * CG; idx += NT * S) {
+    const int C = p.cluster, rank = split % C;  // rank in the cluster: blockIdx.x % C, as C divides S
+    const bool two_level = C < S;               // then this cluster's merge is one partial of S / C
+    // Items (row, 4 columns; at most 16 x 64) dealt out round-robin over the ranks (item idx to rank idx % C, its
+    // thread idx / C % NT), so every rank takes ~1/C of them (4 rows of d128: 8 items per rank with C = 16) and the
+    // cluster's DSMEM traffic is spread over its SMs. All 2C remote loads of an item are issued before any is used.
+    for (int idx = tid * C + rank; idx < nrows * CG; idx += NT * C) {
       const int row = idx / CG, c4 = idx % CG;
       float4 acc;
       const float lse = merge::merge_cluster_item<kMaxDecodeCluster>(merge::smem_addr(clse + row),
-                                                                      merge::smem_addr(cpart + row * D + c4 * 4), S, acc);
+                                                                      merge::smem_addr(cpart + row * D + c4 * 4), C, acc);
       int64_t h, i;
       row_hi(row, h, i);
-      uint2 v;
-      v.x = Op::pack(acc.x, acc.y);
-      v.y = Op::pack(acc.z, acc.w);
-      *reinterpret_cast<uint2*>(obase + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h + c4 * 4) = v;
-      if (c4 == 0) a.lse[a.lse_index(sr, h, i)] = lse;
+      const int64_t ridx = a.lse_index(sr, h, i);
+      if (two_level) {
+        const int64_t pidx = int64_t(split / C) * p.num_rows + ridx;
+        *reinterpret_cast<float4*>(p.o_part + pidx * D + c4 * 4) = acc;
+        if (c4 == 0) p.lse_part[pidx] = lse;
+      } else {
+        uint2 v;
+        v.x = Op::pack(acc.x, acc.y);
+        v.y = Op::pack(acc.z, acc.w);
+        *reinterpret_cast<uint2*>(obase + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h + c4 * 4) = v;
+        if (c4 == 0) a.lse[ridx] = lse;
+      }
     }
     cl.sync();  // no CTA leaves (and frees its shared memory) before every rank has read it
 #else
@@ -434,10 +450,14 @@ void launch_decode_mma(const FwdParams& p, cudaStream_t stream) {
   const int64_t mtiles = (sh.heads / sh.kv_heads * sh.max_seqlen_q + 15) / 16;
   if (mtiles == 0) return;
   dim3 grid(unsigned(mtiles * p.num_splits), unsigned(sh.kv_heads), unsigned(sh.batch));
-  // The splits of an m-tile as one cluster (grid.x = m-tiles x S, a multiple of the cluster size). The caller
+  // The splits of an m-tile as one cluster, or S / cluster of them (grid.x = m-tiles x S, a multiple of the cluster
+  // size). The caller
   // picks a size decode_cluster_residency<T, D>() reported resident (which also set the kernel's attributes).
+  // Two levels (p.cluster < p.num_splits): the clusters' partials go to o_part/lse_part for the combine launch.
   if (p.cluster > 1 &&
-      (p.cluster != p.num_splits || p.cluster > kMaxDecodeCluster || decode_cluster_residency<T, D>()[p.cluster] < 1))
+      (p.num_splits % p.cluster != 0 || p.cluster > kMaxDecodeCluster ||
+       (p.cluster < p.num_splits && (p.o_part == nullptr || p.lse_part == nullptr)) ||
+       decode_cluster_residency<T, D>()[p.cluster] < 1))
     fail(Status::internal, "flash decode: bad cluster size");
   check_cuda(launch_ex(kern, grid, dim3(DecodeCfg<D>::kWarps * 32), smem, stream, p.pdl,
                        p.cluster > 1 ? unsigned(p.cluster) : 1u, p),

@@ -78,7 +78,7 @@ DecodePlan plan_paged(const DecodeShape& s, const DeviceInfo& dev, const Tuning&
 bool decode_plan_needs_residency(const DecodeShape& s, const DeviceInfo& dev, const Tuning& t) {
   if (s.paged) return false;
   if (s.kv_len_on_device) return t.engine_decode_merge != EngineDecodeMerge::global;
-  return t.decode_combine == DecodeCombine::cluster &&
+  return (t.decode_combine == DecodeCombine::cluster || t.decode_combine == DecodeCombine::two_level) &&
          size_t(dev.smem_per_block_optin) >= decode_smem_bytes(padded_head_dim(s.head_dim));
 }
 
@@ -129,6 +129,21 @@ DecodePlan plan_decode(const DecodeShape& s, const DeviceInfo& dev, const Tuning
         if (tm * 50 < cbest_t * 49) cbest_t = tm, cbest = sp;
       }
       if (cbest > 1 && cbest_t * 8 <= best_t * 9) p.splits = p.cluster = int(cbest);
+    } else if (t.decode_combine == DecodeCombine::two_level && res[2] > 0 && p.splits >= 2) {
+      // Two-level merge: the model's splits stay; the splits of a tile are cut into clusters of C (a power of two
+      // dividing them) that merge in distributed shared memory, so the combine launch reads splits / C partials.
+      // C: the largest whose clusters fit as many waves as the unclustered grid (clusters are placed whole inside
+      // a GPC), at most Tuning::decode_cluster. E.g. H200 batch 1, 8/1 heads d256, 32k keys: 128 splits in 8
+      // clusters of 16 when 8 fit (8 partials instead of 128), else 16 clusters of 8. With FLASHKIT_DECODE_CLUSTER
+      // set, the largest such C that is resident at all (A/B runs). C == splits is the one-level cluster merge.
+      const int64_t waves = (base * p.splits + slots - 1) / slots;
+      for (int c = kMaxDecodeCluster; c >= 2; c /= 2) {
+        if ((t.decode_cluster > 0 && c > t.decode_cluster) || p.splits % c != 0 || res[c] < 1) continue;
+        const int64_t clusters = base * (p.splits / c);
+        if (t.decode_cluster == 0 && (clusters + res[c] - 1) / res[c] > waves) continue;
+        p.cluster = c;
+        break;
+      }
     }
   } else {
     const auto tile = sm80_decode_tile(D);
@@ -142,7 +157,10 @@ DecodePlan plan_decode(const DecodeShape& s, const DeviceInfo& dev, const Tuning
     splits = std::min<int64_t>({splits, std::max<int64_t>(1, nblocks / 4), library_max_splits(t, 128)});
     p.splits = int(std::max<int64_t>(1, splits));
   }
-  p.merge = p.splits == 1 ? DecodeMergeKind::none : p.cluster > 1 ? DecodeMergeKind::cluster : DecodeMergeKind::combine;
+  p.merge = p.splits == 1    ? DecodeMergeKind::none
+            : p.cluster <= 1  ? DecodeMergeKind::combine
+            : p.cluster < p.splits ? DecodeMergeKind::cluster_combine
+                                   : DecodeMergeKind::cluster;
   return p;
 }
 
@@ -155,6 +173,7 @@ std::string decode_plan_name(const DecodePlan& p) {
   switch (p.merge) {
     case DecodeMergeKind::combine: s += ".combine"; break;
     case DecodeMergeKind::cluster: s += ".cluster" + std::to_string(p.cluster); break;
+    case DecodeMergeKind::cluster_combine: s += ".cluster" + std::to_string(p.cluster) + ".combine"; break;
     case DecodeMergeKind::counter: s += p.cluster > 1 ? ".counter.cluster" + std::to_string(p.cluster) : ".counter"; break;
     default: break;
   }
