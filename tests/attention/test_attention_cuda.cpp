@@ -280,6 +280,10 @@ std::vector<Case> grid() {
   g.push_back({1, 2, 8192, 32, 8, 128, true});
   g.push_back({1, 4, 4096, 32, 4, 128, false, -1, -1, 0, DType::f16});
   g.push_back({2, 3, 4096, 32, 8, 128, true, 3000, -1});
+  // One KV head at d256 (the 8/1-head decode shape of issue 20, short): many splits of few blocks, an odd length;
+  // with a window most splits of the two-level clusters see no key.
+  g.push_back({1, 1, 3001, 8, 1, 256, true});
+  g.push_back({1, 2, 2999, 8, 1, 256, true, 100, -1, 0, DType::f16});
   {
     Case c{1, 0, 0, 16, 4, 64, true};
     c.varlen = {{4, 3000}, {0, 500}, {1, 0}, {2, 40}, {3, 1100}};
@@ -370,6 +374,16 @@ std::vector<Path> paths() {
   t.decode_pdl = false;
   t.decode_max_splits = 64;
   v.push_back({"decode_nopdl_splits64", t});
+  // The two-level decode merge (attention-cuda.md v21): clusters of the planner's size, and of 2 and 4 forced, so
+  // every even split count of the grid merges in two levels (S / C partials for the combine; C == S: one level).
+  t = Tuning{};
+  t.decode_combine = DecodeCombine::two_level;
+  v.push_back({"decode_two_level", t});
+  t.decode_cluster = 2;
+  v.push_back({"decode_two_level_c2", t});
+  t.decode_cluster = 4;
+  t.decode_pdl = false;
+  v.push_back({"decode_two_level_c4_nopdl", t});
   return v;
 }
 
