@@ -23,6 +23,8 @@ enum class DecodeCombine : int32_t {
   cluster = 2,    // thread-block clusters merging in distributed shared memory where the wave model allows (sm_90)
   two_level = 3,  // clusters of up to 16 splits merge in distributed shared memory first, then the combine launch
                   // merges one partial per cluster (sm_90; A/B runs, attention-cuda.md v21)
+  two_level_counter = 4,  // the same clusters; the last cluster of a tile to finish (arrival counter) merges the
+                          // <= 16 cluster partials, so no second launch remains (sm_90; A/B runs, v21)
 };
 
 // Split-merge placement of the engine's fused decode attention.
@@ -47,7 +49,8 @@ struct Tuning {
   bool sm90_ws_pingpong = true;     // FLASHKIT_SM90_WS_PINGPONG=0: consumer warpgroups issue freely
   int sm90_bwd_config = 0;          // FLASHKIT_SM90_BWD_CFG=1: the BM 64 Hopper backward at d64
   int decode_max_splits = 0;        // FLASHKIT_DECODE_MAX_SPLITS (1..512); 0: the kernel's own cap
-  DecodeCombine decode_combine = DecodeCombine::automatic;  // FLASHKIT_DECODE_COMBINE=auto|kernel|cluster|two_level
+  DecodeCombine decode_combine = DecodeCombine::automatic;  // FLASHKIT_DECODE_COMBINE=auto|kernel|cluster|two_level|
+                                                            // two_level_counter
   int decode_cluster = 0;           // FLASHKIT_DECODE_CLUSTER=2|4|8|16: two_level's cluster size; 0: the planner's
   bool decode_pdl = true;           // FLASHKIT_DECODE_PDL=0: no programmatic dependent launch (sm_90)
 

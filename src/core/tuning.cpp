@@ -99,7 +99,7 @@ Tuning tuning_from_env() {
   t.sm90_ws_pingpong = env::flag("FLASHKIT_SM90_WS_PINGPONG", t.sm90_ws_pingpong);
   t.sm90_bwd_config = int(env::integer("FLASHKIT_SM90_BWD_CFG", 0, 0, 1));
   t.decode_max_splits = int(env::integer("FLASHKIT_DECODE_MAX_SPLITS", 0, 1, 512));
-  t.decode_combine = DecodeCombine(env::choice("FLASHKIT_DECODE_COMBINE", {"auto", "kernel", "cluster", "two_level"}, 0));
+  t.decode_combine = DecodeCombine(env::choice("FLASHKIT_DECODE_COMBINE", {"auto", "kernel", "cluster", "two_level", "two_level_counter"}, 0));
   t.decode_cluster = int(env::integer("FLASHKIT_DECODE_CLUSTER", 0, 2, 16));
   t.decode_pdl = env::flag("FLASHKIT_DECODE_PDL", t.decode_pdl);
 

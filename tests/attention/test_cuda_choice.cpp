@@ -269,7 +269,24 @@ TEST(CudaChoice, DecodeTwoLevelClusters) {
   EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::combine);
   EXPECT_EQ(fwd("two-level, 16 keys", shape(1, 8, 1, 256, 1, 16), h200(), t, {}, res).decode.merge,
             cuda::DecodeMergeKind::none);
-  // The default tuning is unchanged by the knob's existence.
+  // The last-cluster merge (two_level_counter): the same clusters, no combine launch while at most 16 partials
+  // remain; more (128 splits in clusters of 4: 32) keep the combine launch.
+  t.decode_combine = flashkit::DecodeCombine::two_level_counter;
+  c = fwd("two-level last, d256", shape(1, 8, 1, 256, 1, 32768), h200(), t, {}, res);
+  EXPECT_EQ(c.cluster, 16);
+  EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::cluster_counter);
+  EXPECT_EQ(cuda::decode_hbm_partials(c.decode), 8);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d256.splits128.cluster16.last");
+  EXPECT_TRUE(flashkit::fwd_needs_decode_residency(shape(1, 8, 1, 256, 1, 32768), h200(), t));
+  t.decode_cluster = 4;
+  c = fwd("two-level last, d256, cluster 4", shape(1, 8, 1, 256, 1, 32768), h200(), t, {}, res);
+  EXPECT_EQ(c.cluster, 4);
+  EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::cluster_combine);
+  c = fwd("two-level last, d128, cluster 4", shape(1, 32, 8, 128, 1, 32768), h200(), t, {}, res);
+  EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::cluster_counter);
+  EXPECT_EQ(cuda::decode_hbm_partials(c.decode), 4);
+  t.decode_cluster = 0;
+  // The default tuning is unchanged by the knobs' existence.
   c = fwd("default d256", shape(1, 8, 1, 256, 1, 32768), h200(), Tuning{}, {}, res);
   EXPECT_EQ(c.cluster, 0);
   EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::combine);

@@ -34,6 +34,9 @@ struct FwdParams {
   // overlaps the tail of the one before it in the stream.
   DecodeKernel decode_kernel = DecodeKernel::mma;
   int cluster = 0;
+  // Two-level clusters only: one zeroed arrival counter per (m-tile, KV head, sequence); the last cluster of a tile
+  // merges its num_splits / cluster partials (<= kMaxDecodeClusterParts) and resets it. null: the combine launch.
+  unsigned int* merge_counter = nullptr;
   bool pdl = false;
 };
 

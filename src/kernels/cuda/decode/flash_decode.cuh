@@ -36,6 +36,11 @@
 //    o_part/lse_part, and launch_split_combine merges the S / C of them. At batch 1, 8/1 heads d256 (128 splits)
 //    the combine reads 8-16 partials per row instead of 128; unlike the retired in-kernel merge no CTA reads more
 //    than its 1/C share of one cluster's partials.
+//    With p.merge_counter (Tuning::decode_combine = two_level_counter) no combine launch follows: after its
+//    partial is written (threadfence, cluster barrier) rank 0 counts the cluster's arrival on the tile's counter
+//    and tells every rank through distributed shared memory whether it was the last of the S / C clusters; the
+//    last cluster merges the tile's <= 16 cluster partials (each rank its 1/C of the items, all loads of an item
+//    in flight at once) and resets the counter (graph-replayable; the host zeroes the counters per call).
 //
 // Index walk-through (checked by hand): nk = 100, nq = 1, causal, window_left 30, 3 splits, one row group.
 // lo(0) = 0 + (100 - 1) - 30 = 69, hi(0) = 0 + 99 + 0 + 1 = 100: klo 69, khi 100 -> blocks nb0 = 69/16 = 4,
@@ -77,7 +82,7 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
   static_assert(DecodeCfg<D>::kSmem == size_t(kTile) * (1 + NW * ST * 2), "the layout DecodeCfg<D> sizes");
   static_assert(size_t(NW * 32 + NW * 16 * DP) * 4 <= DecodeCfg<D>::kSmem, "warp merge buffer must fit");
   static_assert(CH <= 32 && 32 % CH == 0, "a warp copies whole rows");
-  static_assert(size_t(NW * 32 + NW * 16 * DP + 16 * D + 16) * 4 <= DecodeCfg<D>::kSmem, "cluster partial must fit");
+  static_assert(size_t(NW * 32 + NW * 16 * DP + 16 * D + 17) * 4 <= DecodeCfg<D>::kSmem, "cluster partial must fit");
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sQ = smem_u32(smem);
 
@@ -422,7 +427,62 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
         if (c4 == 0) a.lse[ridx] = lse;
       }
     }
+    const bool last_merges = two_level && p.merge_counter != nullptr;  // uniform over the grid
+    if (last_merges) __threadfence();  // this thread's partial items are visible device-wide before the arrival
     cl.sync();  // no CTA leaves (and frees its shared memory) before every rank has read it
+    if (last_merges) {
+      const int G = S / C;  // cluster partials of this tile (<= kMaxDecodeClusterParts, the host checks)
+      int* last_flag = reinterpret_cast<int*>(clse + 16);
+      if (rank == 0 && tid == 0) {
+        const int tile = (int(blockIdx.z) * int(gridDim.y) + int(blockIdx.y)) * mtiles + mt;
+        const unsigned int prev = atomicAdd(p.merge_counter + tile, 1u);
+        const int last = prev == unsigned(G - 1);
+        if (last) p.merge_counter[tile] = 0u;  // every cluster has arrived: reset for the next launch
+        for (int r = 0; r < C; ++r) merge::dsmem_st(merge::dsmem_map(merge::smem_addr(last_flag), r), last);
+      }
+      cl.sync();  // every rank's flag is written
+      if (*reinterpret_cast<volatile int*>(last_flag)) {
+        __threadfence();  // the other clusters' partials are read after their arrivals
+        for (int idx = tid * C + rank; idx < nrows * CG; idx += NT * C) {
+          const int row = idx / CG, c4 = idx % CG;
+          int64_t h, i;
+          row_hi(row, h, i);
+          const int64_t ridx = a.lse_index(sr, h, i);
+          // Chunks of 8 partials (all loads of a chunk in flight), each chunk's result merged into the running
+          // one as a pair: fewer live registers than 16 at once, which would raise the whole kernel's count.
+          constexpr int kChunk = 8;
+          float run_l[2] = {-INFINITY, -INFINITY};
+          float4 run_o[2] = {make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f)};
+          for (int g0 = 0; g0 < G; g0 += kChunk) {
+            float ls[kChunk];
+            float4 xs[kChunk];
+#pragma unroll
+            for (int g = 0; g < kChunk; ++g)
+              if (g0 + g < G) {
+                const int64_t pidx = int64_t(g0 + g) * p.num_rows + ridx;
+                ls[g] = __ldcg(p.lse_part + pidx);
+                xs[g] = __ldcg(reinterpret_cast<const float4*>(p.o_part + pidx * D + c4 * 4));
+              }
+            run_l[1] = merge::merge_in_registers<kChunk>(ls, xs, G - g0 < kChunk ? G - g0 : kChunk, run_o[1]);
+            if (g0 == 0) {
+              run_l[0] = run_l[1];
+              run_o[0] = run_o[1];
+            } else {
+              float4 both;  // (not run_o[0] itself: the merge zeroes its output before reading its inputs)
+              run_l[0] = merge::merge_in_registers<2>(run_l, run_o, 2, both);
+              run_o[0] = both;
+            }
+          }
+          const float4 acc = run_o[0];
+          const float lse = run_l[0];
+          uint2 v;
+          v.x = Op::pack(acc.x, acc.y);
+          v.y = Op::pack(acc.z, acc.w);
+          *reinterpret_cast<uint2*>(obase + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h + c4 * 4) = v;
+          if (c4 == 0) a.lse[ridx] = lse;
+        }
+      }
+    }
 #else
     __trap();  // the host never launches clusters with code before sm_90 (decode_cluster_residency is all 0)
 #endif
@@ -457,6 +517,7 @@ void launch_decode_mma(const FwdParams& p, cudaStream_t stream) {
   if (p.cluster > 1 &&
       (p.num_splits % p.cluster != 0 || p.cluster > kMaxDecodeCluster ||
        (p.cluster < p.num_splits && (p.o_part == nullptr || p.lse_part == nullptr)) ||
+       (p.merge_counter != nullptr && (p.cluster >= p.num_splits || p.num_splits / p.cluster > kMaxDecodeClusterParts)) ||
        decode_cluster_residency<T, D>()[p.cluster] < 1))
     fail(Status::internal, "flash decode: bad cluster size");
   check_cuda(launch_ex(kern, grid, dim3(DecodeCfg<D>::kWarps * 32), smem, stream, p.pdl,

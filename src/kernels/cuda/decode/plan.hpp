@@ -17,6 +17,8 @@
 // cluster (the splits of a tile form one thread-block cluster and merge through distributed shared memory, sm_90),
 // cluster_combine (two levels, sm_90: clusters of `cluster` splits merge in distributed shared memory, each writes
 // one f32 partial, and the combine launch merges splits / cluster of them: 8-16x fewer partials to read),
+// cluster_counter (the same clusters; the last cluster of a tile to write its partial, found with an arrival counter,
+// merges the <= kMaxDecodeClusterParts partials, each of its CTAs a 1/cluster share: no second launch),
 // counter (the last CTA of a tile to arrive merges the HBM partials: one launch fewer, which the engine's graphs
 // measured worth it, engine-cuda.md v6; the library's in-kernel version lost to the combine launch and is retired).
 //
@@ -32,7 +34,7 @@
 namespace flashkit::cuda {
 
 enum class DecodeKernel : int32_t { mma = 0, one_warp = 1, fused_prologue = 2, paged = 3 };
-enum class DecodeMergeKind : int32_t { none = 0, combine = 1, cluster = 2, counter = 3, cluster_combine = 4 };
+enum class DecodeMergeKind : int32_t { none = 0, combine = 1, cluster = 2, counter = 3, cluster_combine = 4, cluster_counter = 5 };
 
 struct DecodeShape {
   int64_t batch = 1;  // sequences
@@ -82,16 +84,20 @@ DecodePlan plan_decode(const DecodeShape& shape, const DeviceInfo& dev, const Tu
 // Whether plan_decode would read the residency (to skip the occupancy queries otherwise).
 bool decode_plan_needs_residency(const DecodeShape& shape, const DeviceInfo& dev, const Tuning& tuning);
 
-// The f32 partials a plan writes to HBM for the combine launch: splits (combine), splits / cluster
-// (cluster_combine), else 0.
+// Most cluster partials of a tile the last-cluster merge (cluster_counter) takes: one register slot each.
+constexpr int kMaxDecodeClusterParts = 16;
+
+// The f32 partials a plan writes to HBM: splits (combine), splits / cluster (cluster_combine, cluster_counter),
+// else 0.
 inline int decode_hbm_partials(const DecodePlan& p) {
-  return p.merge == DecodeMergeKind::combine           ? p.splits
-         : p.merge == DecodeMergeKind::cluster_combine ? p.splits / p.cluster
-                                                       : 0;
+  return p.merge == DecodeMergeKind::combine ? p.splits
+         : p.merge == DecodeMergeKind::cluster_combine || p.merge == DecodeMergeKind::cluster_counter
+             ? p.splits / p.cluster
+             : 0;
 }
 
 // "mma.splits16.combine", "one_warp", "fused_prologue.splits64.cluster16", "paged.splits8.combine",
-// "mma.splits128.cluster16.combine" (cluster_combine), ...
+// "mma.splits128.cluster16.combine" (cluster_combine), "mma.splits128.cluster8.last" (cluster_counter), ...
 std::string decode_plan_name(const DecodePlan& plan);
 
 }  // namespace flashkit::cuda
