@@ -53,6 +53,7 @@ struct Tuning {
                                                             // two_level_counter
   int decode_cluster = 0;           // FLASHKIT_DECODE_CLUSTER=2|4|8|16: two_level's cluster size; 0: the planner's
   bool decode_pdl = true;           // FLASHKIT_DECODE_PDL=0: no programmatic dependent launch (sm_90)
+  bool decode_d256_deep = false;    // FLASHKIT_DECODE_D256_DEEP=1: d256 decode CTAs of 2 warps x 6 stages (A/B)
 
   // ---- CUDA engine backend
   bool cuda_graphs = true;          // FLASHKIT_CUDA_GRAPHS

@@ -393,6 +393,11 @@ std::vector<Path> paths() {
   v.push_back({"decode_two_level_last", t});
   t.decode_cluster = 2;
   v.push_back({"decode_two_level_last_c2", t});
+  t = Tuning{};
+  t.decode_d256_deep = true;  // d256 CTAs of 2 warps x 6 stages (other head dims: unchanged)
+  v.push_back({"decode_d256_deep", t});
+  t.decode_combine = DecodeCombine::two_level_counter;
+  v.push_back({"decode_d256_deep_last", t});
   return v;
 }
 

@@ -286,6 +286,21 @@ TEST(CudaChoice, DecodeTwoLevelClusters) {
   EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::cluster_counter);
   EXPECT_EQ(cuda::decode_hbm_partials(c.decode), 4);
   t.decode_cluster = 0;
+  // The d256 variant of 2 warps x 6 stages (Tuning::decode_d256_deep): the same CTA size, so the same splits and
+  // merges; other head dims ignore it.
+  Tuning deep;
+  deep.decode_d256_deep = true;
+  c = fwd("deep d256", shape(1, 8, 1, 256, 1, 32768), h200(), deep, {}, res);
+  EXPECT_EQ(c.decode.variant, 1);
+  EXPECT_EQ(c.stages, 6);
+  EXPECT_EQ(c.splits, 128);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d256.deep.splits128.combine");
+  deep.decode_combine = flashkit::DecodeCombine::two_level_counter;
+  EXPECT_EQ(fwd("deep d256 last", shape(1, 8, 1, 256, 1, 32768), h200(), deep, {}, res).decode.merge,
+            cuda::DecodeMergeKind::cluster_counter);
+  c = fwd("deep d128", shape(1, 32, 8, 128, 1, 32768), h200(), deep, {}, res);
+  EXPECT_EQ(c.decode.variant, 0);
+  EXPECT_EQ(c.stages, 3);
   // The default tuning is unchanged by the knobs' existence.
   c = fwd("default d256", shape(1, 8, 1, 256, 1, 32768), h200(), Tuning{}, {}, res);
   EXPECT_EQ(c.cluster, 0);

@@ -14,8 +14,9 @@
 # Variants: base (the defaults: separate combine launch), cluster (FLASHKIT_DECODE_COMBINE=cluster: one level when
 # the wave model allows), two_level (the planner's cluster size), two_level_c8 / _c4 / _c2 (FLASHKIT_DECODE_CLUSTER),
 # last, last_c8, last_c4 (FLASHKIT_DECODE_COMBINE=two_level_counter: the last cluster of a tile merges the <= 16
-# cluster partials, no combine launch; more partials fall back to the combine), base_again (the defaults once
-# more: run-to-run drift).
+# cluster partials, no combine launch; more partials fall back to the combine), deep, deep_last
+# (FLASHKIT_DECODE_D256_DEEP=1: d256 CTAs of 2 warps x 6 stages, alone and with the last-cluster merge; d128 rows
+# are the base kernel again), base_again (the defaults once more: run-to-run drift).
 # Results in $OUT/decode_ab.log (+ failed.txt). carry=[".fkdeps.tar.xz"] (tools/gpu/carried_deps.sh).
 set -u
 cd "$(dirname "$0")/../.."
@@ -35,7 +36,7 @@ export FLASHKIT_LIBRARY="$PWD/$BUILD/lib/libflashkit.so" FLASHKIT_PYDIR="$PWD/py
 DEC='*_Sq1_*:*_Sq2_*:*_Sq3_*:*_Sq4_*:*_Sq5_*:*_Sq16_*:*varlen*'
 DEC_GRID=$(echo "$DEC" | sed 's/\*_Sq/Grid\/*_Sq/g; s/\*varlen\*/Grid\/*varlen*/')
 DEC_PATHS=$(echo "$DEC" | sed 's/\*_Sq/Paths\/*decode_*_Sq/g; s/\*varlen\*/Paths\/*decode_*varlen*/')
-VARIANTS=(base cluster two_level two_level_c8 two_level_c4 two_level_c2 last last_c8 last_c4 base_again)
+VARIANTS=(base cluster two_level two_level_c8 two_level_c4 two_level_c2 last last_c8 last_c4 deep deep_last base_again)
 venv() {  # the environment of a variant
   case $1 in
     base|base_again) echo "FLASHKIT_DECODE_COMBINE=auto" ;;
@@ -44,6 +45,8 @@ venv() {  # the environment of a variant
     two_level_c*) echo "FLASHKIT_DECODE_COMBINE=two_level FLASHKIT_DECODE_CLUSTER=${1#two_level_c}" ;;
     last) echo "FLASHKIT_DECODE_COMBINE=two_level_counter" ;;
     last_c*) echo "FLASHKIT_DECODE_COMBINE=two_level_counter FLASHKIT_DECODE_CLUSTER=${1#last_c}" ;;
+    deep) echo "FLASHKIT_DECODE_D256_DEEP=1" ;;
+    deep_last) echo "FLASHKIT_DECODE_D256_DEEP=1 FLASHKIT_DECODE_COMBINE=two_level_counter" ;;
   esac
 }
 for st in "${STAGES[@]}"; do
@@ -68,6 +71,7 @@ for st in "${STAGES[@]}"; do
       P='Paths/CudaAttentionPaths.MatchesReference/decode_two_level'
       F="${P}_c2_flash_B1_Sq1_Sk3001_H8x1_D256_causal_bf16:${P}_c4_nopdl_flash_B1_*H16x4_D64*varlen*"
       F="$F:${P}_c2_flash_B2_Sq3_Sk4096_H32x8_D128_causal_win3000__1_bf16"
+      F="$F:Paths/CudaAttentionPaths.MatchesReference/decode_d256_deep_last_flash_B1_Sq1_Sk32749_H8x1_D256_causal_bf16"
       F="$F:${P}_last_flash_B1_Sq1_Sk32749_H8x1_D256_causal_bf16:${P}_last_c2_flash_B1_*H16x4_D64*varlen*"
       F="$F:${P}_last_c2_flash_B1_Sq2_Sk8192_H32x8_D128_causal_bf16"
       run memcheck_two_level timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$F" --gtest_brief=1

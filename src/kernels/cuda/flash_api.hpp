@@ -33,6 +33,7 @@ struct FwdParams {
   // decode kernel and the split combine are launched with programmatic dependent launch, so each grid's launch
   // overlaps the tail of the one before it in the stream.
   DecodeKernel decode_kernel = DecodeKernel::mma;
+  int decode_variant = 0;  // the plan's variant (DecodeCfg<D, variant>)
   int cluster = 0;
   // Two-level clusters only: one zeroed arrival counter per (m-tile, KV head, sequence); the last cluster of a tile
   // merges its num_splits / cluster partials (<= kMaxDecodeClusterParts) and resets it. null: the combine launch.

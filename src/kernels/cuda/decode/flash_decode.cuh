@@ -16,7 +16,8 @@
 //    over its blocks (ST stages of 16 keys of K and V in its own shared memory; no CTA barrier in the main loop)
 //    and its own online softmax (mma.sync m16n8k16 for QK^T and PV, log2 units with the scale folded in, exactly
 //    as flash_fwd.cuh). One CTA per SM (130-200 KB of shared memory) keeps NW * (ST-1) stages = 96-128 KB per
-//    SM in flight;
+//    SM in flight (d256 variant 1, Tuning::decode_d256_deep: 2 warps x 6 stages in the same 200 KB, 160 KB in
+//    flight; v21);
 //  - at the end the warps meet in shared memory (an LSE-weighted merge: per row M = max_w m_w, each warp's O
 //    scaled by 2^(m_w - M), L = sum_w l_w 2^(m_w - M)); one split writes o/lse directly, several write f32
 //    partials (same layout as v1: [split, row, Dpad] and [split, row]);
@@ -71,18 +72,18 @@ namespace flashkit::cuda {
 
 
 
-template <typename T, int D>
-__global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_kernel(const FwdParams p) {
+template <typename T, int D, int V = 0>
+__global__ void __launch_bounds__(DecodeCfg<D, V>::kWarps * 32, 1) flash_decode_kernel(const FwdParams p) {
   using Op = MmaOp<T>;
-  constexpr int NW = DecodeCfg<D>::kWarps, ST = DecodeCfg<D>::kStages, NT = NW * 32;
+  constexpr int NW = DecodeCfg<D, V>::kWarps, ST = DecodeCfg<D, V>::kStages, NT = NW * 32;
   constexpr int CH = D / 8, DTILE = D / 8, DP = D + 8;  // DP: f32 row pitch of the merge buffer (no bank conflicts)
   constexpr bool QREG = D <= 128;                         // Q fragments in registers (d256: re-read from smem)
   constexpr uint32_t kTile = 16 * D * 2;                  // a 16-row tile of Q, K or V
   constexpr uint32_t kStage = 2 * kTile;                  // K then V
-  static_assert(DecodeCfg<D>::kSmem == size_t(kTile) * (1 + NW * ST * 2), "the layout DecodeCfg<D> sizes");
-  static_assert(size_t(NW * 32 + NW * 16 * DP) * 4 <= DecodeCfg<D>::kSmem, "warp merge buffer must fit");
+  static_assert(DecodeCfg<D, V>::kSmem == size_t(kTile) * (1 + NW * ST * 2), "the layout DecodeCfg<D, V> sizes");
+  static_assert(size_t(NW * 32 + NW * 16 * DP) * 4 <= DecodeCfg<D, V>::kSmem, "warp merge buffer must fit");
   static_assert(CH <= 32 && 32 % CH == 0, "a warp copies whole rows");
-  static_assert(size_t(NW * 32 + NW * 16 * DP + 16 * D + 17) * 4 <= DecodeCfg<D>::kSmem, "cluster partial must fit");
+  static_assert(size_t(NW * 32 + NW * 16 * DP + 16 * D + 17) * 4 <= DecodeCfg<D, V>::kSmem, "cluster partial must fit");
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sQ = smem_u32(smem);
 
@@ -493,17 +494,17 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
 // For c = 2..kMaxDecodeCluster: how many clusters of c CTAs of flash_decode_kernel<T, D> can be resident at once on
 // the current device; all 0 where the cluster merge cannot run (core/cuda_device.hpp). Once per (kernel, device);
 // safe to call first inside a graph capture.
-template <typename T, int D>
+template <typename T, int D, int V = 0>
 ClusterResidency decode_cluster_residency() {
-  const void* k = reinterpret_cast<const void*>(flash_decode_kernel<T, D>);
+  const void* k = reinterpret_cast<const void*>(flash_decode_kernel<T, D, V>);
   return once_per_kernel_device<ClusterResidency>(
-      k, [&](int) { return query_cluster_residency(k, DecodeCfg<D>::kWarps * 32, DecodeCfg<D>::kSmem); });
+      k, [&](int) { return query_cluster_residency(k, DecodeCfg<D, V>::kWarps * 32, DecodeCfg<D, V>::kSmem); });
 }
 
-template <typename T, int D>
+template <typename T, int D, int V = 0>
 void launch_decode_mma(const FwdParams& p, cudaStream_t stream) {
-  constexpr size_t smem = DecodeCfg<D>::kSmem;
-  auto kern = flash_decode_kernel<T, D>;
+  constexpr size_t smem = DecodeCfg<D, V>::kSmem;
+  auto kern = flash_decode_kernel<T, D, V>;
   set_max_dynamic_smem(kern, smem, "cudaFuncSetAttribute(flash decode)");
   if (p.num_splits < 1 || p.num_splits > kMaxDecodeSplits) fail(Status::internal, "flash decode: bad split count");
   const auto& sh = p.a.shape;
@@ -518,9 +519,9 @@ void launch_decode_mma(const FwdParams& p, cudaStream_t stream) {
       (p.num_splits % p.cluster != 0 || p.cluster > kMaxDecodeCluster ||
        (p.cluster < p.num_splits && (p.o_part == nullptr || p.lse_part == nullptr)) ||
        (p.merge_counter != nullptr && (p.cluster >= p.num_splits || p.num_splits / p.cluster > kMaxDecodeClusterParts)) ||
-       decode_cluster_residency<T, D>()[p.cluster] < 1))
+       decode_cluster_residency<T, D, V>()[p.cluster] < 1))
     fail(Status::internal, "flash decode: bad cluster size");
-  check_cuda(launch_ex(kern, grid, dim3(DecodeCfg<D>::kWarps * 32), smem, stream, p.pdl,
+  check_cuda(launch_ex(kern, grid, dim3(DecodeCfg<D, V>::kWarps * 32), smem, stream, p.pdl,
                        p.cluster > 1 ? unsigned(p.cluster) : 1u, p),
              p.cluster > 1 ? "flash decode launch (clusters)" : "flash decode launch");
 }
@@ -531,6 +532,12 @@ void launch_decode_mma(const FwdParams& p, cudaStream_t stream) {
 template <typename T, int D>
 void launch_flash_decode(const FwdParams& p, cudaStream_t stream) {
   if (p.decode_kernel == DecodeKernel::mma) {
+    if constexpr (D == 256) {
+      if (p.decode_variant == 1) {
+        launch_decode_mma<T, D, 1>(p, stream);
+        return;
+      }
+    }
     launch_decode_mma<T, D>(p, stream);
     return;
   }

@@ -96,6 +96,8 @@ DecodePlan plan_decode(const DecodeShape& s, const DeviceInfo& dev, const Tuning
   p.kernel = size_t(dev.smem_per_block_optin) >= smem ? DecodeKernel::mma : DecodeKernel::one_warp;
   if (p.kernel == DecodeKernel::mma) {
     p.pdl = t.decode_pdl && dev.cc_major >= 9;
+    p.variant = D == 256 && t.decode_d256_deep ? 1 : 0;  // the same 200 KB CTA: the model below is unchanged
+    static_assert(DecodeCfg<256, 1>::kSmem == DecodeCfg<256>::kSmem, "the variant keeps the CTA's shared memory");
     // One CTA per SM (its shared memory). Splits s minimize a wave model of the time: ceil(base*s / slots) waves
     // of ceil(blocks/s) 16-key blocks per CTA plus a fixed cost c0 per CTA (prologue, merge: ~64 KB worth of
     // loads, 1024/D blocks); more splits must gain 2% (partials, merge). E.g. H200 (132 slots), 32k keys (2048
@@ -176,6 +178,7 @@ std::string decode_plan_name(const DecodePlan& p) {
                   : p.kernel == DecodeKernel::one_warp ? "one_warp"
                   : p.kernel == DecodeKernel::paged    ? "paged"
                                                        : "fused_prologue";
+  if (p.variant == 1) s += ".deep";
   if (p.splits > 1) s += ".splits" + std::to_string(p.splits);
   switch (p.merge) {
     case DecodeMergeKind::combine: s += ".combine"; break;

@@ -73,6 +73,7 @@ struct DecodePlan {
   int tile_m = 16;      // packed query rows per CTA
   int tile_n = 16;      // keys per pipeline block
   int64_t mtiles = 0;   // (m-tile, KV head, sequence) tiles the splits multiply
+  int variant = 0;      // mma at d256: 1 = DecodeCfg<256, 1> (2 warps x 6 stages, Tuning::decode_d256_deep)
 };
 
 // residency: cluster residency of the kernel the plan is for (mma: flash_decode_kernel of this dtype and head dim;
@@ -97,7 +98,8 @@ inline int decode_hbm_partials(const DecodePlan& p) {
 }
 
 // "mma.splits16.combine", "one_warp", "fused_prologue.splits64.cluster16", "paged.splits8.combine",
-// "mma.splits128.cluster16.combine" (cluster_combine), "mma.splits128.cluster8.last" (cluster_counter), ...
+// "mma.splits128.cluster16.combine" (cluster_combine), "mma.splits128.cluster8.last" (cluster_counter),
+// "mma.deep.splits128.combine" (variant 1), ...
 std::string decode_plan_name(const DecodePlan& plan);
 
 }  // namespace flashkit::cuda
