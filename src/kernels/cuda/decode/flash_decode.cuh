@@ -494,11 +494,16 @@ __global__ void __launch_bounds__(DecodeCfg<D, V>::kWarps * 32, 1) flash_decode_
 // For c = 2..kMaxDecodeCluster: how many clusters of c CTAs of flash_decode_kernel<T, D> can be resident at once on
 // the current device; all 0 where the cluster merge cannot run (core/cuda_device.hpp). Once per (kernel, device);
 // safe to call first inside a graph capture.
-template <typename T, int D, int V = 0>
-ClusterResidency decode_cluster_residency() {
+template <typename T, int D, int V>
+ClusterResidency decode_variant_cluster_residency() {
   const void* k = reinterpret_cast<const void*>(flash_decode_kernel<T, D, V>);
   return once_per_kernel_device<ClusterResidency>(
       k, [&](int) { return query_cluster_residency(k, DecodeCfg<D, V>::kWarps * 32, DecodeCfg<D, V>::kSmem); });
+}
+// The planner's residency (flash_api.hpp): the base kernel's; a variant has the same shared memory per CTA.
+template <typename T, int D>
+ClusterResidency decode_cluster_residency() {
+  return decode_variant_cluster_residency<T, D, 0>();
 }
 
 template <typename T, int D, int V = 0>
@@ -512,14 +517,14 @@ void launch_decode_mma(const FwdParams& p, cudaStream_t stream) {
   if (mtiles == 0) return;
   dim3 grid(unsigned(mtiles * p.num_splits), unsigned(sh.kv_heads), unsigned(sh.batch));
   // The splits of an m-tile as one cluster, or S / cluster of them (grid.x = m-tiles x S, a multiple of the cluster
-  // size). The caller
-  // picks a size decode_cluster_residency<T, D>() reported resident (which also set the kernel's attributes).
+  // size). The caller picks a size decode_cluster_residency<T, D>() reported resident; the query below also sets
+  // this variant's kernel attributes.
   // Two levels (p.cluster < p.num_splits): the clusters' partials go to o_part/lse_part for the combine launch.
   if (p.cluster > 1 &&
       (p.num_splits % p.cluster != 0 || p.cluster > kMaxDecodeCluster ||
        (p.cluster < p.num_splits && (p.o_part == nullptr || p.lse_part == nullptr)) ||
        (p.merge_counter != nullptr && (p.cluster >= p.num_splits || p.num_splits / p.cluster > kMaxDecodeClusterParts)) ||
-       decode_cluster_residency<T, D, V>()[p.cluster] < 1))
+       decode_variant_cluster_residency<T, D, V>()[p.cluster] < 1))
     fail(Status::internal, "flash decode: bad cluster size");
   check_cuda(launch_ex(kern, grid, dim3(DecodeCfg<D, V>::kWarps * 32), smem, stream, p.pdl,
                        p.cluster > 1 ? unsigned(p.cluster) : 1u, p),
