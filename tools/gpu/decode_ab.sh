@@ -12,7 +12,7 @@
 #             (variant, shape, kv length): "decode_ab: VARIANT b1 h32/8 d128 kv32768: 34.1 us 92.6% of 4.24 TB/s [kernel]"
 #             and $OUT/decode-ab.txt with those lines; each variant's decode-cuda.json in $OUT/decode-ab.tar.gz
 # Variants: base (the defaults: separate combine launch), cluster (FLASHKIT_DECODE_COMBINE=cluster: one level when
-# the wave model allows), two_level (the planner's cluster size), two_level_c8 / _c4 / _c2 (FLASHKIT_DECODE_CLUSTER),
+# the wave model allows), two_level (the planner's cluster size), two_level_c8 / _c4 (FLASHKIT_DECODE_CLUSTER),
 # last, last_c8, last_c4 (FLASHKIT_DECODE_COMBINE=two_level_counter: the last cluster of a tile merges the <= 16
 # cluster partials, no combine launch; more partials fall back to the combine), deep, deep_last
 # (FLASHKIT_DECODE_D256_DEEP=1: d256 CTAs of 2 warps x 6 stages, alone and with the last-cluster merge; d128 rows
@@ -36,7 +36,7 @@ export FLASHKIT_LIBRARY="$PWD/$BUILD/lib/libflashkit.so" FLASHKIT_PYDIR="$PWD/py
 DEC='*_Sq1_*:*_Sq2_*:*_Sq3_*:*_Sq4_*:*_Sq5_*:*_Sq16_*:*varlen*'
 DEC_GRID=$(echo "$DEC" | sed 's/\*_Sq/Grid\/*_Sq/g; s/\*varlen\*/Grid\/*varlen*/')
 DEC_PATHS=$(echo "$DEC" | sed 's/\*_Sq/Paths\/*decode_*_Sq/g; s/\*varlen\*/Paths\/*decode_*varlen*/')
-VARIANTS=(base cluster two_level two_level_c8 two_level_c4 two_level_c2 last last_c8 last_c4 deep deep_last base_again)
+VARIANTS=(base cluster two_level two_level_c8 two_level_c4 last last_c8 last_c4 deep deep_last base_again)
 venv() {  # the environment of a variant
   case $1 in
     base|base_again) echo "FLASHKIT_DECODE_COMBINE=auto" ;;
