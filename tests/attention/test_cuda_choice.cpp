@@ -343,6 +343,97 @@ TEST(CudaChoice, DecodeWindowTuningAndClusters) {
   EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::combine);
 }
 
+// The two-level merge (Tuning::decode_combine = two_level, attention-cuda.md v21): the model's splits stay, cut
+// into clusters of the largest power of two dividing them whose clusters fit the unclustered grid's waves; the
+// combine then reads one partial per cluster.
+TEST(CudaChoice, DecodeTwoLevelClusters) {
+  Tuning t;
+  t.decode_combine = flashkit::DecodeCombine::two_level;
+  EXPECT_TRUE(flashkit::fwd_needs_decode_residency(shape(1, 8, 1, 256, 1, 32768), h200(), t));
+  ClusterResidency res{};
+  for (int c = 2; c <= 16; ++c) res[c] = 8;
+  // 8/1 heads d256, 32k keys: 128 splits in 8 clusters of 16 (one wave when 8 fit): 8 partials, not 128.
+  FwdChoice c = fwd("two-level d256, 8 x 16 fit", shape(1, 8, 1, 256, 1, 32768), h200(), t, {}, res);
+  EXPECT_EQ(c.splits, 128);
+  EXPECT_EQ(c.cluster, 16);
+  EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::cluster_combine);
+  EXPECT_EQ(cuda::decode_hbm_partials(c.decode), 8);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d256.splits128.cluster16.combine");
+  // Only 7 clusters of 16 resident (two waves): clusters of 8 (16 of them fit), 16 partials.
+  res[16] = 7, res[8] = 16, res[4] = 33, res[2] = 66;
+  c = fwd("two-level d256, 7 x 16 fit", shape(1, 8, 1, 256, 1, 32768), h200(), t, {}, res);
+  EXPECT_EQ(c.splits, 128);
+  EXPECT_EQ(c.cluster, 8);
+  EXPECT_EQ(cuda::decode_hbm_partials(c.decode), 16);
+  // 32/8 heads d128: 16 splits; clusters of 16 fit (8 of them) -> the one-level cluster merge, no combine.
+  for (int k = 2; k <= 16; ++k) res[k] = 8;
+  c = fwd("two-level d128, 8 x 16 fit", shape(1, 32, 8, 128, 1, 32768), h200(), t, {}, res);
+  EXPECT_EQ(c.splits, 16);
+  EXPECT_EQ(c.cluster, 16);
+  EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::cluster);
+  EXPECT_EQ(cuda::decode_hbm_partials(c.decode), 0);
+  // The size knob caps C (and skips the wave test): clusters of 8 -> 2 partials per row; of 4 -> 4 even when
+  // 32 clusters of 4 do not fit one wave.
+  t.decode_cluster = 8;
+  c = fwd("two-level d128, cluster 8", shape(1, 32, 8, 128, 1, 32768), h200(), t, {}, res);
+  EXPECT_EQ(c.cluster, 8);
+  EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::cluster_combine);
+  EXPECT_EQ(cuda::decode_hbm_partials(c.decode), 2);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.splits16.cluster8.combine");
+  t.decode_cluster = 5;  // not a power of two: the largest power of two below it
+  EXPECT_EQ(fwd("two-level d128, cluster 5", shape(1, 32, 8, 128, 1, 32768), h200(), t, {}, res).cluster, 4);
+  // A split count no power of two divides (7) keeps the plain combine; so do no residency and a single split.
+  t.decode_cluster = 0;
+  t.decode_max_splits = 7;
+  c = fwd("two-level, 7 splits", shape(1, 32, 8, 128, 1, 32768), h200(), t, {}, res);
+  EXPECT_EQ(c.splits, 7);
+  EXPECT_EQ(c.cluster, 0);
+  EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::combine);
+  EXPECT_EQ(cuda::decode_hbm_partials(c.decode), 7);
+  t.decode_max_splits = 0;
+  c = fwd("two-level, nothing resident", shape(1, 8, 1, 256, 1, 32768), h200(), t, {}, ClusterResidency{});
+  EXPECT_EQ(c.cluster, 0);
+  EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::combine);
+  EXPECT_EQ(fwd("two-level, 16 keys", shape(1, 8, 1, 256, 1, 16), h200(), t, {}, res).decode.merge,
+            cuda::DecodeMergeKind::none);
+  // The last-cluster merge (two_level_counter): the same clusters, no combine launch while at most 16 partials
+  // remain; more (128 splits in clusters of 4: 32) keep the combine launch.
+  t.decode_combine = flashkit::DecodeCombine::two_level_counter;
+  c = fwd("two-level last, d256", shape(1, 8, 1, 256, 1, 32768), h200(), t, {}, res);
+  EXPECT_EQ(c.cluster, 16);
+  EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::cluster_counter);
+  EXPECT_EQ(cuda::decode_hbm_partials(c.decode), 8);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d256.splits128.cluster16.last");
+  EXPECT_TRUE(flashkit::fwd_needs_decode_residency(shape(1, 8, 1, 256, 1, 32768), h200(), t));
+  t.decode_cluster = 4;
+  c = fwd("two-level last, d256, cluster 4", shape(1, 8, 1, 256, 1, 32768), h200(), t, {}, res);
+  EXPECT_EQ(c.cluster, 4);
+  EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::cluster_combine);
+  c = fwd("two-level last, d128, cluster 4", shape(1, 32, 8, 128, 1, 32768), h200(), t, {}, res);
+  EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::cluster_counter);
+  EXPECT_EQ(cuda::decode_hbm_partials(c.decode), 4);
+  t.decode_cluster = 0;
+  // The d256 variant of 2 warps x 6 stages (Tuning::decode_d256_deep): the same CTA size, so the same splits and
+  // merges; other head dims ignore it.
+  Tuning deep;
+  deep.decode_d256_deep = true;
+  c = fwd("deep d256", shape(1, 8, 1, 256, 1, 32768), h200(), deep, {}, res);
+  EXPECT_EQ(c.decode.variant, 1);
+  EXPECT_EQ(c.stages, 6);
+  EXPECT_EQ(c.splits, 128);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d256.deep.splits128.combine");
+  deep.decode_combine = flashkit::DecodeCombine::two_level_counter;
+  EXPECT_EQ(fwd("deep d256 last", shape(1, 8, 1, 256, 1, 32768), h200(), deep, {}, res).decode.merge,
+            cuda::DecodeMergeKind::cluster_counter);
+  c = fwd("deep d128", shape(1, 32, 8, 128, 1, 32768), h200(), deep, {}, res);
+  EXPECT_EQ(c.decode.variant, 0);
+  EXPECT_EQ(c.stages, 3);
+  // The default tuning is unchanged by the knobs' existence.
+  c = fwd("default d256", shape(1, 8, 1, 256, 1, 32768), h200(), Tuning{}, {}, res);
+  EXPECT_EQ(c.cluster, 0);
+  EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::combine);
+}
+
 TEST(CudaChoice, EngineDecodePlan) {
   // The fused-prologue kernel: splits for the most keys a launch site sees, clusters when the heads leave room.
   ClusterResidency res{};
