@@ -36,7 +36,7 @@ export FLASHKIT_LIBRARY="$PWD/$BUILD/lib/libflashkit.so" FLASHKIT_PYDIR="$PWD/py
 DEC='*_Sq1_*:*_Sq2_*:*_Sq3_*:*_Sq4_*:*_Sq5_*:*_Sq16_*:*varlen*'
 DEC_GRID=$(echo "$DEC" | sed 's/\*_Sq/Grid\/*_Sq/g; s/\*varlen\*/Grid\/*varlen*/')
 DEC_PATHS=$(echo "$DEC" | sed 's/\*_Sq/Paths\/*decode_*_Sq/g; s/\*varlen\*/Paths\/*decode_*varlen*/')
-VARIANTS=(base cluster two_level two_level_c8 two_level_c4 last last_c8 last_c4 deep deep_last base_again)
+read -ra VARIANTS <<< "${DECODE_AB_VARIANTS:-base cluster two_level two_level_c8 two_level_c4 last last_c8 last_c4 deep deep_last base_again}"
 venv() {  # the environment of a variant
   case $1 in
     base|base_again) echo "FLASHKIT_DECODE_COMBINE=auto" ;;
