@@ -52,6 +52,18 @@ std::unique_ptr<Backend> cuda_backend(bool fuse) {
   return nullptr;
 }
 
+#ifdef FLASHKIT_WITH_CUDA
+// A device buffer of `bytes`, holding `host`'s bytes when given (failures are test failures, not exceptions).
+void* device_buffer(const void* host, size_t bytes) {
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
+  if (host) {
+    EXPECT_EQ(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  return p;
+}
+#endif
+
 std::vector<float> rnd(size_t n, uint64_t seed, float lo, float hi) {
   std::mt19937_64 g(seed);
   std::uniform_real_distribution<float> d(lo, hi);
@@ -241,14 +253,7 @@ TEST_P(CudaMambaStepKernel, EveryWidthAndClusterSizeMatchesF64) {
   const auto wx = to_bf(rnd(size_t(P * Di), 1, -0.2f, 0.2f)), wdt = to_bf(rnd(size_t(Di * R), 2, -0.3f, 0.3f));
   const auto bias = rnd(size_t(Di), 3, -3.f, -1.f), A = rnd(size_t(Di * N), 4, -2.f, -0.1f),
              D = rnd(size_t(Di), 5, 0.5f, 1.5f), state0 = rnd(size_t(Di * N), 6, -1.f, 1.f);
-  auto dev = [](const void* host, size_t bytes) {
-    void* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
-    if (host) {
-      EXPECT_EQ(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    }
-    return p;
-  };
+  const auto dev = device_buffer;
   void* d_wx = dev(wx.data(), wx.size() * 2);
   void* d_wdt = dev(wdt.data(), wdt.size() * 2);
   void* d_bias = dev(bias.data(), bias.size() * 4);
@@ -390,14 +395,7 @@ TEST(CudaGemvPlan, EveryPlanGivesTheSameBits) {
     const auto cw = rnd(size_t(std::max<int64_t>(Di, 1) * W), 34, -0.5f, 0.5f),
                cb = rnd(size_t(std::max<int64_t>(Di, 1)), 35, -0.2f, 0.2f),
                st0 = rnd(size_t(std::max<int64_t>(Di, 1) * W), 36, -1.f, 1.f);
-    auto dev = [](const void* host, size_t bytes) {
-      void* p = nullptr;
-      EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
-      if (host) {
-        EXPECT_EQ(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-      }
-      return p;
-    };
+    const auto dev = device_buffer;
     void* d_w = dev(w.data(), w.size() * 2);
     void* d_x = dev(x.data(), x.size() * 4);
     void* d_nw = dev(nw.data(), nw.size() * 4);

@@ -96,7 +96,7 @@ for st in "${STAGES[@]}"; do
     bn192)
       A=$(bin flashkit_cuda_tests)
       run test_bn192 timeout 600 "$A" --gtest_filter='Paths/*sm90cfg3_bn192*D64*' --gtest_brief=1
-      F='Paths/*sm90cfg3_bn192_flash_B1_Sq300_Sk300_H8x1_D64_causal_bf16:Paths/*sm90cfg3_bn192_flash_B1_Sq200_Sk100_H4x4_D64_bf16'
+      F='Paths/*sm90cfg3_bn192_flash_B2_Sq129_Sk257_H4x2_D64_causal_bf16:Paths/*sm90cfg3_bn192_flash_B1_Sq1000_Sk600_H20x4_D64_causal_win300__1_bf16'
       run memcheck_bn192 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$F" --gtest_brief=1
       run racecheck_bn192 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_filter="$F" --gtest_brief=1
       grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt"

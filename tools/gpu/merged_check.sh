@@ -53,7 +53,7 @@ done
 grep -E "^== bench_d64_bn|^d64" "$LOG" | sed 's/^/bn192: /' | tee "$OUT/bn192.txt"
 # -- sanitizers on small cases of the new paths
 F='Paths/*sm90ws_persist3_*_B1_Sq200_Sk100_H4x4_D128_causal_bf16:Paths/*sm90ws_persist3_*_H4x2_D64_causal_bf16_varlen'
-F="$F:Paths/*sm90ws_persist_*_B2_Sq129_Sk257_H4x2_D64_bf16:Paths/*sm90cfg3_bn192_flash_B1_Sq300_Sk300_H8x1_D64_causal_bf16"
+F="$F:Paths/*sm90ws_persist_*_B2_Sq129_Sk257_H4x2_D64_bf16:Paths/*sm90cfg3_bn192_flash_B2_Sq129_Sk257_H4x2_D64_causal_bf16"
 P='Paths/CudaAttentionPaths.MatchesReference/decode_two_level'
 F="$F:${P}_last_flash_B1_Sq1_Sk32749_H8x1_D256_causal_bf16:${P}_last_c2_flash_B1_Sq2_Sk8192_H32x8_D128_causal_bf16"
 F="$F:Paths/CudaAttentionPaths.MatchesReference/decode_d256_deep_last_flash_B1_Sq1_Sk32749_H8x1_D256_causal_bf16"
