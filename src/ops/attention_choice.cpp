@@ -35,7 +35,7 @@ bool fwd_needs_decode_residency(const kernels::AttentionShape& sh, const DeviceI
 }
 
 int ws_persist_ctas(const kernels::AttentionShape& sh, const DeviceInfo& dev, const Tuning& t, int dpad,
-                    bool pingpong, int tile_n) {
+                    bool pingpong, int tile_n, bool causal) {
   // The persistent kernel is built for the narrow key tiles only (at BN 176 O would share Q's panels).
   if ((dpad != 64 && dpad != 128) || !pingpong || t.sm90_ws_persist == 0 || tile_n != cuda::sm90_ws_tile(dpad).bn)
     return 0;
@@ -43,9 +43,12 @@ int ws_persist_ctas(const kernels::AttentionShape& sh, const DeviceInfo& dev, co
   const int64_t tiles = (sh.max_seqlen_q + bm - 1) / bm * sh.heads * sh.batch;
   if (tiles <= 0 || tiles >= cuda::kWsMaxTiles) return 0;
   if (t.sm90_ws_persist > 0) return cuda::ws_persistent_ctas(tiles, dev.sms, t.sm90_ws_persist);
-  // Automatic: off until an H200 A/B shows where it wins (v19, docs/worklog/attention-cuda.md).
-  (void)dev;
-  return 0;
+  // Automatic where it won (run s13-6, bench/results/attention-ws-persist-h200/): d128, non-causal up to 1k query
+  // rows (+10% / +5% at 512 / 1k; -0.3% at 2k, -2.5% at 4k), causal up to 2k (+16% / +8% / +7%; +0.7% at 4k), when
+  // the one-CTA-per-tile grid needs more than one wave. d64's ws kernel runs from 2k (causal 4k) tokens, where the
+  // persistent grid gained under 2%.
+  const bool short_grid = sh.max_seqlen_q <= (causal ? 2048 : 1024);
+  return dpad == 128 && short_grid && dev.sms > 0 && tiles > dev.sms ? cuda::ws_persistent_ctas(tiles, dev.sms, 0) : 0;
 }
 
 FwdChoice choose_fwd(const kernels::AttentionShape& sh, const kernels::AttentionMask& mask, const DeviceInfo& dev,
@@ -96,7 +99,7 @@ FwdChoice choose_fwd(const kernels::AttentionShape& sh, const kernels::Attention
       c.kernel = CudaKernel::fwd_sm90_ws;
       c.tile_m = w.bm, c.tile_n = w.bn, c.stages = w.stages;
       c.pingpong = t.sm90_ws_pingpong;
-      c.persist_ctas = ws_persist_ctas(sh, dev, t, D, c.pingpong, c.tile_n);
+      c.persist_ctas = ws_persist_ctas(sh, dev, t, D, c.pingpong, c.tile_n, causal);
       return c;
     }
     // Configurations of the cp.async kernel (v5/v6): short sequences want several small CTAs per SM (their

@@ -50,9 +50,10 @@ FwdChoice choose_fwd(const kernels::AttentionShape& shape, const kernels::Attent
 BwdChoice choose_bwd(const kernels::AttentionShape& shape, float softcap, const DeviceInfo& dev, const Tuning& tuning);
 
 // The persistent grid of the warp-specialized forward (0: one CTA per work tile): d64/d128 with ping-pong and the
-// narrow key tile (tile_n) only; when Tuning::sm90_ws_persist asks for it (automatic: off until measured, v19).
+// narrow key tile (tile_n) only. Automatic: d128 calls of up to 1k query rows (causal: 2k) whose one-CTA-per-tile
+// grid needs more than one wave (v19); Tuning::sm90_ws_persist forces it on (at most N CTAs) or off.
 int ws_persist_ctas(const kernels::AttentionShape& shape, const DeviceInfo& dev, const Tuning& tuning, int dpad,
-                    bool pingpong, int tile_n);
+                    bool pingpong, int tile_n, bool causal);
 
 // Whether choose_fwd would read decode_residency for this call (the dispatch skips the occupancy query otherwise).
 bool fwd_needs_decode_residency(const kernels::AttentionShape& shape, const DeviceInfo& dev, const Tuning& tuning);

@@ -152,7 +152,8 @@ TEST(CudaChoice, ForwardFallbacksAndTuning) {
   EXPECT_EQ(c.tile_n, 192);
   EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d64.bn192");
   EXPECT_EQ(fwd("d128, BN 192 asked", shape(1, 16, 16, 128, 4096, 4096), h200(), t).tile_n, 128);
-  EXPECT_EQ(fwd("d64 16384, automatic", shape(1, 16, 16, 64, 16384, 16384), h200()).tile_n, 128);
+  EXPECT_EQ(fwd("d64 16384, automatic", shape(1, 16, 16, 64, 16384, 16384), h200()).tile_n, 192);
+  EXPECT_EQ(fwd("d64 4096, automatic", shape(1, 16, 16, 64, 4096, 4096), h200()).tile_n, 128);
   t.sm90_ws_bn = 176;
   // Automatic: from 8k keys (run s13-2); BN 128 asked keeps it narrow there.
   EXPECT_EQ(fwd("d128 8192", shape(1, 16, 16, 128, 8192, 8192), h200()).tile_n, 176);
@@ -163,16 +164,26 @@ TEST(CudaChoice, ForwardFallbacksAndTuning) {
   EXPECT_EQ(fwd("d256, BN 176 asked", shape(1, 8, 8, 256, 4096, 4096), h200(), t).tile_n, 80);
 }
 
-// The persistent grid of the ws kernel (v19): d64/d128 with ping-pong and the narrow key tile only; off unless
-// Tuning::sm90_ws_persist asks for it (at most N CTAs) until an H200 A/B decides where it wins.
+// The persistent grid of the ws kernel (v19): d64/d128 with ping-pong and the narrow key tile only; automatic at
+// d128 up to 1k query rows (causal 2k) beyond one wave (run s13-6); Tuning::sm90_ws_persist forces it on or off.
 TEST(CudaChoice, WsPersistentGrid) {
   FwdChoice c = fwd("d128 causal 512 (64 tiles)", shape(1, 16, 16, 128, 512, 512), h200(), {}, causal_mask());
   EXPECT_EQ(c.kernel, CudaKernel::fwd_sm90_ws);
   EXPECT_EQ(c.persist_ctas, 0);
   EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128");
-  // Automatic: off everywhere for now.
-  EXPECT_EQ(fwd("d128 133 tiles", shape(1, 19, 19, 128, 896, 896), h200()).persist_ctas, 0);
+  // Automatic: 132 tiles fill one wave exactly (no), 133 need a second (yes); the length limits; never d64.
+  EXPECT_EQ(fwd("d128 132 tiles", shape(1, 33, 33, 128, 512, 512), h200()).persist_ctas, 0);
+  EXPECT_EQ(fwd("d128 133 tiles", shape(1, 19, 19, 128, 896, 896), h200()).persist_ctas, 132);
+  EXPECT_EQ(fwd("d128 1024", shape(16, 16, 16, 128, 1024, 1024), h200()).persist_ctas, 132);
+  EXPECT_EQ(fwd("d128 1025", shape(16, 16, 16, 128, 1025, 1025), h200()).persist_ctas, 0);
+  EXPECT_EQ(fwd("d128 causal 2048", shape(8, 16, 16, 128, 2048, 2048), h200(), {}, causal_mask()).persist_ctas, 132);
+  EXPECT_EQ(fwd("d128 causal 4096", shape(4, 16, 16, 128, 4096, 4096), h200(), {}, causal_mask()).persist_ctas, 0);
   EXPECT_EQ(fwd("d64 causal 4096", shape(2, 16, 16, 64, 4096, 4096), h200(), {}, causal_mask()).persist_ctas, 0);
+  {
+    Tuning ws;
+    ws.sm90_fwd_config = 3;
+    EXPECT_EQ(fwd("d64 512, cfg 3", shape(32, 32, 32, 64, 512, 512), h200(), ws).persist_ctas, 0);
+  }
   // Varlen, forced: tiles of the longest sequence for every sequence (the grid the kernel walks).
   AttentionShape v = shape(1, 8, 2, 128, 100, 100);
   v.batch = 40, v.max_seqlen_q = 300, v.max_seqlen_k = 300;  // 3 x 8 x 40 = 960 tiles

@@ -54,8 +54,9 @@ constexpr Sm90WsTile sm90_ws_tile(int dpad) {
 // BN 128: non-causal 591 / 577 at 8k, 606 / 587 at 16k; causal 556 / 538, 581 / 567) and loses below (512 keys:
 // 293 / 340, 141 / 168): fewer, longer key tiles per CTA amortize the per-tile softmax and barrier cost only when
 // a CTA walks many of them. bn_asked: Tuning::sm90_ws_bn (0 automatic, 128 or 176 forced).
-// d64's (v18b, on trial: automatic nowhere until measured): BN 192, 3 stages (Q 16 KB + 3 x 2 x 24 KB = 160 KB;
-// S 96 + P 48 + O 32 registers).
+// d64's (v18b): BN 192, 3 stages (Q 16 KB + 3 x 2 x 24 KB = 160 KB; S 96 + P 48 + O 32 registers); also from 8k
+// keys (run s13-6, TFLOP/s against BN 128: non-causal 437 / 419 at 8k, 457 / 430 at 16k; causal 398 / 382, 440 / 416;
+// below 4k it loses, 166 / 210 at 512).
 // sm90_ws_wide_tile(dpad): the wide tile of a head dim ({0, 0, 0}: none); sm90_ws_wide(dpad, seqlen_k, bn_asked):
 // whether a call takes it. bn_asked: Tuning::sm90_ws_bn (0 automatic, else the key tile asked for).
 constexpr Sm90WsTile kSm90WsTileWide128{128, 176, 2};
@@ -66,7 +67,7 @@ constexpr Sm90WsTile sm90_ws_wide_tile(int dpad) {
 constexpr bool sm90_ws_wide(int dpad, int64_t seqlen_k, int bn_asked) {
   const Sm90WsTile w = sm90_ws_wide_tile(dpad);
   if (w.bn == 0) return false;
-  return bn_asked == 0 ? dpad == 128 && seqlen_k >= 8192 : bn_asked == w.bn;
+  return bn_asked == 0 ? seqlen_k >= 8192 : bn_asked == w.bn;
 }
 
 // ---- backward. sm_80 (flash_bwd.cuh): NW warps of 16 keys (DSPLIT warps share a key row block at d256), BM query
