@@ -21,10 +21,6 @@ enum class DecodeCombine : int32_t {
   automatic = 0,  // the separate combine launch (measured fastest, attention-cuda.md v10)
   kernel = 1,     // the separate combine launch, always
   cluster = 2,    // thread-block clusters merging in distributed shared memory where the wave model allows (sm_90)
-  two_level = 3,  // clusters of up to 16 splits merge in distributed shared memory first, then the combine launch
-                  // merges one partial per cluster (sm_90; A/B runs, attention-cuda.md v21)
-  two_level_counter = 4,  // the same clusters; the last cluster of a tile to finish (arrival counter) merges the
-                          // <= 16 cluster partials, so no second launch remains (sm_90; A/B runs, v21)
 };
 
 // Split-merge placement of the engine's fused decode attention.
@@ -53,11 +49,8 @@ struct Tuning {
                                     // persistent ws grid of at most N CTAs (and at most one per SM)
   int sm90_bwd_config = 0;          // FLASHKIT_SM90_BWD_CFG=1: the BM 64 Hopper backward at d64
   int decode_max_splits = 0;        // FLASHKIT_DECODE_MAX_SPLITS (1..512); 0: the kernel's own cap
-  DecodeCombine decode_combine = DecodeCombine::automatic;  // FLASHKIT_DECODE_COMBINE=auto|kernel|cluster|two_level|
-                                                            // two_level_counter
-  int decode_cluster = 0;           // FLASHKIT_DECODE_CLUSTER=2|4|8|16: two_level's cluster size; 0: the planner's
+  DecodeCombine decode_combine = DecodeCombine::automatic;  // FLASHKIT_DECODE_COMBINE=auto|kernel|cluster
   bool decode_pdl = true;           // FLASHKIT_DECODE_PDL=0: no programmatic dependent launch (sm_90)
-  bool decode_d256_deep = false;    // FLASHKIT_DECODE_D256_DEEP=1: d256 decode CTAs of 2 warps x 6 stages (A/B)
 
   // ---- CUDA engine backend
   bool cuda_graphs = true;          // FLASHKIT_CUDA_GRAPHS

@@ -102,10 +102,8 @@ Tuning tuning_from_env() {
   t.sm90_ws_persist = int(env::integer("FLASHKIT_SM90_WS_PERSIST", -1, -1, 1 << 20));
   t.sm90_bwd_config = int(env::integer("FLASHKIT_SM90_BWD_CFG", 0, 0, 1));
   t.decode_max_splits = int(env::integer("FLASHKIT_DECODE_MAX_SPLITS", 0, 1, 512));
-  t.decode_combine = DecodeCombine(env::choice("FLASHKIT_DECODE_COMBINE", {"auto", "kernel", "cluster", "two_level", "two_level_counter"}, 0));
-  t.decode_cluster = int(env::integer("FLASHKIT_DECODE_CLUSTER", 0, 2, 16));
+  t.decode_combine = DecodeCombine(env::choice("FLASHKIT_DECODE_COMBINE", {"auto", "kernel", "cluster"}, 0));
   t.decode_pdl = env::flag("FLASHKIT_DECODE_PDL", t.decode_pdl);
-  t.decode_d256_deep = env::flag("FLASHKIT_DECODE_D256_DEEP", t.decode_d256_deep);
 
   t.cuda_graphs = env::flag("FLASHKIT_CUDA_GRAPHS", t.cuda_graphs);
   t.cuda_fuse = env::flag("FLASHKIT_CUDA_FUSE", t.cuda_fuse);

@@ -67,10 +67,7 @@ FwdChoice choose_fwd(const kernels::AttentionShape& sh, const kernels::Attention
       c.stages = cuda::kSm80FwdStages;
     } else {
       c.tile_n = 16;
-      c.stages = D == 64    ? cuda::DecodeCfg<64>::kStages
-                 : D == 128 ? cuda::DecodeCfg<128>::kStages
-                 : c.decode.variant == 1 ? cuda::DecodeCfg<256, 1>::kStages
-                                         : cuda::DecodeCfg<256>::kStages;
+      c.stages = D == 64 ? cuda::DecodeCfg<64>::kStages : D == 128 ? cuda::DecodeCfg<128>::kStages : cuda::DecodeCfg<256>::kStages;
     }
     return c;
   }

@@ -186,26 +186,17 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
   if (choice.kernel == CudaKernel::decode) {
     p.pack_gqa = true;
     p.decode_kernel = choice.decode.kernel;
-    p.decode_variant = choice.decode.variant;
     p.num_splits = choice.decode.splits;
     p.cluster = choice.decode.cluster;
     p.pdl = choice.decode.pdl;
-    const int parts = cuda::decode_hbm_partials(choice.decode);  // combine: splits; two-level: one per cluster
-    // The last-cluster merge: one arrival counter per tile, zeroed per call (the kernel resets it as well).
-    const bool last_merges = choice.decode.merge == cuda::DecodeMergeKind::cluster_counter;
-    if (parts > 0) {
-      const size_t part_floats = size_t(parts) * size_t(p.num_rows) * (D + 1);
-      const size_t counter_bytes = last_merges ? size_t(choice.decode.mtiles) * sizeof(unsigned int) : 0;
-      part = std::make_unique<Workspace>(part_floats * 4 + counter_bytes, stream);
+    if (choice.decode.merge == cuda::DecodeMergeKind::combine) {
+      const size_t part_bytes = size_t(p.num_splits) * size_t(p.num_rows) * (D * 4 + 4);
+      part = std::make_unique<Workspace>(part_bytes, stream);
       p.o_part = static_cast<float*>(part->p);
-      p.lse_part = p.o_part + size_t(parts) * p.num_rows * D;
-      if (last_merges) {
-        p.merge_counter = reinterpret_cast<unsigned int*>(p.o_part + part_floats);
-        check_cuda(cudaMemsetAsync(p.merge_counter, 0, counter_bytes, stream), "decode merge counters");
-      }
+      p.lse_part = p.o_part + size_t(p.num_splits) * p.num_rows * D;
     }
     cuda::launch_decode(a.dtype, D, p, stream);
-    if (parts > 0 && !last_merges) cuda::launch_split_combine(p, D, stream);
+    if (choice.decode.merge == cuda::DecodeMergeKind::combine) cuda::launch_split_combine(p, D, stream);
   } else {
     // A Hopper launcher may decline: the ws kernel when TMA cannot describe K/V (or K is empty), either when its
     // sm_90a code does not run on this device. Then the choice is asked again without it.
@@ -235,10 +226,9 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
                    : 4.0 * pairs * sh.heads * choice.tile_m * choice.tile_n * D;
   c.bytes_read = qb + 2 * kvb;
   c.bytes_written = qb + rows * 4;
-  const int hbm_parts = decode ? cuda::decode_hbm_partials(choice.decode) : 0;
-  const bool hbm_partials = hbm_parts > 0;
+  const bool hbm_partials = decode && choice.decode.merge == cuda::DecodeMergeKind::combine;
   if (hbm_partials) {
-    const double pb = double(hbm_parts) * rows * (D * 4 + 4);
+    const double pb = double(p.num_splits) * rows * (D * 4 + 4);
     c.bytes_written += pb;
     c.bytes_read += pb;
     c.workspace_bytes = pb;

@@ -291,14 +291,6 @@ std::vector<Case> grid() {
   g.push_back({1, 2, 8192, 32, 8, 128, true});
   g.push_back({1, 4, 4096, 32, 4, 128, false, -1, -1, 0, DType::f16});
   g.push_back({2, 3, 4096, 32, 8, 128, true, 3000, -1});
-  // One KV head at d256 (the 8/1-head decode shape of issue 20): 32k keys less an odd few (128 splits: two-level
-  // clusters of 16 or 8 leave 8 or 16 partials, so the last-cluster merge runs), 3001 keys (94 splits: clusters
-  // of 2 only), and a window (few splits). Forward only: the decode merges are what they test.
-  for (Case c : {Case{1, 1, 32749, 8, 1, 256, true}, Case{1, 1, 3001, 8, 1, 256, true},
-                 Case{1, 2, 2999, 8, 1, 256, true, 100, -1, 0, DType::f16}}) {
-    c.backward = false;
-    g.push_back(c);
-  }
   {
     Case c{1, 0, 0, 16, 4, 64, true};
     c.varlen = {{4, 3000}, {0, 500}, {1, 0}, {2, 40}, {3, 1100}};
@@ -404,26 +396,6 @@ std::vector<Path> paths() {
   t.decode_pdl = false;
   t.decode_max_splits = 64;
   v.push_back({"decode_nopdl_splits64", t});
-  // The two-level decode merge (attention-cuda.md v21): clusters of the planner's size, and of 2 and 4 forced, so
-  // every even split count of the grid merges in two levels (S / C partials for the combine; C == S: one level).
-  t = Tuning{};
-  t.decode_combine = DecodeCombine::two_level;
-  v.push_back({"decode_two_level", t});
-  t.decode_cluster = 2;
-  v.push_back({"decode_two_level_c2", t});
-  t.decode_cluster = 4;
-  t.decode_pdl = false;
-  v.push_back({"decode_two_level_c4_nopdl", t});
-  t = Tuning{};
-  t.decode_combine = DecodeCombine::two_level_counter;  // the last cluster merges (no combine launch)
-  v.push_back({"decode_two_level_last", t});
-  t.decode_cluster = 2;
-  v.push_back({"decode_two_level_last_c2", t});
-  t = Tuning{};
-  t.decode_d256_deep = true;  // d256 CTAs of 2 warps x 6 stages (other head dims: unchanged)
-  v.push_back({"decode_d256_deep", t});
-  t.decode_combine = DecodeCombine::two_level_counter;
-  v.push_back({"decode_d256_deep_last", t});
   return v;
 }
 

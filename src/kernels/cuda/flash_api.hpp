@@ -22,22 +22,16 @@ struct FwdParams {
   kernels::AttentionFwdArgs a;
   int num_splits = 1;
   bool pack_gqa = false;
-  float* o_part = nullptr;    // [num_splits, num_rows, Dpad] f32 (two-level clusters: [num_splits / cluster, ...])
-  float* lse_part = nullptr;  // [num_splits, num_rows] f32 (natural log; two-level: [num_splits / cluster, ...])
+  float* o_part = nullptr;    // [num_splits, num_rows, Dpad] f32
+  float* lse_part = nullptr;  // [num_splits, num_rows] f32 (natural log)
   int64_t num_rows = 0;       // rows of the lse layout: batch_slots * heads * seqlen_q
   // Decode only (the plan of decode/plan.hpp): which member runs, and on sm_90 as clusters (> 1: the splits of each
   // (m-tile, KV head, sequence) are one thread-block cluster of this many CTAs, == num_splits <= kMaxDecodeCluster,
-  // merging through distributed shared memory: no o_part/lse_part, no combine launch; or two levels: a power of two
-  // dividing num_splits, each cluster merging its splits into one partial of o_part/lse_part for the combine
-  // launch; 0: no clusters). pdl: the
+  // merging through distributed shared memory: no o_part/lse_part, no combine launch; 0: no clusters). pdl: the
   // decode kernel and the split combine are launched with programmatic dependent launch, so each grid's launch
   // overlaps the tail of the one before it in the stream.
   DecodeKernel decode_kernel = DecodeKernel::mma;
-  int decode_variant = 0;  // the plan's variant (DecodeCfg<D, variant>)
   int cluster = 0;
-  // Two-level clusters only: one zeroed arrival counter per (m-tile, KV head, sequence); the last cluster of a tile
-  // merges its num_splits / cluster partials (<= kMaxDecodeClusterParts) and resets it. null: the combine launch.
-  unsigned int* merge_counter = nullptr;
   bool pdl = false;
   // The warp-specialized Hopper forward only: > 0 launches its persistent grid of this many CTAs (FwdChoice's
   // persist_ctas); 0 one CTA per work tile.

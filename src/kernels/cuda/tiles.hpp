@@ -97,12 +97,11 @@ constexpr Sm90BwdD256Tile sm90_bwd_d256_tile() { return Sm90BwdD256Tile{64, 64, 
 
 // ---- decode (decode/flash_decode.cuh): one CTA of kWarps warps per (split, m16 tile of packed query rows, KV head,
 // sequence), each warp with kStages cp.async stages of 16 keys of K and V; dynamic shared memory = the Q tile and
-// every warp's stages. Variant V = 1 (d256 only, Tuning::decode_d256_deep, attention-cuda.md v21): 2 warps of 6
-// stages in the same 200 KB, 10 of its 12 stages in flight instead of 8.
-template <int D, int V = 0>
+// every warp's stages.
+template <int D>
 struct DecodeCfg {
-  static constexpr int kWarps = V == 1 ? 2 : D == 256 ? 4 : 8;
-  static constexpr int kStages = V == 1 ? 6 : D == 64 ? 4 : 3;
+  static constexpr int kWarps = D == 256 ? 4 : 8;
+  static constexpr int kStages = D == 64 ? 4 : 3;
   static constexpr size_t kSmem = size_t(16 * D * 2) * size_t(1 + 2 * kWarps * kStages);
 };
 constexpr size_t decode_smem_bytes(int dpad) {

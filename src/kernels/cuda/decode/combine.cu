@@ -1,6 +1,5 @@
 // The decode family's split combine as a launch of its own (the library's merge placement, attention-cuda.md v4 and
-// v10): the f32 partials of flash_decode.cuh ([split, row, Dpad] and [split, row]; with two-level clusters one per
-// cluster) merged by merge.cuh.
+// v10): the f32 partials of flash_decode.cuh ([split, row, Dpad] and [split, row]) merged by merge.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -74,17 +73,9 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const Fw
 void launch_split_combine(const FwdParams& p, int dpad, cudaStream_t stream) {
   if (p.num_rows == 0) return;
   if (p.num_splits > kMaxDecodeSplits) fail(Status::internal, "split-KV combine: too many splits");
-  // Two-level merge (p.cluster > 1 below num_splits): each cluster of the decode grid wrote one partial.
-  FwdParams q = p;
-  if (p.cluster > 1) {
-    if (p.num_splits % p.cluster != 0 || p.cluster == p.num_splits)
-      fail(Status::internal, "split-KV combine: the cluster size must divide the splits (two-level merge)");
-    q.num_splits = p.num_splits / p.cluster;
-    q.cluster = 0;
-  }
-  const dim3 grid(unsigned(q.num_rows), unsigned((q.a.shape.head_dim + kCombineCols - 1) / kCombineCols));
-  auto kern = q.a.dtype == DType::bf16 ? split_combine_kernel<__nv_bfloat16> : split_combine_kernel<__half>;
-  check_cuda(launch_ex(kern, grid, dim3(kCombineThreads), 0, stream, q.pdl, 1u, q, dpad), "split-KV combine launch");
+  const dim3 grid(unsigned(p.num_rows), unsigned((p.a.shape.head_dim + kCombineCols - 1) / kCombineCols));
+  auto kern = p.a.dtype == DType::bf16 ? split_combine_kernel<__nv_bfloat16> : split_combine_kernel<__half>;
+  check_cuda(launch_ex(kern, grid, dim3(kCombineThreads), 0, stream, p.pdl, 1u, p, dpad), "split-KV combine launch");
 }
 
 }  // namespace flashkit::cuda

@@ -16,8 +16,7 @@
 //    over its blocks (ST stages of 16 keys of K and V in its own shared memory; no CTA barrier in the main loop)
 //    and its own online softmax (mma.sync m16n8k16 for QK^T and PV, log2 units with the scale folded in, exactly
 //    as flash_fwd.cuh). One CTA per SM (130-200 KB of shared memory) keeps NW * (ST-1) stages = 96-128 KB per
-//    SM in flight (d256 variant 1, Tuning::decode_d256_deep: 2 warps x 6 stages in the same 200 KB, 160 KB in
-//    flight; v21);
+//    SM in flight;
 //  - at the end the warps meet in shared memory (an LSE-weighted merge: per row M = max_w m_w, each warp's O
 //    scaled by 2^(m_w - M), L = sum_w l_w 2^(m_w - M)); one split writes o/lse directly, several write f32
 //    partials (same layout as v1: [split, row, Dpad] and [split, row]);
@@ -31,17 +30,6 @@
 //    shared memory alive until all ranks have read it (merge::merge_cluster_item). No HBM partials. Every CTA of a cluster
 //    reaches both barriers: the only early exit (a tile past the sequence's rows) depends on the m-tile and the
 //    sequence alone, so it is taken by the whole cluster or by none of it.
-//  - two-level split merge (sm_90, Tuning::decode_combine = two_level, v21): the same clusters of C = p.cluster
-//    CTAs with C a power of two dividing S (C < S): the splits of an m-tile are S / C consecutive clusters
-//    (rank = split % C); each merges its C partials as above and writes ONE f32 partial (index split / C) to
-//    o_part/lse_part, and launch_split_combine merges the S / C of them. At batch 1, 8/1 heads d256 (128 splits)
-//    the combine reads 8-16 partials per row instead of 128; unlike the retired in-kernel merge no CTA reads more
-//    than its 1/C share of one cluster's partials.
-//    With p.merge_counter (Tuning::decode_combine = two_level_counter) no combine launch follows: after its
-//    partial is written (threadfence, cluster barrier) rank 0 counts the cluster's arrival on the tile's counter
-//    and tells every rank through distributed shared memory whether it was the last of the S / C clusters; the
-//    last cluster merges the tile's <= 16 cluster partials (each rank its 1/C of the items, all loads of an item
-//    in flight at once) and resets the counter (graph-replayable; the host zeroes the counters per call).
 //
 // Index walk-through (checked by hand): nk = 100, nq = 1, causal, window_left 30, 3 splits, one row group.
 // lo(0) = 0 + (100 - 1) - 30 = 69, hi(0) = 0 + 99 + 0 + 1 = 100: klo 69, khi 100 -> blocks nb0 = 69/16 = 4,
@@ -72,18 +60,18 @@ namespace flashkit::cuda {
 
 
 
-template <typename T, int D, int V = 0>
-__global__ void __launch_bounds__(DecodeCfg<D, V>::kWarps * 32, 1) flash_decode_kernel(const FwdParams p) {
+template <typename T, int D>
+__global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_kernel(const FwdParams p) {
   using Op = MmaOp<T>;
-  constexpr int NW = DecodeCfg<D, V>::kWarps, ST = DecodeCfg<D, V>::kStages, NT = NW * 32;
+  constexpr int NW = DecodeCfg<D>::kWarps, ST = DecodeCfg<D>::kStages, NT = NW * 32;
   constexpr int CH = D / 8, DTILE = D / 8, DP = D + 8;  // DP: f32 row pitch of the merge buffer (no bank conflicts)
   constexpr bool QREG = D <= 128;                         // Q fragments in registers (d256: re-read from smem)
   constexpr uint32_t kTile = 16 * D * 2;                  // a 16-row tile of Q, K or V
   constexpr uint32_t kStage = 2 * kTile;                  // K then V
-  static_assert(DecodeCfg<D, V>::kSmem == size_t(kTile) * (1 + NW * ST * 2), "the layout DecodeCfg<D, V> sizes");
-  static_assert(size_t(NW * 32 + NW * 16 * DP) * 4 <= DecodeCfg<D, V>::kSmem, "warp merge buffer must fit");
+  static_assert(DecodeCfg<D>::kSmem == size_t(kTile) * (1 + NW * ST * 2), "the layout DecodeCfg<D> sizes");
+  static_assert(size_t(NW * 32 + NW * 16 * DP) * 4 <= DecodeCfg<D>::kSmem, "warp merge buffer must fit");
   static_assert(CH <= 32 && 32 % CH == 0, "a warp copies whole rows");
-  static_assert(size_t(NW * 32 + NW * 16 * DP + 16 * D + 17) * 4 <= DecodeCfg<D, V>::kSmem, "cluster partial must fit");
+  static_assert(size_t(NW * 32 + NW * 16 * DP + 16 * D + 16) * 4 <= DecodeCfg<D>::kSmem, "cluster partial must fit");
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sQ = smem_u32(smem);
 
@@ -95,10 +83,9 @@ __global__ void __launch_bounds__(DecodeCfg<D, V>::kWarps * 32, 1) flash_decode_
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
   const int S = p.num_splits;
-  const bool clustered = p.cluster > 1;  // uniform over the grid; then p.cluster divides S (the host checks)
+  const bool clustered = p.cluster > 1;  // uniform over the grid; then p.cluster == S (the host checks)
   const int mtiles = int(gridDim.x) / S;
-  // Without clusters the m-tiles of a split sit side by side; with them the S splits of an m-tile (S / p.cluster
-  // whole clusters, as p.cluster divides S).
+  // Without clusters the m-tiles of a split sit side by side; with them the S splits of an m-tile (one cluster).
   const int split = clustered ? int(blockIdx.x) % S : int(blockIdx.x) / mtiles;
   const int mt = clustered ? int(blockIdx.x) / S : int(blockIdx.x) % mtiles;
   const kernels::SeqRange sr = kernels::seq_range(a.shape, blockIdx.z);
@@ -403,87 +390,23 @@ __global__ void __launch_bounds__(DecodeCfg<D, V>::kWarps * 32, 1) flash_decode_
     const cg::cluster_group cl = cg::this_cluster();
     cl.sync();  // every rank's cpart/clse (written above by its threads) is visible to the whole cluster
     const int CG = dreal / 4;
-    const int C = p.cluster, rank = split % C;  // rank in the cluster: blockIdx.x % C, as C divides S
-    const bool two_level = C < S;               // then this cluster's merge is one partial of S / C
-    // Items (row, 4 columns; at most 16 x 64) dealt out round-robin over the ranks (item idx to rank idx % C, its
-    // thread idx / C % NT), so every rank takes ~1/C of them (4 rows of d128: 8 items per rank with C = 16) and the
-    // cluster's DSMEM traffic is spread over its SMs. All 2C remote loads of an item are issued before any is used.
-    for (int idx = tid * C + rank; idx < nrows * CG; idx += NT * C) {
+    // Items (row, 4 columns; at most 16 x 64) dealt out round-robin over the ranks (item idx to rank idx % S, its
+    // thread idx / S % NT), so every rank takes ~1/S of them (4 rows of d128: 8 items per rank with S = 16) and the
+    // cluster's DSMEM traffic is spread over its SMs. All 2S remote loads of an item are issued before any is used.
+    for (int idx = tid * S + split; idx < nrows * CG; idx += NT * S) {
       const int row = idx / CG, c4 = idx % CG;
       float4 acc;
       const float lse = merge::merge_cluster_item<kMaxDecodeCluster>(merge::smem_addr(clse + row),
-                                                                      merge::smem_addr(cpart + row * D + c4 * 4), C, acc);
+                                                                      merge::smem_addr(cpart + row * D + c4 * 4), S, acc);
       int64_t h, i;
       row_hi(row, h, i);
-      const int64_t ridx = a.lse_index(sr, h, i);
-      if (two_level) {
-        const int64_t pidx = int64_t(split / C) * p.num_rows + ridx;
-        *reinterpret_cast<float4*>(p.o_part + pidx * D + c4 * 4) = acc;
-        if (c4 == 0) p.lse_part[pidx] = lse;
-      } else {
-        uint2 v;
-        v.x = Op::pack(acc.x, acc.y);
-        v.y = Op::pack(acc.z, acc.w);
-        *reinterpret_cast<uint2*>(obase + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h + c4 * 4) = v;
-        if (c4 == 0) a.lse[ridx] = lse;
-      }
+      uint2 v;
+      v.x = Op::pack(acc.x, acc.y);
+      v.y = Op::pack(acc.z, acc.w);
+      *reinterpret_cast<uint2*>(obase + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h + c4 * 4) = v;
+      if (c4 == 0) a.lse[a.lse_index(sr, h, i)] = lse;
     }
-    const bool last_merges = two_level && p.merge_counter != nullptr;  // uniform over the grid
-    if (last_merges) __threadfence();  // this thread's partial items are visible device-wide before the arrival
     cl.sync();  // no CTA leaves (and frees its shared memory) before every rank has read it
-    if (last_merges) {
-      const int G = S / C;  // cluster partials of this tile (<= kMaxDecodeClusterParts, the host checks)
-      int* last_flag = reinterpret_cast<int*>(clse + 16);
-      if (rank == 0 && tid == 0) {
-        const int tile = (int(blockIdx.z) * int(gridDim.y) + int(blockIdx.y)) * mtiles + mt;
-        const unsigned int prev = atomicAdd(p.merge_counter + tile, 1u);
-        const int last = prev == unsigned(G - 1);
-        if (last) p.merge_counter[tile] = 0u;  // every cluster has arrived: reset for the next launch
-        for (int r = 0; r < C; ++r) merge::dsmem_st(merge::dsmem_map(merge::smem_addr(last_flag), r), last);
-      }
-      cl.sync();  // every rank's flag is written
-      if (*reinterpret_cast<volatile int*>(last_flag)) {
-        __threadfence();  // the other clusters' partials are read after their arrivals
-        for (int idx = tid * C + rank; idx < nrows * CG; idx += NT * C) {
-          const int row = idx / CG, c4 = idx % CG;
-          int64_t h, i;
-          row_hi(row, h, i);
-          const int64_t ridx = a.lse_index(sr, h, i);
-          // Chunks of 8 partials (all loads of a chunk in flight), each chunk's result merged into the running
-          // one as a pair: fewer live registers than 16 at once, which would raise the whole kernel's count.
-          constexpr int kChunk = 8;
-          float run_l[2] = {-INFINITY, -INFINITY};
-          float4 run_o[2] = {make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f)};
-          for (int g0 = 0; g0 < G; g0 += kChunk) {
-            float ls[kChunk];
-            float4 xs[kChunk];
-#pragma unroll
-            for (int g = 0; g < kChunk; ++g)
-              if (g0 + g < G) {
-                const int64_t pidx = int64_t(g0 + g) * p.num_rows + ridx;
-                ls[g] = __ldcg(p.lse_part + pidx);
-                xs[g] = __ldcg(reinterpret_cast<const float4*>(p.o_part + pidx * D + c4 * 4));
-              }
-            run_l[1] = merge::merge_in_registers<kChunk>(ls, xs, G - g0 < kChunk ? G - g0 : kChunk, run_o[1]);
-            if (g0 == 0) {
-              run_l[0] = run_l[1];
-              run_o[0] = run_o[1];
-            } else {
-              float4 both;  // (not run_o[0] itself: the merge zeroes its output before reading its inputs)
-              run_l[0] = merge::merge_in_registers<2>(run_l, run_o, 2, both);
-              run_o[0] = both;
-            }
-          }
-          const float4 acc = run_o[0];
-          const float lse = run_l[0];
-          uint2 v;
-          v.x = Op::pack(acc.x, acc.y);
-          v.y = Op::pack(acc.z, acc.w);
-          *reinterpret_cast<uint2*>(obase + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h + c4 * 4) = v;
-          if (c4 == 0) a.lse[ridx] = lse;
-        }
-      }
-    }
 #else
     __trap();  // the host never launches clusters with code before sm_90 (decode_cluster_residency is all 0)
 #endif
@@ -494,39 +417,29 @@ __global__ void __launch_bounds__(DecodeCfg<D, V>::kWarps * 32, 1) flash_decode_
 // For c = 2..kMaxDecodeCluster: how many clusters of c CTAs of flash_decode_kernel<T, D> can be resident at once on
 // the current device; all 0 where the cluster merge cannot run (core/cuda_device.hpp). Once per (kernel, device);
 // safe to call first inside a graph capture.
-template <typename T, int D, int V>
-ClusterResidency decode_variant_cluster_residency() {
-  const void* k = reinterpret_cast<const void*>(flash_decode_kernel<T, D, V>);
-  return once_per_kernel_device<ClusterResidency>(
-      k, [&](int) { return query_cluster_residency(k, DecodeCfg<D, V>::kWarps * 32, DecodeCfg<D, V>::kSmem); });
-}
-// The planner's residency (flash_api.hpp): the base kernel's; a variant has the same shared memory per CTA.
 template <typename T, int D>
 ClusterResidency decode_cluster_residency() {
-  return decode_variant_cluster_residency<T, D, 0>();
+  const void* k = reinterpret_cast<const void*>(flash_decode_kernel<T, D>);
+  return once_per_kernel_device<ClusterResidency>(
+      k, [&](int) { return query_cluster_residency(k, DecodeCfg<D>::kWarps * 32, DecodeCfg<D>::kSmem); });
 }
 
-template <typename T, int D, int V = 0>
+template <typename T, int D>
 void launch_decode_mma(const FwdParams& p, cudaStream_t stream) {
-  constexpr size_t smem = DecodeCfg<D, V>::kSmem;
-  auto kern = flash_decode_kernel<T, D, V>;
+  constexpr size_t smem = DecodeCfg<D>::kSmem;
+  auto kern = flash_decode_kernel<T, D>;
   set_max_dynamic_smem(kern, smem, "cudaFuncSetAttribute(flash decode)");
   if (p.num_splits < 1 || p.num_splits > kMaxDecodeSplits) fail(Status::internal, "flash decode: bad split count");
   const auto& sh = p.a.shape;
   const int64_t mtiles = (sh.heads / sh.kv_heads * sh.max_seqlen_q + 15) / 16;
   if (mtiles == 0) return;
   dim3 grid(unsigned(mtiles * p.num_splits), unsigned(sh.kv_heads), unsigned(sh.batch));
-  // The splits of an m-tile as one cluster, or S / cluster of them (grid.x = m-tiles x S, a multiple of the cluster
-  // size). The caller picks a size decode_cluster_residency<T, D>() reported resident; the query below also sets
-  // this variant's kernel attributes.
-  // Two levels (p.cluster < p.num_splits): the clusters' partials go to o_part/lse_part for the combine launch.
+  // The splits of an m-tile as one cluster (grid.x = m-tiles x S, a multiple of the cluster size). The caller
+  // picks a size decode_cluster_residency<T, D>() reported resident (which also set the kernel's attributes).
   if (p.cluster > 1 &&
-      (p.num_splits % p.cluster != 0 || p.cluster > kMaxDecodeCluster ||
-       (p.cluster < p.num_splits && (p.o_part == nullptr || p.lse_part == nullptr)) ||
-       (p.merge_counter != nullptr && (p.cluster >= p.num_splits || p.num_splits / p.cluster > kMaxDecodeClusterParts)) ||
-       decode_variant_cluster_residency<T, D, V>()[p.cluster] < 1))
+      (p.cluster != p.num_splits || p.cluster > kMaxDecodeCluster || decode_cluster_residency<T, D>()[p.cluster] < 1))
     fail(Status::internal, "flash decode: bad cluster size");
-  check_cuda(launch_ex(kern, grid, dim3(DecodeCfg<D, V>::kWarps * 32), smem, stream, p.pdl,
+  check_cuda(launch_ex(kern, grid, dim3(DecodeCfg<D>::kWarps * 32), smem, stream, p.pdl,
                        p.cluster > 1 ? unsigned(p.cluster) : 1u, p),
              p.cluster > 1 ? "flash decode launch (clusters)" : "flash decode launch");
 }
@@ -537,12 +450,6 @@ void launch_decode_mma(const FwdParams& p, cudaStream_t stream) {
 template <typename T, int D>
 void launch_flash_decode(const FwdParams& p, cudaStream_t stream) {
   if (p.decode_kernel == DecodeKernel::mma) {
-    if constexpr (D == 256) {
-      if (p.decode_variant == 1) {
-        launch_decode_mma<T, D, 1>(p, stream);
-        return;
-      }
-    }
     launch_decode_mma<T, D>(p, stream);
     return;
   }

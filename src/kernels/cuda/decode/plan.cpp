@@ -78,8 +78,7 @@ DecodePlan plan_paged(const DecodeShape& s, const DeviceInfo& dev, const Tuning&
 bool decode_plan_needs_residency(const DecodeShape& s, const DeviceInfo& dev, const Tuning& t) {
   if (s.paged) return false;
   if (s.kv_len_on_device) return t.engine_decode_merge != EngineDecodeMerge::global;
-  return (t.decode_combine == DecodeCombine::cluster || t.decode_combine == DecodeCombine::two_level ||
-          t.decode_combine == DecodeCombine::two_level_counter) &&
+  return t.decode_combine == DecodeCombine::cluster &&
          size_t(dev.smem_per_block_optin) >= decode_smem_bytes(padded_head_dim(s.head_dim));
 }
 
@@ -96,8 +95,6 @@ DecodePlan plan_decode(const DecodeShape& s, const DeviceInfo& dev, const Tuning
   p.kernel = size_t(dev.smem_per_block_optin) >= smem ? DecodeKernel::mma : DecodeKernel::one_warp;
   if (p.kernel == DecodeKernel::mma) {
     p.pdl = t.decode_pdl && dev.cc_major >= 9;
-    p.variant = D == 256 && t.decode_d256_deep ? 1 : 0;  // the same 200 KB CTA: the model below is unchanged
-    static_assert(DecodeCfg<256, 1>::kSmem == DecodeCfg<256>::kSmem, "the variant keeps the CTA's shared memory");
     // One CTA per SM (its shared memory). Splits s minimize a wave model of the time: ceil(base*s / slots) waves
     // of ceil(blocks/s) 16-key blocks per CTA plus a fixed cost c0 per CTA (prologue, merge: ~64 KB worth of
     // loads, 1024/D blocks); more splits must gain 2% (partials, merge). E.g. H200 (132 slots), 32k keys (2048
@@ -132,24 +129,6 @@ DecodePlan plan_decode(const DecodeShape& s, const DeviceInfo& dev, const Tuning
         if (tm * 50 < cbest_t * 49) cbest_t = tm, cbest = sp;
       }
       if (cbest > 1 && cbest_t * 8 <= best_t * 9) p.splits = p.cluster = int(cbest);
-    } else if ((t.decode_combine == DecodeCombine::two_level || t.decode_combine == DecodeCombine::two_level_counter) &&
-               res[2] > 0 && p.splits >= 2) {
-      // Two-level merge: the model's splits stay; the splits of a tile are cut into clusters of C (a power of two
-      // dividing them) that merge in distributed shared memory, so the combine launch reads splits / C partials.
-      // C: the largest whose clusters fit as many waves as the unclustered grid (clusters are placed whole inside
-      // a GPC), at most Tuning::decode_cluster. E.g. H200 batch 1, 8/1 heads d256, 32k keys: 128 splits in 8
-      // clusters of 16 when 8 fit (8 partials instead of 128), else 16 clusters of 8. With FLASHKIT_DECODE_CLUSTER
-      // set, the largest such C that is resident at all (A/B runs). C == splits is the one-level cluster merge.
-      // two_level_counter: the last cluster merges instead of a combine launch, so C must leave at most
-      // kMaxDecodeClusterParts partials (else the combine launch).
-      const int64_t waves = (base * p.splits + slots - 1) / slots;
-      for (int c = kMaxDecodeCluster; c >= 2; c /= 2) {
-        if ((t.decode_cluster > 0 && c > t.decode_cluster) || p.splits % c != 0 || res[c] < 1) continue;
-        const int64_t clusters = base * (p.splits / c);
-        if (t.decode_cluster == 0 && (clusters + res[c] - 1) / res[c] > waves) continue;
-        p.cluster = c;
-        break;
-      }
     }
   } else {
     const auto tile = sm80_decode_tile(D);
@@ -163,13 +142,7 @@ DecodePlan plan_decode(const DecodeShape& s, const DeviceInfo& dev, const Tuning
     splits = std::min<int64_t>({splits, std::max<int64_t>(1, nblocks / 4), library_max_splits(t, 128)});
     p.splits = int(std::max<int64_t>(1, splits));
   }
-  p.merge = p.splits == 1    ? DecodeMergeKind::none
-            : p.cluster <= 1  ? DecodeMergeKind::combine
-            : p.cluster < p.splits ? DecodeMergeKind::cluster_combine
-                                   : DecodeMergeKind::cluster;
-  if (p.merge == DecodeMergeKind::cluster_combine && t.decode_combine == DecodeCombine::two_level_counter &&
-      p.splits / p.cluster <= kMaxDecodeClusterParts)
-    p.merge = DecodeMergeKind::cluster_counter;
+  p.merge = p.splits == 1 ? DecodeMergeKind::none : p.cluster > 1 ? DecodeMergeKind::cluster : DecodeMergeKind::combine;
   return p;
 }
 
@@ -178,13 +151,10 @@ std::string decode_plan_name(const DecodePlan& p) {
                   : p.kernel == DecodeKernel::one_warp ? "one_warp"
                   : p.kernel == DecodeKernel::paged    ? "paged"
                                                        : "fused_prologue";
-  if (p.variant == 1) s += ".deep";
   if (p.splits > 1) s += ".splits" + std::to_string(p.splits);
   switch (p.merge) {
     case DecodeMergeKind::combine: s += ".combine"; break;
     case DecodeMergeKind::cluster: s += ".cluster" + std::to_string(p.cluster); break;
-    case DecodeMergeKind::cluster_combine: s += ".cluster" + std::to_string(p.cluster) + ".combine"; break;
-    case DecodeMergeKind::cluster_counter: s += ".cluster" + std::to_string(p.cluster) + ".last"; break;
     case DecodeMergeKind::counter: s += p.cluster > 1 ? ".counter.cluster" + std::to_string(p.cluster) : ".counter"; break;
     default: break;
   }

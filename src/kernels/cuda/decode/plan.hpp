@@ -15,10 +15,6 @@
 //                  count are decided per row in the kernel from the row's position (at most the plan's splits).
 // Merges: none (one split), combine (a second, PDL-launched kernel over f32 partials in HBM; the library),
 // cluster (the splits of a tile form one thread-block cluster and merge through distributed shared memory, sm_90),
-// cluster_combine (two levels, sm_90: clusters of `cluster` splits merge in distributed shared memory, each writes
-// one f32 partial, and the combine launch merges splits / cluster of them: 8-16x fewer partials to read),
-// cluster_counter (the same clusters; the last cluster of a tile to write its partial, found with an arrival counter,
-// merges the <= kMaxDecodeClusterParts partials, each of its CTAs a 1/cluster share: no second launch),
 // counter (the last CTA of a tile to arrive merges the HBM partials: one launch fewer, which the engine's graphs
 // measured worth it, engine-cuda.md v6; the library's in-kernel version lost to the combine launch and is retired).
 //
@@ -34,7 +30,7 @@
 namespace flashkit::cuda {
 
 enum class DecodeKernel : int32_t { mma = 0, one_warp = 1, fused_prologue = 2, paged = 3 };
-enum class DecodeMergeKind : int32_t { none = 0, combine = 1, cluster = 2, counter = 3, cluster_combine = 4, cluster_counter = 5 };
+enum class DecodeMergeKind : int32_t { none = 0, combine = 1, cluster = 2, counter = 3 };
 
 struct DecodeShape {
   int64_t batch = 1;  // sequences
@@ -66,14 +62,12 @@ constexpr int paged_row_splits(int splits, int64_t n) {
 struct DecodePlan {
   DecodeKernel kernel = DecodeKernel::mma;
   int splits = 1;   // grid splits (fused_prologue: the most a launch uses; the kernel uses fewer at short contexts)
-  int cluster = 0;  // > 1: CTAs per cluster along the splits (mma: == splits, or with cluster_combine a power of
-                    // two dividing splits; fused_prologue: a power of two)
+  int cluster = 0;  // > 1: CTAs per cluster along the splits (mma: == splits; fused_prologue: a power of two)
   DecodeMergeKind merge = DecodeMergeKind::none;  // fused_prologue: the merge at full context
   bool pdl = false;     // programmatic dependent launch (sm_90)
   int tile_m = 16;      // packed query rows per CTA
   int tile_n = 16;      // keys per pipeline block
   int64_t mtiles = 0;   // (m-tile, KV head, sequence) tiles the splits multiply
-  int variant = 0;      // mma at d256: 1 = DecodeCfg<256, 1> (2 warps x 6 stages, Tuning::decode_d256_deep)
 };
 
 // residency: cluster residency of the kernel the plan is for (mma: flash_decode_kernel of this dtype and head dim;
@@ -85,21 +79,7 @@ DecodePlan plan_decode(const DecodeShape& shape, const DeviceInfo& dev, const Tu
 // Whether plan_decode would read the residency (to skip the occupancy queries otherwise).
 bool decode_plan_needs_residency(const DecodeShape& shape, const DeviceInfo& dev, const Tuning& tuning);
 
-// Most cluster partials of a tile the last-cluster merge (cluster_counter) takes: one register slot each.
-constexpr int kMaxDecodeClusterParts = 16;
-
-// The f32 partials a plan writes to HBM: splits (combine), splits / cluster (cluster_combine, cluster_counter),
-// else 0.
-inline int decode_hbm_partials(const DecodePlan& p) {
-  return p.merge == DecodeMergeKind::combine ? p.splits
-         : p.merge == DecodeMergeKind::cluster_combine || p.merge == DecodeMergeKind::cluster_counter
-             ? p.splits / p.cluster
-             : 0;
-}
-
-// "mma.splits16.combine", "one_warp", "fused_prologue.splits64.cluster16", "paged.splits8.combine",
-// "mma.splits128.cluster16.combine" (cluster_combine), "mma.splits128.cluster8.last" (cluster_counter),
-// "mma.deep.splits128.combine" (variant 1), ...
+// "mma.splits16.combine", "one_warp", "fused_prologue.splits64.cluster16", "paged.splits8.combine", ...
 std::string decode_plan_name(const DecodePlan& plan);
 
 }  // namespace flashkit::cuda
