@@ -102,8 +102,14 @@ std::string cpu_isa(CpuIsaCap cap) {
 std::string cpu_isa() { return cpu_isa(default_tuning().cpu_isa); }
 
 int64_t physical_memory_bytes() {
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  return (pages > 0 && page > 0) ? int64_t(pages) * page : int64_t(8) << 30;
+  // Read once: the machine's RAM does not change while the process runs, and sysconf(_SC_PHYS_PAGES) is a sysinfo
+  // syscall -- ~11% of a tiny CPU attention call's host time when every call's workspace check asked for it
+  // (docs/worklog/attention-cuda.md, v20).
+  static const int64_t bytes = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return (pages > 0 && page > 0) ? int64_t(pages) * page : int64_t(8) << 30;
+  }();
+  return bytes;
 }
 
 int64_t max_workspace_bytes(const Tuning& t) {
