@@ -479,9 +479,14 @@ void run_planned(const GemvParams& p0, const GemvPlan& plan, cudaStream_t stream
 }
 
 void run_one_row(const GemvParams& p, cudaStream_t stream) {
+  // The lean kernels' residency only when their (balanced) plan may be chosen: every eager launch pays for each
+  // occupancy query, and the automatic plan is the legacy one.
+  const GemvPlanMode mode = GemvPlanMode(gemv_plan_mode());
+  const bool lean = mode == GemvPlanMode::balanced;
   const int resident[4] = {resident_blocks<1, 2, 4, false>(p), resident_blocks<1, 1, 8, false>(p),
-                           resident_blocks<1, 1, 4, false, 3>(p), resident_blocks<1, 1, 5, false, 3>(p)};
-  const GemvPlan plan = gemv_plan(p.N, p.K, sm_count(), resident, GemvPlanMode(gemv_plan_mode()));
+                           lean ? resident_blocks<1, 1, 4, false, 3>(p) : 0,
+                           lean ? resident_blocks<1, 1, 5, false, 3>(p) : 0};
+  const GemvPlan plan = gemv_plan(p.N, p.K, sm_count(), resident, mode);
   switch (plan.step) {
     case GemvStep::r2u4: return run_planned<2, 4, 2>(p, plan, stream);
     case GemvStep::r1u8: return run_planned<1, 8, 2>(p, plan, stream);
