@@ -26,6 +26,11 @@
 #              tile vs SDPA flash / cuDNN at d64/d128, causal and not, 512..16k (bench/cuda/bench_ws_persist.py; one
 #              "persist d.. causal=. s=..: ws A persistent B (+x%) sdpa_flash C cudnn D same=1 kernel=..." line per
 #              point): $OUT/persist.txt, $OUT/ws-persist.json
+#   bwdncu     Nsight Compute on the Hopper backward at d128 (tools/gpu/ncu_profile.py: b4 s4096 h16, non-causal):
+#              speed of light, memory (L2 atomics), warp states, scheduler, and the per-instruction stall samples of
+#              the SASS: $OUT/bwd-ncu.txt, $OUT/bwd-sass.csv.xz; "bwd ncu:" lines
+#   decodesrc  the same stall view of batch-1 decode at 32k keys (both goal shapes): $OUT/decode-src.txt,
+#              $OUT/decode-sass.csv.xz
 # Results in $OUT/attn_frontier.log (+ failed.txt). carry=[".fkdeps.tar.xz"] (tools/gpu/carried_deps.sh).
 set -u
 cd "$(dirname "$0")/../.."
@@ -112,6 +117,17 @@ for st in "${STAGES[@]}"; do
         python3 tools/gpu/decode_ncu.py ${DECODE_NCU_KV:-32768}
       grep -E "^  [a-z_ ]*[a-zA-Z_:<>, 0-9]*\(|Duration|DRAM Throughput|dram__bytes_read.sum|Grid Size|Achieved Occupancy" \
         "$OUT/decode-ncu.txt" | sed 's/^/decode ncu: /' | tee -a "$LOG" | head -80 ;;
+    bwdncu|decodesrc)
+      if [ "$st" = bwdncu ]; then K='regex:flash_bwd_sm90'; C=2; PY=(tools/gpu/ncu_profile.py 128); N=bwd
+      else K='regex:decode'; C=8; PY=(tools/gpu/decode_ncu.py 32768); N=decode; fi
+      run "$st" timeout 400 ncu --clock-control none -k "$K" -c $C --import-source yes \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+        --section ComputeWorkloadAnalysis --section SourceCounters --section Occupancy -f -o "$BUILD/$N" \
+        python3 "${PY[@]}"
+      ncu -i "$BUILD/$N.ncu-rep" --print-details all > "$OUT/$N-ncu.txt" 2>&1
+      ncu -i "$BUILD/$N.ncu-rep" --page source --csv --print-source sass 2> /dev/null | xz -6 > "$OUT/$N-sass.csv.xz"
+      grep -E "^  [a-zA-Z_]|Duration|Throughput|Stall|Issued Warp|No Eligible|Eligible Warps|Registers|Achieved Occ" \
+        "$OUT/$N-ncu.txt" | sed "s/^/$N ncu: /" | tee -a "$LOG" | head -120 ;;
     *) log "unknown stage $st"; status=1 ;;
   esac
 done
