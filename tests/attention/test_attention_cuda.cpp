@@ -197,8 +197,8 @@ void run_case(const Case& c, uint32_t seed, const std::optional<Tuning>& tuning 
     EXPECT_LT(rel_error(gq, dq64), 2e-2) << "dq, kernel " << cost.kernel;
     EXPECT_LT(rel_error(gk, dk64), 2e-2) << "dk, kernel " << cost.kernel;
     EXPECT_LT(rel_error(gv, dv64), 2e-2) << "dv, kernel " << cost.kernel;
-    // Which backward ran at head dims padded to 256 (tools/gpu/bwd_d256.sh counts these lines per kernel).
-    if (c.D > 128) std::printf("bwd path: %s %s\n", c.name().c_str(), cost.kernel.c_str());
+    // Which backward ran (tools/gpu/bwd_d256.sh and bwd_ws.sh count these lines per kernel).
+    if (c.impl == AttentionImpl::flash) std::printf("bwd path: %s %s\n", c.name().c_str(), cost.kernel.c_str());
   }
   if (dcu) CK(cudaFree(dcu));
 }
@@ -253,6 +253,28 @@ std::vector<Case> grid() {
     g.push_back(c);
   }
   g.push_back({1, 256, 300, 4, 2, 256, true, 64, -1});  // d256 window and GQA (the Hopper ws kernel at BN 64)
+  // The warp-specialized backward's edges (v22, d64/d128): one query row, one key, odd lengths whose last query
+  // tile and key tile are ragged (TMA zero fill past the tensor's end), GQA and MQA groups (several query heads per
+  // CTA: the load ring's phases run on over heads), causal with nq != nk both ways (key tiles no query sees, rows
+  // that see no key), a window with more steps than stages, varlen with empty sequences (the TMA rows of a packed
+  // tensor run into the next sequence).
+  g.push_back({1, 1, 1, 2, 1, 64});
+  g.push_back({2, 1, 200, 4, 2, 128, true});
+  g.push_back({1, 200, 1, 4, 4, 64, true});
+  g.push_back({3, 131, 67, 6, 3, 128, false, -1, -1, 0, DType::f16});
+  g.push_back({1, 197, 199, 8, 2, 64, false, -1, -1, 0, DType::f16});
+  g.push_back({1, 70, 190, 8, 1, 128, true});
+  g.push_back({1, 190, 70, 4, 2, 64, true});
+  g.push_back({1, 183, 129, 4, 1, 128, false, 20, 45});
+  {
+    Case c{1, 0, 0, 6, 2, 128, true};
+    c.varlen = {{0, 0}, {1, 1}, {130, 129}, {0, 7}, {65, 200}, {3, 0}};
+    g.push_back(c);
+    c.D = 64;
+    c.causal = false;
+    c.dtype = DType::f16;
+    g.push_back(c);
+  }
   // More work tiles than the H200's 132 SMs (160 each, forward only: the reference stays fast): the persistent ws grid
   // (by default at d128; the sm90ws_persist paths at d64) runs a second tile on some CTAs, under a causal window with
   // GQA and an odd query length at d64, non-causal with a ragged last tile at d128.
@@ -389,6 +411,10 @@ std::vector<Path> paths() {
   t = Tuning{};
   t.sm90_bwd_config = 1;
   v.push_back({"sm90bwdcfg1", t});
+  // The cp.async Hopper backward (v6) where the warp-specialized one (v22) is the default (FLASHKIT_SM90_BWD_WS=0).
+  t = Tuning{};
+  t.sm90_bwd_ws = false;
+  v.push_back({"sm90bwd_v6", t});
   t = Tuning{};
   t.decode_combine = DecodeCombine::cluster;
   v.push_back({"decode_cluster", t});
