@@ -3,14 +3,14 @@
 // sequence) walks every query tile of BM rows of every query head of its GQA group in the transposed (key-major)
 // formulation, dK/dV in the consumers' registers, dQ summed into the f32 accumulator p.dq_accum (scaled and
 // converted by the postprocess kernel). What changes is who waits for what:
-//   warpgroup 2 (producer, 24 registers per thread after setmaxnreg):
+//   warpgroup 2 (producer, 32 registers per thread after setmaxnreg):
 //     warp 8, the loader: K and V once (TMA, one mbarrier), then per query step Q and dO (TMA) and the rows'
 //       LSE*log2e and Dsum (plain loads by its 32 lanes) into a STAGES-deep ring, each stage with a full mbarrier
 //       (32 lane arrivals, one of them announcing the TMA bytes) and an empty one (one arrival per consumer warp).
 //     warp 9, the dQ writer: waits for the consumers' dQ tile (f32, shared memory), adds it to p.dq_accum with one
 //       bulk reduce-add per query row (cp.reduce.async.bulk .add.f32; no per-thread atomics on the consumers'
 //       critical path), and frees the buffer once the bulk copies have read it. Two mbarriers (dq_full, dq_empty).
-//   warpgroups 0-1 (consumers, 240 registers): per step exactly v6's products (flash_bwd_sm90.cuh's header):
+//   warpgroups 0-1 (consumers, 232 registers): per step exactly v6's products (flash_bwd_sm90.cuh's header):
 //     S^T = K Q^T, dP^T = V dO^T, P^T and dS^T, dV += P^T dO, dK += dS^T Q, dS^T to shared memory, dQ = dS K.
 //     The one place the two warpgroups meet is the dS^T tile (dQ needs every key of the tile): a named barrier
 //     per step after both wrote it. dS^T is double-buffered by step parity, so that barrier also orders a buffer's
@@ -48,8 +48,9 @@ template <int D, int BM>
 struct Sm90BwdWsCfg {
   static constexpr int NWG = 2, BN = 128, STAGES = 2, kConsumers = 256, NT = kConsumers + 128;
   static constexpr int kLoaderWarp = kConsumers / 32, kDqWarp = kLoaderWarp + 1;
-  // __launch_bounds__(384, 1) gives 168 registers per thread; the reallocation must fit in that pool exactly.
-  static constexpr int kLaunchRegs = 168, kProducerRegs = 24, kConsumerRegs = 240;
+  // __launch_bounds__(384, 1) gives 168 registers per thread; the reallocation must fit in that pool. 32/232 rather
+  // than the ws forward's 24/240: at 24 the producer warps spilled (d64), and the consumers fit 232 without spills.
+  static constexpr int kLaunchRegs = 168, kProducerRegs = 32, kConsumerRegs = 232;
   static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumers <= kLaunchRegs * NT, "register budgets exceed the pool");
   static constexpr uint32_t kv_bytes = BN * D * 2, q_bytes = BM * D * 2, ds_bytes = BN * BM * 2;
   // dQ split between the warpgroups as in v6: by query rows when BM == 128, else by head-dim columns.
@@ -167,14 +168,15 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM>::NT, 1)
         int h, m0;
         step_coords(sidx, h, m0);
         // LSE (log2 units, bwd_row_lse2; +inf past the end: P = 0) and Dsum of the step's rows, then this lane's
-        // arrival (release: the stores are visible to whoever waits on the phase).
+        // arrival (release: the stores are visible to whoever waits on the phase). Row indices from the step's
+        // first (lse_index is linear in the row): the producer has 32 registers.
+        const int64_t ridx0 = a.lse_index(sr, h, m0);
         for (int r = lane; r < BM; r += 32) {
           const int i = m0 + r;
           float L = INFINITY, dd = 0.f;
           if (i < nq) {
-            const int64_t ridx = a.lse_index(sr, h, i);
-            L = bwd_row_lse2(a.mask, a.lse[ridx], i, nq, nk);
-            dd = p.dsum[ridx];
+            L = bwd_row_lse2(a.mask, a.lse[ridx0 + r], i, nq, nk);
+            dd = p.dsum[ridx0 + r];
           }
           sts_f32(base + Cfg::oL + uint32_t(st * BM + r) * 4, L);
           sts_f32(base + Cfg::oDs + uint32_t(st * BM + r) * 4, dd);
@@ -200,12 +202,10 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM>::NT, 1)
         int h, m0;
         step_coords(sidx, h, m0);
         mbar_wait(bar_dq_full, uint32_t(sidx) & 1u);
-        for (int r = lane; r < BM; r += 32) {
-          const int i = m0 + r;
-          if (i < nq)
-            bulk_reduce_add_f32(p.dq_accum + a.lse_index(sr, h, i) * D, base + Cfg::odQ + uint32_t(r) * Cfg::dq_pitch,
-                                row_bytes);
-        }
+        float* const dst0 = p.dq_accum + a.lse_index(sr, h, m0) * D;
+        const int rows = nq - m0 < BM ? nq - m0 : BM;
+        for (int r = lane; r < rows; r += 32)
+          bulk_reduce_add_f32(dst0 + r * D, base + Cfg::odQ + uint32_t(r) * Cfg::dq_pitch, row_bytes);
         bulk_commit();
         bulk_wait_read0();  // this lane's copies have read the tile
         __syncwarp();
