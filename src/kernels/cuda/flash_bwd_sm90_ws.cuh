@@ -129,11 +129,16 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM>::NT, 1)
   int mb_lo, nmb;
   key_tile_query_blocks(a.mask, n0, BN, nq, nk, BM, mb_lo, nmb);
   const int nsteps = nmb * group;
-  // Step s covers query head kvh*group + s/nmb, query rows [m0, m0+BM) with m0 = (mb_lo + s%nmb)*BM.
-  auto step_coords = [&](int sidx, int& h, int& m0) {
-    h = kvh * group + sidx / nmb;
-    m0 = (mb_lo + sidx % nmb) * BM;
+  // Step s covers query head kvh*group + s/nmb, query rows [m0, m0+BM) with m0 = (mb_lo + s%nmb)*BM, walked
+  // incrementally (v6's per-step division by nmb showed in its profile: I2F/MUFU.RCP waiting at the barrier).
+  struct StepWalk {
+    int h, m0, mi;
+    __device__ void next(int nmb_, int mb_lo_) {
+      if (++mi == nmb_) mi = 0, ++h;
+      m0 = (mb_lo_ + mi) * BM;
+    }
   };
+  const StepWalk walk0{kvh * group, mb_lo * BM, 0};
 
   if (tid == 0) {
     mbar_init(bar_kv, 1);
@@ -162,11 +167,11 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM>::NT, 1)
           tma_load_4d(base + Cfg::oV + pnl * (BN * 128), &tmap_v, bar_kv, 64 * pnl, int(sr.k0) + n0, kvh, bslot);
         }
       }
-      for (int sidx = 0; sidx < nsteps; ++sidx) {
+      StepWalk w = walk0;
+      for (int sidx = 0; sidx < nsteps; ++sidx, w.next(nmb, mb_lo)) {
         const int st = sidx % STAGES;
         if (sidx >= STAGES) mbar_wait(bar_empty(st), uint32_t(sidx / STAGES - 1) & 1u);
-        int h, m0;
-        step_coords(sidx, h, m0);
+        const int h = w.h, m0 = w.m0;
         // LSE (log2 units, bwd_row_lse2; +inf past the end: P = 0) and Dsum of the step's rows, then this lane's
         // arrival (release: the stores are visible to whoever waits on the phase). Row indices from the step's
         // first (lse_index is linear in the row): the producer has 32 registers.
@@ -198,9 +203,9 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM>::NT, 1)
     } else if (kBwdWsDqBulk && warp == Cfg::kDqWarp && nsteps > 0) {
       // Per step: the consumers' dQ tile -> one bulk reduce-add per valid query row (lanes take rows in turn).
       constexpr uint32_t row_bytes = D * 4;
-      for (int sidx = 0; sidx < nsteps; ++sidx) {
-        int h, m0;
-        step_coords(sidx, h, m0);
+      StepWalk w = walk0;
+      for (int sidx = 0; sidx < nsteps; ++sidx, w.next(nmb, mb_lo)) {
+        const int h = w.h, m0 = w.m0;
         mbar_wait(bar_dq_full, uint32_t(sidx) & 1u);
         float* const dst0 = p.dq_accum + a.lse_index(sr, h, m0) * D;
         const int rows = nq - m0 < BM ? nq - m0 : BM;
@@ -240,10 +245,10 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM>::NT, 1)
   const uint32_t dq_b_off = uint32_t(dq_col0 / 64) * kPanelK + uint32_t(dq_col0 % 64) * 2;
 
   if (nsteps > 0) mbar_wait(bar_kv, 0);
-  for (int sidx = 0; sidx < nsteps; ++sidx) {
+  StepWalk w = walk0;
+  for (int sidx = 0; sidx < nsteps; ++sidx, w.next(nmb, mb_lo)) {
     const int st = sidx % STAGES;
-    int h, m0;
-    step_coords(sidx, h, m0);
+    const int h = w.h, m0 = w.m0;
     mbar_wait(bar_full(st), uint32_t(sidx / STAGES) & 1u);  // Q, dO (TMA) and LSE, Dsum of the step
     const uint32_t sb = opaque_u32(base);
     const uint32_t sK = sb + Cfg::oK, sV = sb + Cfg::oV, sdS = sb + Cfg::odS + uint32_t(sidx & 1) * Cfg::ds_bytes;
