@@ -29,8 +29,8 @@ A="$BUILD/tests/attention/flashkit_cuda_tests"
 DIMS="D64 D128 D8 D40 D96"
 FGRID=$(for d in $DIMS; do printf 'Grid/*_%s_*:' "$d"; done)
 FV6=$(for d in $DIMS; do printf 'Paths/*/sm90bwd_v6_*_%s_*:' "$d"; done)
-# "bwd path:" lines of the log from line $1 on, counted per kernel.
-paths_since() { tail -n +"$1" "$LOG" | grep -E '^bwd path:' | awk '{print $NF}' | sort | uniq -c | tr -s ' ' | tr '\n' ';'; }
+# "bwd path:" lines of the log's lines [$1, $2), counted per kernel.
+paths_between() { sed -n "$1,$(($2 - 1))p" "$LOG" | grep -E '^bwd path:' | awk '{print $NF}' | sort | uniq -c | tr -s ' ' | tr '\n' ';'; }
 for st in "${STAGES[@]}"; do
   case $st in
     build)
@@ -51,15 +51,18 @@ for st in "${STAGES[@]}"; do
       run grid_default timeout 150 "$A" --gtest_filter="$FGRID" --gtest_brief=1
       l1=$(wc -l < "$LOG")
       run grid_v6 timeout 150 "$A" --gtest_filter="$FV6" --gtest_brief=1
-      run nonfinite timeout 60 "$A" --gtest_filter='CudaAttention.NonFiniteLseInBackward' --gtest_brief=1
+      l2=$(wc -l < "$LOG")
+      run nonfinite timeout 60 "$A" --gtest_brief=1 \
+        --gtest_filter='CudaAttention.NonFiniteLseInBackward:CudaAttention.VarlenNonFiniteStaysInItsSequence'
       grep -E "^\[  FAILED  \] [A-Z]" "$LOG" | sed 's/ ([0-9]* ms)$//' | sort -u | tail -40 > "$OUT/failed.txt"
       {
         echo "tests: $(grep -E '^\[  PASSED  \]' "$LOG" | tail -4 | tr '\n' ' ') failed: $(wc -l < "$OUT/failed.txt")"
         cat "$OUT/failed.txt"
         # Which backward each case ran: the default grid sm90ws.* except softcap cases (sm90wgmma), the v6 path
         # sm90wgmma only. "flashkit: warp-specialized Hopper backward not used" on stderr: a fallback (say why).
-        echo "bwd paths (Grid): $(tail -n +"$l0" "$LOG" | head -n $((l1 - l0 + 1)) | grep -E '^bwd path:' | awk '{print $NF}' | sort | uniq -c | tr -s ' ' | tr '\n' ';')"
-        echo "bwd paths (Paths/sm90bwd_v6): $(paths_since "$l1")"
+        echo "bwd paths (Grid): $(paths_between "$l0" "$l1")"
+        echo "bwd paths (Paths/sm90bwd_v6): $(paths_between "$l1" "$l2")"
+        echo "bwd paths (varlen non-finite, default then v6 per head dim): $(grep -E '^bwd path: varlen non-finite' "$LOG" | awk '{print $NF}' | tr '\n' ' ')"
         echo "ws fallbacks: $(grep -c 'warp-specialized Hopper backward not used' "$LOG")"
       } | tee -a "$SUM" ;;
     sanitize)

@@ -18,8 +18,10 @@
 //     in the loop: loads never stall on the slower warpgroup, the next step's Q/dO land while this one computes.
 // FK_BWD90WS_DQ_ATOMIC (A/B builds only): dQ by the consumers' float4 atomics as v6 does, no dQ buffer or writer.
 // Rows past a sequence's end: TMA zero-fills past the tensor's end; inside a packed varlen tensor it reads the next
-// sequence's rows, which the mask (P = dS = 0 there) and LSE = +inf keep out of every result, as v6's zero fill
-// does. Included by flash_bwd_sm90_ws_*.cu only.
+// sequence's rows. P = dS = 0 there (mask, LSE = +inf), but 0 times a non-finite value of the next sequence would
+// still reach this one's dK (Q rows), dV (dO rows) or dQ (K rows) through the products, so the consumers zero those
+// rows in shared memory first, as v6's zero fill (varlen only: a sequence's last key tile once, its last query tile
+// per head; one extra named barrier each). Included by flash_bwd_sm90_ws_*.cu only.
 #pragma once
 #include <atomic>
 #include <cmath>
@@ -75,8 +77,22 @@ struct Sm90BwdWsCfg {
   static_assert(smem <= 227 * 1024, "shared memory per CTA exceeds the opt-in limit");
 };
 
-// Named barrier of the consumers' dS^T exchange (0 is __syncthreads; the ws forward's are not in this kernel).
-constexpr int kBwdWsBarDs = 1;
+// Named barriers of the consumers (0 is __syncthreads): the dS^T exchange, and the zeroed tails of varlen tiles.
+constexpr int kBwdWsBarDs = 1, kBwdWsBarTail = 2;
+
+// Consumers (256 threads): zero rows [r0, R) of the panels of an R-row operand of D columns in shared memory (whole
+// 128-byte panel rows, so the swizzle does not matter), made visible to the tensor cores, all consumers past it.
+template <int R, int D>
+__device__ __forceinline__ void bwd_ws_zero_rows(uint32_t panels, int r0, int tid) {
+  constexpr int kChunks = R * (D / 8);  // 16-byte chunks: row r, chunk c of panel c / 8 at pnl * R * 128 + r * 128
+  for (int k = tid; k < kChunks; k += 256) {
+    const int r = k / (D / 8), c = k % (D / 8);
+    if (r >= r0) {
+      const uint32_t addr = panels + uint32_t(c / 8) * (R * 128) + uint32_t(r) * 128 + uint32_t(c % 8) * 16;
+      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0u) : "memory");
+    }
+  }
+}
 
 __device__ __forceinline__ void sts_f32x2(uint32_t addr, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
@@ -244,12 +260,26 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM>::NT, 1)
   const int dq_col0 = Cfg::dq_rows ? 0 : wg * DQ_N;
   const uint32_t dq_b_off = uint32_t(dq_col0 / 64) * kPanelK + uint32_t(dq_col0 % 64) * 2;
 
-  if (nsteps > 0) mbar_wait(bar_kv, 0);
+  const bool varlen = a.shape.varlen();
+  if (nsteps > 0) {
+    mbar_wait(bar_kv, 0);
+    if (varlen && n0 + BN > nk) {  // the next sequence's keys: zero (dQ = dS K would carry 0 * their values)
+      bwd_ws_zero_rows<BN, D>(base + Cfg::oK, nk - n0, tid);
+      fence_proxy_async();
+      named_barrier(kBwdWsBarTail, Cfg::kConsumers);
+    }
+  }
   StepWalk w = walk0;
   for (int sidx = 0; sidx < nsteps; ++sidx, w.next(nmb, mb_lo)) {
     const int st = sidx % STAGES;
     const int h = w.h, m0 = w.m0;
     mbar_wait(bar_full(st), uint32_t(sidx / STAGES) & 1u);  // Q, dO (TMA) and LSE, Dsum of the step
+    if (varlen && m0 + BM > nq) {  // the next sequence's query rows: zero (dK, dV would carry 0 * their values)
+      bwd_ws_zero_rows<BM, D>(base + Cfg::oQ + st * Cfg::q_bytes, nq - m0, tid);
+      bwd_ws_zero_rows<BM, D>(base + Cfg::odO + st * Cfg::q_bytes, nq - m0, tid);
+      fence_proxy_async();
+      named_barrier(kBwdWsBarTail, Cfg::kConsumers);
+    }
     const uint32_t sb = opaque_u32(base);
     const uint32_t sK = sb + Cfg::oK, sV = sb + Cfg::oV, sdS = sb + Cfg::odS + uint32_t(sidx & 1) * Cfg::ds_bytes;
     const uint32_t sQ = sb + Cfg::oQ + st * Cfg::q_bytes, sdO = sb + Cfg::odO + st * Cfg::q_bytes;
