@@ -293,7 +293,8 @@ void cuda_attention_backward(const AttentionBwdArgs& g0, const std::vector<int32
   bool launched = false;
   if (choice.kernel == CudaKernel::bwd_sm90_ws) {
     launched = cuda::launch_bwd_sm90_ws(g.fwd.dtype, D, p, stream);
-    if (!launched) choice = choose_bwd(sh, g0.fwd.softcap, dev, tuning, /*allow_ws=*/false);  // said once on stderr
+    // Declined (no TMA map for these operands, another register budget: said once on stderr; no sm_90a code): v6.
+    if (!launched) choice = choose_bwd(sh, g0.fwd.softcap, dev, tuning, /*allow_ws=*/false);
   }
   if (!launched && choice.kernel == CudaKernel::bwd_sm90) {
     launched = cuda::launch_bwd_sm90(g.fwd.dtype, D, choice.config, p, stream);
