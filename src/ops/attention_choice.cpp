@@ -115,10 +115,20 @@ FwdChoice choose_fwd(const kernels::AttentionShape& sh, const kernels::Attention
   return c;
 }
 
-BwdChoice choose_bwd(const kernels::AttentionShape& sh, float softcap, const DeviceInfo& dev, const Tuning& t) {
+BwdChoice choose_bwd(const kernels::AttentionShape& sh, float softcap, const DeviceInfo& dev, const Tuning& t,
+                     bool allow_ws) {
   BwdChoice c;
   c.dpad = cuda::padded_head_dim(sh.head_dim);
   const int D = c.dpad;
+  // The warp-specialized backward (v22) at d64/d128 with v6's default tiles: every mask, GQA and varlen, no softcap
+  // (its instantiation would need v6's separate softcap loop; those calls and FLASHKIT_SM90_BWD_CFG=1 stay on v6).
+  if (t.sm90 && dev.sm90a && allow_ws && t.sm90_bwd_ws && (D == 64 || D == 128) && softcap <= 0.f &&
+      t.sm90_bwd_config == 0) {
+    const auto tile = cuda::sm90_bwd_ws_tile(D);
+    c.kernel = CudaKernel::bwd_sm90_ws;
+    c.tile_m = tile.bm, c.tile_n = tile.bn();
+    return c;
+  }
   if (t.sm90 && dev.sm90a) {
     c.kernel = CudaKernel::bwd_sm90;
     c.config = t.sm90_bwd_config;
@@ -158,8 +168,10 @@ std::string kernel_name(const FwdChoice& c, DType dt) {
 }
 
 std::string kernel_name(const BwdChoice& c, DType dt) {
-  return std::string(c.kernel == CudaKernel::bwd_sm90 ? "cuda.flash.bwd.sm90wgmma." : "cuda.flash.bwd.sm80mma.") +
-         dtype_tag(dt) + ".d" + std::to_string(c.dpad);
+  const char* family = c.kernel == CudaKernel::bwd_sm90_ws ? "cuda.flash.bwd.sm90ws."
+                       : c.kernel == CudaKernel::bwd_sm90  ? "cuda.flash.bwd.sm90wgmma."
+                                                           : "cuda.flash.bwd.sm80mma.";
+  return std::string(family) + dtype_tag(dt) + ".d" + std::to_string(c.dpad);
 }
 
 }  // namespace flashkit

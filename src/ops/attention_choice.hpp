@@ -20,6 +20,7 @@ enum class CudaKernel : int32_t {
   decode = 3,       // the decode family (kernels/cuda/decode/): FwdChoice::decode says which member
   bwd_sm80 = 4,     // flash_bwd.cuh
   bwd_sm90 = 5,     // flash_bwd_sm90.cuh (d64, d128), flash_bwd_sm90_d256.cuh (d256)
+  bwd_sm90_ws = 6,  // flash_bwd_sm90_ws.cuh: warp-specialized, TMA producer, dQ by bulk reduce-add (d64, d128)
 };
 
 struct FwdChoice {
@@ -47,7 +48,10 @@ struct BwdChoice {
 // launcher declined (its sm_90a code does not run on this device).
 FwdChoice choose_fwd(const kernels::AttentionShape& shape, const kernels::AttentionMask& mask, const DeviceInfo& dev,
                      const Tuning& tuning, const ClusterResidency& decode_residency = {}, bool allow_ws = true);
-BwdChoice choose_bwd(const kernels::AttentionShape& shape, float softcap, const DeviceInfo& dev, const Tuning& tuning);
+// allow_ws = false: the choice when the warp-specialized backward declined at launch (no TMA descriptor for these
+// operands' strides, a register budget other than its own).
+BwdChoice choose_bwd(const kernels::AttentionShape& shape, float softcap, const DeviceInfo& dev, const Tuning& tuning,
+                     bool allow_ws = true);
 
 // The persistent grid of the warp-specialized forward (0: one CTA per work tile): d64/d128 with ping-pong and the
 // narrow key tile (tile_n) only. Automatic: d128 calls of up to 1k query rows (causal: 2k) whose one-CTA-per-tile
@@ -62,7 +66,7 @@ bool fwd_needs_decode_residency(const kernels::AttentionShape& shape, const Devi
 constexpr int64_t kDecodeMaxSeqlenQ = 16;
 
 // OpCost::kernel for a choice: "cuda.flash.fwd.sm90ws.bf16.d128", "cuda.flash.decode.mma.bf16.d128.splits16.combine",
-// "cuda.flash.bwd.sm90wgmma.f16.d64", ...
+// "cuda.flash.bwd.sm90wgmma.f16.d64", "cuda.flash.bwd.sm90ws.bf16.d128", ...
 std::string kernel_name(const FwdChoice& c, DType dtype);
 std::string kernel_name(const BwdChoice& c, DType dtype);
 

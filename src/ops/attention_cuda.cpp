@@ -291,7 +291,12 @@ void cuda_attention_backward(const AttentionBwdArgs& g0, const std::vector<int32
   if (acc_bytes) check_cuda(cudaMemsetAsync(p.dq_accum, 0, acc_bytes, stream), "cudaMemsetAsync(dq accumulator)");
   cuda::launch_bwd_preprocess(p, stream);
   bool launched = false;
-  if (choice.kernel == CudaKernel::bwd_sm90) {
+  if (choice.kernel == CudaKernel::bwd_sm90_ws) {
+    launched = cuda::launch_bwd_sm90_ws(g.fwd.dtype, D, p, stream);
+    // Declined (no TMA map for these operands, another register budget: said once on stderr; no sm_90a code): v6.
+    if (!launched) choice = choose_bwd(sh, g0.fwd.softcap, dev, tuning, /*allow_ws=*/false);
+  }
+  if (!launched && choice.kernel == CudaKernel::bwd_sm90) {
     launched = cuda::launch_bwd_sm90(g.fwd.dtype, D, choice.config, p, stream);
     if (!launched) {  // its sm_90a code does not run on this device
       DeviceInfo no_sm90 = dev;

@@ -197,8 +197,8 @@ void run_case(const Case& c, uint32_t seed, const std::optional<Tuning>& tuning 
     EXPECT_LT(rel_error(gq, dq64), 2e-2) << "dq, kernel " << cost.kernel;
     EXPECT_LT(rel_error(gk, dk64), 2e-2) << "dk, kernel " << cost.kernel;
     EXPECT_LT(rel_error(gv, dv64), 2e-2) << "dv, kernel " << cost.kernel;
-    // Which backward ran at head dims padded to 256 (tools/gpu/bwd_d256.sh counts these lines per kernel).
-    if (c.D > 128) std::printf("bwd path: %s %s\n", c.name().c_str(), cost.kernel.c_str());
+    // Which backward ran (tools/gpu/bwd_d256.sh and bwd_ws.sh count these lines per kernel).
+    if (c.impl == AttentionImpl::flash) std::printf("bwd path: %s %s\n", c.name().c_str(), cost.kernel.c_str());
   }
   if (dcu) CK(cudaFree(dcu));
 }
@@ -253,6 +253,28 @@ std::vector<Case> grid() {
     g.push_back(c);
   }
   g.push_back({1, 256, 300, 4, 2, 256, true, 64, -1});  // d256 window and GQA (the Hopper ws kernel at BN 64)
+  // The warp-specialized backward's edges (v22, d64/d128): one query row, one key, odd lengths whose last query
+  // tile and key tile are ragged (TMA zero fill past the tensor's end), GQA and MQA groups (several query heads per
+  // CTA: the load ring's phases run on over heads), causal with nq != nk both ways (key tiles no query sees, rows
+  // that see no key), a window with more steps than stages, varlen with empty sequences (the TMA rows of a packed
+  // tensor run into the next sequence).
+  g.push_back({1, 1, 1, 2, 1, 64});
+  g.push_back({2, 1, 200, 4, 2, 128, true});
+  g.push_back({1, 200, 1, 4, 4, 64, true});
+  g.push_back({3, 131, 67, 6, 3, 128, false, -1, -1, 0, DType::f16});
+  g.push_back({1, 197, 199, 8, 2, 64, false, -1, -1, 0, DType::f16});
+  g.push_back({1, 70, 190, 8, 1, 128, true});
+  g.push_back({1, 190, 70, 4, 2, 64, true});
+  g.push_back({1, 183, 129, 4, 1, 128, false, 20, 45});
+  {
+    Case c{1, 0, 0, 6, 2, 128, true};
+    c.varlen = {{0, 0}, {1, 1}, {130, 129}, {0, 7}, {65, 200}, {3, 0}};
+    g.push_back(c);
+    c.D = 64;
+    c.causal = false;
+    c.dtype = DType::f16;
+    g.push_back(c);
+  }
   // More work tiles than the H200's 132 SMs (160 each, forward only: the reference stays fast): the persistent ws grid
   // (by default at d128; the sm90ws_persist paths at d64) runs a second tile on some CTAs, under a causal window with
   // GQA and an odd query length at d64, non-causal with a ragged last tile at d128.
@@ -389,6 +411,10 @@ std::vector<Path> paths() {
   t = Tuning{};
   t.sm90_bwd_config = 1;
   v.push_back({"sm90bwdcfg1", t});
+  // The cp.async Hopper backward (v6) where the warp-specialized one (v22) is the default (FLASHKIT_SM90_BWD_WS=0).
+  t = Tuning{};
+  t.sm90_bwd_ws = false;
+  v.push_back({"sm90bwd_v6", t});
   t = Tuning{};
   t.decode_combine = DecodeCombine::cluster;
   v.push_back({"decode_cluster", t});
@@ -865,6 +891,103 @@ TEST(CudaAttention, NonFiniteLseInBackward) {
       expect_same_nonfinite(hq, rq, 3e-2, "dq " + w);
       expect_same_nonfinite(hk, rk, 3e-2, "dk " + w);
       expect_same_nonfinite(hv, rv, 3e-2, "dv " + w);
+    }
+  }
+}
+
+// Varlen with check_finite off: a non-finite q/dout row or k row of one sequence stays out of the previous sequence's
+// gradients. The Hopper warp-specialized backward (v22) reads the next sequence's first rows into a sequence's last
+// query and key tiles (TMA boxes of a packed tensor) and zeroes them before its products (0 * NaN would be NaN in
+// dK, dV, dQ); the other backwards zero-fill on load. Sequence 0's tiles are ragged (70 query rows, 90 keys).
+TEST(CudaAttention, VarlenNonFiniteStaysInItsSequence) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<std::pair<int, int>> lens = {{70, 90}, {50, 60}};
+  std::vector<int32_t> cu_q, cu_k;
+  fk_test::varlen_offsets(lens, &cu_q, &cu_k);
+  const int64_t Sq = cu_q.back(), Sk = cu_k.back(), H = 4, Hkv = 2;
+  const DType dt = DType::bf16;
+  for (int64_t D : {64, 128}) {
+    for (bool v6 : {false, true}) {
+      SCOPED_TRACE("d" + std::to_string(D) + (v6 ? " v6" : " default"));
+      std::mt19937 rng(uint32_t(D) + (v6 ? 7u : 0u));
+      HostTensor q(dt, {1, Sq, H, D}), k(dt, {1, Sk, Hkv, D}), v(dt, {1, Sk, Hkv, D}), dout(dt, {1, Sq, H, D});
+      for (HostTensor* t : {&q, &k, &v, &dout}) t->fill_random(rng);
+      const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+      // Sequence 1's first query row (q and dout, every head) and first key (k, every KV head).
+      for (int64_t e = 0; e < H * D; ++e) {
+        q.set(cu_q[1] * H * D + e, nan);
+        dout.set(cu_q[1] * H * D + e, inf);
+      }
+      for (int64_t e = 0; e < Hkv * D; ++e) k.set(cu_k[1] * Hkv * D + e, nan);
+      AttentionOptions opts;
+      opts.causal = false;
+      opts.check_finite = false;
+      opts.num_seqs = int64_t(lens.size());
+      opts.impl = AttentionImpl::reference;
+      opts.cu_seqlens_q = cu_q.data();
+      opts.cu_seqlens_k = cu_k.data();
+      HostTensor o(dt, {1, Sq, H, D}), lse(DType::f32, {1, H, Sq});
+      attention_forward(q.view, k.view, v.view, o.view, lse.view, opts);
+      HostTensor rq(dt, {1, Sq, H, D}), rk(dt, {1, Sk, Hkv, D}), rv(dt, {1, Sk, Hkv, D});
+      attention_backward(dout.view, q.view, k.view, v.view, o.view, lse.view, rq.view, rk.view, rv.view, opts);
+
+      DevTensor gq_, gk_, gv_, go, gl, gd, dq, dk, dv;
+      gq_.alloc(dt, {1, Sq, H, D});
+      gk_.alloc(dt, {1, Sk, Hkv, D});
+      gv_.alloc(dt, {1, Sk, Hkv, D});
+      go.alloc(dt, {1, Sq, H, D});
+      gd.alloc(dt, {1, Sq, H, D});
+      gl.alloc(DType::f32, {1, H, Sq});
+      dq.alloc(dt, {1, Sq, H, D});
+      dk.alloc(dt, {1, Sk, Hkv, D});
+      dv.alloc(dt, {1, Sk, Hkv, D});
+      gq_.upload(q);
+      gk_.upload(k);
+      gv_.upload(v);
+      go.upload(o);
+      gd.upload(dout);
+      CK(cudaMemcpy(gl.p, lse.bytes.data(), size_t(H * Sq * 4), cudaMemcpyHostToDevice));
+      int32_t* dcu = nullptr;
+      CK(cudaMalloc(&dcu, (cu_q.size() + cu_k.size()) * 4));
+      CK(cudaMemcpy(dcu, cu_q.data(), cu_q.size() * 4, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(dcu + cu_q.size(), cu_k.data(), cu_k.size() * 4, cudaMemcpyHostToDevice));
+      opts.cu_seqlens_q = dcu;
+      opts.cu_seqlens_k = dcu + cu_q.size();
+      opts.impl = AttentionImpl::flash;
+      Tuning t;
+      t.sm90_bwd_ws = !v6;
+      opts.tuning = t;
+      dq.poison();
+      dk.poison();
+      dv.poison();
+      OpCost cost;
+      attention_backward(gd.view, gq_.view, gk_.view, gv_.view, go.view, gl.view, dq.view, dk.view, dv.view, opts, &cost);
+      CK(cudaDeviceSynchronize());
+      CK(cudaFree(dcu));
+      HostTensor hq(dt, {1, Sq, H, D}), hk(dt, {1, Sk, Hkv, D}), hv(dt, {1, Sk, Hkv, D});
+      dq.download(&hq);
+      dk.download(&hk);
+      dv.download(&hv);
+      // Sequence 0's rows: finite and close to the reference (whose sequence 0 never sees sequence 1).
+      auto check = [&](const HostTensor& got, const HostTensor& want, int64_t elems, const char* what) {
+        double num = 0, den = 0;
+        int64_t bad = 0;
+        for (int64_t i = 0; i < elems; ++i) {
+          const double x = got.get(i), y = want.get(i);
+          if (!std::isfinite(x)) {
+            if (bad++ < 3) ADD_FAILURE() << what << "[" << i << "] = " << x << ", kernel " << cost.kernel;
+            continue;
+          }
+          num += (x - y) * (x - y);
+          den += y * y;
+        }
+        EXPECT_EQ(bad, 0) << what;
+        EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), 2e-2) << what << ", kernel " << cost.kernel;
+      };
+      check(hq, rq, cu_q[1] * H * D, "dq of sequence 0");
+      check(hk, rk, cu_k[1] * Hkv * D, "dk of sequence 0");
+      check(hv, rv, cu_k[1] * Hkv * D, "dv of sequence 0");
+      std::printf("bwd path: varlen non-finite d%d %s\n", int(D), cost.kernel.c_str());
     }
   }
 }

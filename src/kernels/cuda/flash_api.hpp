@@ -69,6 +69,10 @@ void launch_flash_bwd(const BwdParams& p, cudaStream_t stream);
 // Returns false when this build or device cannot run it.
 template <typename T, int D>
 bool launch_flash_bwd_sm90(const BwdParams& p, int config, cudaStream_t stream);
+// The warp-specialized Hopper backward (flash_bwd_sm90_ws.cuh), head_dim 64 and 128, no softcap, the tile of
+// sm90_bwd_ws_tile(D). Also false when TMA cannot describe Q/dO/K/V or the register budget is not the kernel's.
+template <typename T, int D>
+bool launch_flash_bwd_sm90_ws(const BwdParams& p, cudaStream_t stream);
 // Hopper backward at head_dim 256 (flash_bwd_sm90_d256.cuh), the tile of sm90_bwd_d256_tile(); false as above.
 template <typename T>
 bool launch_flash_bwd_sm90_d256(const BwdParams& p, cudaStream_t stream);
@@ -97,5 +101,6 @@ void launch_decode(DType dt, int dpad, const FwdParams& p, cudaStream_t stream);
 ClusterResidency decode_cluster_residency(DType dt, int dpad);
 void launch_bwd_sm80(DType dt, int dpad, const BwdParams& p, cudaStream_t stream);
 bool launch_bwd_sm90(DType dt, int dpad, int config, const BwdParams& p, cudaStream_t stream);
+bool launch_bwd_sm90_ws(DType dt, int dpad, const BwdParams& p, cudaStream_t stream);
 
 }  // namespace flashkit::cuda

@@ -70,4 +70,13 @@ bool launch_bwd_sm90(DType dt, int dpad, int config, const BwdParams& p, cudaStr
   });
 }
 
+bool launch_bwd_sm90_ws(DType dt, int dpad, const BwdParams& p, cudaStream_t stream) {
+  if (dpad != 64 && dpad != 128) return false;
+  return by_type_and_dim(dt, dpad, [&](auto t, auto d) {
+    constexpr int D = decltype(d)::value;
+    if constexpr (D == 256) return false;
+    else return launch_flash_bwd_sm90_ws<decltype(t), D>(p, stream);
+  });
+}
+
 }  // namespace flashkit::cuda

@@ -30,6 +30,7 @@ foreach(dt bf16 f16)
   foreach(d 64 128)
     list(APPEND FLASHKIT_CUDA_SOURCES ${CMAKE_CURRENT_LIST_DIR}/flash_fwd_sm90_${dt}_d${d}.cu)
     list(APPEND FLASHKIT_CUDA_SOURCES ${CMAKE_CURRENT_LIST_DIR}/flash_bwd_sm90_${dt}_d${d}.cu)
+    list(APPEND FLASHKIT_CUDA_SOURCES ${CMAKE_CURRENT_LIST_DIR}/flash_bwd_sm90_ws_${dt}_d${d}.cu)
   endforeach()
   # d256: the warp-specialized forward only (the cp.async forward's tiles do not fit its registers); the
   # backward's own kernel (flash_bwd_sm90_d256.cuh: P and dS through shared memory).

@@ -88,6 +88,8 @@ struct Sm90BwdTile {
 constexpr Sm90BwdTile sm90_bwd_tile(int dpad, int config, bool softcap) {
   return dpad == 64 && config != 1 && !softcap ? Sm90BwdTile{128, 2} : Sm90BwdTile{64, 2};
 }
+// The warp-specialized backward (flash_bwd_sm90_ws.cuh, v22): v6's default tiles (BN 128 keys), no softcap.
+constexpr Sm90BwdTile sm90_bwd_ws_tile(int dpad) { return sm90_bwd_tile(dpad, 0, false); }
 // d256 (flash_bwd_sm90_d256.cuh): both warpgroups share BN = 64 keys; S^T/dP^T split by query columns, dK/dV/dQ
 // by head-dim halves (64 keys x 256 columns of dK and dV would not fit one warpgroup's registers).
 struct Sm90BwdD256Tile {
