@@ -10,6 +10,9 @@
 //     from the S accumulator into the 8-bit A fragment without shuffles.
 //   - q_descale * k_descale is folded into the softmax scale by the launcher (a.scale), v_descale into the epilogue.
 //   - O (bf16) is written from registers (the Q buffer is too small to stage it and the K/V ring is still in use).
+//   - Two consumer schedules (fp8_config.hpp chooses): v1, the bf16 kernel's (S_k issued with P_{k-1} V_{k-1}, the
+//     softmax of S_k waits for it), and at d128 v2 (OVERLAP: 64-key sub-tiles, the softmax of S_{m-1} runs while
+//     S_m and P_{m-2} V_{m-2} are on the tensor cores; see the loop's comment and the work log's v2).
 // Not supported here (src/ops rejects them first): varlen, windows, softcap; GQA is by head (no packing).
 #pragma once
 #include <atomic>
