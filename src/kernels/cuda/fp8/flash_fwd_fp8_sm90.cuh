@@ -304,6 +304,7 @@ __global__ void __launch_bounds__(Fp8WsCfg<D, BN, STAGES>::NT, 1)
       // steady loop is unrolled by two so each S buffer is a fixed register set, and every join of the control
       // flow sees the same wgmmas in flight (otherwise ptxas serializes them).
       constexpr int SUB = BN / BNS;
+      static_assert(SUB == 2, "tile_of / part_of and the pairing of the steady loop assume two sub-tiles per stage");
       float s0[BNS / 2], s1[BNS / 2];
       uint32_t pa[BNS / 32][4];
       float alpha[2];
@@ -388,6 +389,8 @@ __global__ void __launch_bounds__(Fp8WsCfg<D, BN, STAGES>::NT, 1)
         w.softmax(s0, m - 1, alpha);
         done_v(m);
         Rows::pack_p(s0, pa);
+        // 2 (we - wb) - 2 steady sub-slots, an even count: the odd branch never runs, but without it ptxas
+        // (nvcc 13.0) serializes the v2 wgmmas (C7514: accumulator registers read inside a pipeline stage).
         for (++m; m + 1 < me; m += 2) {
           steady(m, s0, s1);
           steady(m + 1, s1, s0);
