@@ -44,7 +44,13 @@ for st in "${STAGES[@]}"; do
       for d in 128 256; do
         cuobjdump --dump-resource-usage "$BUILD"/src/CMakeFiles/flashkit_core.dir/kernels/cuda/fp8/flash_fwd_fp8_sm90_d$d.cu.o \
           2>/dev/null | grep -E "REG" | sed -E 's/^ *//' | tee -a "$LOG"
-      done ;;
+      done
+      # ptxas's own verdict with this machine's nvcc: spills and wgmma serialization (C7514/C7520 "Potential
+      # Performance Loss") of the 8 d128 kernels; expected: one line "8 ... 0 bytes spill stores ..." and no other.
+      nvcc -std=c++20 --expt-relaxed-constexpr -O3 -DNDEBUG -DFLASHKIT_HAVE_SM90A -DFLASHKIT_WITH_CUDA -Iinclude -Isrc \
+        --generate-code=arch=compute_90a,code=sm_90a -Xptxas -v -c src/kernels/cuda/fp8/flash_fwd_fp8_sm90_d128.cu \
+        -o "$BUILD/fp8_d128_ptxas.o" 2>&1 | grep -E "Potential|spill" | sed -E 's/ in the function.*//' | sort | uniq -c \
+        | sed 's/^/ptxas d128: /' | tee -a "$LOG" ;;
     test)
       # One small case first: a kernel that hangs (an mbarrier protocol error) costs 60 s here, not the whole run.
       # Grid indices: 2 * case + (v2 ? 1 : 0); /2 and /3: 17 x 17 keys on v1 and v2.
