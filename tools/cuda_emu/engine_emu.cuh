@@ -131,8 +131,11 @@ inline int sm_count() { return 3; }
 inline bool gemv_prefetch_enabled() { return false; }
 inline bool gemv_streaming_loads() { return true; }
 inline void check_cuda(cudaError_t, const char*) {}
+inline const char* emu_last_launch = "";  // the name of the last kernel launched (harnesses check the plan's choice)
 template <class K, class... A>
-void launch(const char*, K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t, A... args) {
+void launch(const char* name, K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t, A... args) {
+  emu_last_launch = name;
+  if (smem > sizeof(EmuBlock::smem)) std::abort();  // more dynamic shared memory than the emulation has
   emu_launch(grid, block, smem, [&] { kernel(args...); });
 }
 template <class K, class... A>
