@@ -14,6 +14,10 @@
 // loads its first chunks into registers, before waiting for the previous kernel (PDL). The input rows live in shared
 // memory as f32, built by the prologue (residual add / sandwich norm / input norm), which every block recomputes:
 // O(T K) reads from L2, cheaper than a separate launch at decode sizes. The grid is one wave (occupancy-sized).
+//
+// One-row ungated calls take the bulk kernel where the plan says so (engine/gemv_plan.hpp; gemv_bulk_kernel below:
+// one CTA an SM streaming its contiguous rows through a shared-memory ring filled by cp.async.bulk): the same
+// prologue, epilogue and per-row sum order, so the same bits.
 #include "engine/cuda/common.cuh"
 #include "engine/gemv_plan.hpp"
 
