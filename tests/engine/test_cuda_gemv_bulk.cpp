@@ -8,8 +8,10 @@
 // to the legacy kernel (the bits then trivially equal).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "flashkit/runtime.hpp"
 #include "flashkit/tuning.hpp"
