@@ -64,7 +64,10 @@ GemvPlan gemv_plan_bulk(int64_t n, int64_t k, int sms, const GemvBulkLimits& lim
   const int64_t row_bytes = k * 2;
   const int64_t blocks = std::min<int64_t>(sms, n);
   const int64_t rows_per_cta = ceil_div(n, blocks);  // the largest CTA's rows
-  const int64_t rows_per_stage = std::clamp<int64_t>(kGemvBulkStageBytes / row_bytes, 1, rows_per_cta);
+  // Stages of ~32 KB, but at least ~4 of them a CTA where rows allow (small GEMVs: the warps start on the first
+  // stage while the others fly, rather than after all of a CTA's bytes landed).
+  const int64_t stage_target = std::min(kGemvBulkStageBytes, rows_per_cta * row_bytes / kGemvBulkMinStagesPerCta);
+  const int64_t rows_per_stage = std::clamp<int64_t>(stage_target / row_bytes, 1, rows_per_cta);
   const int64_t stage_bytes = rows_per_stage * row_bytes;
   if (stage_bytes > kGemvBulkMaxCopyBytes) return p;
   const int64_t ring_target = lim.ring_bytes > 0 ? lim.ring_bytes : kGemvBulkRingBytes;

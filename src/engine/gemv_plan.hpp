@@ -50,6 +50,7 @@ struct GemvPlan {
 
 constexpr int kGemvBulkMaxStages = 8;              // mbarrier pairs the kernel declares
 constexpr int64_t kGemvBulkStageBytes = 32 << 10;  // a stage's target size (whole rows: at least one)
+constexpr int64_t kGemvBulkMinStagesPerCta = 4;    // smaller stages where a CTA's rows would fill fewer
 constexpr int64_t kGemvBulkRingBytes = 128 << 10;  // the ring's default target (room left for the next kernel's blocks)
 constexpr int64_t kGemvBulkMaxCopyBytes = (1 << 20) - 16;  // an mbarrier's transaction count is below 2^20
 
@@ -70,8 +71,8 @@ GemvPlan gemv_plan_legacy(int64_t n, int64_t k, int sms, const int (&resident)[4
 // Every warp the same number of whole rows (the last block may have fewer), one wave, the U of the lean shapes that
 // needs the fewest steps per row (ties: U 5 only where it divides the chunks exactly).
 GemvPlan gemv_plan_balanced(int64_t n, int64_t k, int sms, const int (&resident)[4]);
-// The bulk kernel's plan: min(sms, n) CTAs; a stage holds kGemvBulkStageBytes / row bytes whole rows (at least one,
-// at most a CTA's rows); as many stages as the ring target holds, 2 .. kGemvBulkMaxStages, fewer when shared memory
+// The bulk kernel's plan: min(sms, n) CTAs; a stage holds min(kGemvBulkStageBytes, a CTA's bytes / 4) / row bytes
+// whole rows (at least one, at most a CTA's rows); as many stages as the ring target holds, 2 .. kGemvBulkMaxStages, fewer when shared memory
 // (smem_cap - input_bytes) is short, or when a CTA has fewer stages of rows. bulk == false (not applicable) when
 // !lim.supported or when two stages do not fit.
 GemvPlan gemv_plan_bulk(int64_t n, int64_t k, int sms, const GemvBulkLimits& lim);

@@ -175,6 +175,13 @@ TEST(GemvPlan, BulkStreamsWholeRowsThroughTheRing) {
   EXPECT_EQ(p.blocks, 100);
   EXPECT_EQ(p.rows_per_stage, 1);
   EXPECT_EQ(p.stages, 2);
+  // mamba-130m in_proj (3072 x 768: 23-24 rows of 1.5 KB a CTA): stages of a quarter of a CTA's bytes (6 rows, 9 KB),
+  // not one 32 KB stage holding nearly all of them
+  lim = h200(768);
+  p = gemv_plan_bulk(3072, 768, kSms, lim);
+  expect_valid_bulk(p, 3072, 768, lim);
+  EXPECT_EQ(p.rows_per_stage, 6);
+  EXPECT_EQ(p.stages, 4);
   // odd and tiny shapes
   for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 8}, {7, 24}, {1001, 1288}, {133, 8}, {100003, 520}, {3072, 768},
                       {50280, 768}, {128256, 2048}, {14336, 4096}, {5120, 2560}}) {
