@@ -1,13 +1,12 @@
 // The CUDA selective scan against its floors: forward bytes/s (the op's compulsory bytes, OpCost) as a fraction of
 // the H200's measured copy ceiling, flashkit's flash attention forward (causal, bf16) at matched width
 // (heads * head_dim = d_inner), and the decode step at batch 1 and 8. One JSON object per line on stdout. The scan
-// row also times every kernel generation on the same inputs ("generations": choose_scan_kernel's 0 = production, v3
-// with two states per thread; 1 = v1 (also v1_ms); 2, 3 = v3 with one state per thread, chunks of 16 / 32; 4 = v2;
-// 5, 6 = v4 (cp.async ring) with two / four states per thread; 7 = v3 with two states by its own number; 8 = v4 with
-// one exp of four on the FMA pipe; 9, 10 = v5, the chunked two-pass scan (10: half of pass 1's exps on the FMA
-// pipe), against the same compulsory bytes) and the
-// backward (bwd_ms: production; bwd1_ms: plan_scan_backward's generation 1; against its compulsory
-// bytes: u, delta, z, dout in, du, ddelta, dz out, B, C in, dB, dC out).
+// row also times every kernel generation on the same inputs ("generations": choose_scan_kernel's 0 = production, the
+// lean v4 pipelined; 1 = v1 (also v1_ms); 2, 3 = v3 with one state per thread, chunks of 16 / 32; 4 = v2; 5, 6 = v4
+// (cp.async ring) with two / four states per thread; 7 = v3 with two states; 8 = v4 with one exp of four on the FMA
+// pipe; 11 = lean v4; 13 = lean v4 pipelined by its own number; against the same compulsory bytes) and the backward
+// (bwd_ms: production; bwd1_ms: plan_scan_backward's generation 1; against its compulsory bytes: u, delta, z, dout in,
+// du, ddelta, dz out, B, C in, dB, dC out).
 //   flashkit_ssm_bench [max_seqlen [MAMBA_DIR]]   (default 16384; batch 8, d_inner 1536, d_state 16 as issue 18 asks)
 // With MAMBA_DIR (a Mamba checkpoint), also the engine's decode ms/token after contexts of 1k..32k tokens.
 //   flashkit_ssm_bench decode MAMBA_DIR   one row: the CUDA engine's greedy decode at batch 1 (generate(): device
@@ -146,15 +145,14 @@ int main(int argc, char** argv) {
     k1.u_t = k1.dl_t = k1.z_t = k1.y_t = Di;
     k1.B_b = k1.C_b = L * N;
     k1.B_t = k1.C_t = N;
-    // choose_scan_kernel's generations side by side: 0 production (v3, two states per thread), 1 v1, 2-3 v3, 4 v2,
-    // 5-6 v4, 7 v3 (two states), 8 v4 (FMA exp), 9-10 v5 (chunked: its re-read of u, delta, B is not counted), 11 v4
-    // lean (v4_npt4 with less per-chunk overhead; tools/gpu/ssm_cuda.sh compares it with 6, timed here in turn), 12
-    // lean with two channels per thread, 13 lean with its chunk phases pipelined (both compared with 11: the
-    // "gen12:" / "gen13:" lines)
+    // choose_scan_kernel's generations side by side (kernels::kScanGenerations): 0 production (generation 13), 1 v1,
+    // 2-3 v3, 4 v2, 5-6 v4, 7 v3 (two states), 8 v4 (FMA exp), 11 v4 lean (v4_npt4 with less per-chunk overhead;
+    // tools/gpu/ssm_cuda.sh compares it with 6, timed here in turn), 13 lean with its chunk phases pipelined (compared
+    // with 11: the "gen13:" lines). 9, 10 (v5) and 12 are retired (dev/cuda/ssm/).
     std::string gens = "[";
     double v1_ms = 0;
     std::string v1_kernel;
-    for (int g = 0; g < kernels::kScanGenerations; ++g) {
+    for (int g : kernels::kScanGenerations) {
       const std::string name = kernels::selective_scan_cuda(k1, nullptr, g);
       const double gms = time_ms([&] { kernels::selective_scan_cuda(k1, nullptr, g); }, 10);
       if (g == 1) v1_ms = gms, v1_kernel = name;

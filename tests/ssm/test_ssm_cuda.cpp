@@ -52,10 +52,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaScan,
                                            Case{1, 531, 257, 16, true}));
 
 // Every scan generation (choose_scan_kernel's generation input: 0 = production; 1 = v1; 2 and 3 = the other v3
-// variants; 4 = v2; 5, 6, 8 = v4; 7 = v3 with two states per thread; 9, 10 = v5, the chunked scan)
-// through the kernel
-// entry point, on odd shapes with a partial last chunk, d_state below the 16 the v2 kernel is laid out for, with
-// and without the initial state, z, D, bias and softplus.
+// variants; 4 = v2; 5, 6, 8 = v4; 7 = v3 with two states per thread; 11 = lean v4; 13 = lean v4 pipelined;
+// kernels::kScanGenerations) through the kernel entry point, on odd shapes with a partial last chunk, d_state below the
+// 16 the v2 kernel is laid out for, with and without the initial state, z, D, bias and softplus.
 struct GenCase { int64_t batch, seqlen, d_inner, d_state; bool with_state, with_z, softplus; };
 
 class CudaScanGenerations : public ::testing::TestWithParam<GenCase> {};
@@ -76,7 +75,7 @@ TEST_P(CudaScanGenerations, BothMatchReference) {
   a.impl = SsmImpl::reference;
   selective_scan_forward(a);
   const std::vector<float> ref = p.y, ref_st = st;
-  for (int generation = 0; generation < kernels::kScanGenerations; ++generation) {
+  for (int generation : kernels::kScanGenerations) {
     poison(p.y);
     Dev u(p.u), dl(p.delta), A(p.A), B(p.B), C(p.C), D(p.D), z(p.z), bias(p.bias), y(p.y), s(st0);
     kernels::ScanArgs g;

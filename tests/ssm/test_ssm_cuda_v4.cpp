@@ -1,20 +1,16 @@
 // The scan forward v4 (src/kernels/cuda/ssm/scan_v4.cu: cp.async ring, generations 5, 6, 8, 11 of choose_scan_kernel;
-// scan_v4_cpt.cu: generation 12, two channels per thread; scan_v4_pipe.cu: 13, chunk phases pipelined)
-// and v5 (scan_v5.cu: v4's block over chunks scanned in parallel, generation 9; also on forced chunk plans with many
-// windows, and its refusal of a missing or short workspace; generation 10: pass 1's exps half on the FMA pipe) against
-// the f64 reference: odd sizes (seqlen not a multiple of the 16-step chunk, fewer and more chunks than the
-// 4 stages, d_inner not a multiple of the 32-channel block or of the 4-channel copies, d_state 1..16, batch 1..3),
-// with and without z, D, delta bias, softplus and the state; both copy paths (16-byte when every pointer and stride
-// allows it, 4-byte otherwise: padded rows and a shifted base pointer force it); y poisoned first and its padding
-// checked untouched; the final state carried into a second call and into decode steps. Skipped without a GPU.
+// scan_v4_pipe.cu: 13, chunk phases pipelined) against the f64 reference: odd sizes (seqlen not a multiple of the
+// 16-step chunk, fewer and more chunks than the 4 stages, d_inner not a multiple of the 32-channel block or of the
+// 4-channel copies, d_state 1..16, batch 1..3), with and without z, D, delta bias, softplus and the state; both copy
+// paths (16-byte when every pointer and stride allows it, 4-byte otherwise: padded rows and a shifted base pointer
+// force it); y poisoned first and its padding checked untouched; the final state carried into a second call and into
+// decode steps. Skipped without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
-#include <utility>
 
-#include "flashkit/error.hpp"
 #include "kernels/cuda/ssm/ssm_cuda.hpp"
 #include "kernels/ssm_choice.hpp"
 #include "ssm_cuda_fixture.hpp"
@@ -24,10 +20,9 @@ using namespace ssm_test;
 
 namespace {
 
-// two / four states per thread; four, one exp on the FMA pipe; v5 (chunks of v4_npt4's block; pass 1 with two exps
-// of four on the FMA pipe); v4_npt4 with less per-chunk overhead (lean); lean with two channels per thread (64-thread
-// blocks, two items per thread); lean with its chunk phases software-pipelined (13)
-constexpr int kV4Generations[] = {5, 6, 8, 9, 10, 11, 12, 13};
+// two / four states per thread; four, one exp on the FMA pipe; v4_npt4 with less per-chunk overhead (lean); lean with
+// its chunk phases software-pipelined (13)
+constexpr int kV4Generations[] = {5, 6, 8, 11, 13};
 
 // A [batch, seqlen, d_inner] tensor in rows of d_inner + pad elements, starting `shift` elements into the buffer.
 struct Rows {
@@ -177,7 +172,7 @@ TEST(CudaScanV4Continuation, ChunksThenStepsMatchOnePass) {
       }
 }
 
-// The lean generations' (11, 12, 13) fast softplus and silu at their branch points and limits (softplus: x > 15 taken as x, x
+// The lean generations' (11, 13) fast softplus and silu at their branch points and limits (softplus: x > 15 taken as x, x
 // down to -30, where e^-|x| is tiny; silu: z beyond +-88, where e^-z overflows or flushes to zero and the quotient
 // must be the limit, not NaN), against the reference and against v4_npt4 (generation 6) on the same inputs; y is
 // checked per element where the gate is at its limits (|z| > 88: y = z (Ch + Du) or 0, never NaN).
@@ -191,7 +186,7 @@ TEST(CudaScanV4Lean, ExtremeDeltaAndGateMatchReference) {
   a.impl = SsmImpl::reference;
   selective_scan_forward(a);
   const std::vector<float> ref = p.y;
-  for (int generation : {6, 11, 12, 13}) {
+  for (int generation : {6, 11, 13}) {
     poison(p.y);
     Dev u(p.u), dl(p.delta), A(p.A), B(p.B), C(p.C), D(p.D), z(p.z), bias(p.bias), y(p.y);
     kernels::ScanArgs g;
@@ -215,54 +210,6 @@ TEST(CudaScanV4Lean, ExtremeDeltaAndGateMatchReference) {
     }
     EXPECT_GT(checked, 0);
     EXPECT_EQ(bad, 0) << name << ": elements with |z| > 88 off their limit";
-  }
-}
-
-// v5 on forced chunk plans (short chunks, windows of 1..3: the state carried across many windows; one window of all
-// chunks), with and without the caller's state, against the reference; then the refusal of a missing or short
-// workspace, before any launch.
-TEST(CudaScanV5Plans, ForcedPlansMatchReferenceAndShortWorkspaceIsRefused) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const int64_t b = 2, L = 150, Di = 45, N = 16;
-  for (bool with_state : {false, true}) {
-    ScanProblem p(b, L, Di, N, true, true, true, 23);
-    auto a = p.args();
-    a.impl = SsmImpl::reference;
-    std::vector<float> st0(size_t(b * Di * N));
-    for (size_t i = 0; i < st0.size(); ++i) st0[i] = 0.5f * std::sin(0.3f * float(i));
-    std::vector<float> st = st0;
-    if (with_state) a.state = view(st, {b, Di, N});
-    selective_scan_forward(a);
-    const std::vector<float> ref = p.y, ref_st = st;
-    for (auto [len, window] : {std::pair<int64_t, int64_t>{16, 1}, {16, 2}, {32, 3}, {48, 64}}) {
-      poison(p.y);
-      Dev u(p.u), dl(p.delta), A(p.A), B(p.B), C(p.C), D(p.D), z(p.z), bias(p.bias), y(p.y), s(st0);
-      kernels::ScanArgs g;
-      g.batch = b, g.seqlen = L, g.d_inner = Di, g.d_state = N;
-      g.u = u.p, g.delta = dl.p, g.z = z.p, g.y = y.p, g.A = A.p, g.B = B.p, g.C = C.p, g.D = D.p;
-      g.delta_bias = bias.p, g.state = with_state ? s.p : nullptr;
-      g.u_b = g.dl_b = g.z_b = g.y_b = L * Di;
-      g.u_t = g.dl_t = g.z_t = g.y_t = Di;
-      g.B_b = g.C_b = L * N;
-      g.B_t = g.C_t = N;
-      const auto plan = kernels::make_scan_chunk_plan(b, L, Di, N, len, window);
-      Dev ws(std::vector<float>(size_t(plan.workspace_bytes() / 4), 0.f));
-      kernels::launch_scan_v5(g, nullptr, plan, ws.p, plan.workspace_bytes(), window == 2 ? 2 : 0);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const std::string tag = "len " + std::to_string(len) + " window " + std::to_string(window) +
-                              (with_state ? " state" : "");
-      EXPECT_LE(rel_err(y.get(), ref), 1e-4) << tag;
-      if (with_state) EXPECT_LE(rel_err(s.get(), ref_st), 1e-4) << tag;
-      for (float* w : {static_cast<float*>(nullptr), ws.p}) {
-        try {
-          kernels::launch_scan_v5(g, nullptr, plan, w, plan.workspace_bytes() - 4);
-          ADD_FAILURE() << "a short workspace was accepted, " << tag;
-        } catch (const Error& e) {
-          EXPECT_EQ(std::string(e.what()).rfind("workspace: ", 0), 0u) << e.what();
-          EXPECT_EQ(e.status(), Status::invalid_argument);
-        }
-      }
-    }
   }
 }
 

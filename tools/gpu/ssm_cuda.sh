@@ -3,28 +3,27 @@
 # (the same build directory as tools/gpu/mamba.sh; cold, the library's attention kernels dominate the build):
 #   build     the CUDA library, flashkit_ssm_cuda_tests, flashkit_ssm_tests, flashkit_ssm_bench (targets only)
 #   test      the SSM CUDA tests (forward: every kernel generation v1 / v2 / v3 (3 variants) / v4 (5 variants, lean
-#             and lean with two channels per thread (generation 12) and pipelined (13) included) / v5 (chunked), v4 and v5 on odd shapes with both copy paths and the state carried into decode steps, v5 on
-#             forced chunk plans and its workspace refusal, decode step, conv1d;
+#             (generation 11) and pipelined (13) included), v4 on odd shapes with both copy paths and the state
+#             carried into decode steps, decode step, conv1d;
 #             backward vs the f64 reference, determinism, seqlen 0, central differences of the CUDA forward) and the
 #             CPU SSM tests
 #   sanitize  compute-sanitizer memcheck on the backward, forward-generation and v4 tests, racecheck on small shapes of
 #             all three (v3, v4 and the backward share tiles through shared memory; v4 fills them with cp.async);
-#             the generation, v4 and lean cases run generations 12 and 13 too
+#             the generation, v4 and lean cases run generations 11 and 13 too
 #   regs      registers / spills / shared memory per SSM kernel (cuobjdump -res-usage) into the log
-#   sass      (not in the default list) SASS of v4_npt4, of its lean generation 11, of generation 12 (lean, two
-#             channels per thread) and 13 (lean, pipelined): sass-scan-v4.txt, sass-scan-v4-lean.txt,
-#             sass-scan-v4-cpt2.txt, sass-scan-v4-pipe.txt, their instruction and MUFU.EX2 counts in the log
+#   sass      (not in the default list) SASS of v4_npt4, of its lean generation 11 and of 13 (lean, pipelined):
+#             sass-scan-v4.txt, sass-scan-v4-lean.txt, sass-scan-v4-pipe.txt, their instruction and MUFU.EX2 counts in
+#             the log
 #   bench     flashkit_ssm_bench 32768: batch 8, d_inner 1536, d_state 16, seqlen 1k..32k: each generation's ms and
 #             fraction of the 4.24 TB/s copy ceiling, the backward's (both generations), flash attention forward at
 #             matched width; the decode step; then $OUT/ssm_cuda_summary.json (one row per seqlen) and one "v4:" line
-#             per seqlen: the faster v4 variant against the 70% goal, production and attention; one "v5:" line per
-#             seqlen (the chunked scan against the goal, v4_npt4, production, attention) and a last "v5:" line: does
-#             it beat v4_npt4 at every length (the promotion rule); one "lean:" line per seqlen (generation 11,
+#             per seqlen: the faster v4 variant against the 70% goal, production and attention; one "lean:" line per
+#             seqlen (generation 11,
 #             v4_npt4 with less per-chunk overhead, against v4_npt4 timed in the same process: ms, fraction of the
 #             copy ceiling, speed-up) and a last "lean: beats|does not beat v4_npt4 at every length" line; one
-#             "gen12:" line per seqlen (generation 12, lean with two channels per thread, against lean timed in the
-#             same process) and a last "gen12: beats|does not beat lean at every length" line; the same "gen13:"
-#             lines for generation 13 (lean with its chunk phases software-pipelined)
+#             "gen13:" line per seqlen (generation 13, lean with its chunk phases software-pipelined, production,
+#             against lean timed in the same process) and a last "gen13: beats|does not beat lean at every length"
+#             line. The retired generations (9, 10: v5; 12: two channels per thread) are in dev/cuda/ssm/
 #   decode    the Mamba decode step against the weight-streaming roofline (issue 18: within 1.5x at batch 1): a
 #             random model at mamba-130m's shape made by transformers (tools/gpu/make_mamba_decode_model.py, kept in
 #             $BUILD/mamba-130m-random), then `flashkit_ssm_bench decode DIR`: greedy decode ms/token on CUDA against
@@ -97,10 +96,10 @@ for st in "${STAGES[@]}"; do
       p=$(bin flashkit_ssm_cuda_tests); [ -n "$p" ] || { log "flashkit_ssm_cuda_tests: not built"; status=1; continue; }
       MF='Shapes/CudaScanBackward.*:CudaScanBackward.Deterministic:CudaScanBackward.EmptySequence*'
       run memcheck_ssm timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$p" \
-        --gtest_filter="$MF:Shapes/CudaScanGenerations.*:Shapes/CudaScanV4.*:CudaScanV4Continuation.*:CudaScanV5Plans.*:CudaScanV4Lean.*" \
+        --gtest_filter="$MF:Shapes/CudaScanGenerations.*:Shapes/CudaScanV4.*:CudaScanV4Continuation.*:CudaScanV4Lean.*" \
         --gtest_brief=1
       RF='Shapes/CudaScanBackward.MatchesReference/1:Shapes/CudaScanBackward.MatchesReference/6'
-      # v4 (and v5, generation 9 in the same cases): 4-byte copies over 2 chunks (b2 L17 Di19), 16-byte copies over 7
+      # v4: 4-byte copies over 2 chunks (b2 L17 Di19), 16-byte copies over 7
       # chunks through the 4-stage ring (b3 L100)
       V4F='Shapes/CudaScanV4.MatchesReference/1:Shapes/CudaScanV4.MatchesReference/2'
       run racecheck_ssm timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 "$p" \
@@ -109,7 +108,7 @@ for st in "${STAGES[@]}"; do
     regs)
       log "regs: cuobjdump -res-usage, SSM kernels"
       cuobjdump -res-usage "$BUILD/lib/libflashkit_core.so" 2>> "$LOG" \
-        | grep -A1 -E "Function .*(scan|checkpoint|reverse|reduce_bc|reduce_channel|chunk_end|chunk_out|chain_kernel)" | tee -a "$LOG" ;;
+        | grep -A1 -E "Function .*(scan|checkpoint|reverse|reduce_bc|reduce_channel)" | tee -a "$LOG" ;;
     sass)
       # SASS of the production forward scan (v4, 4 states per thread): what the recurrence costs per state step.
       cuobjdump -sass "$BUILD/lib/libflashkit_core.so" 2>> "$LOG" | awk '/Function : .*scan_v4_kernel.*Li4ELi16E/{on=1}
@@ -118,13 +117,10 @@ for st in "${STAGES[@]}"; do
       # generation 11 (v4_npt4_lean) beside it: the per-chunk overhead it cuts
       cuobjdump -sass "$BUILD/lib/libflashkit_core.so" 2>> "$LOG" | awk '/Function : .*scan_v4_lean_kernel.*Li4ELi16E/{on=1}
         on && /Function : / && !/scan_v4_lean_kernel.*Li4ELi16E/{on=0} on' > "$OUT/sass-scan-v4-lean.txt"
-      # generation 12 (lean with two channels per thread): its chunk loop is per thread twice the work of lean's
-      cuobjdump -sass "$BUILD/lib/libflashkit_core.so" 2>> "$LOG" | awk '/Function : .*scan_v4_cpt_kernel/{on=1}
-        on && /Function : / && !/scan_v4_cpt_kernel/{on=0} on' > "$OUT/sass-scan-v4-cpt2.txt"
       # generation 13 (lean, chunk phases pipelined): one barrier per chunk, the three phases in one basic block
       cuobjdump -sass "$BUILD/lib/libflashkit_core.so" 2>> "$LOG" | awk '/Function : .*scan_v4_pipe_kernel/{on=1}
         on && /Function : / && !/scan_v4_pipe_kernel/{on=0} on' > "$OUT/sass-scan-v4-pipe.txt"
-      for f in sass-scan-v4 sass-scan-v4-lean sass-scan-v4-cpt2 sass-scan-v4-pipe; do
+      for f in sass-scan-v4 sass-scan-v4-lean sass-scan-v4-pipe; do
         python3 - "$OUT/$f.txt" "$f" <<'EOF' | tee -a "$LOG"
 import re, sys
 # The first function of a cuobjdump -sass listing: its instructions, and those of its largest loop (the chunk loop:
@@ -161,8 +157,8 @@ EOF
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 out = []
-NEW_GENS = [("gen12", "cuda.scan.v4.n16.split4.tc16.s4.lean.cpt2"), ("gen13", "cuda.scan.v4.n16.split4.tc16.s5.lean.pipe")]
-NEW_ENUM = {"gen12": "v4_npt4_lean_cpt2", "gen13": "v4_npt4_lean_pipe"}
+NEW_GENS = [("gen13", "cuda.scan.v4.n16.split4.tc16.s5.lean.pipe")]
+NEW_ENUM = {"gen13": "v4_npt4_lean_pipe"}
 for r in rows:
     if r.get("op") != "scan_fwd":
         continue
@@ -184,17 +180,7 @@ for r in rows:
               "  %.2fx attention" % (r["seqlen"], k4.replace("cuda.scan.", ""), ms4, 100 * f4,
                                      "met" if f4 >= 0.70 else "not met", r["ms"] / ms4,
                                      r["kernel"].replace("cuda.scan.", ""), r["attention_fwd_ms"] / ms4))
-    # v5 (the chunked scan, generations 9 and 10) against v4_npt4 (generation 6, the block it runs per chunk)
     npt4 = [ms for k, (ms, f) in g.items() if k == "cuda.scan.v4.n16.split4.tc16.s4"]
-    for k5, (ms5, f5) in g.items():
-        if ".v5." not in k5 or not npt4:
-            continue
-        out[-1].setdefault("v5", {})[k5] = {"ms": ms5, "of_copy_ceiling": f5, "vs_v4_npt4": npt4[0] / ms5,
-                                            "vs_production": r["ms"] / ms5, "vs_attention": r["attention_fwd_ms"] / ms5}
-        print("v5: seqlen %6d  %s %.3f ms = %4.1f%% of the copy ceiling (goal 70%%: %s)  %.2fx v4_npt4 (%.3f ms)"
-              "  %.2fx production  %.2fx attention" % (r["seqlen"], k5.replace("cuda.scan.", ""), ms5, 100 * f5,
-                                                      "met" if f5 >= 0.70 else "not met", npt4[0] / ms5, npt4[0],
-                                                      r["ms"] / ms5, r["attention_fwd_ms"] / ms5))
     # generation 11 (v4_npt4_lean: v4_npt4 with less per-chunk overhead) against v4_npt4 (generation 6), same process
     lean = [(ms, f) for k, (ms, f) in g.items() if k == "cuda.scan.v4.n16.split4.tc16.s4.lean"]
     if lean and npt4:
@@ -204,8 +190,7 @@ for r in rows:
               "  v4_npt4 %.3f ms = %4.1f%%  -> %.3fx v4_npt4" % (
                   r["seqlen"], msl, 100 * fl, "met" if fl >= 0.70 else "not met", npt4[0],
                   100 * g["cuda.scan.v4.n16.split4.tc16.s4"][1], npt4[0] / msl))
-    # generations 12 (lean with two channels per thread) and 13 (lean, chunk phases pipelined) against generation 11
-    # (v4_npt4_lean), timed in the same process
+    # generation 13 (lean, chunk phases pipelined) against generation 11 (v4_npt4_lean), timed in the same process
     for tag, k12 in NEW_GENS:
         if lean and k12 in g:
             msl, fl = lean[0]
@@ -230,14 +215,6 @@ for tag, k12 in NEW_GENS:
             "promotable (kProductionScan = ScanKernel::%s)" % NEW_ENUM[tag] if win else "keep v4_npt4_lean"))
     else:
         print("%s: no rows (the generation or lean missing from the bench output)" % tag)
-v5names = sorted({k for o in out for k in o.get("v5", {})})
-for k5 in v5names:
-    sp = [o["v5"][k5]["vs_v4_npt4"] for o in out if k5 in o.get("v5", {})]
-    win = all(x > 1 for x in sp)
-    print("v5: %s %s v4_npt4 at every length (%.2fx..%.2fx): %s" % (
-        k5.replace("cuda.scan.", ""), "beats" if win else "does not beat", min(sp), max(sp),
-        "promotable (kProductionScan = ScanKernel::%s)" % ("v5_chunked_fma2" if "p1fmaexp2" in k5 else "v5_chunked")
-        if win else "keep v4_npt4"))
 json.dump(out, open(sys.argv[2], "w"), indent=1)
 EOF
       ;;

@@ -201,12 +201,11 @@ struct FwdTile {
   TileRows trows;
   TileKeys keys;
 };
-// The tile of query block mb, head block hblk (grid.y) and batch slot bslot (grid.z); fwd_tile: this CTA's.
-__device__ __forceinline__ FwdTile fwd_tile_at(const kernels::AttentionFwdArgs& a, bool pack, int mb, int hblk,
-                                               int bslot, int BM, int BN) {
-  FwdTile t;
-  t.sr = kernels::seq_range(a.shape, bslot);
-  const int group = int(a.shape.heads / a.shape.kv_heads);
+// The tile of query block mb, head block hblk (grid.y) and batch slot bslot (grid.z); fwd_tile: this CTA's. Both fill
+// the tile from its sequence range with fwd_tile_from; fwd_tile reads grid.y after the range, as the one-tile kernels
+// always have (their code stays what it was before fwd_tile_at: worklog attention-cuda v19b).
+__device__ __forceinline__ void fwd_tile_from(FwdTile& t, const kernels::AttentionFwdArgs& a, bool pack, int mb,
+                                              int group, int hblk, int BM, int BN) {
   t.rows = pack ? group * t.sr.nq : t.sr.nq;
   t.m0 = int64_t(mb) * BM;
   t.kvh = pack ? hblk : hblk / group;
@@ -214,10 +213,20 @@ __device__ __forceinline__ FwdTile fwd_tile_at(const kernels::AttentionFwdArgs& 
   t.trows = TileRows{pack, group, t.sr.nq, hblk, t.kvh};
   t.keys = TileKeys{0, 0, 0, 0};
   if (t.m0 < t.rows) t.keys = tile_keys(a.mask, t.trows, t.m0, (t.m0 + BM < t.rows ? t.m0 + BM : t.rows) - 1, t.sr.nk, BN);
+}
+__device__ __forceinline__ FwdTile fwd_tile_at(const kernels::AttentionFwdArgs& a, bool pack, int mb, int hblk,
+                                               int bslot, int BM, int BN) {
+  FwdTile t;
+  t.sr = kernels::seq_range(a.shape, bslot);
+  fwd_tile_from(t, a, pack, mb, int(a.shape.heads / a.shape.kv_heads), hblk, BM, BN);
   return t;
 }
 __device__ __forceinline__ FwdTile fwd_tile(const kernels::AttentionFwdArgs& a, bool pack, int mb, int BM, int BN) {
-  return fwd_tile_at(a, pack, mb, int(blockIdx.y), int(blockIdx.z), BM, BN);
+  FwdTile t;
+  t.sr = kernels::seq_range(a.shape, blockIdx.z);
+  const int group = int(a.shape.heads / a.shape.kv_heads), hblk = int(blockIdx.y);
+  fwd_tile_from(t, a, pack, mb, group, hblk, BM, BN);
+  return t;
 }
 
 // Copies BM query rows [m0, m0 + BM) into shared memory with cp.async, thread t of NT (16-byte chunks; rows past the

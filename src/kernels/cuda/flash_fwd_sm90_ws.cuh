@@ -62,12 +62,135 @@ struct Sm90WsCfg {
 // Named barriers (0 is __syncthreads): Q in shared memory (all consumers), per-warpgroup epilogue, turns.
 constexpr int kWsBarQ = 1, kWsBarEpi = 2, kWsBarTurn = 4;
 
+// The K/V ring and the turn protocol of one work tile as a consumer warp sees them. Key tile k is ring use
+// n0 + k - nb_begin (n0: the uses by a persistent CTA's earlier work tiles), in stage use % STAGES, the
+// (use / STAGES)-th time there (its phase parity). The one-tile kernel counts from its tile's first key tile in int,
+// the arithmetic it had before the persistent variant, so that its code stays what it was (worklog v19b).
+// Every consumer warp waits on every tile's full barriers and arrives once on its empty barriers, reading it or not:
+// a release is then never counted towards an earlier use of the buffer.
+template <int STAGES, uint32_t KV_BYTES, bool PINGPONG, bool PERSISTENT>
+struct WsConsumerRing {
+  uint32_t bar0, sK0, sV0;
+  int nb_begin, nb_end, lane, wg;
+  uint32_t n0;
+
+  __device__ __forceinline__ int stage_of(int k) const {
+    if constexpr (PERSISTENT) return int((n0 + uint32_t(k - nb_begin)) % STAGES);
+    else return (k - nb_begin) % STAGES;
+  }
+  __device__ __forceinline__ uint32_t parity_of(int k) const {
+    if constexpr (PERSISTENT) return ((n0 + uint32_t(k - nb_begin)) / STAGES) & 1u;
+    else return uint32_t((k - nb_begin) / STAGES) & 1u;
+  }
+  __device__ __forceinline__ uint32_t kbuf(int k) const { return sK0 + uint32_t(stage_of(k)) * KV_BYTES; }
+  __device__ __forceinline__ uint32_t vbuf(int k) const { return sV0 + uint32_t(stage_of(k)) * KV_BYTES; }
+  __device__ __forceinline__ void wait_k(int k) const { mbar_wait(bar0 + 8u * uint32_t(stage_of(k)), parity_of(k)); }
+  __device__ __forceinline__ void wait_v(int k) const {
+    mbar_wait(bar0 + 8u * uint32_t(STAGES + stage_of(k)), parity_of(k));
+  }
+  __device__ __forceinline__ void release_k(int k) const {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar0 + 8u * uint32_t(2 * STAGES + stage_of(k)));
+  }
+  __device__ __forceinline__ void release_v(int k) const {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar0 + 8u * uint32_t(3 * STAGES + stage_of(k)));
+  }
+  // Slot k in [nb_begin, nb_end] holds this warpgroup's products S_k (k < nb_end) and P_{k-1} V_{k-1}
+  // (k > nb_begin), either possibly absent. Each warpgroup takes one turn per slot, warpgroup 0 first: it issues
+  // on its own barrier's release and then releases the other's. Warpgroup 1 opens with one arrival and skips its
+  // last, so the work tile leaves both turn barriers balanced. Persistent: the turns run on across work tiles
+  // (warpgroup 0 takes the next tile's first turn as soon as warpgroup 1 issued its last product of this one):
+  // warpgroup 1 opens once and never skips, and warpgroup 0 takes the dangling arrival after its last tile.
+  __device__ __forceinline__ void turn_begin() const {
+    if constexpr (PINGPONG) named_barrier(kWsBarTurn + wg, 256);
+  }
+  __device__ __forceinline__ void turn_end(int k) const {
+    if constexpr (PINGPONG) {
+      if (PERSISTENT || wg == 0 || k < nb_end) named_barrier_arrive(kWsBarTurn + (wg ^ 1), 256);
+    }
+  }
+  __device__ __forceinline__ void idle_slot(int k) const {
+    if (k < nb_end) {
+      wait_k(k);
+      release_k(k);
+    }
+    if (k > nb_begin) {
+      wait_v(k - 1);
+      release_v(k - 1);
+    }
+    turn_begin();
+    turn_end(k);
+  }
+};
+
+// One consumer warpgroup's slots of a work tile, Q already in shared memory: idle turns before and after its own key
+// tiles [wk.wb, wk.we), whose products and online softmax accumulate into w.o.
+template <int D, int BN, typename Rows, typename Ring>
+__device__ __forceinline__ void ws_consume_slots(Rows& w, const WarpgroupKeys& wk, const Ring& r, uint32_t sQ) {
+  float alpha[2];
+  uint32_t pa[BN / 16][4];
+  float s[BN / 2];
+  int k = r.nb_begin;
+  for (; k < wk.wb; ++k) r.idle_slot(k);
+  if (wk.wb < wk.we) {
+    // First tile: S only (V_{k-1}, if any, is not this warpgroup's).
+    r.wait_k(k);
+    if (k > r.nb_begin) {
+      r.wait_v(k - 1);
+      r.release_v(k - 1);
+    }
+    r.turn_begin();
+    w.issue_qk(s, sQ, r.kbuf(k));
+    r.turn_end(k);
+    wgmma_wait<0>();
+    wgmma_fence_regs<BN / 2>(s);
+    r.release_k(k);
+    w.softmax(s, k, alpha);  // O is still zero: nothing to rescale
+    Rows::pack_p(s, pa);
+    // Steady state: S_k and P_{k-1} V_{k-1} in one turn; the softmax of S_k runs while P V does.
+    for (++k; k < wk.we; ++k) {
+      r.wait_k(k);
+      r.turn_begin();
+      w.issue_qk(s, sQ, r.kbuf(k));
+      r.wait_v(k - 1);
+      w.issue_pv(pa, r.vbuf(k - 1));
+      r.turn_end(k);
+      wgmma_wait<1>();
+      wgmma_fence_regs<BN / 2>(s);
+      r.release_k(k);
+      w.softmax(s, k, alpha);
+      wgmma_wait<0>();
+      wgmma_fence_regs<D / 2>(w.o);
+      wgmma_fence_regs<BN / 4>(&pa[0][0]);
+      r.release_v(k - 1);
+      w.rescale_o(alpha);
+      Rows::pack_p(s, pa);
+    }
+    // Last product P_{we-1} V_{we-1}, in slot we (K_we, if any, is not this warpgroup's).
+    if (k < r.nb_end) {
+      r.wait_k(k);
+      r.release_k(k);
+    }
+    r.wait_v(k - 1);
+    r.turn_begin();
+    w.issue_pv(pa, r.vbuf(k - 1));
+    r.turn_end(k);
+    wgmma_wait<0>();
+    wgmma_fence_regs<D / 2>(w.o);
+    r.release_v(k - 1);
+    ++k;
+  }
+  for (; k <= r.nb_end; ++k) r.idle_slot(k);
+}
+
 // PERSISTENT: gridDim.x CTAs (one per SM) walk the work tiles in the static order of ws_schedule.hpp. Barrier init,
 // tensor-map prefetch and setmaxnreg happen once; the K/V ring's stage and phase run on a count of key tiles that
 // continues across work tiles, so the producer loads the next tile's K/V as soon as the ring frees a buffer (under
 // the current tile's last products and epilogue); each consumer warpgroup loads its next Q rows during its
 // epilogue (own_o) or right after it, and the turns continue, so warpgroup 0 starts the next tile while warpgroup
-// 1 finishes this one. Otherwise one CTA per work tile (grid: query tiles x heads x batch), the loop running once.
+// 1 finishes this one. Otherwise one CTA per work tile (grid: query tiles x heads x batch): the two share the ring,
+// the turns and the slot loop above, and the persistent machinery is absent from the one-tile kernel (if constexpr).
 template <typename T, int D, int BN, int STAGES, bool PINGPONG, bool PERSISTENT>
 __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
     flash_fwd_sm90_ws_kernel(const FwdParams p, const __grid_constant__ CUtensorMap tmap_k,
@@ -75,6 +198,7 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
 #if FK_SM90_ENABLED
   using Cfg = Sm90WsCfg<D, BN, STAGES, PERSISTENT>;
   using Rows = Sm90FwdRows<T, D, BN, Cfg::BM>;
+  using Ring = WsConsumerRing<STAGES, Cfg::kv_bytes, PINGPONG, PERSISTENT>;
   constexpr int BM = Cfg::BM, CH = D / 8;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -82,7 +206,6 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
   const uint32_t sQ = base;
   const uint32_t sK0 = sQ + Cfg::q_bytes;
   const uint32_t sV0 = sK0 + STAGES * Cfg::kv_bytes;
-  uint8_t* const sO = smem + Cfg::o_off;  // the Q panels unless own_o
   const uint32_t bar0 = base + Cfg::bar_off;
   auto full_k = [&](int st) { return bar0 + 8u * uint32_t(st); };
   auto full_v = [&](int st) { return bar0 + 8u * uint32_t(STAGES + st); };
@@ -91,27 +214,95 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
 
   const kernels::AttentionFwdArgs& a = p.a;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  auto init_barriers = [&](bool needed) {
+    if (needed && tid == 0) {
+#pragma unroll
+      for (int st = 0; st < STAGES; ++st) {
+        mbar_init(full_k(st), 1);  // the producer's arrive.expect_tx; the TMA bytes complete the phase
+        mbar_init(full_v(st), 1);
+        mbar_init(empty_k(st), Cfg::kConsumers / 32);  // one arrival per consumer warp
+        mbar_init(empty_v(st), Cfg::kConsumers / 32);
+      }
+      fence_mbar_init();
+    }
+    __syncthreads();  // the last CTA-wide barrier: the producer warpgroup leaves after its loads
+  };
 
-  // Work tiles by index: the CTA's own (0) when not persistent, else a linear tile index (ws_schedule.hpp; fewer
-  // than kWsMaxTiles tiles, the choice's condition). Only the index is carried from tile to tile: the tile's place is
-  // recomputed from it where needed (carrying FwdTile across the main loop spills the consumers' registers).
-  auto tile_at = [&](int i) -> FwdTile {
-    if constexpr (!PERSISTENT) {
-      (void)i;
-      return fwd_tile(a, p.pack_gqa, int(gridDim.x) - 1 - int(blockIdx.x), BM, BN);  // longest (causal) tiles first
-    } else {
+  if constexpr (!PERSISTENT) {
+    const int mb = int(gridDim.x) - 1 - int(blockIdx.x);  // longest (causal) tiles first
+    const FwdTile t = fwd_tile(a, p.pack_gqa, mb, BM, BN);
+    if (t.m0 >= t.rows) return;
+    const kernels::SeqRange& sr = t.sr;
+    const int64_t nq = sr.nq, nk = sr.nk, rows = t.rows, m0 = t.m0;
+    const int kvh = t.kvh, dreal = t.dreal;
+    const TileRows& trows = t.trows;
+    // Key tiles of the CTA: the union of its rows' visible ranges (both warpgroups walk all of them).
+    const int nb_begin = t.keys.nb_begin, nb_end = t.keys.nb_end, ntiles = nb_end - nb_begin;
+    init_barriers(ntiles > 0);
+
+    if (tid >= Cfg::kConsumers) {
+      setmaxnreg_dec<Cfg::kProducerRegs>();  // the whole warpgroup, before its other warps leave
+      if (warp == Cfg::kProducerWarp && lane == 0 && ntiles > 0) {
+        prefetch_tmap(&tmap_k);
+        prefetch_tmap(&tmap_v);
+        const int bslot = int(sr.bslot);
+        // Waits until every consumer warp released the buffer's previous use, then loads key tile k (D/64 boxes
+        // of 64 columns x BN keys, one panel each) and arms its full barrier with the byte count.
+        auto load = [&](const CUtensorMap* map, uint32_t buf0, uint32_t full, uint32_t empty, int k) {
+          const int u = k - nb_begin;
+          if (u >= STAGES) mbar_wait(empty, uint32_t(u / STAGES - 1) & 1u);
+          mbar_arrive_expect_tx(full, Cfg::kv_bytes);
+          const uint32_t dst = buf0 + uint32_t(u % STAGES) * Cfg::kv_bytes;
+          const int row = int(sr.k0) + k * BN;
+#pragma unroll
+          for (int pnl = 0; pnl < D / 64; ++pnl)
+            tma_load_4d(dst + pnl * (BN * 128), map, full, 64 * pnl, row, kvh, bslot);
+        };
+        for (int k = nb_begin; k <= nb_end; ++k) {
+          if (k < nb_end) load(&tmap_k, sK0, full_k((k - nb_begin) % STAGES), empty_k((k - nb_begin) % STAGES), k);
+          if (k > nb_begin)
+            load(&tmap_v, sV0, full_v((k - 1 - nb_begin) % STAGES), empty_v((k - 1 - nb_begin) % STAGES), k - 1);
+        }
+      }
+      return;
+    }
+
+    // ---- consumers ----
+    setmaxnreg_inc<Cfg::kConsumerRegs>();
+    const int wg = tid >> 7;
+    // This warpgroup's own key tiles [wk.wb, wk.we) and its rows' state (flash_fwd_sm90_tile.cuh).
+    const WarpgroupKeys wk = warpgroup_keys(a.mask, trows, m0 + 64 * wg, rows, nk, BN, nb_begin, nb_end);
+    Rows w(a, trows, m0, rows, nq, nk, wk);
+    const Ring r{bar0, sK0, sV0, nb_begin, nb_end, lane, wg, 0u};
+    if (ntiles > 0) {
+      const T* qbase = static_cast<const T*>(a.q.data) + sr.bslot * a.q.stride_b;
+      load_q_tile<T, BM, CH, Cfg::kConsumers>(sQ, qbase, a.q, sr.q0, trows, m0, rows, dreal,
+                                              [](int rr, int c) { return pswz<BM>(rr, c); });
+      cp_async_commit();
+      cp_async_wait<0>();
+      fence_proxy_async();  // cp.async writes -> the tensor cores' async proxy
+      named_barrier(kWsBarQ, Cfg::kConsumers);
+      if constexpr (PINGPONG) {
+        if (wg == 1) named_barrier_arrive(kWsBarTurn + 0, 256);  // warpgroup 0 takes the first turn
+      }
+      ws_consume_slots<D, BN>(w, wk, r, sQ);
+    }
+    // Epilogue (every warp of this warpgroup is past its last wgmma reading Q before O is staged there).
+    w.store(sr, trows, smem, m0, rows, dreal, kWsBarEpi + wg);
+  } else {
+    uint8_t* const sO = smem + Cfg::o_off;  // the Q panels unless own_o
+    // Work tiles by a linear tile index (ws_schedule.hpp; fewer than kWsMaxTiles tiles, the choice's condition).
+    // Only the index is carried from tile to tile: the tile's place is recomputed from it where needed (carrying
+    // FwdTile across the main loop spills the consumers' registers).
+    auto tile_at = [&](int i) -> FwdTile {
       const int hblocks = int(p.pack_gqa ? a.shape.kv_heads : a.shape.heads);
       const int64_t rows = p.pack_gqa ? a.shape.heads / a.shape.kv_heads * a.shape.max_seqlen_q : a.shape.max_seqlen_q;
       const WsTileCoord c = ws_tile_coord(i, int((rows + BM - 1) / BM), hblocks);
       return fwd_tile_at(a, p.pack_gqa, c.mb, c.hblk, c.bslot, BM, BN);
-    }
-  };
-  // The CTA's next work tile with rows (-1: none left). Every thread walks the same sequence.
-  int round = 0;
-  auto next_index = [&]() -> int {
-    if constexpr (!PERSISTENT) {
-      return round++ == 0 && tile_at(0).m0 < tile_at(0).rows ? 0 : -1;
-    } else {
+    };
+    // The CTA's next work tile with rows (-1: none left). Every thread walks the same sequence.
+    int round = 0;
+    auto next_index = [&]() -> int {
       const int64_t rows = p.pack_gqa ? a.shape.heads / a.shape.kv_heads * a.shape.max_seqlen_q : a.shape.max_seqlen_q;
       const int total = int((rows + BM - 1) / BM) * int(p.pack_gqa ? a.shape.kv_heads : a.shape.heads) *
                         int(a.shape.batch);
@@ -126,237 +317,116 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
         }
       }
       return -1;
-    }
-  };
-  // Persistent: the compiler may not merge a tile's recomputation with an earlier one (that would carry it again).
-  auto opaque = [](int i) {
-    if constexpr (PERSISTENT) asm volatile("" : "+r"(i));
-    return i;
-  };
-  int cur = next_index();
-  if (cur < 0) return;
-  FwdTile t = tile_at(cur);
+    };
+    // The compiler may not merge a tile's recomputation with an earlier one (that would carry it again).
+    auto opaque = [](int i) {
+      asm volatile("" : "+r"(i));
+      return i;
+    };
+    int cur = next_index();
+    if (cur < 0) return;
+    FwdTile t = tile_at(cur);
+    init_barriers(true);
 
-  if ((PERSISTENT || t.keys.nb_end > t.keys.nb_begin) && tid == 0) {
+    uint32_t n0 = 0;  // ring uses before the current work tile (WsConsumerRing)
+    if (tid >= Cfg::kConsumers) {
+      setmaxnreg_dec<Cfg::kProducerRegs>();  // the whole warpgroup, before its other warps leave
+      if (warp == Cfg::kProducerWarp && lane == 0) {
+        prefetch_tmap(&tmap_k);
+        prefetch_tmap(&tmap_v);
+        for (; cur >= 0; cur = next_index()) {
+          const FwdTile t = tile_at(cur);
+          const int nb_begin = t.keys.nb_begin, nb_end = t.keys.nb_end;
+          const int bslot = int(t.sr.bslot), kvh = t.kvh;
+          const int64_t k0 = t.sr.k0;
+          // Waits until every consumer warp released the buffer's previous use, then loads key tile k (D/64 boxes
+          // of 64 columns x BN keys, one panel each) and arms its full barrier with the byte count.
+          auto load = [&](const CUtensorMap* map, uint32_t buf0, bool is_k, int k) {
+            const uint32_t n = n0 + uint32_t(k - nb_begin);
+            const int st = int(n % STAGES);
+            if (n >= STAGES) mbar_wait(is_k ? empty_k(st) : empty_v(st), (n / STAGES - 1) & 1u);
+            const uint32_t full = is_k ? full_k(st) : full_v(st);
+            mbar_arrive_expect_tx(full, Cfg::kv_bytes);
+            const uint32_t dst = buf0 + uint32_t(st) * Cfg::kv_bytes;
+            const int row = int(k0) + k * BN;
 #pragma unroll
-    for (int st = 0; st < STAGES; ++st) {
-      mbar_init(full_k(st), 1);  // the producer's arrive.expect_tx; the TMA bytes complete the phase
-      mbar_init(full_v(st), 1);
-      mbar_init(empty_k(st), Cfg::kConsumers / 32);  // one arrival per consumer warp
-      mbar_init(empty_v(st), Cfg::kConsumers / 32);
-    }
-    fence_mbar_init();
-  }
-  __syncthreads();  // the last CTA-wide barrier: the producer warpgroup leaves after its loads
-
-  // Ring uses before the current work tile: key tile k of it is use n0 + k - nb_begin of the K ring (and of the V
-  // ring), in stage use % STAGES, the (use / STAGES)-th time there (its phase parity).
-  uint32_t n0 = 0;
-
-  if (tid >= Cfg::kConsumers) {
-    setmaxnreg_dec<Cfg::kProducerRegs>();  // the whole warpgroup, before its other warps leave
-    if (warp == Cfg::kProducerWarp && lane == 0) {
-      prefetch_tmap(&tmap_k);
-      prefetch_tmap(&tmap_v);
-      for (; cur >= 0; cur = next_index()) {
-        const FwdTile t = tile_at(cur);
-        const int nb_begin = t.keys.nb_begin, nb_end = t.keys.nb_end;
-        const int bslot = int(t.sr.bslot), kvh = t.kvh;
-        const int64_t k0 = t.sr.k0;
-        // Waits until every consumer warp released the buffer's previous use, then loads key tile k (D/64 boxes
-        // of 64 columns x BN keys, one panel each) and arms its full barrier with the byte count.
-        auto load = [&](const CUtensorMap* map, uint32_t buf0, bool is_k, int k) {
-          const uint32_t n = n0 + uint32_t(k - nb_begin);
-          const int st = int(n % STAGES);
-          if (n >= STAGES) mbar_wait(is_k ? empty_k(st) : empty_v(st), (n / STAGES - 1) & 1u);
-          const uint32_t full = is_k ? full_k(st) : full_v(st);
-          mbar_arrive_expect_tx(full, Cfg::kv_bytes);
-          const uint32_t dst = buf0 + uint32_t(st) * Cfg::kv_bytes;
-          const int row = int(k0) + k * BN;
-#pragma unroll
-          for (int pnl = 0; pnl < D / 64; ++pnl)
-            tma_load_4d(dst + pnl * (BN * 128), map, full, 64 * pnl, row, kvh, bslot);
-        };
-        if (nb_begin < nb_end) {
-          for (int k = nb_begin; k <= nb_end; ++k) {
-            if (k < nb_end) load(&tmap_k, sK0, true, k);
-            if (k > nb_begin) load(&tmap_v, sV0, false, k - 1);
+            for (int pnl = 0; pnl < D / 64; ++pnl)
+              tma_load_4d(dst + pnl * (BN * 128), map, full, 64 * pnl, row, kvh, bslot);
+          };
+          if (nb_begin < nb_end) {
+            for (int k = nb_begin; k <= nb_end; ++k) {
+              if (k < nb_end) load(&tmap_k, sK0, true, k);
+              if (k > nb_begin) load(&tmap_v, sV0, false, k - 1);
+            }
+            n0 += uint32_t(nb_end - nb_begin);
           }
-          n0 += uint32_t(nb_end - nb_begin);
         }
       }
+      return;
     }
-    return;
-  }
 
-  // ---- consumers ----
-  setmaxnreg_inc<Cfg::kConsumerRegs>();
-  const int wg = tid >> 7;
-  // Q of a work tile into its panels (cp.async, committed; the caller waits), and the barrier after which it is
-  // there (or after which the panels may be written). Persistent: each warpgroup loads and syncs on its own 64 rows
-  // (the only ones its QK^T and epilogue touch), so neither waits for the other at a tile boundary; otherwise all
-  // consumers load all rows.
-  auto issue_q = [&](const FwdTile& u) {
-    const T* qbase = static_cast<const T*>(a.q.data) + u.sr.bslot * a.q.stride_b;
-    if constexpr (PERSISTENT) {
+    // ---- consumers ----
+    setmaxnreg_inc<Cfg::kConsumerRegs>();
+    const int wg = tid >> 7;
+    // Q of a work tile into this warpgroup's 64 rows of the panels (the only ones its QK^T and epilogue touch;
+    // cp.async, committed; the caller waits), and the barrier after which it is there (or after which the rows may
+    // be written): per warpgroup, so neither waits for the other at a tile boundary.
+    auto issue_q = [&](const FwdTile& u) {
+      const T* qbase = static_cast<const T*>(a.q.data) + u.sr.bslot * a.q.stride_b;
       load_q_rows<T, 64, CH, 128>(tid & 127, sQ, qbase, a.q, u.sr.q0, u.trows, u.m0 + 64 * wg, u.rows, u.dreal,
-                                  [wg](int r, int c) { return pswz<BM>(64 * wg + r, c); });
-    } else {
-      load_q_tile<T, BM, CH, Cfg::kConsumers>(sQ, qbase, a.q, u.sr.q0, u.trows, u.m0, u.rows, u.dreal,
-                                              [](int r, int c) { return pswz<BM>(r, c); });
-    }
-    cp_async_commit();
-  };
-  auto q_barrier = [&]() {
-    if constexpr (PERSISTENT) named_barrier(kWsBarEpi + wg, 128);
-    else named_barrier(kWsBarQ, Cfg::kConsumers);
-  };
-  bool q_issued = false;  // the current tile's Q was issued during the previous tile's epilogue
-  bool opened = false;    // warpgroup 1 gave warpgroup 0 its first turn
-  while (cur >= 0) {
-    t = tile_at(opaque(cur));
-    const int64_t nq = t.sr.nq, nk = t.sr.nk, rows = t.rows, m0 = t.m0;
-    const TileRows& trows = t.trows;
-    // Key tiles of the work tile: the union of its rows' visible ranges (both warpgroups walk all of them).
-    const int nb_begin = t.keys.nb_begin, nb_end = t.keys.nb_end, ntiles = nb_end - nb_begin;
-    auto stage_of = [&](int k) { return int((n0 + uint32_t(k - nb_begin)) % STAGES); };
-    auto parity_of = [&](int k) { return ((n0 + uint32_t(k - nb_begin)) / STAGES) & 1u; };
-
-    // This warpgroup's own key tiles [wk.wb, wk.we) and its rows' state (flash_fwd_sm90_tile.cuh).
-    const WarpgroupKeys wk = warpgroup_keys(a.mask, trows, m0 + 64 * wg, rows, nk, BN, nb_begin, nb_end);
-    Rows w(a, trows, m0, rows, nq, nk, wk);
-    auto kbuf = [&](int k) { return sK0 + uint32_t(stage_of(k)) * Cfg::kv_bytes; };
-    auto vbuf = [&](int k) { return sV0 + uint32_t(stage_of(k)) * Cfg::kv_bytes; };
-
-    // Pipeline and turn protocol. Every consumer warp waits on every tile's full barriers and arrives once on its
-    // empty barriers, reading it or not: a release is then never counted towards an earlier use of the buffer.
-    auto wait_k = [&](int k) { mbar_wait(full_k(stage_of(k)), parity_of(k)); };
-    auto wait_v = [&](int k) { mbar_wait(full_v(stage_of(k)), parity_of(k)); };
-    auto release_k = [&](int k) {
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty_k(stage_of(k)));
+                                  [wg](int rr, int c) { return pswz<BM>(64 * wg + rr, c); });
+      cp_async_commit();
     };
-    auto release_v = [&](int k) {
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty_v(stage_of(k)));
-    };
-    // Slot k in [nb_begin, nb_end] holds this warpgroup's products S_k (k < nb_end) and P_{k-1} V_{k-1}
-    // (k > nb_begin), either possibly absent. Each warpgroup takes one turn per slot, warpgroup 0 first: it issues
-    // on its own barrier's release and then releases the other's. Warpgroup 1 opens with one arrival and skips its
-    // last, so the work tile leaves both turn barriers balanced. Persistent: the turns run on across work tiles
-    // (warpgroup 0 takes the next tile's first turn as soon as warpgroup 1 issued its last product of this one):
-    // warpgroup 1 opens once and never skips, and warpgroup 0 takes the dangling arrival after its last tile.
-    auto turn_begin = [&]() {
-      if constexpr (PINGPONG) named_barrier(kWsBarTurn + wg, 256);
-    };
-    auto turn_end = [&](int k) {
-      if constexpr (PINGPONG) {
-        if (PERSISTENT || wg == 0 || k < nb_end) named_barrier_arrive(kWsBarTurn + (wg ^ 1), 256);
-      }
-    };
-    auto idle_slot = [&](int k) {
-      if (k < nb_end) {
-        wait_k(k);
-        release_k(k);
-      }
-      if (k > nb_begin) {
-        wait_v(k - 1);
-        release_v(k - 1);
-      }
-      turn_begin();
-      turn_end(k);
-    };
-
-    if (ntiles > 0) {
-      if (!q_issued) issue_q(t);
-      cp_async_wait<0>();
-      fence_proxy_async();  // cp.async writes -> the tensor cores' async proxy
-      q_barrier();
-      if constexpr (PINGPONG) {
-        if (wg == 1 && !(PERSISTENT && opened)) named_barrier_arrive(kWsBarTurn + 0, 256);  // warpgroup 0 first
-      }
-      opened = true;
-
-      float alpha[2];
-      uint32_t pa[BN / 16][4];
-      float s[BN / 2];
-      int k = nb_begin;
-      for (; k < wk.wb; ++k) idle_slot(k);
-      if (wk.wb < wk.we) {
-        // First tile: S only (V_{k-1}, if any, is not this warpgroup's).
-        wait_k(k);
-        if (k > nb_begin) {
-          wait_v(k - 1);
-          release_v(k - 1);
+    auto q_barrier = [&]() { named_barrier(kWsBarEpi + wg, 128); };
+    bool q_issued = false;  // the current tile's Q was issued during the previous tile's epilogue
+    bool opened = false;    // warpgroup 1 gave warpgroup 0 its first turn
+    while (cur >= 0) {
+      t = tile_at(opaque(cur));
+      const int64_t nq = t.sr.nq, nk = t.sr.nk, rows = t.rows, m0 = t.m0;
+      const TileRows& trows = t.trows;
+      // Key tiles of the work tile: the union of its rows' visible ranges (both warpgroups walk all of them).
+      const int nb_begin = t.keys.nb_begin, nb_end = t.keys.nb_end, ntiles = nb_end - nb_begin;
+      // This warpgroup's own key tiles [wk.wb, wk.we) and its rows' state (flash_fwd_sm90_tile.cuh).
+      const WarpgroupKeys wk = warpgroup_keys(a.mask, trows, m0 + 64 * wg, rows, nk, BN, nb_begin, nb_end);
+      Rows w(a, trows, m0, rows, nq, nk, wk);
+      const Ring r{bar0, sK0, sV0, nb_begin, nb_end, lane, wg, n0};
+      if (ntiles > 0) {
+        if (!q_issued) issue_q(t);
+        cp_async_wait<0>();
+        fence_proxy_async();  // cp.async writes -> the tensor cores' async proxy
+        q_barrier();
+        if constexpr (PINGPONG) {
+          if (wg == 1 && !opened) named_barrier_arrive(kWsBarTurn + 0, 256);  // warpgroup 0 first
         }
-        turn_begin();
-        w.issue_qk(s, sQ, kbuf(k));
-        turn_end(k);
-        wgmma_wait<0>();
-        wgmma_fence_regs<BN / 2>(s);
-        release_k(k);
-        w.softmax(s, k, alpha);  // O is still zero: nothing to rescale
-        Rows::pack_p(s, pa);
-        // Steady state: S_k and P_{k-1} V_{k-1} in one turn; the softmax of S_k runs while P V does.
-        for (++k; k < wk.we; ++k) {
-          wait_k(k);
-          turn_begin();
-          w.issue_qk(s, sQ, kbuf(k));
-          wait_v(k - 1);
-          w.issue_pv(pa, vbuf(k - 1));
-          turn_end(k);
-          wgmma_wait<1>();
-          wgmma_fence_regs<BN / 2>(s);
-          release_k(k);
-          w.softmax(s, k, alpha);
-          wgmma_wait<0>();
-          wgmma_fence_regs<D / 2>(w.o);
-          wgmma_fence_regs<BN / 4>(&pa[0][0]);
-          release_v(k - 1);
-          w.rescale_o(alpha);
-          Rows::pack_p(s, pa);
-        }
-        // Last product P_{we-1} V_{we-1}, in slot we (K_we, if any, is not this warpgroup's).
-        if (k < nb_end) {
-          wait_k(k);
-          release_k(k);
-        }
-        wait_v(k - 1);
-        turn_begin();
-        w.issue_pv(pa, vbuf(k - 1));
-        turn_end(k);
-        wgmma_wait<0>();
-        wgmma_fence_regs<D / 2>(w.o);
-        release_v(k - 1);
-        ++k;
+        opened = true;
+        ws_consume_slots<D, BN>(w, wk, r, sQ);
       }
-      for (; k <= nb_end; ++k) idle_slot(k);
-    }
-    n0 += uint32_t(ntiles);
+      n0 += uint32_t(ntiles);
 
-    // Epilogue. The next tile's Q may load into this warpgroup's Q rows once all its warps are past their last
-    // QK^T of this tile (every wgmma waited for above) and, when O is staged there, past reading it back: during
-    // the epilogue when O has its own buffer, after it otherwise.
-    const int next = next_index();
-    const FwdTile nt = tile_at(next < 0 ? cur : next);
-    const bool next_q = next >= 0 && nt.keys.nb_end > nt.keys.nb_begin;
-    if constexpr (Cfg::own_o) {
-      q_barrier();
-      if (next_q) issue_q(nt);
+      // Epilogue. The next tile's Q may load into this warpgroup's Q rows once all its warps are past their last
+      // QK^T of this tile (every wgmma waited for above) and, when O is staged there, past reading it back: during
+      // the epilogue when O has its own buffer, after it otherwise.
+      const int next = next_index();
+      const FwdTile nt = tile_at(next < 0 ? cur : next);
+      const bool next_q = next >= 0 && nt.keys.nb_end > nt.keys.nb_begin;
+      if constexpr (Cfg::own_o) {
+        q_barrier();
+        if (next_q) issue_q(nt);
+      }
+      // The staging buffer's rows of this warpgroup are free once every warp of it is past its last QK^T (Q
+      // panels) or past its reads of the previous tile's O (own_o): the named barrier in store().
+      const FwdTile te = tile_at(opaque(cur));
+      w.store(te.sr, te.trows, sO, te.m0, te.rows, te.dreal, kWsBarEpi + wg);
+      if constexpr (!Cfg::own_o) {
+        q_barrier();
+        if (next_q) issue_q(nt);
+      }
+      q_issued = next_q;
+      cur = next;
     }
-    // The staging buffer's rows of this warpgroup are free once every warp of it is past its last QK^T (Q panels)
-    // or past its reads of the previous tile's O (own_o): the named barrier in store().
-    const FwdTile te = tile_at(opaque(cur));
-    w.store(te.sr, te.trows, sO, te.m0, te.rows, te.dreal, kWsBarEpi + wg);
-    if constexpr (PERSISTENT && !Cfg::own_o) {
-      q_barrier();
-      if (next_q) issue_q(nt);
+    if constexpr (PINGPONG) {
+      if (wg == 0 && opened) named_barrier(kWsBarTurn + 0, 256);  // warpgroup 1's arrival after its last turn
     }
-    q_issued = next_q;
-    cur = next;
-  }
-  if constexpr (PERSISTENT && PINGPONG) {
-    if (wg == 0 && opened) named_barrier(kWsBarTurn + 0, 256);  // warpgroup 1's arrival after its last turn
   }
 #else
   __trap();

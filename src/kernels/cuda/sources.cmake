@@ -12,9 +12,7 @@ set(FLASHKIT_CUDA_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/ssm/scan.cu
   ${CMAKE_CURRENT_LIST_DIR}/ssm/scan_v3.cu
   ${CMAKE_CURRENT_LIST_DIR}/ssm/scan_v4.cu
-  ${CMAKE_CURRENT_LIST_DIR}/ssm/scan_v4_cpt.cu
   ${CMAKE_CURRENT_LIST_DIR}/ssm/scan_v4_pipe.cu
-  ${CMAKE_CURRENT_LIST_DIR}/ssm/scan_v5.cu
   ${CMAKE_CURRENT_LIST_DIR}/ssm/scan_backward.cu
   ${CMAKE_CURRENT_LIST_DIR}/ssm/scan_backward_v2.cu
 )

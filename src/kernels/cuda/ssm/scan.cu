@@ -14,9 +14,8 @@
 // gate of one step could not overlap those of the next. v2 keeps v1's ownership but computes the per-step channel
 // terms (dt, the gate) for the whole chunk first, runs a branch-free recurrence (the tail and states beyond d_state
 // become dt = 0, u = 0, B = C = 0: h unchanged, no contribution), then reduces and writes the chunk's outputs, each
-// of the SPLIT threads storing TC / SPLIT of them. v3: scan_v3.cu; v4: scan_v4.cu (generation 12: scan_v4_cpt.cu, 13: scan_v4_pipe.cu); v5:
-// scan_v5.cu. Kernel choice:
-// src/kernels/ssm_choice.hpp.
+// of the SPLIT threads storing TC / SPLIT of them. v3: scan_v3.cu; v4: scan_v4.cu (generation 13: scan_v4_pipe.cu;
+// the retired v5 and generation 12 are in dev/cuda/ssm/). Kernel choice: src/kernels/ssm_choice.hpp.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -235,10 +234,7 @@ std::string run_scan(ScanKernel k, const ScanArgs& a, void* stream) {
     case ScanKernel::v4_npt4: launch_scan_v4(a, stream, 4); break;
     case ScanKernel::v4_npt4_fma1: launch_scan_v4(a, stream, 4, 1); break;
     case ScanKernel::v4_npt4_lean: launch_scan_v4(a, stream, 4, 0, true); break;
-    case ScanKernel::v4_npt4_lean_cpt2: launch_scan_v4_cpt2(a, stream); break;
     case ScanKernel::v4_npt4_lean_pipe: launch_scan_v4_pipe(a, stream); break;
-    case ScanKernel::v5_chunked: return run_scan_v5(a, stream);
-    case ScanKernel::v5_chunked_fma2: return run_scan_v5(a, stream, 2);
     case ScanKernel::step_n16: launch<1, 16, 1>(a, stream); break;
     case ScanKernel::step_n64: launch<4, 16, 1>(a, stream); break;
   }

@@ -16,8 +16,8 @@
 //     chunks; the thread's C h goes to a padded [step][thread][channel] tile (conflict-free writes, 16-byte
 //     conflict-free reads in the epilogue).
 // Generations 5 (NPT 2, 256 threads), 6 (NPT 4, 128 threads) and 8 (as 6, one of a thread's 4 exps on the FMA pipe
-// instead of the SFU) and 11 (as 6 with less per-chunk overhead: scan_v4_block's LEAN) of choose_scan_kernel (kernels/ssm_choice.hpp). The block body is scan_v4_block.cuh (v5 runs it
-// per chunk).
+// instead of the SFU) and 11 (as 6 with less per-chunk overhead: scan_v4_block's LEAN) of choose_scan_kernel
+// (kernels/ssm_choice.hpp). The block body is scan_v4_block.cuh (the retired v5, dev/cuda/ssm/, ran it per chunk).
 #include <cuda_runtime.h>
 
 #include <atomic>

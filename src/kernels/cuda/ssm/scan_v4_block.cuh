@@ -1,7 +1,8 @@
-// The pieces of the scan forward v4 (scan_v4.cu) that v5 (scan_v5.cu, the chunked two-pass scan) runs too: the tile
-// constants, the cp.async chunk copies, and one block's scan of 32 channels over a range of steps (scan_v4_block),
-// which v4 runs over the whole sequence and v5 over one chunk (its ScanArgs offset to the chunk's first step); and
-// generation 11's leaner copies, softplus and silu (scan_v4_block's LEAN). docs/worklog/ssm-scan.md "v4", "v5", "v6".
+// The pieces of the scan forward v4 (scan_v4.cu, scan_v4_pipe.cu) that the retired v5 (dev/cuda/ssm/scan_v5.cu, the
+// chunked two-pass scan, out of the build) ran too: the tile constants, the cp.async chunk copies, and one block's
+// scan of 32 channels over a range of steps (scan_v4_block), which v4 runs over the whole sequence and v5 ran over
+// one chunk (its ScanArgs offset to the chunk's first step); and generation 11's leaner copies, softplus and silu
+// (scan_v4_block's LEAN). docs/worklog/ssm-scan.md "v4", "v5", "v6".
 #pragma once
 #include <cuda_runtime.h>
 
@@ -17,7 +18,7 @@ constexpr int kGroups = kCh / 4;    // 4-channel groups per row: one 16-byte cop
 constexpr int kStates = 16;
 constexpr float kLog2e = 1.4426950408889634f;
 
-// CPT: channels per thread in the recurrence (generation 12, scan_v4_cpt.cu: 2; every other kernel: 1).
+// CPT: channels per thread in the recurrence (1; 2 in the retired generation 12, dev/cuda/ssm/scan_v4_cpt.cu).
 template <int NPT, int TC, int STAGES, int CPT = 1>
 struct V4 {
   static constexpr int SPLIT = kStates / NPT;                     // threads per channel in the recurrence
@@ -195,10 +196,10 @@ template <int NPT> struct Vec;
 template <> struct Vec<2> { using T = float2; };
 template <> struct Vec<4> { using T = float4; };
 
-// One block's scan of 32 channels [c0, c0 + 32) of sequence b over a.seqlen steps (v4's kernel body; the v5 passes
-// run it on one chunk's ScanArgs). END_STATE (v5's pass 1): from a zero state, no C, z or y: the block's end state goes
-// to a.state and each channel's sum of dt over the steps to dt_sum[b * d_inner + channel]. POLY: how many of a
-// thread's NPT states take exp2_fma instead of ex2.approx. LEAN (generation 11): the copy addresses, zero-fill counts
+// One block's scan of 32 channels [c0, c0 + 32) of sequence b over a.seqlen steps (v4's kernel body; the retired v5's
+// passes ran it on one chunk's ScanArgs). END_STATE (v5's pass 1): from a zero state, no C, z or y: the block's end
+// state goes to a.state and each channel's sum of dt over the steps to dt_sum[b * d_inner + channel]. POLY: how many of
+// a thread's NPT states take exp2_fma instead of ex2.approx. LEAN (generation 11): the copy addresses, zero-fill counts
 // and y address carried across chunks (ChunkSources) and the fast softplus / silu above; the recurrence is the same.
 template <int NPT, int TC, int STAGES, int POLY, bool END_STATE = false, bool LEAN = false>
 __device__ __forceinline__ void scan_v4_block(const ScanArgs& a, bool vec, int64_t b, int64_t c0,

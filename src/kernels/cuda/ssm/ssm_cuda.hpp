@@ -5,11 +5,12 @@
 #include <string>
 
 #include "kernels/ssm_args.hpp"
-#include "kernels/ssm_choice.hpp"  // kCudaMaxState, ScanChunkPlan
+#include "kernels/ssm_choice.hpp"  // kCudaMaxState
 
 namespace flashkit::kernels {
 
-// generation: see choose_scan_kernel (src/kernels/ssm_choice.hpp); 0 in production.
+// generation: see choose_scan_kernel (src/kernels/ssm_choice.hpp; flashkit::Error for one it does not know); 0 in
+// production.
 std::string selective_scan_cuda(const ScanArgs& a, void* stream = nullptr, int generation = 0);
 std::string selective_scan_step_cuda(const ScanArgs& a, void* stream = nullptr);
 // v3 of the scan forward (scan_v3.cu; run_scan in scan.cu launches it for ScanKernel::v3_*): chunks of 16 or 32
@@ -19,22 +20,9 @@ void launch_scan_v3(const ScanArgs& a, void* stream, int chunk, int states_per_t
 // fma_exp_states (0 or, with 4 states, 1) of them take their exp on the FMA pipe instead of the SFU. lean: generation
 // 11 (4 states per thread, less per-chunk overhead; states_per_thread and fma_exp_states are then ignored).
 void launch_scan_v4(const ScanArgs& a, void* stream, int states_per_thread, int fma_exp_states = 0, bool lean = false);
-// Generation 12 (scan_v4_cpt.cu; ScanKernel::v4_npt4_lean_cpt2): generation 11 with two channels per thread in the
-// recurrence (64-thread blocks of 32 channels, 4 states per thread and channel).
-void launch_scan_v4_cpt2(const ScanArgs& a, void* stream);
 // Generation 13 (scan_v4_pipe.cu; ScanKernel::v4_npt4_lean_pipe): generation 11 with the recurrence of chunk k, the
 // prologue of chunk k + 1 and the epilogue of chunk k - 1 between the same barriers (5-stage ring, 68 KB).
 void launch_scan_v4_pipe(const ScanArgs& a, void* stream);
-// v5 (scan_v5.cu; ScanKernel::v5_chunked): the chunked two-pass scan over v4_npt4's block, planned by
-// plan_scan_chunked / make_scan_chunk_plan (kernels/ssm_choice.hpp). `workspace`: device memory of at least
-// make_scan_chunk_plan(...).workspace_bytes() bytes (none for a direct plan); throws flashkit::Error naming the
-// workspace when it is missing or smaller, and the plan when it does not cover the sequence. run_scan_v5 plans for
-// the current device and allocates the workspace on the stream (as the backward does). pass1_fma_exps (0 or 2): of
-// a thread's 4 exps in pass 1, how many take the FMA-pipe polynomial instead of the SFU (generation 10).
-void launch_scan_v5(const ScanArgs& a, void* stream, const ScanChunkPlan& plan, float* workspace,
-                    int64_t workspace_bytes, int pass1_fma_exps = 0);
-std::string run_scan_v5(const ScanArgs& a, void* stream, int pass1_fma_exps = 0);
-int64_t scan_v5_device_sms();  // the current device's multiprocessors (plan_scan_chunked's sms)
 // The backward (scan_backward.cu): allocates its workspace (plan_scan_backward, kernels/ssm_choice.hpp) on the stream.
 // generation: see plan_scan_backward (kernels/ssm_choice.hpp); 0 in production.
 std::string selective_scan_backward_cuda(const ScanArgs& a, const ScanGradArgs& g, void* stream = nullptr,

@@ -1,7 +1,12 @@
+// Retired from src/kernels/cuda/ssm/scan_v5.cu (not built): v5 of the scan forward, generations 9 (v5_chunked) and
+// 10 (v5_chunked_fma2). H200 run s11-9 (batch 8, d_inner 1536, d_state 16): 0.47-0.59x v4 (generation 6) at 1k-16k
+// tokens, 14.7-18.8% of the copy ceiling: pass 1 costs what v4 costs. docs/worklog/ssm-scan.md "v5" discusses it.
+// Kept as the record of the attempt; it needs its plan (scan_v5_plan.hpp, beside it), scan_v4_block.cuh and the
+// declarations it had in ssm_cuda.hpp (launch_scan_v5, run_scan_v5, scan_v5_device_sms) and its ScanKernel entries.
 // v5 of the selective scan forward (d_state <= 16; docs/worklog/ssm-scan.md "v5"): the chunked two-pass scan. v4 under
 // Nsight Compute ran 11.4 warps per SM (384 blocks at batch 8, d_inner 1536), each a dependent recurrence: the
 // scheduler found no ready warp in 44% of cycles. v5 multiplies the independent work by scanning `window` chunks of
-// one sequence at once (plan_scan_chunked, kernels/ssm_choice.hpp), window after window:
+// one sequence at once (plan_scan_chunked, scan_v5_plan.hpp), window after window:
 //   * pass 1 (chunk_end_kernel), one v4 block per (channel block, sequence, chunk) from a zero state, copying only
 //     u, delta and B: the chunk's end state h_end and its sum of dt per channel (the chunk's decay product per state
 //     is exp(A * sum dt): one exp per state in the chain instead of storing it per state);
@@ -22,6 +27,7 @@
 #include "flashkit/runtime.hpp"
 #include "kernels/cuda/ssm/scan_v4_block.cuh"
 #include "kernels/cuda/ssm/ssm_cuda.hpp"
+#include "scan_v5_plan.hpp"
 
 namespace flashkit::kernels {
 namespace {

@@ -1,3 +1,9 @@
+// Retired from src/kernels/cuda/ssm/scan_v4_cpt.cu (not built): generation 12 of the scan forward
+// (v4_npt4_lean_cpt2, two channels per thread). H200 run s13-4 (batch 8, d_inner 1536, d_state 16): 0.69x generation
+// 11 at 1k-8k tokens, 24.4-25.0% of the copy ceiling against 34.9-36.3%: half the warps cost more than two chains per
+// warp gain. docs/worklog/ssm-scan.md "generation 12" discusses it. Kept as the record of the attempt; it needs
+// scan_v4_block.cuh's CPT parameter (still there), launch_scan_v4_cpt2's declaration in ssm_cuda.hpp and its
+// ScanKernel entry (v4_npt4_lean_cpt2).
 // Generation 12 of the scan forward (d_state <= 16; docs/worklog/ssm-scan.md "generation 12"): the lean v4 block
 // (generation 11, scan_v4_block.cuh's LEAN) with CPT channels per thread in the recurrence. Generation 11 runs at
 // ~36% of the copy ceiling with ~11 warps per SM, each a dependent chain per time step (shared loads -> ex2 -> h FMA
