@@ -69,12 +69,9 @@ struct Tuning {
   bool device_argmax = true;        // FLASHKIT_DEVICE_ARGMAX (greedy decoding's argmax on the backend)
   int cuda_mamba_channels = 0;      // FLASHKIT_CUDA_MAMBA_CHANNELS=64|32|16|8: channels per block of the fused Mamba
                                     // mixer step (A/B runs); 0 (auto): engine/mamba_fusion.hpp's choice
-  int cuda_gemv_plan = 0;           // FLASHKIT_CUDA_GEMV_PLAN=auto|legacy|balanced|bulk: the one-row GEMV's kernel,
-                                    // grid and step shape (A/B runs); 0 (auto): engine/gemv_plan.hpp's choice,
-                                    // 1 legacy, 2 balanced wherever it applies, 3 the bulk-copy kernel where it
-                                    // applies (else legacy)
-  int cuda_gemv_ring_kb = 0;        // FLASHKIT_CUDA_GEMV_RING_KB=16..1024: the bulk GEMV's shared-memory ring target
-                                    // (sweeps); 0: engine/gemv_plan.hpp's kGemvBulkRingBytes
+  int cuda_gemv_plan = 0;           // FLASHKIT_CUDA_GEMV_PLAN=auto|legacy|balanced: the one-row GEMV's grid and
+                                    // step shape (A/B runs); 0 (auto): engine/gemv_plan.hpp's choice, 1 legacy,
+                                    // 2 balanced wherever it applies
 
   // ---- speculative decoding and training
   bool spec_exact = true;           // FLASHKIT_SPEC_EXACT=0: verify chains with the multi-row kernels (A/B runs)

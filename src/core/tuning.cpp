@@ -120,8 +120,7 @@ Tuning tuning_from_env() {
   static constexpr int kMambaWidths[] = {0, 64, 32, 16, 8};
   t.cuda_mamba_channels =
       kMambaWidths[env::choice("FLASHKIT_CUDA_MAMBA_CHANNELS", {"auto", "64", "32", "16", "8"}, 0)];
-  t.cuda_gemv_plan = int(env::choice("FLASHKIT_CUDA_GEMV_PLAN", {"auto", "legacy", "balanced", "bulk"}, 0));
-  t.cuda_gemv_ring_kb = int(env::integer("FLASHKIT_CUDA_GEMV_RING_KB", 0, 16, 1024));
+  t.cuda_gemv_plan = int(env::choice("FLASHKIT_CUDA_GEMV_PLAN", {"auto", "legacy", "balanced"}, 0));
   t.spec_exact = env::flag("FLASHKIT_SPEC_EXACT", t.spec_exact);
   t.train_inject_nan_step = env::integer("FLASHKIT_TRAIN_INJECT_NAN_STEP", -1, 0, INT64_MAX);
 

@@ -58,45 +58,12 @@ GemvPlan gemv_plan_balanced(int64_t n, int64_t k, int sms, const int (&resident)
   return best;
 }
 
-GemvPlan gemv_plan_bulk(int64_t n, int64_t k, int sms, const GemvBulkLimits& lim) {
-  GemvPlan p;
-  if (!lim.supported || n <= 0 || k <= 0 || k % 8 != 0 || sms <= 0) return p;
-  const int64_t row_bytes = k * 2;
-  const int64_t blocks = std::min<int64_t>(sms, n);
-  const int64_t rows_per_cta = ceil_div(n, blocks);  // the largest CTA's rows
-  // Stages of ~32 KB, but at least ~4 of them a CTA where rows allow (small GEMVs: the warps start on the first
-  // stage while the others fly, rather than after all of a CTA's bytes landed).
-  const int64_t stage_target = std::min(kGemvBulkStageBytes, rows_per_cta * row_bytes / kGemvBulkMinStagesPerCta);
-  const int64_t rows_per_stage = std::clamp<int64_t>(stage_target / row_bytes, 1, rows_per_cta);
-  const int64_t stage_bytes = rows_per_stage * row_bytes;
-  if (stage_bytes > kGemvBulkMaxCopyBytes) return p;
-  const int64_t ring_target = lim.ring_bytes > 0 ? lim.ring_bytes : kGemvBulkRingBytes;
-  const int64_t fit = (lim.smem_cap - lim.input_bytes) / stage_bytes;  // stages shared memory holds
-  const int64_t wanted = std::clamp<int64_t>(ring_target / stage_bytes, 2, kGemvBulkMaxStages);
-  // (a CTA with fewer stages of rows than the ring never uses the rest; at least 2 keeps the index arithmetic one)
-  const int64_t used = std::max<int64_t>(2, std::min(wanted, ceil_div(rows_per_cta, rows_per_stage)));
-  const int64_t stages = std::min(used, fit);
-  if (stages < 2) return p;
-  p.bulk = true;
-  p.blocks = blocks;
-  p.rows_per_stage = rows_per_stage;
-  p.stages = int(stages);
-  p.smem_bytes = stages * stage_bytes + lim.input_bytes;
-  p.rows_per_block = rows_per_cta;
-  p.warp_steps = 0;
-  return p;
-}
-
-GemvPlan gemv_plan(int64_t n, int64_t k, int sms, const int (&resident)[4], GemvPlanMode mode,
-                   const GemvBulkLimits& bulk) {
+GemvPlan gemv_plan(int64_t n, int64_t k, int sms, const int (&resident)[4], GemvPlanMode mode) {
   const GemvPlan legacy = gemv_plan_legacy(n, k, sms, resident);
   if (mode == GemvPlanMode::legacy) return legacy;
-  // The balanced plan's fewer warp steps did not make it faster where it applies (run s13-5, mamba-2.8b: 0.984x end
-  // to end; ncu in_proj 21.0-22.2 -> 23.9-25.5 us, out_proj 13.7-14.6 -> 13.0 us): only when asked for.
-  if (mode == GemvPlanMode::balanced) return gemv_plan_balanced(n, k, sms, resident);
-  // automatic and bulk: the bulk kernel wherever it applies (v4 of docs/worklog/mamba-decode-cuda.md).
-  const GemvPlan b = gemv_plan_bulk(n, k, sms, bulk);
-  return b.bulk ? b : legacy;
+  // automatic = legacy: the balanced plan's fewer warp steps did not make it faster where it applies (run s13-5,
+  // mamba-2.8b: 0.984x end to end; ncu in_proj 21.0-22.2 -> 23.9-25.5 us, out_proj 13.7-14.6 -> 13.0 us).
+  return mode == GemvPlanMode::balanced ? gemv_plan_balanced(n, k, sms, resident) : legacy;
 }
 
 }  // namespace flashkit::engine

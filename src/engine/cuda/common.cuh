@@ -44,59 +44,6 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 #endif
 }
 
-// Transaction-counted shared-memory barriers and 1-D bulk copies (sm_90; the bulk GEMV, gemv.cu, launched only where
-// the device code is sm_90 or later: elsewhere these trap). tools/cuda_emu/engine_emu.cuh emulates them.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define FK_ENGINE_SM90_ASM(...) asm volatile(__VA_ARGS__)
-#else
-#define FK_ENGINE_SM90_ASM(...) __trap()
-#endif
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  FK_ENGINE_SM90_ASM("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-// The initializations visible to the async proxy (the bulk copies complete transactions on them); a __syncthreads
-// must follow before other threads use the barriers.
-__device__ __forceinline__ void mbar_fence_init() { FK_ENGINE_SM90_ASM("fence.mbarrier_init.release.cluster;" ::: "memory"); }
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  FK_ENGINE_SM90_ASM("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-// One arrival announcing `bytes` of bulk-copy transactions: the phase completes when they have landed too.
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  FK_ENGINE_SM90_ASM("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
-                     : "memory");
-}
-// Until the phase of parity `parity` has completed (acquire: what it guards is visible).
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    FK_ENGINE_SM90_ASM(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-// [src, src + bytes) from global memory to shared memory at dst, completing `bytes` transactions on bar. dst, src
-// 16-byte aligned, bytes a multiple of 16. evict_first: the bytes are read once (weights), keep L2 for the rest.
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, bool evict_first) {
-  if (evict_first) {
-    [[maybe_unused]] uint64_t policy = 0;
-    FK_ENGINE_SM90_ASM("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-    FK_ENGINE_SM90_ASM(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::
-            "r"(smem_addr(dst)),
-        "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
-        : "memory");
-  } else {
-    FK_ENGINE_SM90_ASM("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                           smem_addr(dst)),
-                       "l"(src), "r"(bytes), "r"(smem_addr(bar))
-                       : "memory");
-  }
-}
-#undef FK_ENGINE_SM90_ASM
-
 using flashkit::bf2f;
 using flashkit::block_sum;
 using flashkit::f2bf;

@@ -14,10 +14,6 @@
 // loads its first chunks into registers, before waiting for the previous kernel (PDL). The input rows live in shared
 // memory as f32, built by the prologue (residual add / sandwich norm / input norm), which every block recomputes:
 // O(T K) reads from L2, cheaper than a separate launch at decode sizes. The grid is one wave (occupancy-sized).
-//
-// One-row ungated calls take the bulk kernel where the plan says so (engine/gemv_plan.hpp; gemv_bulk_kernel below:
-// one CTA an SM streaming its contiguous rows through a shared-memory ring filled by cp.async.bulk): the same
-// prologue, epilogue and per-row sum order, so the same bits.
 #include "engine/cuda/common.cuh"
 #include "engine/gemv_plan.hpp"
 
@@ -63,11 +59,6 @@ __device__ __forceinline__ float4 load4(const void* base, bool bf16, bool vec, i
 }
 __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 
-// The first column of this thread's groups of 4 in the prologue's row loops: threads past kThreads (the bulk kernel's
-// producer warp) own none, so the sums and their order are those of a kThreads block (a warp of zeros adds +0.0 at
-// the end of block_sum's butterfly, which changes no bit).
-__device__ __forceinline__ int64_t first_col(int64_t K) { return threadIdx.x < kThreads ? int64_t(threadIdx.x) * 4 : K; }
-
 // The prologue's row loops: every thread owns groups of 4 columns, kBatch groups per pass, and issues all of a
 // pass's global loads before using any of them. (v2 walked the row one element per thread per iteration, a global
 // load and a shared store in each: the compiler could not hoist the loads over the stores, so a K = 2048 row cost
@@ -93,7 +84,7 @@ __device__ void prologue(const GemvParams& p, float* xs, float* hs, float* red, 
     float rd = 1.0f;
     if (drow && in.post_w) {  // rms of d first (Gemma's sandwich norm)
       float ss = 0;
-      for (int64_t k0 = first_col(K); k0 < K; k0 += kStep * kB) {
+      for (int64_t k0 = int64_t(threadIdx.x) * 4; k0 < K; k0 += kStep * kB) {
         float4 dv[kB];
 #pragma unroll
         for (int b = 0; b < kB; ++b)
@@ -109,7 +100,7 @@ __device__ void prologue(const GemvParams& p, float* xs, float* hs, float* red, 
     // When the row fits one pass (K <= 4096), the norm weights load with it and stay in registers.
     const bool one_pass = K <= kStep * kB;
     float4 nw[kB];
-    for (int64_t k0 = first_col(K); k0 < K; k0 += kStep * kB) {
+    for (int64_t k0 = int64_t(threadIdx.x) * 4; k0 < K; k0 += kStep * kB) {
       float4 xv[kB], dv[kB], pw[kB];
 #pragma unroll
       for (int b = 0; b < kB; ++b) {
@@ -139,14 +130,14 @@ __device__ void prologue(const GemvParams& p, float* xs, float* hs, float* red, 
       if (one_pass) {
 #pragma unroll
         for (int b = 0; b < kB; ++b) {
-          const int64_t k = first_col(K) + b * kStep;
+          const int64_t k = int64_t(threadIdx.x) * 4 + b * kStep;
           if (k >= K) break;
           float4 v = *reinterpret_cast<float4*>(row + k);
           v.x *= r * nw[b].x, v.y *= r * nw[b].y, v.z *= r * nw[b].z, v.w *= r * nw[b].w;
           *reinterpret_cast<float4*>(row + k) = v;
         }
       } else {
-        for (int64_t k = first_col(K); k < K; k += kStep) {
+        for (int64_t k = int64_t(threadIdx.x) * 4; k < K; k += kStep) {
           const float4 w = load4(in.norm_w, false, p.vec, k);
           float4 v = *reinterpret_cast<float4*>(row + k);
           v.x *= r * w.x, v.y *= r * w.y, v.z *= r * w.z, v.w *= r * w.w;
@@ -219,7 +210,7 @@ __device__ void write_side_outputs(const GemvParams& p, const float* xs, const f
     const void* xrow = in.x_bf16 ? static_cast<const void*>(static_cast<const uint16_t*>(in.x) + t * in.ldx)
                                  : static_cast<const void*>(static_cast<const float*>(in.x) + t * in.ldx);
     const float f = drow && in.post_w ? rs_d[t] : 1.0f;
-    for (int64_t k0 = first_col(K); k0 < K; k0 += kStep * kBatch) {
+    for (int64_t k0 = int64_t(threadIdx.x) * 4; k0 < K; k0 += kStep * kBatch) {
       float4 xv[kBatch], dv[kBatch];
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
@@ -439,116 +430,6 @@ __global__ void __launch_bounds__(kThreads, MINB) gemv_kernel(GemvParams p) {
   write_side_outputs<TT>(p, xs, hs, rs_d);
 }
 
-// ---------------------------------------------------------------- the bulk kernel (one row, ungated; v4)
-// One CTA per SM owns the contiguous rows [b N / G, (b + 1) N / G), i.e. one contiguous range of weight bytes, and
-// streams it through a ring of `stages` shared-memory stages of rows_per_stage whole rows each: a producer warp (one
-// lane) issues one 1-D bulk copy per stage (cp.async.bulk, completing on the stage's `full` mbarrier) and refills a
-// stage once every consumer warp has released it (`empty`, kBulkWarps arrivals). The first `stages` copies are issued
-// before the PDL wait (weights are constant), so the prologue (the input row, built once per CTA: 132 builds instead of
-// the legacy grid's 256-320) overlaps the first bytes' flight. Consumer warp w takes the CTA's rows j = w, w + 8, ...
-// and sums each from shared memory in the legacy order (lane l: chunks l, l + 32, ... in order, 8 fmaf each; then
-// finish_rows' butterfly and epilogue), so its bits are the legacy kernel's. Every consumer warp waits on and
-// releases every stage, rows of its own or not, so no warp lags a stage's barrier by more than one phase (the parity
-// wait cannot tell phases two apart).
-constexpr int kBulkWarps = 8, kBulkThreads = (kBulkWarps + 1) * 32;  // 8 consumer warps, then the producer warp
-
-// One row of the stage (at wrow) dotted with the input row: lane l accumulates chunks l, l + 32, ... in order.
-// Four chunks' shared-memory loads are issued before their FMAs.
-[[maybe_unused]] __device__ __forceinline__ float bulk_row_dot(const uint4* wrow, const float* xs, int64_t KC, int lane) {
-  constexpr int kB = 4;
-  float s = 0.0f;
-  for (int64_t c0 = lane; c0 < KC; c0 += 32 * kB) {
-    uint4 w[kB];
-    float4 xa[kB], xb[kB];
-#pragma unroll
-    for (int b = 0; b < kB; ++b) {
-      const int64_t c = c0 + 32 * b;
-      if (c < KC) {
-        w[b] = wrow[c];
-        const float4* xp = reinterpret_cast<const float4*>(xs + c * 8);
-        xa[b] = xp[0], xb[b] = xp[1];
-      }
-    }
-#pragma unroll
-    for (int b = 0; b < kB; ++b) {
-      if (c0 + 32 * b >= KC) break;
-      float wf[8];
-      unpack8(w[b], wf);
-      s = fmaf(wf[0], xa[b].x, s), s = fmaf(wf[1], xa[b].y, s), s = fmaf(wf[2], xa[b].z, s), s = fmaf(wf[3], xa[b].w, s);
-      s = fmaf(wf[4], xb[b].x, s), s = fmaf(wf[5], xb[b].y, s), s = fmaf(wf[6], xb[b].z, s), s = fmaf(wf[7], xb[b].w, s);
-    }
-  }
-  return s;
-}
-
-__global__ void __launch_bounds__(kBulkThreads, 1)
-    gemv_bulk_kernel(GemvParams p, int64_t rows_per_stage, int stages) {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900  // (the host pass and the emulation compile it too)
-  extern __shared__ float4 smem4[];
-  __shared__ uint64_t full[kGemvBulkMaxStages], empty[kGemvBulkMaxStages];
-  __shared__ float red[32];
-  __shared__ float rs_d[1];
-  const int64_t N = p.N, K = p.K, KC = K / 8;
-  const int64_t row_bytes = K * 2, stage_bytes = rows_per_stage * row_bytes;
-  unsigned char* ring = reinterpret_cast<unsigned char*>(smem4);
-  float* xs = reinterpret_cast<float*>(ring + int64_t(stages) * stage_bytes);
-  float* hs = xs + K;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t row_begin = int64_t(blockIdx.x) * N / gridDim.x, row_end = int64_t(blockIdx.x + 1) * N / gridDim.x;
-  const int64_t rows = row_end - row_begin;
-  const int64_t n_stages = (rows + rows_per_stage - 1) / rows_per_stage;
-  const bool producer = warp == kBulkWarps && lane == 0;
-  // Stage s: rows [s rs, min(rows, (s + 1) rs)) of the CTA into ring slot s % stages.
-  auto issue = [&](int64_t s) {
-    const int slot = int(s % stages);
-    const int64_t j0 = s * rows_per_stage, nrows = min(rows_per_stage, rows - j0);
-    const uint32_t bytes = uint32_t(nrows * row_bytes);
-    mbar_arrive_expect_tx(&full[slot], bytes);
-    bulk_load(ring + int64_t(slot) * stage_bytes, p.W + (row_begin + j0) * K, bytes, &full[slot], p.ldcs);
-  };
-
-  pdl_trigger();
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < stages; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], kBulkWarps);
-    mbar_fence_init();
-  }
-  __syncthreads();
-  if (producer)
-    for (int64_t s = 0; s < min(int64_t(stages), n_stages); ++s) issue(s);
-  pdl_wait();
-  prologue<1>(p, xs, hs, red, rs_d);  // (ends with __syncthreads: xs ready)
-
-  if (warp == kBulkWarps) {
-    if (producer)
-      for (int64_t s = stages; s < n_stages; ++s) {
-        mbar_wait(&empty[s % stages], uint32_t((s / stages - 1) & 1));  // stage s - stages released by every warp
-        issue(s);
-      }
-  } else {
-    float acc[1][1];
-    for (int64_t s = 0; s < n_stages; ++s) {
-      const int slot = int(s % stages);
-      mbar_wait(&full[slot], uint32_t((s / stages) & 1));
-      const uint4* stage = reinterpret_cast<const uint4*>(ring + int64_t(slot) * stage_bytes);
-      const int64_t j0 = s * rows_per_stage, j1 = min(rows, j0 + rows_per_stage);
-      // this warp's rows of the stage: j = warp (mod kBulkWarps)
-      for (int64_t j = j0 + ((warp - j0) % kBulkWarps + kBulkWarps) % kBulkWarps; j < j1; j += kBulkWarps) {
-        prefetch_conv<1, 1, false>(p.out, row_begin + j, lane);
-        acc[0][0] = bulk_row_dot(stage + (j - j0) * KC, xs, KC, lane);
-        finish_rows<1, 1, 1, false>(p, row_begin + j, row_end, lane, acc);
-      }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[slot]);
-    }
-  }
-  __syncwarp();
-  write_side_outputs<1>(p, xs, hs, rs_d);
-#else
-  (void)p, (void)rows_per_stage, (void)stages;
-  __trap();  // never launched: gemv_bulk_usable() checks the device code's architecture
-#endif
-}
-
 // Dynamic shared memory a GEMV block may use: what the device allows a block (opt-in; 227 KB on H100/H200, 163 KB
 // on A100) less room for the static arrays, at most 200 KB.
 int64_t max_smem() {
@@ -585,27 +466,8 @@ int resident_blocks(const GemvParams& p) {
   return occ;
 }
 
-// Tuning::cuda_gemv_plan (FLASHKIT_CUDA_GEMV_PLAN): auto, legacy, balanced or bulk (A/B runs).
+// Tuning::cuda_gemv_plan (FLASHKIT_CUDA_GEMV_PLAN): auto, legacy or balanced (A/B runs).
 int gemv_plan_mode() { return launch_tuning().cuda_gemv_plan; }
-
-// Whether this device runs the bulk kernel's sm_90 code (not the trap of an older target's build or of PTX JIT-compiled
-// from one), after opting it in to the shared memory its ring needs; once per device.
-bool gemv_bulk_usable() {
-  static thread_local int dev_cached = -1;
-  static thread_local bool usable = false;
-  int dev = 0;
-  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
-  if (dev != dev_cached) {
-    cudaFuncAttributes a{};
-    check_cuda(cudaFuncGetAttributes(&a, gemv_bulk_kernel), "cudaFuncGetAttributes(gemv_bulk_kernel)");
-    usable = a.binaryVersion >= 90 && a.ptxVersion >= 90;
-    if (usable)
-      check_cuda(cudaFuncSetAttribute(gemv_bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(max_smem())),
-                 "cudaFuncSetAttribute(gemv_bulk smem)");
-    dev_cached = dev;
-  }
-  return usable;
-}
 
 // A one-row ungated launch as planned (engine/gemv_plan.hpp).
 template <int R, int U, int MINB>
@@ -624,17 +486,7 @@ void run_one_row(const GemvParams& p, cudaStream_t stream) {
   const int resident[4] = {resident_blocks<1, 2, 4, false>(p), resident_blocks<1, 1, 8, false>(p),
                            lean ? resident_blocks<1, 1, 4, false, 3>(p) : 0,
                            lean ? resident_blocks<1, 1, 5, false, 3>(p) : 0};
-  GemvBulkLimits bulk;
-  if (mode == GemvPlanMode::automatic || mode == GemvPlanMode::bulk) {
-    bulk.supported = gemv_bulk_usable();
-    bulk.smem_cap = max_smem();
-    bulk.input_bytes = int64_t(gemv_smem(p));
-    bulk.ring_bytes = int64_t(launch_tuning().cuda_gemv_ring_kb) << 10;
-  }
-  const GemvPlan plan = gemv_plan(p.N, p.K, sm_count(), resident, mode, bulk);
-  if (plan.bulk)
-    return launch("gemv_bf16_bulk", gemv_bulk_kernel, dim3(unsigned(plan.blocks)), dim3(kBulkThreads),
-                  size_t(plan.smem_bytes), stream, p, plan.rows_per_stage, plan.stages);
+  const GemvPlan plan = gemv_plan(p.N, p.K, sm_count(), resident, mode);
   switch (plan.step) {
     case GemvStep::r2u4: return run_planned<2, 4, 2>(p, plan, stream);
     case GemvStep::r1u8: return run_planned<1, 8, 2>(p, plan, stream);
