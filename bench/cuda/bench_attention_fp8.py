@@ -3,8 +3,6 @@ and PyTorch SDPA's bf16 forward (cuDNN and flash backends), in one process: head
 1k/4k/16k at 32k tokens per batch, causal and not. FLOPs = 4*b*s^2*h*d (halved when causal). Times are medians of
 CUDA-event timings after warm-up; the flashkit calls go through bench/cuda/fp8_shim.cpp (ctypes). Also: the V^T prep kernel alone (part of every fp8 call), and the fp8 output's
 accuracy against flashkit's bf16 output on the unquantized inputs (max abs and relative RMS).
-The fp8 kernel runs in each of its configurations side by side (VARIANTS: the schedule, Tuning::fp8_overlap, and the
-K/V ring depth, Tuning::fp8_stages; docs/worklog/attention-fp8-cuda.md v2); "fp8" is the default configuration's.
 
     python3 bench/cuda/bench_attention_fp8.py --shim build/libfk_fp8_shim.so --out DIR [--quick]
 Writes DIR/attention-fp8.json; prints one line per point.
@@ -29,8 +27,6 @@ def load_shim(path):
     i64, f32, vp = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
     lib.fkb_error.restype = ctypes.c_char_p
     lib.fkb_fp8_forward.argtypes = [vp] * 5 + [i64] * 6 + [f32] * 3 + [ctypes.c_int]
-    lib.fkb_fp8_forward_cfg.argtypes = [vp] * 5 + [i64] * 6 + [f32] * 3 + [ctypes.c_int] * 4
-    lib.fkb_fp8_kernel.restype = ctypes.c_char_p
     lib.fkb_bf16_forward.argtypes = [vp] * 5 + [i64] * 6 + [ctypes.c_int]
     lib.fkb_quantize_bf16.argtypes = [vp, i64, vp, ctypes.POINTER(f32)]
     lib.fkb_vt_bytes.argtypes = [i64] * 4
@@ -42,13 +38,6 @@ def load_shim(path):
 def check(lib, rc):
     if rc != 0:
         raise RuntimeError(lib.fkb_error().decode())
-
-
-# Per head dim: (name, overlap, stages, pingpong); stages 0 is the configuration's own (fp8_config.hpp). d128: v1 (3
-# stages), v2 (4 stages, the default), v2 on 3 stages, v2 without the warpgroups' turns; d256 has only v1: its 2
-# stages (default) and 3.
-VARIANTS = {128: [("v1", 0, 0, 1), ("v2", 1, 0, 1), ("v2s3", 1, 3, 1), ("v2np", 1, 0, 0)],
-            256: [("v1", 0, 0, 1), ("v1s3", 0, 3, 1)]}
 
 
 def quantize(lib, x):
@@ -86,13 +75,6 @@ def main():
                     check(lib, lib.fkb_fp8_forward(q8.data_ptr(), k8.data_ptr(), v8.data_ptr(), o8.data_ptr(),
                                                    lse8.data_ptr(), b, s, s, h, h, d, qs, ks, vs, int(causal)))
 
-                def fp8_cfg(overlap, stages, pingpong):
-                    def f():
-                        check(lib, lib.fkb_fp8_forward_cfg(q8.data_ptr(), k8.data_ptr(), v8.data_ptr(), o8.data_ptr(),
-                                                           lse8.data_ptr(), b, s, s, h, h, d, qs, ks, vs, int(causal),
-                                                           overlap, stages, pingpong))
-                    return f
-
                 ob = torch.empty(b, s, h, d, device="cuda", dtype=torch.bfloat16)
                 lseb = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
 
@@ -115,14 +97,6 @@ def main():
                 r = {"head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h}
                 t = {"fp8": timeit(fp8, reps), "prep": timeit(prep, reps),
                      "flashkit_bf16": timeit(bf16, reps)}
-                variants = VARIANTS.get(d, [])
-                outs = {}
-                for name, ov, st, pp in variants:  # side by side; each one's output is checked against bf16 below
-                    t["fp8_" + name] = timeit(fp8_cfg(ov, st, pp), reps)
-                    r["kernel_" + name] = lib.fkb_fp8_kernel().decode()
-                    fp8_cfg(ov, st, pp)()
-                    torch.cuda.synchronize()
-                    outs[name] = o8.clone()
                 for name, be in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
                     try:
                         t[name] = timeit(sdpa(be), reps)
@@ -140,24 +114,15 @@ def main():
                 r["max_abs"] = diff.abs().max().item()
                 r["rel_rms"] = (diff.norm() / o_bf16.float().norm()).item()
                 r["finite"] = bool(torch.isfinite(o8).all().item())
-                for name, o_v in outs.items():  # each configuration vs bf16; the schedules differ only in P rounding
-                    dv_ = o_v.float() - o_bf16.float()
-                    r["rel_rms_" + name] = (dv_.norm() / o_bf16.float().norm()).item()
-                    r["finite_" + name] = bool(torch.isfinite(o_v).all().item())
-                if "v1" in outs and "v2" in outs:
-                    r["v2_vs_v1_rel_rms"] = ((outs["v2"].float() - outs["v1"].float()).norm() /
-                                             outs["v1"].float().norm()).item()
                 rows.append(r)
                 others = "  ".join("%s %.3f ms %.0f TFLOP/s" % (n, r[n + "_ms"], r[n + "_tflops"])
                                    for n in ("flashkit_bf16", "sdpa_cudnn", "sdpa_flash") if n + "_ms" in r)
-                cfgs = "  ".join("%s %.0f" % (n, r["fp8_%s_tflops" % n]) for n, _, _, _ in variants)
-                print("fp8 d%d %s s=%d b=%d h=%d: fp8 %.3f ms %.0f TFLOP/s [%s] (prep %.3f ms, %.1f%%)  %s  | vs bf16: "
-                      "max_abs %.3g rel_rms %.3g finite %s%s" % (
-                          d, "causal" if causal else "full", s, b, h, r["fp8_ms"], r["fp8_tflops"], cfgs, r["prep_ms"],
-                          100 * r["prep_ms"] / r["fp8_ms"], others, r["max_abs"], r["rel_rms"], r["finite"],
-                          "  v2 vs v1 rel_rms %.3g" % r["v2_vs_v1_rel_rms"] if "v2_vs_v1_rel_rms" in r else ""),
+                print("fp8 d%d %s s=%d b=%d h=%d: fp8 %.3f ms %.0f TFLOP/s (prep %.3f ms, %.1f%%)  %s  | vs bf16: "
+                      "max_abs %.3g rel_rms %.3g finite %s" % (
+                          d, "causal" if causal else "full", s, b, h, r["fp8_ms"], r["fp8_tflops"], r["prep_ms"],
+                          100 * r["prep_ms"] / r["fp8_ms"], others, r["max_abs"], r["rel_rms"], r["finite"]),
                       flush=True)
-                del q, k, v, q8, k8, v8, o8, lse8, vt, qt, kt, vt_, ob, lseb, o_bf16, diff, outs
+                del q, k, v, q8, k8, v8, o8, lse8, vt, qt, kt, vt_, ob, lseb, o_bf16, diff
                 torch.cuda.empty_cache()
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "attention-fp8.json"), "w") as f:

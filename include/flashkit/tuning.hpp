@@ -47,10 +47,6 @@ struct Tuning {
                                     // d64: 128|192; A/B runs); 0: auto
   int sm90_ws_persist = -1;         // FLASHKIT_SM90_WS_PERSIST: -1 the choice's; 0 one ws CTA per tile; N > 0 a
                                     // persistent ws grid of at most N CTAs (and at most one per SM)
-  bool fp8_overlap = true;          // FLASHKIT_FP8_OVERLAP=0: the fp8 forward's v1 schedule at d128 (A/B runs; d256
-                                    // has only v1); 1: v2, the softmax overlapped with the next S and P V
-  int fp8_stages = 0;               // FLASHKIT_FP8_STAGES=3|4 (d128), 2|3 (d256): the fp8 forward's K/V ring depth;
-                                    // 0 (auto) or a depth the head dim lacks: fp8_kernel_config()'s
   int sm90_bwd_config = 0;          // FLASHKIT_SM90_BWD_CFG=1: the BM 64 Hopper backward at d64
   bool sm90_bwd_ws = true;          // FLASHKIT_SM90_BWD_WS=0: the cp.async Hopper backward (v6) instead of the
                                     // warp-specialized one (v22) at d64/d128

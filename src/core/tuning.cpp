@@ -100,9 +100,6 @@ Tuning tuning_from_env() {
   static constexpr int kWsBn[] = {0, 128, 176, 192};
   t.sm90_ws_bn = kWsBn[env::choice("FLASHKIT_SM90_WS_BN", {"auto", "128", "176", "192"}, 0)];
   t.sm90_ws_persist = int(env::integer("FLASHKIT_SM90_WS_PERSIST", -1, -1, 1 << 20));
-  t.fp8_overlap = env::flag("FLASHKIT_FP8_OVERLAP", t.fp8_overlap);
-  static constexpr int kFp8Stages[] = {0, 2, 3, 4};
-  t.fp8_stages = kFp8Stages[env::choice("FLASHKIT_FP8_STAGES", {"auto", "2", "3", "4"}, 0)];
   t.sm90_bwd_config = int(env::integer("FLASHKIT_SM90_BWD_CFG", 0, 0, 1));
   t.sm90_bwd_ws = env::flag("FLASHKIT_SM90_BWD_WS", t.sm90_bwd_ws);
   t.decode_max_splits = int(env::integer("FLASHKIT_DECODE_MAX_SPLITS", 0, 1, 512));

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <random>
@@ -15,9 +14,7 @@
 #include "attention_fixture.hpp"
 #include "flashkit/attention_fp8.hpp"
 #include "flashkit/e4m3.hpp"
-#include "flashkit/tuning.hpp"
 #include "kernels/attention_fp8_args.hpp"
-#include "kernels/cuda/fp8/fp8_config.hpp"
 #include "kernels/cuda/fp8/fp8_layout.hpp"
 #include "ops/attention_fp8_choice.hpp"
 
@@ -168,7 +165,6 @@ struct Fp8Problem {
     o.poison();
     lse.poison();
   }
-  int64_t p_tile = 128;  // tile_max rounding: keys per running-max step (the CUDA kernel's v1; v2 at d128: 64)
   // The f64 reference of the dequantized inputs into (o_ref, lse_ref).
   void reference(kernels::Fp8PRounding rounding, const AttentionOptions& opts, HostTensor* o_ref, HostTensor* lse_ref) {
     *o_ref = HostTensor(DType::bf16, {B, Sq, H, D});
@@ -192,7 +188,6 @@ struct Fp8Problem {
     a.q_descale = scales.q_descale;
     a.k_descale = scales.k_descale;
     a.v_descale = scales.v_descale;
-    a.p_tile = p_tile;
     kernels::attention_forward_fp8_reference(a, rounding);
   }
 };
@@ -385,91 +380,6 @@ TEST(Fp8Choice, CudaNeedsSm90aAndAnInstantiatedHeadDim) {
   EXPECT_EQ(fp8_cuda_unsupported_reason(dev, 256), "");
   EXPECT_NE(fp8_cuda_unsupported_reason(dev, 64).find("head_dim 64"), std::string::npos);
   EXPECT_NE(fp8_cuda_unsupported_reason(dev, 96).find("supported: 128, 256"), std::string::npos);
-}
-
-// The kernel configuration (fp8_config.hpp): v2 at d128 unless Tuning::fp8_overlap is off, never at d256
-// (registers); its ring one stage deeper; a forced depth only where the head dim has it.
-TEST(Fp8Choice, KernelConfigFollowsTheKnobsWithinWhatIsInstantiated) {
-  using cuda::fp8_kernel_config;
-  const Tuning t;
-  EXPECT_TRUE(t.fp8_overlap);  // the default: v2
-  EXPECT_EQ(t.fp8_stages, 0);
-  auto eq = [](cuda::Fp8KernelConfig c, int stages, bool pingpong, bool overlap) {
-    return c.stages == stages && c.pingpong == pingpong && c.overlap == overlap;
-  };
-  EXPECT_TRUE(eq(fp8_kernel_config(128, true, true, 0), 4, true, true));
-  EXPECT_TRUE(eq(fp8_kernel_config(128, true, false, 0), 3, true, false));
-  EXPECT_TRUE(eq(fp8_kernel_config(128, false, true, 0), 4, false, true));
-  EXPECT_TRUE(eq(fp8_kernel_config(256, true, true, 0), 2, true, false));
-  EXPECT_TRUE(eq(fp8_kernel_config(256, false, false, 0), 2, false, false));
-  EXPECT_TRUE(eq(fp8_kernel_config(128, true, true, 3), 3, true, true));
-  EXPECT_TRUE(eq(fp8_kernel_config(128, true, false, 4), 4, true, false));
-  EXPECT_TRUE(eq(fp8_kernel_config(128, true, true, 2), 4, true, true));  // d128 has no 2-stage kernel: auto
-  EXPECT_TRUE(eq(fp8_kernel_config(256, true, true, 3), 3, true, false));
-  EXPECT_TRUE(eq(fp8_kernel_config(256, true, true, 4), 2, true, false));  // d256 has no 4-stage kernel
-  for (int64_t d : kFp8CudaHeadDims)
-    for (int st : {0, 2, 3, 4, 5})
-      for (bool ov : {false, true}) EXPECT_TRUE(cuda::fp8_stages_supported(d, fp8_kernel_config(d, true, ov, st).stages));
-}
-
-// Sets an environment variable for a scope.
-struct ScopedEnv {
-  const char* name;
-  ScopedEnv(const char* n, const char* v) : name(n) { ::setenv(n, v, 1); }
-  ~ScopedEnv() { ::unsetenv(name); }
-};
-
-// FLASHKIT_FP8_OVERLAP and FLASHKIT_FP8_STAGES through tuning_from_env(): an unparsable value warns once and keeps
-// the default.
-TEST(Fp8Choice, KnobsFromTheEnvironment) {
-  {
-    ScopedEnv e("FLASHKIT_FP8_OVERLAP", "0");
-    EXPECT_FALSE(tuning_from_env().fp8_overlap);
-  }
-  {
-    ScopedEnv e("FLASHKIT_FP8_OVERLAP", "1");
-    EXPECT_TRUE(tuning_from_env().fp8_overlap);
-  }
-  {
-    ScopedEnv e("FLASHKIT_FP8_OVERLAP", "maybe");
-    testing::internal::CaptureStderr();
-    EXPECT_TRUE(tuning_from_env().fp8_overlap);
-    EXPECT_TRUE(tuning_from_env().fp8_overlap);
-    const std::string err = testing::internal::GetCapturedStderr();
-    EXPECT_NE(err.find("ignoring FLASHKIT_FP8_OVERLAP=maybe (expected 0 or 1)"), std::string::npos) << err;
-    EXPECT_EQ(err.find("FLASHKIT_FP8_OVERLAP", err.find("FLASHKIT_FP8_OVERLAP") + 1), std::string::npos)
-        << "warned twice: " << err;
-  }
-  EXPECT_TRUE(tuning_from_env().fp8_overlap);  // unset: the default
-  {
-    ScopedEnv e("FLASHKIT_FP8_STAGES", "4");
-    EXPECT_EQ(tuning_from_env().fp8_stages, 4);
-  }
-  {
-    ScopedEnv e("FLASHKIT_FP8_STAGES", "7");
-    testing::internal::CaptureStderr();
-    EXPECT_EQ(tuning_from_env().fp8_stages, 0);
-    const std::string err = testing::internal::GetCapturedStderr();
-    EXPECT_NE(err.find("ignoring FLASHKIT_FP8_STAGES=7"), std::string::npos) << err;
-  }
-}
-
-// v2 rounds P against the running max of 64-key sub-tiles: the reference with p_tile 64 differs from the 128-key one
-// by where P is rounded only (same lse, ~1% apart), so the CUDA test's bound means the same for both schedules.
-TEST(Fp8Cpu, TileMaxRoundingReferenceOf64KeyTiles) {
-  Fp8Problem p(1, 130, 700, 2, 1, 128, 23);
-  AttentionOptions opts;
-  opts.causal = true;
-  HostTensor o128, lse128, o64, lse64, o_none, lse_none;
-  p.reference(kernels::Fp8PRounding::tile_max, opts, &o128, &lse128);
-  p.p_tile = 64;
-  p.reference(kernels::Fp8PRounding::tile_max, opts, &o64, &lse64);
-  p.reference(kernels::Fp8PRounding::none, opts, &o_none, &lse_none);
-  EXPECT_EQ(fk_test::rel_error(lse64, lse128), 0.0);
-  const double d = fk_test::rel_error(o64, o128);
-  EXPECT_GT(d, 0.0);
-  EXPECT_LT(d, 0.04);
-  EXPECT_LT(fk_test::rel_error(o64, o_none), 0.04);
 }
 
 // The P-from-registers layout of the CUDA kernel: the permutation is one, and packing the S accumulator as the

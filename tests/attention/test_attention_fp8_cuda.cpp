@@ -10,7 +10,6 @@
 #include <limits>
 #include <random>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "attention_fixture.hpp"
@@ -66,9 +65,8 @@ struct Case {
 constexpr double kTol = 1e-2;
 
 // The f64 reference of the e4m3 inputs (host) with P rounded as `rounding` says.
-// p_tile: the keys per running-max step of the kernel's softmax (v1: 128; v2 at d128: 64-key sub-tiles).
 void reference(const HostTensor& q, const HostTensor& k, const HostTensor& v, const AttentionFp8Scales& s, bool causal,
-               kernels::Fp8PRounding rounding, int p_tile, HostTensor* o, HostTensor* lse) {
+               kernels::Fp8PRounding rounding, HostTensor* o, HostTensor* lse) {
   const auto& qs = q.view.shape;
   const auto& ks = k.view.shape;
   kernels::AttentionFp8Args a;
@@ -88,20 +86,11 @@ void reference(const HostTensor& q, const HostTensor& k, const HostTensor& v, co
   a.q_descale = s.q_descale;
   a.k_descale = s.k_descale;
   a.v_descale = s.v_descale;
-  a.p_tile = p_tile;
+  a.p_tile = 128;
   kernels::attention_forward_fp8_reference(a, rounding);
 }
 
-// The two schedules of the kernel (Tuning::fp8_overlap; include/flashkit/tuning.hpp), both run in one process.
-// stages: Tuning::fp8_stages (0: the configuration's own).
-Tuning schedule(bool overlap, int stages) {
-  Tuning t = default_tuning();
-  t.fp8_overlap = overlap;
-  t.fp8_stages = stages;
-  return t;
-}
-
-void run_case(const Case& c, int64_t D, bool overlap, int stages = 0) {
+void run_case(const Case& c, int64_t D = 128) {
   std::mt19937 rng(uint32_t(c.Sq * 31 + c.Sk * 7 + c.H + c.causal));
   HostTensor q32(DType::bf16, {c.B, c.Sq, c.H, D}), k32(DType::bf16, {c.B, c.Sk, c.Hkv, D}),
       v32(DType::bf16, {c.B, c.Sk, c.Hkv, D});
@@ -137,17 +126,10 @@ void run_case(const Case& c, int64_t D, bool overlap, int stages = 0) {
   dlse.poison();
   AttentionOptions opts;
   opts.causal = c.causal;
-  opts.tuning = schedule(overlap, stages);
   OpCost cost;
   attention_forward_fp8(dq.view, dk.view, dv.view, dout.view, dlse.view, s, opts, &cost);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const bool v2 = overlap && D == 128;  // d256 has only v1 (fp8_config.hpp)
-  const std::string want_kernel = "cuda.flash.fwd.sm90ws.e4m3.d" + std::to_string(D) + (v2 ? ".v2" : ".v1");
-  EXPECT_EQ(cost.kernel.rfind(want_kernel, 0), 0u) << cost.kernel;
-  if (stages) {
-    EXPECT_EQ(cost.kernel, want_kernel + ".s" + std::to_string(stages));
-  }
-  const int p_tile = v2 ? 64 : 128;
+  EXPECT_EQ(cost.kernel, "cuda.flash.fwd.sm90ws.e4m3.d" + std::to_string(D));
   HostTensor o(DType::bf16, {c.B, c.Sq, c.H, D}), lse(DType::f32, {c.B, c.H, c.Sq});
   dout.down(&o);
   dlse.down(&lse);
@@ -156,13 +138,13 @@ void run_case(const Case& c, int64_t D, bool overlap, int stages = 0) {
   HostTensor o_row(DType::bf16, {c.B, c.Sq, c.H, D}), lse_row(DType::f32, {c.B, c.H, c.Sq});
   o_ref.poison();
   lse_ref.poison();
-  reference(q, k, v, s, c.causal, kernels::Fp8PRounding::tile_max, p_tile, &o_ref, &lse_ref);
-  reference(q, k, v, s, c.causal, kernels::Fp8PRounding::row_max, p_tile, &o_row, &lse_row);
+  reference(q, k, v, s, c.causal, kernels::Fp8PRounding::tile_max, &o_ref, &lse_ref);
+  reference(q, k, v, s, c.causal, kernels::Fp8PRounding::row_max, &o_row, &lse_row);
   const double err = fk_test::rel_error(o, o_ref), lse_err = fk_test::rel_error(lse, lse_ref);
   const double err_row = fk_test::rel_error(o, o_row);
-  std::printf("fp8 cuda %s d%lld B=%lld Sq=%lld Sk=%lld H=%lld Hkv=%lld causal=%d: o rel err %.2e (vs row-max "
-              "rounding %.2e), lse rel err %.2e\n",
-              v2 ? "v2" : "v1", (long long)D, (long long)c.B, (long long)c.Sq, (long long)c.Sk, (long long)c.H, (long long)c.Hkv,
+  std::printf("fp8 cuda d%lld B=%lld Sq=%lld Sk=%lld H=%lld Hkv=%lld causal=%d: o rel err %.2e (vs row-max rounding "
+              "%.2e), lse rel err %.2e\n",
+              (long long)D, (long long)c.B, (long long)c.Sq, (long long)c.Sk, (long long)c.H, (long long)c.Hkv,
               int(c.causal), err, err_row, lse_err);
   EXPECT_LT(err, kTol);
   EXPECT_LT(err_row, 0.05);  // the contract's looser statement: P rounded against some running max
@@ -172,43 +154,25 @@ void run_case(const Case& c, int64_t D, bool overlap, int stages = 0) {
   EXPECT_LT(lse_err, 1e-3);
 }
 
-// Every case on both schedules (the bool: Tuning::fp8_overlap).
-class Fp8Cuda : public ::testing::TestWithParam<std::tuple<Case, bool>> {};
+class Fp8Cuda : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Fp8Cuda, MatchesTheRoundedPReference) {
   if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
   if (!is_hopper()) GTEST_SKIP() << "not a Hopper GPU (Fp8CudaErrors checks the error there)";
-  run_case(std::get<0>(GetParam()), 128, std::get<1>(GetParam()));
+  run_case(GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, Fp8Cuda,
-                         ::testing::Combine(::testing::Values(Case{1, 1, 1, 1, 1, false}, Case{1, 17, 17, 2, 1, false},
-                                                              Case{1, 17, 17, 2, 1, true}, Case{2, 255, 255, 4, 2, true},
-                                                              Case{1, 255, 1000, 2, 2, false},
-                                                              Case{1, 1000, 1000, 4, 1, true},
-                                                              Case{1, 1000, 255, 2, 1, true},
-                                                              Case{2, 300, 300, 2, 2, false},
-                                                              Case{1, 200, 129, 2, 1, true},
-                                                              Case{1, 64, 65, 2, 2, false}),
-                                            ::testing::Bool()));
+                         ::testing::Values(Case{1, 1, 1, 1, 1, false}, Case{1, 17, 17, 2, 1, false},
+                                           Case{1, 17, 17, 2, 1, true}, Case{2, 255, 255, 4, 2, true},
+                                           Case{1, 255, 1000, 2, 2, false}, Case{1, 1000, 1000, 4, 1, true},
+                                           Case{1, 1000, 255, 2, 1, true}, Case{2, 300, 300, 2, 2, false}));
 
-// d256 has one schedule: the knob must not change it.
 TEST(Fp8Cuda, HeadDim256) {
   if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
   if (!is_hopper()) GTEST_SKIP() << "not a Hopper GPU";
-  for (bool overlap : {false, true}) {
-    run_case(Case{1, 255, 255, 2, 1, true}, 256, overlap);
-    run_case(Case{2, 130, 300, 4, 2, false}, 256, overlap);
-  }
-}
-
-// Every pipeline depth the launcher instantiates (fp8_stages_supported): both schedules at d128, d256's two.
-TEST(Fp8Cuda, EveryRingDepth) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
-  if (!is_hopper()) GTEST_SKIP() << "not a Hopper GPU";
-  for (int stages : {3, 4})
-    for (bool overlap : {false, true}) run_case(Case{1, 700, 700, 2, 1, true}, 128, overlap, stages);
-  for (int stages : {2, 3}) run_case(Case{1, 300, 300, 2, 1, false}, 256, true, stages);
+  run_case(Case{1, 255, 255, 2, 1, true}, 256);
+  run_case(Case{2, 130, 300, 4, 2, false}, 256);
 }
 
 TEST(Fp8CudaErrors, UnsupportedHeadDimOrGpuIsAClearError) {

@@ -10,9 +10,6 @@
 //     from the S accumulator into the 8-bit A fragment without shuffles.
 //   - q_descale * k_descale is folded into the softmax scale by the launcher (a.scale), v_descale into the epilogue.
 //   - O (bf16) is written from registers (the Q buffer is too small to stage it and the K/V ring is still in use).
-//   - Two consumer schedules (fp8_config.hpp chooses): v1, the bf16 kernel's (S_k issued with P_{k-1} V_{k-1}, the
-//     softmax of S_k waits for it), and at d128 v2 (OVERLAP: 64-key sub-tiles, the softmax of S_{m-1} runs while
-//     S_m and P_{m-2} V_{m-2} are on the tensor cores; see the loop's comment and the work log's v2).
 // Not supported here (src/ops rejects them first): varlen, windows, softcap; GQA is by head (no packing).
 #pragma once
 #include <atomic>
@@ -25,7 +22,6 @@
 #include "kernels/cuda/flash_common.cuh"
 #include "kernels/cuda/flash_fwd_sm90_tile.cuh"
 #include "kernels/cuda/fp8/fp8_api.hpp"
-#include "kernels/cuda/fp8/fp8_config.hpp"
 #include "kernels/cuda/fp8/fp8_layout.hpp"
 #include "kernels/cuda/launch.hpp"
 #include "kernels/cuda/tma.cuh"
@@ -87,13 +83,6 @@ struct Fp8Rows : Sm90FwdRows<__nv_bfloat16, D, BN, BM> {
       WgmmaE4m3<BN>::ss(sacc, da, db, kk > 0);
     }
     wgmma_commit();
-  }
-
-  // O *= alpha, skipped by a warp none of whose rows' maxima moved (alpha == 1 exactly: ex2(0) is 1, the product O
-  // itself). v2 rescales per 64 keys: its 64 FMULs are ~1/3 of the other per-sub-tile arithmetic, and past the first
-  // tiles most sub-tiles move no max of a warp's 16 rows. Bit-identical to rescaling always.
-  __device__ __forceinline__ void rescale_o_if_moved(const float (&alpha)[2]) {
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) this->rescale_o(alpha);
   }
 
   // P (f32 in [0, 1]) to the 8-bit A fragments, one per 32-key chunk (fp8_layout.hpp).
@@ -165,16 +154,13 @@ __device__ __forceinline__ void fp8_load_q(uint32_t sQ, const uint8_t* qbase, co
   }
 }
 
-template <int D, int BN, int STAGES, bool PINGPONG, bool OVERLAP>
+template <int D, int BN, int STAGES, bool PINGPONG>
 __global__ void __launch_bounds__(Fp8WsCfg<D, BN, STAGES>::NT, 1)
     flash_fwd_fp8_sm90_kernel(const Fp8FwdParams p, const __grid_constant__ CUtensorMap tmap_k,
                               const __grid_constant__ CUtensorMap tmap_vt) {
 #if FK_SM90_ENABLED
   using Cfg = Fp8WsCfg<D, BN, STAGES>;
-  // The overlapped schedule's softmax, P and S = Q K^T work on half key tiles (one K panel: d128 only).
-  static_assert(!OVERLAP || (D == 128 && BN == 128), "the overlapped schedule is written for d128, BN 128");
-  constexpr int BNS = OVERLAP ? BN / 2 : BN;
-  using Rows = Fp8Rows<D, BNS, Cfg::BM>;
+  using Rows = Fp8Rows<D, BN, Cfg::BM>;
   constexpr int BM = Cfg::BM;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -294,178 +280,57 @@ __global__ void __launch_bounds__(Fp8WsCfg<D, BN, STAGES>::NT, 1)
       if (wg == 1) named_barrier_arrive(kWsBarTurnFp8 + 0, 256);
     }
 
-    if constexpr (OVERLAP) {
-      // v2 (docs/worklog/attention-fp8-cuda.md): keys in sub-tiles of BNS = 64 (two per K / V^T stage). Sub-slot m
-      // issues O += P_{m-2} V_{m-2} and S_m = Q K_m^T in one turn, then runs the softmax of S_{m-1} while both run
-      // on the tensor cores: no sub-slot waits for the S it has just issued. Two S buffers of BNS keys are live
-      // beside O and P (2 x 32 + 64 + 8 registers; with 128-key S buffers ptxas spills). 2 ntiles + 2 sub-slots per
-      // warpgroup (the last two drain P V), idle or not: sub-slot m waits for K at a tile's first half and V^T at
-      // the first half of P V, and releases K after S of a tile's second half, V^T after its second P V. The
-      // steady loop is unrolled by two so each S buffer is a fixed register set, and every join of the control
-      // flow sees the same wgmmas in flight (otherwise ptxas serializes them).
-      constexpr int SUB = BN / BNS;
-      static_assert(SUB == 2, "tile_of / part_of and the pairing of the steady loop assume two sub-tiles per stage");
-      float s0[BNS / 2], s1[BNS / 2];
-      uint32_t pa[BNS / 32][4];
-      float alpha[2];
-      const int last = SUB * nb_end + 1;
-      auto in_ring = [&](int j) { return j >= nb_begin && j < nb_end; };
-      auto tile_of = [](int m) { return m >> 1; };  // floor(m / SUB), also for the negative m - 2 of the first slots
-      auto part_of = [](int m) { return m & 1; };
-      auto kpart = [&](int m) { return kbuf(tile_of(m)) + uint32_t(part_of(m)) * (BNS * 128); };
-      auto vpart = [&](int m) { return vbuf(tile_of(m)) + uint32_t(part_of(m)) * BNS; };
-      auto pre = [&](int m) {
-        if (part_of(m) == 0 && tile_of(m) < nb_end) wait_k(tile_of(m));
-        if (part_of(m - 2) == 0 && in_ring(tile_of(m - 2))) wait_v(tile_of(m - 2));
-        turn_begin();
-      };
-      auto mid = [&](int m) {
-        if constexpr (PINGPONG) {
-          if (wg == 0 || m < last) named_barrier_arrive(kWsBarTurnFp8 + (wg ^ 1), 256);
-        }
-      };
-      auto done_k = [&](int m) {  // S_{m-1} complete
-        if (part_of(m - 1) == SUB - 1 && in_ring(tile_of(m - 1))) release_k(tile_of(m - 1));
-      };
-      auto done_v = [&](int m) {  // P_{m-2} V_{m-2} complete
-        if (part_of(m - 2) == SUB - 1 && in_ring(tile_of(m - 2))) release_v(tile_of(m - 2));
-      };
-      auto idle = [&](int m) {
-        pre(m);
-        mid(m);
-        done_k(m);
-        done_v(m);
-      };
-      // Steady sub-slot: pending on entry S_{m-1} (in s_prev); on exit S_m (in s_new).
-      auto steady = [&](int m, float(&s_new)[BNS / 2], float(&s_prev)[BNS / 2]) {
-        pre(m);
-        w.issue_pv(pa, vpart(m - 2));
-        w.issue_qk(s_new, sQ, kpart(m));
-        mid(m);
-        wgmma_wait<2>();
-        wgmma_fence_regs<BNS / 2>(s_prev);
-        done_k(m);
-        w.softmax(s_prev, m - 1, alpha);
-        wgmma_wait<1>();
-        wgmma_fence_regs<D / 2>(w.o);
-        wgmma_fence_regs<BNS / 8>(&pa[0][0]);
-        done_v(m);
-        w.rescale_o_if_moved(alpha);
-        Rows::pack_p(s_prev, pa);
-      };
-      // Sub-slot me (at least two active sub-tiles): P_{me-2} V_{me-2} and the softmax of S_{me-1} (in s_prev);
-      // nothing pending on exit.
-      auto tail = [&](int m, float(&s_prev)[BNS / 2]) {
-        pre(m);
-        w.issue_pv(pa, vpart(m - 2));
-        mid(m);
-        wgmma_wait<1>();
-        wgmma_fence_regs<BNS / 2>(s_prev);
-        done_k(m);
-        w.softmax(s_prev, m - 1, alpha);
-        wgmma_wait<0>();
-        wgmma_fence_regs<D / 2>(w.o);
-        wgmma_fence_regs<BNS / 8>(&pa[0][0]);
-        done_v(m);
-        w.rescale_o_if_moved(alpha);
-        Rows::pack_p(s_prev, pa);
-      };
-      int m = SUB * nb_begin;
-      for (; m < SUB * wk.wb; ++m) idle(m);
-      if (wk.wb < wk.we) {
-        const int me = SUB * wk.we;  // active sub-tiles [SUB wb, me), at least two
-        pre(m);                      // S of the first
-        w.issue_qk(s0, sQ, kpart(m));
-        mid(m);
-        done_k(m);
-        done_v(m);
-        ++m;
-        pre(m);  // S of the second, the softmax of the first
-        w.issue_qk(s1, sQ, kpart(m));
-        mid(m);
-        wgmma_wait<1>();
-        wgmma_fence_regs<BNS / 2>(s0);
-        done_k(m);
-        w.softmax(s0, m - 1, alpha);
-        done_v(m);
-        Rows::pack_p(s0, pa);
-        // 2 (we - wb) - 2 steady sub-slots, an even count: the odd branch never runs, but without it ptxas
-        // (nvcc 13.0) serializes the v2 wgmmas (C7514: accumulator registers read inside a pipeline stage).
-        for (++m; m + 1 < me; m += 2) {
-          steady(m, s0, s1);
-          steady(m + 1, s1, s0);
-        }
-        if (m < me) {
-          steady(m, s0, s1);
-          tail(++m, s0);
-        } else {
-          tail(m, s1);
-        }
-        ++m;  // P_{me-1} V_{me-1}
-        pre(m);
-        w.issue_pv(pa, vpart(m - 2));
-        mid(m);
-        wgmma_wait<0>();
-        wgmma_fence_regs<D / 2>(w.o);
-        done_k(m);
-        done_v(m);
-        ++m;
+    float alpha[2];
+    uint32_t pa[BN / 32][4];
+    float s[BN / 2];
+    int k = nb_begin;
+    for (; k < wk.wb; ++k) idle_slot(k);
+    if (wk.wb < wk.we) {
+      wait_k(k);
+      if (k > nb_begin) {
+        wait_v(k - 1);
+        release_v(k - 1);
       }
-      for (; m <= last; ++m) idle(m);
-    } else {
-      float alpha[2];
-      uint32_t pa[BN / 32][4];
-      float s[BN / 2];
-      int k = nb_begin;
-      for (; k < wk.wb; ++k) idle_slot(k);
-      if (wk.wb < wk.we) {
+      turn_begin();
+      w.issue_qk(s, sQ, kbuf(k));
+      turn_end(k);
+      wgmma_wait<0>();
+      wgmma_fence_regs<BN / 2>(s);
+      release_k(k);
+      w.softmax(s, k, alpha);
+      Rows::pack_p(s, pa);
+      for (++k; k < wk.we; ++k) {
         wait_k(k);
-        if (k > nb_begin) {
-          wait_v(k - 1);
-          release_v(k - 1);
-        }
         turn_begin();
         w.issue_qk(s, sQ, kbuf(k));
+        wait_v(k - 1);
+        w.issue_pv(pa, vbuf(k - 1));
         turn_end(k);
-        wgmma_wait<0>();
+        wgmma_wait<1>();
         wgmma_fence_regs<BN / 2>(s);
         release_k(k);
         w.softmax(s, k, alpha);
-        Rows::pack_p(s, pa);
-        for (++k; k < wk.we; ++k) {
-          wait_k(k);
-          turn_begin();
-          w.issue_qk(s, sQ, kbuf(k));
-          wait_v(k - 1);
-          w.issue_pv(pa, vbuf(k - 1));
-          turn_end(k);
-          wgmma_wait<1>();
-          wgmma_fence_regs<BN / 2>(s);
-          release_k(k);
-          w.softmax(s, k, alpha);
-          wgmma_wait<0>();
-          wgmma_fence_regs<D / 2>(w.o);
-          wgmma_fence_regs<BN / 8>(&pa[0][0]);
-          release_v(k - 1);
-          w.rescale_o(alpha);
-          Rows::pack_p(s, pa);
-        }
-        if (k < nb_end) {
-          wait_k(k);
-          release_k(k);
-        }
-        wait_v(k - 1);
-        turn_begin();
-        w.issue_pv(pa, vbuf(k - 1));
-        turn_end(k);
         wgmma_wait<0>();
         wgmma_fence_regs<D / 2>(w.o);
+        wgmma_fence_regs<BN / 8>(&pa[0][0]);
         release_v(k - 1);
-        ++k;
+        w.rescale_o(alpha);
+        Rows::pack_p(s, pa);
       }
-      for (; k <= nb_end; ++k) idle_slot(k);
-
+      if (k < nb_end) {
+        wait_k(k);
+        release_k(k);
+      }
+      wait_v(k - 1);
+      turn_begin();
+      w.issue_pv(pa, vbuf(k - 1));
+      turn_end(k);
+      wgmma_wait<0>();
+      wgmma_fence_regs<D / 2>(w.o);
+      release_v(k - 1);
+      ++k;
     }
+    for (; k <= nb_end; ++k) idle_slot(k);
   }
   w.store(sr, trows, m0, rows, p.v_descale);
 #else
@@ -490,11 +355,11 @@ inline bool encode_fp8_tmap_4d(CUtensorMap* map, const void* base, const cuuint6
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int D, int BN, int STAGES, bool PINGPONG, bool OVERLAP>
+template <int D, int BN, int STAGES, bool PINGPONG>
 Fp8LaunchResult launch_fwd_fp8_sm90_cfg(const Fp8FwdParams& p, const uint8_t* vt, cudaStream_t stream) {
   using Cfg = Fp8WsCfg<D, BN, STAGES>;
   static_assert(Cfg::smem <= 227 * 1024, "shared memory per CTA exceeds the opt-in limit");
-  auto kern = flash_fwd_fp8_sm90_kernel<D, BN, STAGES, PINGPONG, OVERLAP>;
+  auto kern = flash_fwd_fp8_sm90_kernel<D, BN, STAGES, PINGPONG>;
   if (!sm90_kernel_usable(kern)) return {false, "the fp8 kernel has no sm_90a code for this device"};
   const bool regs_ok = once_per_kernel_device<bool>(reinterpret_cast<const void*>(kern), [&](int) {
     cudaFuncAttributes attr{};
@@ -539,28 +404,12 @@ Fp8LaunchResult launch_fwd_fp8_sm90_cfg(const Fp8FwdParams& p, const uint8_t* vt
   return {true, ""};
 }
 
-template <int D, int STAGES>
-Fp8LaunchResult launch_fwd_fp8_sm90_stages(const Fp8FwdParams& p, const uint8_t* vt, const Fp8KernelConfig& c,
-                                           cudaStream_t stream) {
-  constexpr int BN = kFp8KeyTile;
-  if constexpr (D == 128) {  // d256 has no overlapped schedule (fp8_config.hpp: registers)
-    if (c.overlap)
-      return c.pingpong ? launch_fwd_fp8_sm90_cfg<D, BN, STAGES, true, true>(p, vt, stream)
-                        : launch_fwd_fp8_sm90_cfg<D, BN, STAGES, false, true>(p, vt, stream);
-  }
-  return c.pingpong ? launch_fwd_fp8_sm90_cfg<D, BN, STAGES, true, false>(p, vt, stream)
-                    : launch_fwd_fp8_sm90_cfg<D, BN, STAGES, false, false>(p, vt, stream);
-}
-
-// c: fp8_kernel_config()'s, for this D (its stage counts are the ones instantiated here).
 template <int D>
-Fp8LaunchResult launch_flash_fwd_fp8_sm90(const Fp8FwdParams& p, const uint8_t* vt, const Fp8KernelConfig& c,
-                                          cudaStream_t stream) {
-  static_assert(D == 128 || D == 256, "fp8 kernels exist for d128 and d256");
-  constexpr int kFew = D == 128 ? 3 : 2;  // fp8_stages_supported: {3, 4} at d128, {2, 3} at d256
-  if (!fp8_stages_supported(D, c.stages)) return {false, "the fp8 kernel has no such pipeline depth for this head dim"};
-  return c.stages == kFew ? launch_fwd_fp8_sm90_stages<D, kFew>(p, vt, c, stream)
-                          : launch_fwd_fp8_sm90_stages<D, kFew + 1>(p, vt, c, stream);
+Fp8LaunchResult launch_flash_fwd_fp8_sm90(const Fp8FwdParams& p, const uint8_t* vt, bool pingpong, cudaStream_t stream) {
+  // d128: 16 KB of Q + 3 x (16 KB K + 16 KB V^T) = 112 KB; d256: 32 KB + 2 x (32 KB + 32 KB) = 160 KB.
+  constexpr int BN = kFp8KeyTile, STAGES = D == 128 ? 3 : 2;
+  return pingpong ? launch_fwd_fp8_sm90_cfg<D, BN, STAGES, true>(p, vt, stream)
+                  : launch_fwd_fp8_sm90_cfg<D, BN, STAGES, false>(p, vt, stream);
 }
 
 }  // namespace flashkit::cuda

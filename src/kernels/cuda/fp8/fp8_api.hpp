@@ -7,7 +7,6 @@
 
 #include "flashkit/dtype.hpp"
 #include "kernels/attention_args.hpp"
-#include "kernels/cuda/fp8/fp8_config.hpp"
 
 namespace flashkit::cuda {
 
@@ -26,11 +25,9 @@ struct Fp8LaunchResult {
   const char* why_not;  // when not launched: a sentence for Status::unsupported
 };
 
-// The warp-specialized sm_90a kernel for head dim D (instantiated for 128 and 256) in configuration c
-// (fp8_kernel_config()); vt: the prep kernel's V^T.
+// The warp-specialized sm_90a kernel for head dim D (instantiated for 128); vt: the prep kernel's V^T.
 template <int D>
-Fp8LaunchResult launch_flash_fwd_fp8_sm90(const Fp8FwdParams& p, const uint8_t* vt, const Fp8KernelConfig& c,
-                                          cudaStream_t stream);
+Fp8LaunchResult launch_flash_fwd_fp8_sm90(const Fp8FwdParams& p, const uint8_t* vt, bool pingpong, cudaStream_t stream);
 
 // V [batch, seqlen_k, kv_heads, head_dim] (e4m3, strided) -> vt [batch, kv_heads, head_dim, keys] with keys =
 // fp8_vt_keys(seqlen_k, kFp8KeyTile), permuted inside 32-key chunks (fp8_layout.hpp), padding zero.
