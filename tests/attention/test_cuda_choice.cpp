@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/cuda/bwd_ws_staging.hpp"
 #include "kernels/cuda/ws_schedule.hpp"
 #include "ops/attention_choice.hpp"
 
@@ -533,6 +535,52 @@ TEST(CudaChoice, BackwardWarpSpecialized) {
   AttentionShape v = shape(1, 8, 2, 128, 100, 100);
   v.batch = 5, v.max_seqlen_q = 60, v.max_seqlen_k = 80;
   EXPECT_EQ(bwd(v, 0.f, h200(), dflt).kernel, CudaKernel::bwd_sm90_ws);
+}
+
+// The ws backward's LSE/Dsum staging (bwd_ws_staging.hpp): every query row of a step staged by exactly one consumer
+// thread, half by each warpgroup; and the slot ring under the kernel's only ordering, the dS^T barriers. Epoch e is
+// the time between barriers e-1 and e (epoch -1: before the loop's first): step s reads its slot in epoch s, and
+// step s+1's values are written in epoch s. Accesses within an epoch are unordered, so a slot written in an epoch
+// must not be read there, and each read must find its own step's values (written in an earlier epoch). v22's first
+// version ordered these stores with mbarriers instead, which racecheck reported (run s14-3).
+TEST(CudaChoice, BackwardWsLseStaging) {
+  auto rows_of = [](auto bm_tag) {
+    constexpr int BM = decltype(bm_tag)::value;
+    std::vector<int> owner(BM, -1);
+    int per_wg[2] = {0, 0};
+    for (int tid = 0; tid < 256; ++tid) {
+      const int r = flashkit::cuda::bwd_ws_lse_row<BM>(tid);
+      if (r < 0) continue;
+      ASSERT_LT(r, BM) << tid;
+      EXPECT_EQ(owner[r], -1) << "row " << r << " staged twice (BM " << BM << ")";
+      owner[r] = tid;
+      ++per_wg[tid / 128];
+    }
+    for (int r = 0; r < BM; ++r) EXPECT_GE(owner[r], 0) << "row " << r << " never staged (BM " << BM << ")";
+    EXPECT_EQ(per_wg[0], BM / 2);
+    EXPECT_EQ(per_wg[1], BM / 2);
+  };
+  rows_of(std::integral_constant<int, 64>{});
+  rows_of(std::integral_constant<int, 128>{});
+
+  using flashkit::cuda::bwd_ws_lse_slot;
+  using flashkit::cuda::kBwdWsLseSlots;
+  for (int nsteps = 1; nsteps <= 7; ++nsteps) {
+    std::vector<int> holds(kBwdWsLseSlots, -1);  // the step whose values each slot holds
+    for (int e = -1; e < nsteps; ++e) {
+      const int wstep = e + 1 < nsteps ? e + 1 : -1, rstep = e >= 0 ? e : -1;
+      if (wstep >= 0) {
+        ASSERT_GE(bwd_ws_lse_slot(wstep), 0);
+        ASSERT_LT(bwd_ws_lse_slot(wstep), kBwdWsLseSlots);
+      }
+      if (rstep >= 0) {
+        EXPECT_EQ(holds[bwd_ws_lse_slot(rstep)], rstep) << "step " << rstep << " of " << nsteps;
+        if (wstep >= 0)
+          EXPECT_NE(bwd_ws_lse_slot(wstep), bwd_ws_lse_slot(rstep)) << "epoch " << e << " of " << nsteps;
+      }
+      if (wstep >= 0) holds[bwd_ws_lse_slot(wstep)] = wstep;
+    }
+  }
 }
 
 // FLASHKIT_SM90_BWD_WS through tuning_from_env(): on by default, 0/1 (and the other flag spellings) honoured, an
