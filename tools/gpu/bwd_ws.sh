@@ -45,7 +45,8 @@ for st in "${STAGES[@]}"; do
         o=$BUILD/src/CMakeFiles/flashkit_core.dir/kernels/cuda/flash_bwd_sm90_ws_${obj}.cu.o
         cmd=$(cd "$BUILD" && ninja -t commands "${o#$BUILD/}" 2>/dev/null | tail -1 | sed "s# -o [^ ]*# -o /tmp/ptxas_ws_$obj.o#")
         [ -n "$cmd" ] && (cd "$BUILD" && eval "$cmd -Xptxas -v") 2>&1 |
-          grep -A2 "flash_bwd_sm90_ws_kernel" | grep -E "registers|spill" | sed "s/^/ptxas $obj: /" | tee -a "$SUM"
+          grep -E -A2 "flash_bwd_sm90_ws_kernel|C75[0-9][0-9]" | grep -E "registers|spill|C75[0-9][0-9]" | cut -c1-160 |
+          sed "s/^/ptxas $obj: /" | tee -a "$SUM"
       done ;;
     test)
       run choice "$BUILD/tests/attention/flashkit_tests" --gtest_filter='CudaChoice.*' --gtest_brief=1

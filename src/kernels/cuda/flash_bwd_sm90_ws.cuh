@@ -17,7 +17,7 @@
 //     reuse two steps later (a warpgroup past step s+1's barrier knows the other finished step s). No CTA barrier
 //     in the loop: loads never stall on the slower warpgroup, the next step's Q/dO land while this one computes.
 //     The rows' LSE*log2e and Dsum (per query, i.e. per accumulator column: staged in shared memory) ride on the
-//     same barrier: during step s, once its P and dS are computed, the consumers load step s+1's from global
+//     same barrier: during step s, once its dV/dK products are issued, the consumers load step s+1's from global
 //     memory into slot (s+1)&1 (bwd_ws_staging.hpp), so the barrier of step s orders those stores before step
 //     s+1's reads, and the barrier of step s-1 orders step s-1's reads of that slot before them. (v22's first version had the loader
 //     warp store them under the stage's mbarriers: correct by the PTX memory model through __syncwarp + one
@@ -279,11 +279,10 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM>::NT, 1)
     }
   }
   // The next step's LSE/Dsum from global memory into its slot (every consumer read that slot, step sidx-1, before
-  // the previous barrier), once S^T/dP^T are dead (no registers held across those MMAs). At d128 after the dV/dK
-  // products are issued: the load latency hides under them (the dQ product after the barrier queues behind them
-  // anyway). At d64 (BM 128: twice the P/dS registers) that placement spilled 4 bytes, so before them there (d64
-  // runs v6 by default).
-  constexpr bool kStageLseAfterIssue = D == 128;
+  // the previous barrier), after the dV/dK products are issued: the load latency hides under them (the dQ product
+  // after the barrier queues behind them anyway), and S^T/dP^T are dead (no registers held across those MMAs).
+  // ptxas: no spills, no serialized wgmmas (the FK_BWD90WS_DQ_ATOMIC build: 4 bytes of spill at d128). Staged
+  // before the dV/dK issue instead, ptxas serialized d64's wgmmas (C7512, registers).
   StepWalk w = walk0;
   int sidx = 0;
   auto stage_next_lse_dsum = [&] {
@@ -373,7 +372,6 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM>::NT, 1)
         sts_u32(sdS + pswz<BN>(key, 2 * kk + (q >> 1)) + 4 * t4, sa[kk][q]);
       }
 
-    if constexpr (!kStageLseAfterIssue) stage_next_lse_dsum();
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk)
@@ -382,7 +380,7 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM>::NT, 1)
     for (int kk = 0; kk < BM / 16; ++kk)
       Wgmma<T, D>::template rs<1>(dk, sa[kk], smem_desc(sQ + kk * 2048, BM * 128, 1024), 1);
     wgmma_commit();
-    if constexpr (kStageLseAfterIssue) stage_next_lse_dsum();
+    stage_next_lse_dsum();
 
     // Both warpgroups' dS^T stores visible to the async proxy before either's dQ reads them; the next step's
     // LSE/Dsum stores before its reads (bar.sync orders the generic proxy).
