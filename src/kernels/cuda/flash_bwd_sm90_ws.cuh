@@ -19,10 +19,10 @@
 //     The rows' LSE*log2e and Dsum (per query, i.e. per accumulator column: staged in shared memory) ride on the
 //     same barrier: during step s, once its dV/dK products are issued, the consumers load step s+1's from global
 //     memory into slot (s+1)&1 (bwd_ws_staging.hpp), so the barrier of step s orders those stores before step
-//     s+1's reads, and the barrier of step s-1 orders step s-1's reads of that slot before them. (v22's first version had the loader
-//     warp store them under the stage's mbarriers: correct by the PTX memory model through __syncwarp + one
-//     arrival per warp, but compute-sanitizer racecheck reported it (run s14-3); this protocol uses only
-//     bar.sync, which racecheck models, and takes the loads off the 32-register producer. Worklog v22.)
+//     s+1's reads, and the barrier of step s-1 orders step s-1's reads of that slot before them. (v22's first
+//     version had the loader warp store them under the stage's mbarriers: correct by the PTX memory model through
+//     __syncwarp + one arrival per warp, but compute-sanitizer racecheck reported it (run s14-3); this protocol
+//     uses only bar.sync, which racecheck models, and takes the loads off the 32-register producer. Worklog v22.)
 // FK_BWD90WS_DQ_ATOMIC (A/B builds only): dQ by the consumers' float4 atomics as v6 does, no dQ buffer or writer.
 // Rows past a sequence's end: TMA zero-fills past the tensor's end; inside a packed varlen tensor it reads the next
 // sequence's rows. P = dS = 0 there (mask, LSE = +inf), but 0 times a non-finite value of the next sequence would
@@ -269,7 +269,8 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM>::NT, 1)
     sts_f32(base + Cfg::oDs + uint32_t(slot * BM + lse_row) * 4, v.dsum);
   };
   if (nsteps > 0) {
-    if (lse_row >= 0) stage_lse_dsum(bwd_ws_lse_slot(0), bwd_ws_load_lse_dsum(p, sr, walk0.h, walk0.m0, lse_row, nq, nk));
+    if (lse_row >= 0)
+      stage_lse_dsum(bwd_ws_lse_slot(0), bwd_ws_load_lse_dsum(p, sr, walk0.h, walk0.m0, lse_row, nq, nk));
     named_barrier(kBwdWsBarDs, Cfg::kConsumers);
     mbar_wait(bar_kv, 0);
     if (varlen && n0 + BN > nk) {  // the next sequence's keys: zero (dQ = dS K would carry 0 * their values)
