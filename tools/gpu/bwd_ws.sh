@@ -40,7 +40,8 @@ for st in "${STAGES[@]}"; do
         -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 || exit 1
       run build cmake --build "$BUILD" -j"$(nproc)" --target flashkit flashkit_cuda_tests flashkit_tests || exit 1
       # Registers and spills of the new kernel (one instantiation per dtype and head dim), compiled again with
-      # ptxas -v: 168 registers (the launch bound; setmaxnreg moves them), no spills expected at d128.
+      # ptxas -v: 168 registers (the launch bound; setmaxnreg moves them), 0 spills and no C75xx line (serialized
+      # wgmmas) expected for all four.
       for obj in bf16_d64 bf16_d128 f16_d64 f16_d128; do
         o=$BUILD/src/CMakeFiles/flashkit_core.dir/kernels/cuda/flash_bwd_sm90_ws_${obj}.cu.o
         cmd=$(cd "$BUILD" && ninja -t commands "${o#$BUILD/}" 2>/dev/null | tail -1 | sed "s# -o [^ ]*# -o /tmp/ptxas_ws_$obj.o#")
@@ -69,7 +70,7 @@ for st in "${STAGES[@]}"; do
         echo "bwd paths (Grid): $(paths_between "$l0" "$l1")"
         echo "bwd paths (Paths/sm90bwd_v6): $(paths_between "$l1" "$l2")"
         echo "bwd paths (Paths/sm90bwd_ws, d64 forced): $(paths_between "$l2" "$l3")"
-        echo "bwd paths (varlen non-finite, default then v6 per head dim): $(grep -E '^bwd path: varlen non-finite' "$LOG" | awk '{print $NF}' | tr '\n' ' ')"
+        echo "bwd paths (varlen non-finite, v22 forced then v6 per head dim): $(grep -E '^bwd path: varlen non-finite' "$LOG" | awk '{print $NF}' | tr '\n' ' ')"
         echo "ws fallbacks: $(grep -c 'warp-specialized Hopper backward not used' "$LOG")"
       } | tee -a "$SUM" ;;
     sanitize)
