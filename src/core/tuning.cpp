@@ -101,7 +101,8 @@ Tuning tuning_from_env() {
   t.sm90_ws_bn = kWsBn[env::choice("FLASHKIT_SM90_WS_BN", {"auto", "128", "176", "192"}, 0)];
   t.sm90_ws_persist = int(env::integer("FLASHKIT_SM90_WS_PERSIST", -1, -1, 1 << 20));
   t.sm90_bwd_config = int(env::integer("FLASHKIT_SM90_BWD_CFG", 0, 0, 1));
-  t.sm90_bwd_ws = env::flag("FLASHKIT_SM90_BWD_WS", t.sm90_bwd_ws);
+  static constexpr int kBwdWs[] = {-1, 0, 1, 0, 1};
+  t.sm90_bwd_ws = kBwdWs[env::choice("FLASHKIT_SM90_BWD_WS", {"auto", "0", "1", "off", "on"}, 0)];
   t.decode_max_splits = int(env::integer("FLASHKIT_DECODE_MAX_SPLITS", 0, 1, 512));
   t.decode_combine = DecodeCombine(env::choice("FLASHKIT_DECODE_COMBINE", {"auto", "kernel", "cluster"}, 0));
   t.decode_pdl = env::flag("FLASHKIT_DECODE_PDL", t.decode_pdl);

@@ -120,10 +120,11 @@ BwdChoice choose_bwd(const kernels::AttentionShape& sh, float softcap, const Dev
   BwdChoice c;
   c.dpad = cuda::padded_head_dim(sh.head_dim);
   const int D = c.dpad;
-  // The warp-specialized backward (v22) at d64/d128 with v6's default tiles: every mask, GQA and varlen, no softcap
-  // (its instantiation would need v6's separate softcap loop; those calls and FLASHKIT_SM90_BWD_CFG=1 stay on v6).
-  if (t.sm90 && dev.sm90a && allow_ws && t.sm90_bwd_ws && (D == 64 || D == 128) && softcap <= 0.f &&
-      t.sm90_bwd_config == 0) {
+  // The warp-specialized backward (v22) with v6's default tiles: every mask, GQA and varlen, no softcap (its
+  // instantiation would need v6's separate softcap loop; those calls and FLASHKIT_SM90_BWD_CFG=1 stay on v6). By
+  // default at d128 only: there it beat v6 by 10-32%, at d64 it lost (0.83-0.87x; run s14-3, worklog v22).
+  const bool ws_dim = t.sm90_bwd_ws > 0 ? (D == 64 || D == 128) : (t.sm90_bwd_ws < 0 && D == 128);
+  if (t.sm90 && dev.sm90a && allow_ws && ws_dim && softcap <= 0.f && t.sm90_bwd_config == 0) {
     const auto tile = cuda::sm90_bwd_ws_tile(D);
     c.kernel = CudaKernel::bwd_sm90_ws;
     c.tile_m = tile.bm, c.tile_n = tile.bn();

@@ -411,10 +411,13 @@ std::vector<Path> paths() {
   t = Tuning{};
   t.sm90_bwd_config = 1;
   v.push_back({"sm90bwdcfg1", t});
-  // The cp.async Hopper backward (v6) where the warp-specialized one (v22) is the default (FLASHKIT_SM90_BWD_WS=0).
+  // The cp.async Hopper backward (v6) where the warp-specialized one (v22) is the default, d128
+  // (FLASHKIT_SM90_BWD_WS=0), and v22 where v6 is, d64 (FLASHKIT_SM90_BWD_WS=1).
   t = Tuning{};
-  t.sm90_bwd_ws = false;
+  t.sm90_bwd_ws = 0;
   v.push_back({"sm90bwd_v6", t});
+  t.sm90_bwd_ws = 1;
+  v.push_back({"sm90bwd_ws", t});
   t = Tuning{};
   t.decode_combine = DecodeCombine::cluster;
   v.push_back({"decode_cluster", t});
@@ -908,7 +911,7 @@ TEST(CudaAttention, VarlenNonFiniteStaysInItsSequence) {
   const DType dt = DType::bf16;
   for (int64_t D : {64, 128}) {
     for (bool v6 : {false, true}) {
-      SCOPED_TRACE("d" + std::to_string(D) + (v6 ? " v6" : " default"));
+      SCOPED_TRACE("d" + std::to_string(D) + (v6 ? " v6" : " v22 forced"));
       std::mt19937 rng(uint32_t(D) + (v6 ? 7u : 0u));
       HostTensor q(dt, {1, Sq, H, D}), k(dt, {1, Sk, Hkv, D}), v(dt, {1, Sk, Hkv, D}), dout(dt, {1, Sq, H, D});
       for (HostTensor* t : {&q, &k, &v, &dout}) t->fill_random(rng);
@@ -955,7 +958,7 @@ TEST(CudaAttention, VarlenNonFiniteStaysInItsSequence) {
       opts.cu_seqlens_k = dcu + cu_q.size();
       opts.impl = AttentionImpl::flash;
       Tuning t;
-      t.sm90_bwd_ws = !v6;
+      t.sm90_bwd_ws = v6 ? 0 : 1;
       opts.tuning = t;
       dq.poison();
       dk.poison();

@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/cuda/bwd_ws_staging.hpp"
 #include "kernels/cuda/ws_schedule.hpp"
 #include "ops/attention_choice.hpp"
 
@@ -441,12 +443,12 @@ TEST(CudaChoice, Backward) {
                 flashkit::kernel_name(c, DType::bf16).c_str(), c.tile_m, c.tile_n);
     return c;
   };
-  // d64/d128 on Hopper: the warp-specialized backward (v22) on v6's default tiles.
+  // d64 on Hopper: the cp.async backward (v6; the warp-specialized one lost there, run s14-3), BM 128.
   BwdChoice c = bwd("d64", 64, 0.f, h200());
-  EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90_ws);
+  EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90);
   EXPECT_EQ(c.tile_m, 128);
   EXPECT_EQ(c.tile_n, 128);
-  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.bwd.sm90ws.bf16.d64");
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.bwd.sm90wgmma.bf16.d64");
   // softcap and FLASHKIT_SM90_BWD_CFG=1 stay on v6.
   c = bwd("d64 softcap", 64, 30.f, h200());
   EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90);
@@ -457,6 +459,7 @@ TEST(CudaChoice, Backward) {
   c = bwd("d64 config 1", 64, 0.f, h200(), t);
   EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90);
   EXPECT_EQ(c.tile_m, 64);
+  // d128: the warp-specialized backward (v22) on v6's default tile.
   c = bwd("d128", 128, 0.f, h200());
   EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90_ws);
   EXPECT_EQ(c.tile_m, 64);
@@ -500,7 +503,8 @@ TEST(CudaChoice, Backward) {
   EXPECT_EQ(flashkit::kernel_name(c, DType::f16), "cuda.flash.bwd.sm80mma.f16.d64");
 }
 
-// The warp-specialized backward (v22): only d64/d128 without softcap on an sm_90a device; Tuning::sm90_bwd_ws = false
+// The warp-specialized backward (v22): without softcap on an sm_90a device, by default (Tuning::sm90_bwd_ws = -1) at
+// head dims padded to 128 only (d64 measured slower than v6, run s14-3), forced (1) at d64 too; 0
 // (FLASHKIT_SM90_BWD_WS=0) and a launch that declined (allow_ws = false) give v6 with its own tile; sm90 = false and
 // devices without sm_90a code the portable kernel. Masks, GQA and varlen do not enter the choice.
 TEST(CudaChoice, BackwardWarpSpecialized) {
@@ -508,54 +512,113 @@ TEST(CudaChoice, BackwardWarpSpecialized) {
     return flashkit::choose_bwd(sh, softcap, dev, t, allow_ws);
   };
   const Tuning dflt;
-  EXPECT_TRUE(dflt.sm90_bwd_ws);
+  EXPECT_EQ(dflt.sm90_bwd_ws, -1);
+  Tuning forced;
+  forced.sm90_bwd_ws = 1;
   for (int d : {40, 64, 96, 128}) {  // padded head dims included
     const AttentionShape sh = shape(1, 8, 2, d, 77, 300);
     BwdChoice c = bwd(sh, 0.f, h200(), dflt);
+    EXPECT_EQ(c.kernel, c.dpad == 128 ? CudaKernel::bwd_sm90_ws : CudaKernel::bwd_sm90) << d;
+    EXPECT_EQ(c.tile_n, 128) << d;
+    EXPECT_EQ(c.tile_m, c.dpad == 64 ? 128 : 64) << d;
+    c = bwd(sh, 0.f, h200(), forced);
     EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90_ws) << d;
     EXPECT_EQ(c.tile_n, 128) << d;
     EXPECT_EQ(c.tile_m, c.dpad == 64 ? 128 : 64) << d;
+    EXPECT_EQ(bwd(sh, 30.f, h200(), forced).kernel, CudaKernel::bwd_sm90) << d;  // softcap: v6 even when forced
     Tuning off;
-    off.sm90_bwd_ws = false;
+    off.sm90_bwd_ws = 0;
     c = bwd(sh, 0.f, h200(), off);
     EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90) << d;
     EXPECT_EQ(c.tile_m, c.dpad == 64 ? 128 : 64) << d;
     EXPECT_EQ(flashkit::kernel_name(c, DType::bf16).rfind("cuda.flash.bwd.sm90wgmma.", 0), 0u) << d;
     c = bwd(sh, 0.f, h200(), dflt, /*allow_ws=*/false);
     EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90) << d;
+    EXPECT_EQ(bwd(sh, 0.f, h200(), forced, /*allow_ws=*/false).kernel, CudaKernel::bwd_sm90) << d;
     EXPECT_EQ(bwd(sh, 0.f, a100(), dflt).kernel, CudaKernel::bwd_sm80) << d;
     Tuning no90;
     no90.sm90 = false;
     EXPECT_EQ(bwd(sh, 0.f, h200(), no90).kernel, CudaKernel::bwd_sm80) << d;
   }
-  // d256 keeps its own kernel; varlen shapes take v22 like any other.
+  // d256 keeps its own kernel, forced or not; varlen shapes take v22 like any other.
   EXPECT_EQ(bwd(shape(1, 8, 8, 256, 512, 512), 0.f, h200(), dflt).kernel, CudaKernel::bwd_sm90);
+  EXPECT_EQ(bwd(shape(1, 8, 8, 256, 512, 512), 0.f, h200(), forced).kernel, CudaKernel::bwd_sm90);
   AttentionShape v = shape(1, 8, 2, 128, 100, 100);
   v.batch = 5, v.max_seqlen_q = 60, v.max_seqlen_k = 80;
   EXPECT_EQ(bwd(v, 0.f, h200(), dflt).kernel, CudaKernel::bwd_sm90_ws);
 }
 
-// FLASHKIT_SM90_BWD_WS through tuning_from_env(): on by default, 0/1 (and the other flag spellings) honoured, an
-// unparsable value warned about once and the default kept.
+// The ws backward's LSE/Dsum staging (bwd_ws_staging.hpp): every query row of a step staged by exactly one consumer
+// thread, half by each warpgroup; and the slot ring under the kernel's only ordering, the dS^T barriers. Epoch e is
+// the time between barriers e-1 and e (epoch -1: before the loop's first): step s reads its slot in epoch s, and
+// step s+1's values are written in epoch s. Accesses within an epoch are unordered, so a slot written in an epoch
+// must not be read there, and each read must find its own step's values (written in an earlier epoch). v22's first
+// version ordered these stores with mbarriers instead, which racecheck reported (run s14-3).
+TEST(CudaChoice, BackwardWsLseStaging) {
+  auto rows_of = [](auto bm_tag) {
+    constexpr int BM = decltype(bm_tag)::value;
+    std::vector<int> owner(BM, -1);
+    int per_wg[2] = {0, 0};
+    for (int tid = 0; tid < 256; ++tid) {
+      const int r = flashkit::cuda::bwd_ws_lse_row<BM>(tid);
+      if (r < 0) continue;
+      ASSERT_LT(r, BM) << tid;
+      EXPECT_EQ(owner[r], -1) << "row " << r << " staged twice (BM " << BM << ")";
+      owner[r] = tid;
+      ++per_wg[tid / 128];
+    }
+    for (int r = 0; r < BM; ++r) EXPECT_GE(owner[r], 0) << "row " << r << " never staged (BM " << BM << ")";
+    EXPECT_EQ(per_wg[0], BM / 2);
+    EXPECT_EQ(per_wg[1], BM / 2);
+  };
+  rows_of(std::integral_constant<int, 64>{});
+  rows_of(std::integral_constant<int, 128>{});
+
+  using flashkit::cuda::bwd_ws_lse_slot;
+  using flashkit::cuda::kBwdWsLseSlots;
+  for (int nsteps = 1; nsteps <= 7; ++nsteps) {
+    std::vector<int> holds(kBwdWsLseSlots, -1);  // the step whose values each slot holds
+    for (int e = -1; e < nsteps; ++e) {
+      const int wstep = e + 1 < nsteps ? e + 1 : -1, rstep = e >= 0 ? e : -1;
+      if (wstep >= 0) {
+        ASSERT_GE(bwd_ws_lse_slot(wstep), 0);
+        ASSERT_LT(bwd_ws_lse_slot(wstep), kBwdWsLseSlots);
+      }
+      if (rstep >= 0) {
+        EXPECT_EQ(holds[bwd_ws_lse_slot(rstep)], rstep) << "step " << rstep << " of " << nsteps;
+        if (wstep >= 0)
+          EXPECT_NE(bwd_ws_lse_slot(wstep), bwd_ws_lse_slot(rstep)) << "epoch " << e << " of " << nsteps;
+      }
+      if (wstep >= 0) holds[bwd_ws_lse_slot(wstep)] = wstep;
+    }
+  }
+}
+
+// FLASHKIT_SM90_BWD_WS through tuning_from_env(): auto (-1) by default, auto/0/1/off/on honoured, an unparsable
+// value warned about once and the default kept.
 TEST(CudaChoice, BackwardWsFromEnvironment) {
   const char* name = "FLASHKIT_SM90_BWD_WS";
   const char* old = std::getenv(name);
   const std::string saved = old ? old : "";
   unsetenv(name);
-  EXPECT_TRUE(flashkit::tuning_from_env().sm90_bwd_ws);
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_bwd_ws, -1);
   setenv(name, "0", 1);
-  EXPECT_FALSE(flashkit::tuning_from_env().sm90_bwd_ws);
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_bwd_ws, 0);
   setenv(name, "1", 1);
-  EXPECT_TRUE(flashkit::tuning_from_env().sm90_bwd_ws);
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_bwd_ws, 1);
   setenv(name, "off", 1);
-  EXPECT_FALSE(flashkit::tuning_from_env().sm90_bwd_ws);
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_bwd_ws, 0);
+  setenv(name, "on", 1);
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_bwd_ws, 1);
+  setenv(name, "auto", 1);
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_bwd_ws, -1);
   setenv(name, "sometimes", 1);
   testing::internal::CaptureStderr();
-  const bool first = flashkit::tuning_from_env().sm90_bwd_ws;
-  const bool second = flashkit::tuning_from_env().sm90_bwd_ws;
+  const int first = flashkit::tuning_from_env().sm90_bwd_ws;
+  const int second = flashkit::tuning_from_env().sm90_bwd_ws;
   const std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_TRUE(first);
-  EXPECT_TRUE(second);
+  EXPECT_EQ(first, -1);
+  EXPECT_EQ(second, -1);
   const std::string warning = "ignoring FLASHKIT_SM90_BWD_WS=sometimes";
   const size_t at = err.find(warning);
   EXPECT_NE(at, std::string::npos) << err;

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The warp-specialized Hopper attention backward at head dims 64/128 (flash_bwd_sm90_ws.cuh, worklog v22) on the GPU
 # machine (an H200): build the library and the CUDA tests (registers/spills of the new kernel from ptxas), the CUDA
-# grid's head-dim 64/128 cases (and those padded to them) on the default path (v22 where it applies) and on the
-# sm90bwd_v6 path (FLASHKIT_SM90_BWD_WS=0: the cp.async kernel, v6), compute-sanitizer memcheck on three cases and
-# racecheck on one, then the backward alone, v22 vs v6 vs SDPA flash vs cuDNN in one process
+# grid's head-dim 64/128 cases (and those padded to them) on the default path (v22 at d128, v6 at d64), on the
+# sm90bwd_v6 path (FLASHKIT_SM90_BWD_WS=0: v6 everywhere) and on the sm90bwd_ws path (FLASHKIT_SM90_BWD_WS=1: v22
+# at d64 too), compute-sanitizer memcheck on three cases and racecheck on four (v22 at d128 causal, d128
+# non-causal, d128 varlen, d64 forced), then the backward alone, v22 vs v6 vs SDPA flash vs cuDNN in one process
 # (bench/cuda/bench_bwd_ws.py: d64 and d128, seqlen 1k/4k/16k, 32k tokens, 16 heads, causal or not).
 #   tools/gpu/bwd_ws.sh [STAGES...]    default: build test sanitize bench   (about 4-5 minutes from a cold machine)
 # Results under $OUT: bwd-ws.log (every step), bwd-ws.txt (the summary printed at the end), bwd-ws.json (the
@@ -29,6 +30,7 @@ A="$BUILD/tests/attention/flashkit_cuda_tests"
 DIMS="D64 D128 D8 D40 D96"
 FGRID=$(for d in $DIMS; do printf 'Grid/*_%s_*:' "$d"; done)
 FV6=$(for d in $DIMS; do printf 'Paths/*/sm90bwd_v6_*_%s_*:' "$d"; done)
+FWS=$(for d in D64 D8 D40; do printf 'Paths/*/sm90bwd_ws_*_%s_*:' "$d"; done)  # v22 where the default is v6
 # "bwd path:" lines of the log's lines [$1, $2), counted per kernel.
 paths_between() { sed -n "$1,$(($2 - 1))p" "$LOG" | grep -E '^bwd path:' | awk '{print $NF}' | sort | uniq -c | tr -s ' ' | tr '\n' ';'; }
 for st in "${STAGES[@]}"; do
@@ -38,12 +40,14 @@ for st in "${STAGES[@]}"; do
         -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 || exit 1
       run build cmake --build "$BUILD" -j"$(nproc)" --target flashkit flashkit_cuda_tests flashkit_tests || exit 1
       # Registers and spills of the new kernel (one instantiation per dtype and head dim), compiled again with
-      # ptxas -v: 168 registers (the launch bound; setmaxnreg moves them), no spills expected at d128.
+      # ptxas -v: 168 registers (the launch bound; setmaxnreg moves them), 0 spills and no C75xx line (serialized
+      # wgmmas) expected for all four.
       for obj in bf16_d64 bf16_d128 f16_d64 f16_d128; do
         o=$BUILD/src/CMakeFiles/flashkit_core.dir/kernels/cuda/flash_bwd_sm90_ws_${obj}.cu.o
         cmd=$(cd "$BUILD" && ninja -t commands "${o#$BUILD/}" 2>/dev/null | tail -1 | sed "s# -o [^ ]*# -o /tmp/ptxas_ws_$obj.o#")
         [ -n "$cmd" ] && (cd "$BUILD" && eval "$cmd -Xptxas -v") 2>&1 |
-          grep -A2 "flash_bwd_sm90_ws_kernel" | grep -E "registers|spill" | sed "s/^/ptxas $obj: /" | tee -a "$SUM"
+          grep -E -A2 "flash_bwd_sm90_ws_kernel|C75[0-9][0-9]" | grep -E "registers|spill|C75[0-9][0-9]" | cut -c1-160 |
+          sed "s/^/ptxas $obj: /" | tee -a "$SUM"
       done ;;
     test)
       run choice "$BUILD/tests/attention/flashkit_tests" --gtest_filter='CudaChoice.*' --gtest_brief=1
@@ -52,26 +56,35 @@ for st in "${STAGES[@]}"; do
       l1=$(wc -l < "$LOG")
       run grid_v6 timeout 150 "$A" --gtest_filter="$FV6" --gtest_brief=1
       l2=$(wc -l < "$LOG")
+      run grid_ws_forced timeout 150 "$A" --gtest_filter="$FWS" --gtest_brief=1
+      l3=$(wc -l < "$LOG")
       run nonfinite timeout 60 "$A" --gtest_brief=1 \
         --gtest_filter='CudaAttention.NonFiniteLseInBackward:CudaAttention.VarlenNonFiniteStaysInItsSequence'
       grep -E "^\[  FAILED  \] [A-Z]" "$LOG" | sed 's/ ([0-9]* ms)$//' | sort -u | tail -40 > "$OUT/failed.txt"
       {
         echo "tests: $(grep -E '^\[  PASSED  \]' "$LOG" | tail -4 | tr '\n' ' ') failed: $(wc -l < "$OUT/failed.txt")"
         cat "$OUT/failed.txt"
-        # Which backward each case ran: the default grid sm90ws.* except softcap cases (sm90wgmma), the v6 path
-        # sm90wgmma only. "flashkit: warp-specialized Hopper backward not used" on stderr: a fallback (say why).
+        # Which backward each case ran: the default grid sm90ws.*.d128 except softcap cases, sm90wgmma for the
+        # rest (d64 and softcap); the v6 path sm90wgmma only; the forced path sm90ws.*.d64 except softcap cases.
+        # "flashkit: warp-specialized Hopper backward not used" on stderr: a fallback (say why).
         echo "bwd paths (Grid): $(paths_between "$l0" "$l1")"
         echo "bwd paths (Paths/sm90bwd_v6): $(paths_between "$l1" "$l2")"
-        echo "bwd paths (varlen non-finite, default then v6 per head dim): $(grep -E '^bwd path: varlen non-finite' "$LOG" | awk '{print $NF}' | tr '\n' ' ')"
+        echo "bwd paths (Paths/sm90bwd_ws, d64 forced): $(paths_between "$l2" "$l3")"
+        echo "bwd paths (varlen non-finite, v22 forced then v6 per head dim): $(grep -E '^bwd path: varlen non-finite' "$LOG" | awk '{print $NF}' | tr '\n' ' ')"
         echo "ws fallbacks: $(grep -c 'warp-specialized Hopper backward not used' "$LOG")"
       } | tee -a "$SUM" ;;
     sanitize)
-      C='Grid/*Sq70_Sk190_H8x1_D128_causal_bf16:Grid/*Sq197_Sk199_H8x2_D64_f16:Grid/*H6x2_D128_causal_bf16_varlen'
+      # v22 on each: d128 by default, d64 forced (the default grid runs v6 there).
+      C='Grid/*Sq70_Sk190_H8x1_D128_causal_bf16:Paths/*/sm90bwd_ws_*Sq197_Sk199_H8x2_D64_f16:Grid/*H6x2_D128_causal_bf16_varlen'
       run memcheck_ws timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$C" --gtest_brief=1
       echo "memcheck: rc=$(grep -oE 'memcheck_ws: rc=[0-9]+' "$LOG" | tail -1 | cut -d= -f2) $(grep -E 'ERROR SUMMARY' "$LOG" | tail -1)" | tee -a "$SUM"
-      run racecheck_ws timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" \
-        --gtest_filter='Grid/*Sq70_Sk190_H8x1_D128_causal_bf16' --gtest_brief=1
-      echo "racecheck: rc=$(grep -oE 'racecheck_ws: rc=[0-9]+' "$LOG" | tail -1 | cut -d= -f2) $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$LOG" | tail -1)" | tee -a "$SUM" ;;
+      # v22 at d128 causal (GQA 8:1, ragged tiles: run s14-3's LSE/Dsum hazards), d128 non-causal (f16, 3 query
+      # tiles x 2 heads: the LSE/Dsum slots and the Q/dO ring wrap), d128 varlen (zeroed tails, empty sequences),
+      # and d64 forced (BM 128).
+      R='Grid/*Sq70_Sk190_H8x1_D128_causal_bf16:Grid/*Sq131_Sk67_H6x3_D128_f16:Grid/*H6x2_D128_causal_bf16_varlen'
+      R="$R:Paths/*/sm90bwd_ws_*Sq197_Sk199_H8x2_D64_f16"
+      run racecheck_ws timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_filter="$R" --gtest_brief=1
+      echo "racecheck: rc=$(grep -oE 'racecheck_ws: rc=[0-9]+' "$LOG" | tail -1 | cut -d= -f2) $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$LOG" | tail -1) tests: $(grep -E '^\[  PASSED  \] [0-9]+ test' "$LOG" | tail -1)" | tee -a "$SUM" ;;
     bench)
       run bench timeout 200 python3 bench/cuda/bench_bwd_ws.py --json "$OUT/bwd-ws.json"
       grep -E "^bwd d|^d(64|128) causal=" "$LOG" | tail -14 | tee -a "$SUM" ;;

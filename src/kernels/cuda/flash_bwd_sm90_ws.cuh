@@ -4,9 +4,9 @@
 // formulation, dK/dV in the consumers' registers, dQ summed into the f32 accumulator p.dq_accum (scaled and
 // converted by the postprocess kernel). What changes is who waits for what:
 //   warpgroup 2 (producer, 32 registers per thread after setmaxnreg):
-//     warp 8, the loader: K and V once (TMA, one mbarrier), then per query step Q and dO (TMA) and the rows'
-//       LSE*log2e and Dsum (plain loads by its 32 lanes) into a STAGES-deep ring, each stage with a full mbarrier
-//       (32 lane arrivals, one of them announcing the TMA bytes) and an empty one (one arrival per consumer warp).
+//     warp 8, the loader: K and V once (TMA, one mbarrier), then per query step Q and dO (TMA) into a
+//       STAGES-deep ring, each stage with a full mbarrier (lane 0's arrival announcing the TMA bytes) and an empty
+//       one (one arrival per consumer warp).
 //     warp 9, the dQ writer: waits for the consumers' dQ tile (f32, shared memory), adds it to p.dq_accum with one
 //       bulk reduce-add per query row (cp.reduce.async.bulk .add.f32; no per-thread atomics on the consumers'
 //       critical path), and frees the buffer once the bulk copies have read it. Two mbarriers (dq_full, dq_empty).
@@ -16,6 +16,13 @@
 //     per step after both wrote it. dS^T is double-buffered by step parity, so that barrier also orders a buffer's
 //     reuse two steps later (a warpgroup past step s+1's barrier knows the other finished step s). No CTA barrier
 //     in the loop: loads never stall on the slower warpgroup, the next step's Q/dO land while this one computes.
+//     The rows' LSE*log2e and Dsum (per query, i.e. per accumulator column: staged in shared memory) ride on the
+//     same barrier: during step s, once its dV/dK products are issued, the consumers load step s+1's from global
+//     memory into slot (s+1)&1 (bwd_ws_staging.hpp), so the barrier of step s orders those stores before step
+//     s+1's reads, and the barrier of step s-1 orders step s-1's reads of that slot before them. (v22's first
+//     version had the loader warp store them under the stage's mbarriers: correct by the PTX memory model through
+//     __syncwarp + one arrival per warp, but compute-sanitizer racecheck reported it (run s14-3); this protocol
+//     uses only bar.sync, which racecheck models, and takes the loads off the 32-register producer. Worklog v22.)
 // FK_BWD90WS_DQ_ATOMIC (A/B builds only): dQ by the consumers' float4 atomics as v6 does, no dQ buffer or writer.
 // Rows past a sequence's end: TMA zero-fills past the tensor's end; inside a packed varlen tensor it reads the next
 // sequence's rows. P = dS = 0 there (mask, LSE = +inf), but 0 times a non-finite value of the next sequence would
@@ -30,6 +37,7 @@
 #include <type_traits>
 
 #include "core/cuda_check.hpp"
+#include "kernels/cuda/bwd_ws_staging.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_bwd_sm90.cuh"
 #include "kernels/cuda/flash_common.cuh"
@@ -63,10 +71,10 @@ struct Sm90BwdWsCfg {
   static constexpr uint32_t dq_pitch = D * 4 + 32, dq_bytes = kBwdWsDqBulk ? BM * dq_pitch : 0;
   // Layout (byte offsets from the 1024-aligned base): K, V [BN][D] in panels of BN rows; Q, dO [STAGES][BM][D] in
   // panels of BM rows (TMA boxes of 64 columns x BM rows, 128B swizzle); dS^T [2][BN][BM] in panels of BN rows;
-  // dQ; LSE*log2e and Dsum [STAGES][BM] f32; the mbarriers.
+  // dQ; LSE*log2e and Dsum [kBwdWsLseSlots][BM] f32 (written by the consumers); the mbarriers.
   static constexpr uint32_t oK = 0, oV = kv_bytes, oQ = 2 * kv_bytes, odO = oQ + STAGES * q_bytes;
   static constexpr uint32_t odS = odO + STAGES * q_bytes, odQ = odS + 2 * ds_bytes, oL = odQ + dq_bytes;
-  static constexpr uint32_t oDs = oL + STAGES * BM * 4, oBar = oDs + STAGES * BM * 4;
+  static constexpr uint32_t oDs = oL + kBwdWsLseSlots * BM * 4, oBar = oDs + kBwdWsLseSlots * BM * 4;
   // mbarriers: kv_full, full[STAGES], empty[STAGES], dq_full, dq_empty.
   static constexpr uint32_t bytes = oBar + (3 + 2 * STAGES) * 8;
   static constexpr size_t smem = size_t(bytes) + 1024;  // + alignment slack
@@ -77,8 +85,22 @@ struct Sm90BwdWsCfg {
   static_assert(smem <= 227 * 1024, "shared memory per CTA exceeds the opt-in limit");
 };
 
-// Named barriers of the consumers (0 is __syncthreads): the dS^T exchange, and the zeroed tails of varlen tiles.
+// Named barriers of the consumers (0 is __syncthreads): the dS^T exchange (and the LSE/Dsum slots), and the zeroed
+// tails of varlen tiles.
 constexpr int kBwdWsBarDs = 1, kBwdWsBarTail = 2;
+
+// LSE in log2 units (bwd_row_lse2; +inf past the end: P = 0) and Dsum of query row r of the step at (h, m0).
+struct BwdLseDsum {
+  float lse2, dsum;
+};
+__device__ __forceinline__ BwdLseDsum bwd_ws_load_lse_dsum(const BwdParams& p, const kernels::SeqRange& sr, int h,
+                                                           int m0, int r, int nq, int nk) {
+  const kernels::AttentionFwdArgs& a = p.g.fwd;
+  const int i = m0 + r;
+  if (i >= nq) return {INFINITY, 0.f};
+  const int64_t ridx = a.lse_index(sr, h, i);
+  return {bwd_row_lse2(a.mask, a.lse[ridx], i, nq, nk), p.dsum[ridx]};
+}
 
 // Consumers (256 threads): zero rows [r0, R) of the panels of an R-row operand of D columns in shared memory (whole
 // 128-byte panel rows, so the swizzle does not matter), made visible to the tensor cores, all consumers past it.
@@ -160,7 +182,7 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM>::NT, 1)
     mbar_init(bar_kv, 1);
 #pragma unroll
     for (int st = 0; st < STAGES; ++st) {
-      mbar_init(bar_full(st), 32);                     // every loader lane (LSE/Dsum); lane 0 also arms the bytes
+      mbar_init(bar_full(st), 1);                      // the loader's lane 0, arming the TMA bytes
       mbar_init(bar_empty(st), Cfg::kConsumers / 32);  // one arrival per consumer warp
     }
     mbar_init(bar_dq_full, Cfg::kConsumers / 32);
@@ -171,49 +193,28 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM>::NT, 1)
 
   if (tid >= Cfg::kConsumers) {
     setmaxnreg_dec<Cfg::kProducerRegs>();  // the whole warpgroup, before its other warps leave
-    if (warp == Cfg::kLoaderWarp && nsteps > 0) {
+    if (warp == Cfg::kLoaderWarp && nsteps > 0 && lane == 0) {  // one thread issues every TMA load
       const int bslot = int(sr.bslot);
-      if (lane == 0) {
-        prefetch_tmap(&tmap_q);
-        prefetch_tmap(&tmap_do);
-        mbar_arrive_expect_tx(bar_kv, 2 * Cfg::kv_bytes);
+      prefetch_tmap(&tmap_q);
+      prefetch_tmap(&tmap_do);
+      mbar_arrive_expect_tx(bar_kv, 2 * Cfg::kv_bytes);
 #pragma unroll
-        for (int pnl = 0; pnl < D / 64; ++pnl) {
-          tma_load_4d(base + Cfg::oK + pnl * (BN * 128), &tmap_k, bar_kv, 64 * pnl, int(sr.k0) + n0, kvh, bslot);
-          tma_load_4d(base + Cfg::oV + pnl * (BN * 128), &tmap_v, bar_kv, 64 * pnl, int(sr.k0) + n0, kvh, bslot);
-        }
+      for (int pnl = 0; pnl < D / 64; ++pnl) {
+        tma_load_4d(base + Cfg::oK + pnl * (BN * 128), &tmap_k, bar_kv, 64 * pnl, int(sr.k0) + n0, kvh, bslot);
+        tma_load_4d(base + Cfg::oV + pnl * (BN * 128), &tmap_v, bar_kv, 64 * pnl, int(sr.k0) + n0, kvh, bslot);
       }
       StepWalk w = walk0;
       for (int sidx = 0; sidx < nsteps; ++sidx, w.next(nmb, mb_lo)) {
         const int st = sidx % STAGES;
         if (sidx >= STAGES) mbar_wait(bar_empty(st), uint32_t(sidx / STAGES - 1) & 1u);
-        const int h = w.h, m0 = w.m0;
-        // LSE (log2 units, bwd_row_lse2; +inf past the end: P = 0) and Dsum of the step's rows, then this lane's
-        // arrival (release: the stores are visible to whoever waits on the phase). Row indices from the step's
-        // first (lse_index is linear in the row): the producer has 32 registers.
-        const int64_t ridx0 = a.lse_index(sr, h, m0);
-        for (int r = lane; r < BM; r += 32) {
-          const int i = m0 + r;
-          float L = INFINITY, dd = 0.f;
-          if (i < nq) {
-            L = bwd_row_lse2(a.mask, a.lse[ridx0 + r], i, nq, nk);
-            dd = p.dsum[ridx0 + r];
-          }
-          sts_f32(base + Cfg::oL + uint32_t(st * BM + r) * 4, L);
-          sts_f32(base + Cfg::oDs + uint32_t(st * BM + r) * 4, dd);
-        }
-        if (lane == 0) {
-          const uint32_t full = bar_full(st);
-          mbar_arrive_expect_tx(full, 2 * Cfg::q_bytes);
-          const int row = int(sr.q0) + m0;
+        const uint32_t full = bar_full(st);
+        mbar_arrive_expect_tx(full, 2 * Cfg::q_bytes);
+        const int row = int(sr.q0) + w.m0;
 #pragma unroll
-          for (int pnl = 0; pnl < D / 64; ++pnl) {
-            tma_load_4d(base + Cfg::oQ + st * Cfg::q_bytes + pnl * (BM * 128), &tmap_q, full, 64 * pnl, row, h, bslot);
-            tma_load_4d(base + Cfg::odO + st * Cfg::q_bytes + pnl * (BM * 128), &tmap_do, full, 64 * pnl, row, h,
-                        bslot);
-          }
-        } else {
-          mbar_arrive(bar_full(st));
+        for (int pnl = 0; pnl < D / 64; ++pnl) {
+          tma_load_4d(base + Cfg::oQ + st * Cfg::q_bytes + pnl * (BM * 128), &tmap_q, full, 64 * pnl, row, w.h, bslot);
+          tma_load_4d(base + Cfg::odO + st * Cfg::q_bytes + pnl * (BM * 128), &tmap_do, full, 64 * pnl, row, w.h,
+                      bslot);
         }
       }
     } else if (kBwdWsDqBulk && warp == Cfg::kDqWarp && nsteps > 0) {
@@ -261,7 +262,16 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM>::NT, 1)
   const uint32_t dq_b_off = uint32_t(dq_col0 / 64) * kPanelK + uint32_t(dq_col0 % 64) * 2;
 
   const bool varlen = a.shape.varlen();
+  // LSE/Dsum staging (header): this thread's row of each step (or none), slot 0 for step 0 before the loop.
+  const int lse_row = bwd_ws_lse_row<BM>(tid);
+  auto stage_lse_dsum = [&](int slot, BwdLseDsum v) {
+    sts_f32(base + Cfg::oL + uint32_t(slot * BM + lse_row) * 4, v.lse2);
+    sts_f32(base + Cfg::oDs + uint32_t(slot * BM + lse_row) * 4, v.dsum);
+  };
   if (nsteps > 0) {
+    if (lse_row >= 0)
+      stage_lse_dsum(bwd_ws_lse_slot(0), bwd_ws_load_lse_dsum(p, sr, walk0.h, walk0.m0, lse_row, nq, nk));
+    named_barrier(kBwdWsBarDs, Cfg::kConsumers);
     mbar_wait(bar_kv, 0);
     if (varlen && n0 + BN > nk) {  // the next sequence's keys: zero (dQ = dS K would carry 0 * their values)
       bwd_ws_zero_rows<BN, D>(base + Cfg::oK, nk - n0, tid);
@@ -269,11 +279,24 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM>::NT, 1)
       named_barrier(kBwdWsBarTail, Cfg::kConsumers);
     }
   }
+  // The next step's LSE/Dsum from global memory into its slot (every consumer read that slot, step sidx-1, before
+  // the previous barrier), after the dV/dK products are issued: the load latency hides under them (the dQ product
+  // after the barrier queues behind them anyway), and S^T/dP^T are dead (no registers held across those MMAs).
+  // ptxas: no spills, no serialized wgmmas (the FK_BWD90WS_DQ_ATOMIC build: 4 bytes of spill at d128). Staged
+  // before the dV/dK issue instead, ptxas serialized d64's wgmmas (C7512, registers).
   StepWalk w = walk0;
-  for (int sidx = 0; sidx < nsteps; ++sidx, w.next(nmb, mb_lo)) {
+  int sidx = 0;
+  auto stage_next_lse_dsum = [&] {
+    if (lse_row >= 0 && sidx + 1 < nsteps) {
+      StepWalk wn = w;
+      wn.next(nmb, mb_lo);
+      stage_lse_dsum(bwd_ws_lse_slot(sidx + 1), bwd_ws_load_lse_dsum(p, sr, wn.h, wn.m0, lse_row, nq, nk));
+    }
+  };
+  for (; sidx < nsteps; ++sidx, w.next(nmb, mb_lo)) {
     const int st = sidx % STAGES;
     const int h = w.h, m0 = w.m0;
-    mbar_wait(bar_full(st), uint32_t(sidx / STAGES) & 1u);  // Q, dO (TMA) and LSE, Dsum of the step
+    mbar_wait(bar_full(st), uint32_t(sidx / STAGES) & 1u);  // Q, dO (TMA) of the step
     if (varlen && m0 + BM > nq) {  // the next sequence's query rows: zero (dK, dV would carry 0 * their values)
       bwd_ws_zero_rows<BM, D>(base + Cfg::oQ + st * Cfg::q_bytes, nq - m0, tid);
       bwd_ws_zero_rows<BM, D>(base + Cfg::odO + st * Cfg::q_bytes, nq - m0, tid);
@@ -283,8 +306,9 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM>::NT, 1)
     const uint32_t sb = opaque_u32(base);
     const uint32_t sK = sb + Cfg::oK, sV = sb + Cfg::oV, sdS = sb + Cfg::odS + uint32_t(sidx & 1) * Cfg::ds_bytes;
     const uint32_t sQ = sb + Cfg::oQ + st * Cfg::q_bytes, sdO = sb + Cfg::odO + st * Cfg::q_bytes;
-    const uint32_t sLq = sb + Cfg::oL + st * (BM * 4) + t4 * 8;   // LSE of this thread's columns 2*t4, +1
-    const uint32_t sDq = sb + Cfg::oDs + st * (BM * 4) + t4 * 8;  // Dsum of the same
+    const uint32_t lslot = uint32_t(bwd_ws_lse_slot(sidx)) * (BM * 4);  // this step's LSE/Dsum slot
+    const uint32_t sLq = sb + Cfg::oL + lslot + t4 * 8;   // LSE of this thread's columns 2*t4, +1
+    const uint32_t sDq = sb + Cfg::oDs + lslot + t4 * 8;  // Dsum of the same
 
     float s[BM / 2], dp[BM / 2];  // rows: keys; columns: the step's queries
     wgmma_fence();
@@ -357,8 +381,10 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM>::NT, 1)
     for (int kk = 0; kk < BM / 16; ++kk)
       Wgmma<T, D>::template rs<1>(dk, sa[kk], smem_desc(sQ + kk * 2048, BM * 128, 1024), 1);
     wgmma_commit();
+    stage_next_lse_dsum();
 
-    // Both warpgroups' dS^T stores visible to the async proxy before either's dQ reads them.
+    // Both warpgroups' dS^T stores visible to the async proxy before either's dQ reads them; the next step's
+    // LSE/Dsum stores before its reads (bar.sync orders the generic proxy).
     fence_proxy_async();
     named_barrier(kBwdWsBarDs, Cfg::kConsumers);
 
@@ -369,7 +395,7 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM>::NT, 1)
       Wgmma<T, DQ_N>::template ss<1, 1>(dq, smem_desc(sdS + dq_a_off + kk * 2048, kPanelK, 1024),
                                         smem_desc(sK + dq_b_off + kk * 2048, kPanelK, 1024), kk > 0);
     wgmma_commit();
-    wgmma_wait<0>();  // dV, dK and dQ: the stage's Q, dO, LSE and Dsum are no longer read
+    wgmma_wait<0>();  // dV, dK and dQ: the stage's Q and dO are no longer read
     wgmma_fence_regs<D / 2>(dv);
     wgmma_fence_regs<D / 2>(dk);
     wgmma_fence_regs<DQ_N / 2>(dq);
