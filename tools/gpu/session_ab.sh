@@ -15,7 +15,7 @@ if [ ! -f "$BUILD/build.ninja" ]; then
 fi
 t0=$(date +%s)
 cmake --build "$BUILD" -j"$(nproc)" --target flashkit flashkit_core flashkit_cuda_tests flashkit_tests \
-  flashkit_fp8_cuda_tests flashkit_engine_tests flashkit_gemv_bench flashkit_ssm_bench flashkit_ssm_cuda_tests \
+  flashkit_fp8_cuda_tests flashkit_engine_tests flashkit_ssm_bench flashkit_ssm_cuda_tests \
   flashkit_ssm_tests -- -k 0 > "$OUT/session_build.log" 2>&1
 echo "session build: rc=$? ($(( $(date +%s) - t0 )) s)"; grep -E "error|FAILED" "$OUT/session_build.log" | head -20
 status=0
