@@ -43,11 +43,11 @@ int ws_persist_ctas(const kernels::AttentionShape& sh, const DeviceInfo& dev, co
   const int64_t tiles = (sh.max_seqlen_q + bm - 1) / bm * sh.heads * sh.batch;
   if (tiles <= 0 || tiles >= cuda::kWsMaxTiles) return 0;
   if (t.sm90_ws_persist > 0) return cuda::ws_persistent_ctas(tiles, dev.sms, t.sm90_ws_persist);
-  // Automatic where it won (run s13-6, bench/results/attention-ws-persist-h200/): d128, non-causal up to 1k query
-  // rows (+10% / +5% at 512 / 1k; -0.3% at 2k, -2.5% at 4k), causal up to 2k (+16% / +8% / +7%; +0.7% at 4k), when
-  // the one-CTA-per-tile grid needs more than one wave. d64's ws kernel runs from 2k (causal 4k) tokens, where the
-  // persistent grid gained under 2%.
-  const bool short_grid = sh.max_seqlen_q <= (causal ? 2048 : 1024);
+  // Automatic where it won (runs s13-6 and s14-10, bench/results/attention-ws-persist-h200/): d128, non-causal up
+  // to 1k query rows (+10% / +5% at 512 / 1k; -0.3% at 2k, -2.5% / -0.3% at 4k), causal up to 4k (+16% / +8% / +7%
+  // at 512 / 1k / 2k; +0.7% / +6.7% at 4k; -1% at 16k), when the one-CTA-per-tile grid needs more than one wave.
+  // d64's ws kernel runs from 2k (causal 4k) tokens, where the persistent grid gained under 3%.
+  const bool short_grid = sh.max_seqlen_q <= (causal ? 4096 : 1024);
   return dpad == 128 && short_grid && dev.sms > 0 && tiles > dev.sms ? cuda::ws_persistent_ctas(tiles, dev.sms, 0) : 0;
 }
 

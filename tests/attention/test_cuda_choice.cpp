@@ -179,7 +179,8 @@ TEST(CudaChoice, WsPersistentGrid) {
   EXPECT_EQ(fwd("d128 1024", shape(16, 16, 16, 128, 1024, 1024), h200()).persist_ctas, 132);
   EXPECT_EQ(fwd("d128 1025", shape(16, 16, 16, 128, 1025, 1025), h200()).persist_ctas, 0);
   EXPECT_EQ(fwd("d128 causal 2048", shape(8, 16, 16, 128, 2048, 2048), h200(), {}, causal_mask()).persist_ctas, 132);
-  EXPECT_EQ(fwd("d128 causal 4096", shape(4, 16, 16, 128, 4096, 4096), h200(), {}, causal_mask()).persist_ctas, 0);
+  EXPECT_EQ(fwd("d128 causal 4096", shape(4, 16, 16, 128, 4096, 4096), h200(), {}, causal_mask()).persist_ctas, 132);
+  EXPECT_EQ(fwd("d128 causal 4097", shape(4, 16, 16, 128, 4097, 4097), h200(), {}, causal_mask()).persist_ctas, 0);
   EXPECT_EQ(fwd("d64 causal 4096", shape(2, 16, 16, 64, 4096, 4096), h200(), {}, causal_mask()).persist_ctas, 0);
   {
     Tuning ws;
