@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for several topic scripts that share one build folder: configure and build every target they
-# use once (16 cores), then run each "script:stage,stage" argument in order (e.g. gemv_bulk:test,bench fp8:build,test).
-#   tools/gpu/session_ab.sh gemv_bulk:test,bench fp8:build,test,bench      carry=[".fkdeps.tar.xz"]
+# use once (16 cores), then run each "script:stage,stage" argument in order (e.g. bwd_ws:test,bench fp8:build,test).
+#   tools/gpu/session_ab.sh bwd_ws:test,sanitize,bench ws_ssm_cleanup fp8:test      carry=[".fkdeps.tar.xz"]
 # Each script writes its own log under $OUT; this one prints each script's exit status.
 set -u
 cd "$(dirname "$0")/../.."
