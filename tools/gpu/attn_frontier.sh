@@ -29,6 +29,8 @@
 #   bwdncu     Nsight Compute on the Hopper backward at d128 (tools/gpu/ncu_profile.py: b4 s4096 h16, non-causal):
 #              speed of light, memory (L2 atomics), warp states, scheduler, and the per-instruction stall samples of
 #              the SASS: $OUT/bwd-ncu.txt, $OUT/bwd-sass.csv.xz; "bwd ncu:" lines
+#   fwdncu     the same stall view of the short-sequence forward (tools/gpu/fwd_short_ncu.py: d128 s512 non-causal
+#              and causal, d64 s512 causal; b32): $OUT/fwd-ncu.txt, $OUT/fwd-sass.csv.xz
 #   decodesrc  the same stall view of batch-1 decode at 32k keys (both goal shapes): $OUT/decode-src.txt,
 #              $OUT/decode-sass.csv.xz
 # Results in $OUT/attn_frontier.log (+ failed.txt). carry=[".fkdeps.tar.xz"] (tools/gpu/carried_deps.sh).
@@ -117,8 +119,9 @@ for st in "${STAGES[@]}"; do
         python3 tools/gpu/decode_ncu.py ${DECODE_NCU_KV:-32768}
       grep -E "^  [a-z_ ]*[a-zA-Z_:<>, 0-9]*\(|Duration|DRAM Throughput|dram__bytes_read.sum|Grid Size|Achieved Occupancy" \
         "$OUT/decode-ncu.txt" | sed 's/^/decode ncu: /' | tee -a "$LOG" | head -80 ;;
-    bwdncu|decodesrc)
+    bwdncu|decodesrc|fwdncu)
       if [ "$st" = bwdncu ]; then K='regex:flash_bwd_sm90'; C=2; PY=(tools/gpu/ncu_profile.py 128); N=bwd
+      elif [ "$st" = fwdncu ]; then K='regex:flash_fwd'; C=3; PY=(tools/gpu/fwd_short_ncu.py 512); N=fwd
       else K='regex:decode'; C=8; PY=(tools/gpu/decode_ncu.py 32768); N=decode; fi
       run "$st" timeout 400 ncu --clock-control none -k "$K" -c $C --import-source yes \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
