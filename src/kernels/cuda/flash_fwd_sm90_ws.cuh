@@ -432,6 +432,22 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
         next_q = next >= 0 && nt.keys.nb_end > nt.keys.nb_begin;
         return nt;
       };
+      // OVERLAP: whether this warpgroup's first slot of the next tile is one of its own key tiles (then its S is
+      // issued before this tile's epilogue), and that tile's key tiles; decided with the next tile's Q, under the
+      // last product, so that only three ints wait for the epilogue.
+      bool pre_next = false;
+      int nb_begin_next = 0, nb_end_next = 0;
+      auto plan_next = [&]() {
+        const FwdTile nt = find_next();
+        q_barrier();
+        if (next_q) {
+          issue_q(nt);
+          const WarpgroupKeys nwk = warpgroup_keys(a.mask, nt.trows, nt.m0 + 64 * wg, nt.rows, nt.sr.nk, BN,
+                                                   nt.keys.nb_begin, nt.keys.nb_end);
+          pre_next = nwk.wb == nt.keys.nb_begin && nwk.wb < nwk.we;
+          nb_begin_next = nt.keys.nb_begin, nb_end_next = nt.keys.nb_end;
+        }
+      };
       bool found = false;
       if (ntiles > 0) {
         if (!pre) {
@@ -439,11 +455,7 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
           q_ready();
         }
         if constexpr (OVERLAP) {
-          found = ws_consume_slots_with<D, BN>(w, wk, r, sQ, s_pre, pre, [&] {
-            const FwdTile nt = find_next();
-            q_barrier();
-            if (next_q) issue_q(nt);
-          });
+          found = ws_consume_slots_with<D, BN>(w, wk, r, sQ, s_pre, pre, plan_next);
         } else {
           ws_consume_slots<D, BN>(w, wk, r, sQ);
         }
@@ -451,7 +463,9 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
       n0 += uint32_t(ntiles);
 
       // Epilogue (when not issued above: the next tile's Q during it when O has its own buffer, after it otherwise).
-      if (!found) {
+      if constexpr (OVERLAP) {
+        if (!found) plan_next();
+      } else {
         const FwdTile nt = find_next();
         if constexpr (Cfg::own_o) {
           q_barrier();
@@ -469,23 +483,19 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
         // The next tile's first S, with its turn, when its first key tile is this warpgroup's own (not: idle slots
         // come first, or no keys at all); this warpgroup's epilogue runs under it and it is waited for after, in
         // the same branch (an accumulator in flight across a join would make ptxas serialize every wgmma).
-        if (next_q) {
-          const FwdTile nt = tile_at(opaque(next));
-          const WarpgroupKeys nwk = warpgroup_keys(a.mask, nt.trows, nt.m0 + 64 * wg, nt.rows, nt.sr.nk, BN,
-                                                   nt.keys.nb_begin, nt.keys.nb_end);
-          if (nwk.wb == nt.keys.nb_begin && nwk.wb < nwk.we) {
-            q_ready();
-            const Ring nr{bar0, sK0, sV0, nt.keys.nb_begin, nt.keys.nb_end, lane, wg, n0};
-            nr.wait_k(nwk.wb);
-            nr.turn_begin();
-            w.issue_qk(s_pre, sQ, nr.kbuf(nwk.wb));
-            nr.turn_end(nwk.wb);
-            epilogue();
-            wgmma_wait<0>();
-            pre = true;
-          }
+        if (pre_next) {
+          q_ready();
+          const Ring nr{bar0, sK0, sV0, nb_begin_next, nb_end_next, lane, wg, n0};
+          nr.wait_k(nb_begin_next);
+          nr.turn_begin();
+          w.issue_qk(s_pre, sQ, nr.kbuf(nb_begin_next));
+          nr.turn_end(nb_begin_next);
+          epilogue();
+          wgmma_wait<0>();
+          pre = true;
+        } else {
+          epilogue();
         }
-        if (!pre) epilogue();
       } else {
         epilogue();
       }
