@@ -390,8 +390,29 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
     // be written): per warpgroup, so neither waits for the other at a tile boundary.
     auto issue_q = [&](const FwdTile& u) {
       const T* qbase = static_cast<const T*>(a.q.data) + u.sr.bslot * a.q.stride_b;
-      load_q_rows<T, 64, CH, 128>(tid & 127, sQ, qbase, a.q, u.sr.q0, u.trows, u.m0 + 64 * wg, u.rows, u.dreal,
-                                  [wg](int rr, int c) { return pswz<BM>(64 * wg + rr, c); });
+      bool done = false;
+      if constexpr (OVERLAP) {
+        // One head's consecutive queries (the group not packed): each thread's chunks through one source pointer
+        // stepped by 128 / CH rows (the general loader's per-chunk head_query and int64 products are ~45
+        // instructions a chunk, on the warpgroup's path between tiles; v23). Rows past the end are zero-filled.
+        if (!u.trows.pack) {
+          constexpr int kStep = 128 / CH;
+          const int wtid = tid & 127, c = wtid % CH, r0 = wtid / CH;
+          const int64_t g0 = u.m0 + 64 * wg + r0;
+          const T* src = qbase + (u.sr.q0 + g0) * a.q.stride_s + int64_t(u.trows.hblk) * a.q.stride_h + c * 8;
+          const int64_t step = int64_t(kStep) * a.q.stride_s;
+          const bool col_ok = c * 8 < u.dreal;
+#pragma unroll
+          for (int j = 0; j < 64 / kStep; ++j) {
+            const bool ok = col_ok && g0 + j * kStep < u.rows;
+            cp_async16(sQ + pswz<BM>(64 * wg + r0 + j * kStep, c), ok ? src + j * step : qbase, ok);
+          }
+          done = true;
+        }
+      }
+      if (!done)
+        load_q_rows<T, 64, CH, 128>(tid & 127, sQ, qbase, a.q, u.sr.q0, u.trows, u.m0 + 64 * wg, u.rows, u.dreal,
+                                    [wg](int rr, int c) { return pswz<BM>(64 * wg + rr, c); });
       cp_async_commit();
     };
     auto q_barrier = [&]() { named_barrier(kWsBarEpi + wg, 128); };
@@ -476,7 +497,7 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
       // panels) or past its reads of the previous tile's O (own_o): the named barrier in store().
       auto epilogue = [&]() {
         const FwdTile te = tile_at(opaque(cur));
-        w.store(te.sr, te.trows, sO, te.m0, te.rows, te.dreal, kWsBarEpi + wg);
+        w.template store<OVERLAP>(te.sr, te.trows, sO, te.m0, te.rows, te.dreal, kWsBarEpi + wg);
       };
       pre = false;
       if constexpr (OVERLAP) {
