@@ -16,6 +16,9 @@
 // PERSISTENT (d64/d128 with ping-pong, chosen by ws_persist_ctas in src/ops/attention_choice.cpp): one CTA per SM
 // walks the work tiles of a static schedule (ws_schedule.hpp); the ring, the turns and each warpgroup's Q rows run
 // on from tile to tile, so the next tile's loads overlap this one's tail and epilogue (docs/worklog v19).
+// OVERLAP (persistent only; Tuning::sm90_ws_overlap): each warpgroup issues its next tile's Q loads under its last
+// P V and that tile's first QK^T before writing this tile's O, so the O store runs under tensor-core work instead
+// of between two of its turns (v23).
 // Scores, masking, softcap, online softmax, GQA packing, varlen and padded head dims follow flash_fwd_sm90.cuh.
 // Included by flash_fwd_sm90_*.cu only.
 #pragma once
@@ -127,9 +130,9 @@ struct WsConsumerRing {
 // One consumer warpgroup's slots of a work tile, Q already in shared memory: idle turns before and after its own key
 // tiles [wk.wb, wk.we), whose products and online softmax accumulate into w.o. S accumulates in s.
 // pre (persistent, OVERLAP): the first own slot's S = Q K^T is in s already, issued and waited for by the caller
-// with its wait for K and its turn (only when that slot is the work tile's first, wk.wb == r.nb_begin). last_pv(): called once the
-// warpgroup's last product is issued (every QK^T of its rows complete), before it is waited for; returns
-// whether it was called (not when the warpgroup has no key tile of its own).
+// with its wait for K and its turn (only when that slot is the work tile's first, wk.wb == r.nb_begin).
+// last_pv(): called once the warpgroup's last product is issued (every QK^T of its rows complete), before it is
+// waited for. Returns whether it was called (not when the warpgroup has no key tile of its own).
 template <int D, int BN, typename Rows, typename Ring, typename LastPv>
 __device__ __forceinline__ bool ws_consume_slots_with(Rows& w, const WarpgroupKeys& wk, const Ring& r, uint32_t sQ,
                                                       float (&s)[BN / 2], bool pre, LastPv&& last_pv) {
