@@ -97,6 +97,7 @@ FwdChoice choose_fwd(const kernels::AttentionShape& sh, const kernels::Attention
       c.tile_m = w.bm, c.tile_n = w.bn, c.stages = w.stages;
       c.pingpong = t.sm90_ws_pingpong;
       c.persist_ctas = ws_persist_ctas(sh, dev, t, D, c.pingpong, c.tile_n, causal);
+      c.overlap_epilogue = c.persist_ctas > 0 && t.sm90_ws_overlap;
       return c;
     }
     // Configurations of the cp.async kernel (v5/v6): short sequences want several small CTAs per SM (their
@@ -158,7 +159,8 @@ std::string kernel_name(const FwdChoice& c, DType dt) {
       return "cuda.flash.fwd.sm90ws" + tail +
              (c.tile_n == cuda::sm90_ws_wide_tile(c.dpad).bn ? ".bn" + std::to_string(c.tile_n) : "") +
              (c.pingpong ? "" : ".nopingpong") +
-             (c.persist_ctas > 0 ? ".persistent" + std::to_string(c.persist_ctas) : "");
+             (c.persist_ctas > 0 ? ".persistent" + std::to_string(c.persist_ctas) : "") +
+             (c.persist_ctas > 0 && !c.overlap_epilogue ? ".serialepi" : "");
     case CudaKernel::decode: {
       const std::string plan = cuda::decode_plan_name(c.decode);  // "mma.splits16.combine", "one_warp", ...
       const size_t dot = plan.find('.');

@@ -32,6 +32,7 @@ struct FwdChoice {
   int cluster = 0;    // CTAs per cluster of the decode merge (0: none)
   bool pingpong = false;  // fwd_sm90_ws: consumer warpgroups take turns
   int persist_ctas = 0;   // fwd_sm90_ws: > 0 a persistent grid of this many CTAs (ws_persist_ctas); 0 one per tile
+  bool overlap_epilogue = false;  // persist_ctas > 0: each warpgroup's epilogue under the next tile's first QK^T
   cuda::DecodePlan decode;  // kernel == decode
 };
 

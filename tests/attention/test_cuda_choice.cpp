@@ -208,6 +208,7 @@ TEST(CudaChoice, WsPersistentGrid) {
   c = fwd("d128 512, persist 3", shape(1, 16, 16, 128, 512, 512), h200(), t);
   EXPECT_EQ(c.persist_ctas, 3);
   EXPECT_EQ(flashkit::kernel_name(c, DType::f16), "cuda.flash.fwd.sm90ws.f16.d128.persistent3");
+  EXPECT_TRUE(c.overlap_epilogue);
   t.sm90_ws_persist = 100000;
   EXPECT_EQ(fwd("d128 512, persist any", shape(1, 16, 16, 128, 512, 512), h200(), t).persist_ctas, 64);
   EXPECT_EQ(fwd("d128 4096, persist any", shape(1, 16, 16, 128, 4096, 4096), h200(), t).persist_ctas, 132);
@@ -215,6 +216,54 @@ TEST(CudaChoice, WsPersistentGrid) {
   EXPECT_EQ(fwd("d256, persist any", shape(1, 16, 16, 256, 8192, 8192), h200(), t).persist_ctas, 0);
   t.sm90_fwd_config = 3;
   EXPECT_EQ(fwd("d64 1024, cfg 3, persist any", shape(1, 16, 16, 64, 1024, 1024), h200(), t).persist_ctas, 128);
+}
+
+// The persistent grid's epilogue order (v23): under the next tile's first product by default, v19's order with
+// Tuning::sm90_ws_overlap off; nothing to choose without the persistent grid.
+TEST(CudaChoice, WsOverlapEpilogue) {
+  FwdChoice c = fwd("d128 1024", shape(16, 16, 16, 128, 1024, 1024), h200());
+  EXPECT_EQ(c.persist_ctas, 132);
+  EXPECT_TRUE(c.overlap_epilogue);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128.persistent132");
+  Tuning t;
+  t.sm90_ws_overlap = false;
+  c = fwd("d128 1024, serial epilogue", shape(16, 16, 16, 128, 1024, 1024), h200(), t);
+  EXPECT_EQ(c.persist_ctas, 132);
+  EXPECT_FALSE(c.overlap_epilogue);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128.persistent132.serialepi");
+  // One CTA per tile (no next tile to overlap), with or without the setting.
+  for (bool on : {true, false}) {
+    t.sm90_ws_overlap = on;
+    c = fwd("d128 causal 512 (64 tiles)", shape(1, 16, 16, 128, 512, 512), h200(), t, causal_mask());
+    EXPECT_EQ(c.persist_ctas, 0);
+    EXPECT_FALSE(c.overlap_epilogue);
+    EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128");
+  }
+}
+
+// FLASHKIT_SM90_WS_OVERLAP through tuning_from_env(): on by default, 0/1 (and off/on), and an unparsable value
+// keeps the default (with one warning on stderr).
+TEST(CudaChoice, WsOverlapFromEnvironment) {
+  const char* name = "FLASHKIT_SM90_WS_OVERLAP";
+  const char* old = std::getenv(name);
+  const std::string saved = old ? old : "";
+  unsetenv(name);
+  EXPECT_TRUE(flashkit::tuning_from_env().sm90_ws_overlap);
+  setenv(name, "0", 1);
+  EXPECT_FALSE(flashkit::tuning_from_env().sm90_ws_overlap);
+  setenv(name, "on", 1);
+  EXPECT_TRUE(flashkit::tuning_from_env().sm90_ws_overlap);
+  setenv(name, "off", 1);
+  EXPECT_FALSE(flashkit::tuning_from_env().sm90_ws_overlap);
+  setenv(name, "sometimes", 1);
+  testing::internal::CaptureStderr();
+  EXPECT_TRUE(flashkit::tuning_from_env().sm90_ws_overlap);
+  EXPECT_TRUE(flashkit::tuning_from_env().sm90_ws_overlap);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("FLASHKIT_SM90_WS_OVERLAP=sometimes"), std::string::npos) << err;
+  EXPECT_EQ(err.find("FLASHKIT_SM90_WS_OVERLAP"), err.rfind("FLASHKIT_SM90_WS_OVERLAP")) << "warned twice: " << err;
+  if (old) setenv(name, saved.c_str(), 1);
+  else unsetenv(name);
 }
 
 // FLASHKIT_SM90_WS_PERSIST through tuning_from_env(): -1 (auto) by default and for values out of range.

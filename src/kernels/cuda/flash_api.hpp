@@ -36,6 +36,8 @@ struct FwdParams {
   // The warp-specialized Hopper forward only: > 0 launches its persistent grid of this many CTAs (FwdChoice's
   // persist_ctas); 0 one CTA per work tile.
   int ws_persist_ctas = 0;
+  // ... and its epilogue overlapping the next work tile's first product (FwdChoice's overlap_epilogue; v23).
+  bool ws_overlap_epilogue = false;
 };
 
 struct BwdParams {

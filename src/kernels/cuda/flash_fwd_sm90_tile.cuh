@@ -169,6 +169,10 @@ struct Sm90FwdRows {
 
   // Epilogue: normalize, stage the warpgroup's O rows in its part of the Q panels (smem: the CTA's Q tile, no longer
   // read once every warp of the warpgroup is past its last QK^T: named barrier `bar`), then write O and LSE.
+  // STEPPED (the persistent ws forward's epilogue overlap, v23): when the rows are one head's consecutive queries
+  // (the GQA group not packed), each thread's row chunks are written through one pointer stepped by 128 / CH rows,
+  // without the per-chunk head_query and int64 address arithmetic of the general loop.
+  template <bool STEPPED = false>
   __device__ __forceinline__ void store(const kernels::SeqRange& sr,
                                         const TileRows& trows, uint8_t* smem, int64_t m0, int64_t rows, int dreal,
                                         int bar) {
@@ -199,6 +203,23 @@ struct Sm90FwdRows {
     }
     named_barrier(bar, 128);
     T* obase = static_cast<T*>(a.o.data) + sr.bslot * a.o.stride_b;
+    if constexpr (STEPPED) {
+      if (!trows.pack) {
+        constexpr int kStep = 128 / CH;  // rows per pass of the warpgroup's 128 threads
+        static_assert(128 % CH == 0 && 64 % kStep == 0, "whole rows per pass");
+        const int c = wtid % CH, r0 = wtid / CH;
+        const int64_t g0 = m0 + wg * 64 + r0;  // the row of pass 0: its query index (one head)
+        if (c * 8 >= dreal) return;
+        T* dst = obase + (sr.q0 + g0) * a.o.stride_s + int64_t(trows.hblk) * a.o.stride_h + c * 8;
+        const int64_t step = int64_t(kStep) * a.o.stride_s;
+#pragma unroll
+        for (int j = 0; j < 64 / kStep; ++j)
+          if (g0 + j * kStep < rows)
+            *reinterpret_cast<uint4*>(dst + j * step) =
+                *reinterpret_cast<const uint4*>(smem + pswz<BM>(wg * 64 + r0 + j * kStep, c));
+        return;
+      }
+    }
     for (int idx = wtid; idx < 64 * CH; idx += 128) {
       const int rr = wg * 64 + idx / CH, c = idx % CH;
       const int64_t gr = m0 + rr;

@@ -16,6 +16,9 @@
 // PERSISTENT (d64/d128 with ping-pong, chosen by ws_persist_ctas in src/ops/attention_choice.cpp): one CTA per SM
 // walks the work tiles of a static schedule (ws_schedule.hpp); the ring, the turns and each warpgroup's Q rows run
 // on from tile to tile, so the next tile's loads overlap this one's tail and epilogue (docs/worklog v19).
+// OVERLAP (persistent only; Tuning::sm90_ws_overlap): each warpgroup issues its next tile's Q loads under its last
+// P V and that tile's first QK^T before writing this tile's O, so the O store runs under tensor-core work instead
+// of between two of its turns (v23).
 // Scores, masking, softcap, online softmax, GQA packing, varlen and padded head dims follow flash_fwd_sm90.cuh.
 // Included by flash_fwd_sm90_*.cu only.
 #pragma once
@@ -125,25 +128,32 @@ struct WsConsumerRing {
 };
 
 // One consumer warpgroup's slots of a work tile, Q already in shared memory: idle turns before and after its own key
-// tiles [wk.wb, wk.we), whose products and online softmax accumulate into w.o.
-template <int D, int BN, typename Rows, typename Ring>
-__device__ __forceinline__ void ws_consume_slots(Rows& w, const WarpgroupKeys& wk, const Ring& r, uint32_t sQ) {
+// tiles [wk.wb, wk.we), whose products and online softmax accumulate into w.o. S accumulates in s.
+// pre (persistent, OVERLAP): the first own slot's S = Q K^T is in s already, issued and waited for by the caller
+// with its wait for K and its turn (only when that slot is the work tile's first, wk.wb == r.nb_begin).
+// last_pv(): called once the warpgroup's last product is issued (every QK^T of its rows complete), before it is
+// waited for. Returns whether it was called (not when the warpgroup has no key tile of its own).
+template <int D, int BN, typename Rows, typename Ring, typename LastPv>
+__device__ __forceinline__ bool ws_consume_slots_with(Rows& w, const WarpgroupKeys& wk, const Ring& r, uint32_t sQ,
+                                                      float (&s)[BN / 2], bool pre, LastPv&& last_pv) {
   float alpha[2];
   uint32_t pa[BN / 16][4];
-  float s[BN / 2];
   int k = r.nb_begin;
+  bool called = false;
   for (; k < wk.wb; ++k) r.idle_slot(k);
   if (wk.wb < wk.we) {
     // First tile: S only (V_{k-1}, if any, is not this warpgroup's).
-    r.wait_k(k);
+    if (!pre) r.wait_k(k);
     if (k > r.nb_begin) {
       r.wait_v(k - 1);
       r.release_v(k - 1);
     }
-    r.turn_begin();
-    w.issue_qk(s, sQ, r.kbuf(k));
-    r.turn_end(k);
-    wgmma_wait<0>();
+    if (!pre) {  // (waited for inside the branch: ptxas serializes every wgmma when one is in flight at a join)
+      r.turn_begin();
+      w.issue_qk(s, sQ, r.kbuf(k));
+      r.turn_end(k);
+      wgmma_wait<0>();
+    }
     wgmma_fence_regs<BN / 2>(s);
     r.release_k(k);
     w.softmax(s, k, alpha);  // O is still zero: nothing to rescale
@@ -176,12 +186,20 @@ __device__ __forceinline__ void ws_consume_slots(Rows& w, const WarpgroupKeys& w
     r.turn_begin();
     w.issue_pv(pa, r.vbuf(k - 1));
     r.turn_end(k);
+    last_pv();
+    called = true;
     wgmma_wait<0>();
     wgmma_fence_regs<D / 2>(w.o);
     r.release_v(k - 1);
     ++k;
   }
   for (; k <= r.nb_end; ++k) r.idle_slot(k);
+  return called;
+}
+template <int D, int BN, typename Rows, typename Ring>
+__device__ __forceinline__ void ws_consume_slots(Rows& w, const WarpgroupKeys& wk, const Ring& r, uint32_t sQ) {
+  float s[BN / 2];
+  ws_consume_slots_with<D, BN>(w, wk, r, sQ, s, false, [] {});
 }
 
 // PERSISTENT: gridDim.x CTAs (one per SM) walk the work tiles in the static order of ws_schedule.hpp. Barrier init,
@@ -191,7 +209,7 @@ __device__ __forceinline__ void ws_consume_slots(Rows& w, const WarpgroupKeys& w
 // epilogue (own_o) or right after it, and the turns continue, so warpgroup 0 starts the next tile while warpgroup
 // 1 finishes this one. Otherwise one CTA per work tile (grid: query tiles x heads x batch): the two share the ring,
 // the turns and the slot loop above, and the persistent machinery is absent from the one-tile kernel (if constexpr).
-template <typename T, int D, int BN, int STAGES, bool PINGPONG, bool PERSISTENT>
+template <typename T, int D, int BN, int STAGES, bool PINGPONG, bool PERSISTENT, bool OVERLAP = false>
 __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
     flash_fwd_sm90_ws_kernel(const FwdParams p, const __grid_constant__ CUtensorMap tmap_k,
                              const __grid_constant__ CUtensorMap tmap_v) {
@@ -200,6 +218,8 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
   using Rows = Sm90FwdRows<T, D, BN, Cfg::BM>;
   using Ring = WsConsumerRing<STAGES, Cfg::kv_bytes, PINGPONG, PERSISTENT>;
   constexpr int BM = Cfg::BM, CH = D / 8;
+  static_assert(!OVERLAP || (PERSISTENT && PINGPONG && Cfg::own_o),
+                "the epilogue overlap needs the persistent grid's turns and O in a buffer of its own");
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   uint8_t* smem = smem_raw + (base - smem_u32(smem_raw));
@@ -373,13 +393,49 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
     // be written): per warpgroup, so neither waits for the other at a tile boundary.
     auto issue_q = [&](const FwdTile& u) {
       const T* qbase = static_cast<const T*>(a.q.data) + u.sr.bslot * a.q.stride_b;
-      load_q_rows<T, 64, CH, 128>(tid & 127, sQ, qbase, a.q, u.sr.q0, u.trows, u.m0 + 64 * wg, u.rows, u.dreal,
-                                  [wg](int rr, int c) { return pswz<BM>(64 * wg + rr, c); });
+      bool done = false;
+      if constexpr (OVERLAP) {
+        // One head's consecutive queries (the group not packed): each thread's chunks through one source pointer
+        // stepped by 128 / CH rows (the general loader's per-chunk head_query and int64 products are ~45
+        // instructions a chunk, on the warpgroup's path between tiles; v23). Rows past the end are zero-filled.
+        if (!u.trows.pack) {
+          constexpr int kStep = 128 / CH;
+          const int wtid = tid & 127, c = wtid % CH, r0 = wtid / CH;
+          const int64_t g0 = u.m0 + 64 * wg + r0;
+          const T* src = qbase + (u.sr.q0 + g0) * a.q.stride_s + int64_t(u.trows.hblk) * a.q.stride_h + c * 8;
+          const int64_t step = int64_t(kStep) * a.q.stride_s;
+          const bool col_ok = c * 8 < u.dreal;
+#pragma unroll
+          for (int j = 0; j < 64 / kStep; ++j) {
+            const bool ok = col_ok && g0 + j * kStep < u.rows;
+            cp_async16(sQ + pswz<BM>(64 * wg + r0 + j * kStep, c), ok ? src + j * step : qbase, ok);
+          }
+          done = true;
+        }
+      }
+      if (!done)
+        load_q_rows<T, 64, CH, 128>(tid & 127, sQ, qbase, a.q, u.sr.q0, u.trows, u.m0 + 64 * wg, u.rows, u.dreal,
+                                    [wg](int rr, int c) { return pswz<BM>(64 * wg + rr, c); });
       cp_async_commit();
     };
     auto q_barrier = [&]() { named_barrier(kWsBarEpi + wg, 128); };
     bool q_issued = false;  // the current tile's Q was issued during the previous tile's epilogue
     bool opened = false;    // warpgroup 1 gave warpgroup 0 its first turn
+    // Q of the current tile in shared memory for every warp of this warpgroup; warpgroup 1 opens the turns once.
+    auto q_ready = [&]() {
+      cp_async_wait<0>();
+      fence_proxy_async();  // cp.async writes -> the tensor cores' async proxy
+      q_barrier();
+      if constexpr (PINGPONG) {
+        if (wg == 1 && !opened) named_barrier_arrive(kWsBarTurn + 0, 256);  // warpgroup 0 first
+      }
+      opened = true;
+    };
+    // OVERLAP (v23): S of the next tile's first key tile is issued before this tile's epilogue, into s_pre, so the
+    // epilogue runs under that product and the other warpgroup's turn instead of between them; the next tile's Q
+    // rows are issued as soon as this warpgroup's last product is (its last QK^T is complete by then).
+    float s_pre[BN / 2];
+    bool pre = false;  // s_pre holds the current tile's first S, issued with its turn
     while (cur >= 0) {
       t = tile_at(opaque(cur));
       const int64_t nq = t.sr.nq, nk = t.sr.nk, rows = t.rows, m0 = t.m0;
@@ -390,36 +446,86 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
       const WarpgroupKeys wk = warpgroup_keys(a.mask, trows, m0 + 64 * wg, rows, nk, BN, nb_begin, nb_end);
       Rows w(a, trows, m0, rows, nq, nk, wk);
       const Ring r{bar0, sK0, sV0, nb_begin, nb_end, lane, wg, n0};
-      if (ntiles > 0) {
-        if (!q_issued) issue_q(t);
-        cp_async_wait<0>();
-        fence_proxy_async();  // cp.async writes -> the tensor cores' async proxy
+      // The next work tile and whether it has key tiles; its Q rows are issued once this warpgroup's Q rows are
+      // free: all its warps past their last QK^T of this tile and, when O is staged there, past reading it back.
+      int next = -1;
+      bool next_q = false;
+      auto find_next = [&]() {
+        next = next_index();
+        const FwdTile nt = tile_at(next < 0 ? cur : next);
+        next_q = next >= 0 && nt.keys.nb_end > nt.keys.nb_begin;
+        return nt;
+      };
+      // OVERLAP: whether this warpgroup's first slot of the next tile is one of its own key tiles (then its S is
+      // issued before this tile's epilogue), and that tile's key tiles; decided with the next tile's Q, under the
+      // last product, so that only three ints wait for the epilogue.
+      bool pre_next = false;
+      int nb_begin_next = 0, nb_end_next = 0;
+      auto plan_next = [&]() {
+        const FwdTile nt = find_next();
         q_barrier();
-        if constexpr (PINGPONG) {
-          if (wg == 1 && !opened) named_barrier_arrive(kWsBarTurn + 0, 256);  // warpgroup 0 first
+        if (next_q) {
+          issue_q(nt);
+          const WarpgroupKeys nwk = warpgroup_keys(a.mask, nt.trows, nt.m0 + 64 * wg, nt.rows, nt.sr.nk, BN,
+                                                   nt.keys.nb_begin, nt.keys.nb_end);
+          pre_next = nwk.wb == nt.keys.nb_begin && nwk.wb < nwk.we;
+          nb_begin_next = nt.keys.nb_begin, nb_end_next = nt.keys.nb_end;
         }
-        opened = true;
-        ws_consume_slots<D, BN>(w, wk, r, sQ);
+      };
+      bool found = false;
+      if (ntiles > 0) {
+        if (!pre) {
+          if (!q_issued) issue_q(t);
+          q_ready();
+        }
+        if constexpr (OVERLAP) {
+          found = ws_consume_slots_with<D, BN>(w, wk, r, sQ, s_pre, pre, plan_next);
+        } else {
+          ws_consume_slots<D, BN>(w, wk, r, sQ);
+        }
       }
       n0 += uint32_t(ntiles);
 
-      // Epilogue. The next tile's Q may load into this warpgroup's Q rows once all its warps are past their last
-      // QK^T of this tile (every wgmma waited for above) and, when O is staged there, past reading it back: during
-      // the epilogue when O has its own buffer, after it otherwise.
-      const int next = next_index();
-      const FwdTile nt = tile_at(next < 0 ? cur : next);
-      const bool next_q = next >= 0 && nt.keys.nb_end > nt.keys.nb_begin;
-      if constexpr (Cfg::own_o) {
-        q_barrier();
-        if (next_q) issue_q(nt);
+      // Epilogue (when not issued above: the next tile's Q during it when O has its own buffer, after it otherwise).
+      if constexpr (OVERLAP) {
+        if (!found) plan_next();
+      } else {
+        const FwdTile nt = find_next();
+        if constexpr (Cfg::own_o) {
+          q_barrier();
+          if (next_q) issue_q(nt);
+        }
       }
       // The staging buffer's rows of this warpgroup are free once every warp of it is past its last QK^T (Q
       // panels) or past its reads of the previous tile's O (own_o): the named barrier in store().
-      const FwdTile te = tile_at(opaque(cur));
-      w.store(te.sr, te.trows, sO, te.m0, te.rows, te.dreal, kWsBarEpi + wg);
+      auto epilogue = [&]() {
+        const FwdTile te = tile_at(opaque(cur));
+        w.template store<OVERLAP>(te.sr, te.trows, sO, te.m0, te.rows, te.dreal, kWsBarEpi + wg);
+      };
+      pre = false;
+      if constexpr (OVERLAP) {
+        // The next tile's first S, with its turn, when its first key tile is this warpgroup's own (not: idle slots
+        // come first, or no keys at all); this warpgroup's epilogue runs under it and it is waited for after, in
+        // the same branch (an accumulator in flight across a join would make ptxas serialize every wgmma).
+        if (pre_next) {
+          q_ready();
+          const Ring nr{bar0, sK0, sV0, nb_begin_next, nb_end_next, lane, wg, n0};
+          nr.wait_k(nb_begin_next);
+          nr.turn_begin();
+          w.issue_qk(s_pre, sQ, nr.kbuf(nb_begin_next));
+          nr.turn_end(nb_begin_next);
+          epilogue();
+          wgmma_wait<0>();
+          pre = true;
+        } else {
+          epilogue();
+        }
+      } else {
+        epilogue();
+      }
       if constexpr (!Cfg::own_o) {
         q_barrier();
-        if (next_q) issue_q(nt);
+        if (next_q) issue_q(tile_at(opaque(next)));
       }
       q_issued = next_q;
       cur = next;
@@ -461,11 +567,11 @@ inline void sm90_ws_note_fallback(const char* why) {
   if (!said.exchange(true)) std::fprintf(stderr, "flashkit: warp-specialized Hopper forward not used: %s\n", why);
 }
 
-template <typename T, int D, int BN, int STAGES, bool PINGPONG, bool PERSISTENT = false>
+template <typename T, int D, int BN, int STAGES, bool PINGPONG, bool PERSISTENT = false, bool OVERLAP = false>
 bool launch_fwd_sm90_ws_cfg(const FwdParams& p, cudaStream_t stream) {
   using Cfg = Sm90WsCfg<D, BN, STAGES, PERSISTENT>;
   static_assert(Cfg::smem <= 227 * 1024, "shared memory per CTA exceeds the opt-in limit");
-  auto kern = flash_fwd_sm90_ws_kernel<T, D, BN, STAGES, PINGPONG, PERSISTENT>;
+  auto kern = flash_fwd_sm90_ws_kernel<T, D, BN, STAGES, PINGPONG, PERSISTENT, OVERLAP>;
   // No keys at all (every row's output is 0): no TMA map to build (K/V may be empty); the other kernel does it.
   if (!sm90_kernel_usable(kern) || p.a.shape.seqlen_k <= 0) return false;
   // The consumers' setmaxnreg.inc waits for registers the launch must have allocated: with any other count (a
@@ -501,7 +607,8 @@ bool launch_fwd_sm90_ws_cfg(const FwdParams& p, cudaStream_t stream) {
 }
 
 // pingpong = false (Tuning::sm90_ws_pingpong) lets the two consumer warpgroups issue freely (for measuring the
-// ping-pong). p.ws_persist_ctas > 0: the persistent grid (d64/d128 with ping-pong; the choice asks for no other).
+// ping-pong). p.ws_persist_ctas > 0: the persistent grid (d64/d128 with ping-pong; the choice asks for no other),
+// with p.ws_overlap_epilogue its epilogue under the next tile's first product (v23).
 template <typename T, int D>
 bool launch_flash_fwd_sm90_ws(const FwdParams& p, int bn, bool pingpong, cudaStream_t stream) {
   if (p.num_splits != 1) return false;
@@ -517,7 +624,9 @@ bool launch_flash_fwd_sm90_ws(const FwdParams& p, int bn, bool pingpong, cudaStr
     static_assert(w.bm == Sm90WsCfg<D, w.bn, w.stages>::BM, "tiles.hpp and the kernel agree on the row tile");
     if (bn != w.bn) return false;
     if constexpr (D != 256) {
-      if (p.ws_persist_ctas > 0 && pingpong) return launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, true, true>(p, stream);
+      if (p.ws_persist_ctas > 0 && pingpong)
+        return p.ws_overlap_epilogue ? launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, true, true, true>(p, stream)
+                                     : launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, true, true>(p, stream);
     }
     return pingpong ? launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, true>(p, stream)
                     : launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, false>(p, stream);
