@@ -48,9 +48,9 @@ struct Tuning {
   int sm90_ws_persist = -1;         // FLASHKIT_SM90_WS_PERSIST: -1 the choice's; 0 one ws CTA per tile; N > 0 a
                                     // persistent ws grid of at most N CTAs (and at most one per SM)
   int sm90_bwd_config = 0;          // FLASHKIT_SM90_BWD_CFG=1: the BM 64 Hopper backward at d64
-  int sm90_bwd_ws = -1;             // FLASHKIT_SM90_BWD_WS=auto|0|1: the warp-specialized Hopper backward (v22)
-                                    // at d128 (-1, auto: where it measured faster; v6 at d64), 0 nowhere (the
-                                    // cp.async one, v6), 1 at d64 and d128 (A/B runs and tests)
+  int sm90_bwd_ws = -1;             // FLASHKIT_SM90_BWD_WS=auto|0|1: the warp-specialized Hopper backward (v22;
+                                    // d256: v24) at d128 and d256 (-1, auto; v6 at d64), 0 nowhere (the cp.async
+                                    // ones, v6 and v16), 1 at d64, d128 and d256 (A/B runs and tests)
   int decode_max_splits = 0;        // FLASHKIT_DECODE_MAX_SPLITS (1..512); 0: the kernel's own cap
   DecodeCombine decode_combine = DecodeCombine::automatic;  // FLASHKIT_DECODE_COMBINE=auto|kernel|cluster
   bool decode_pdl = true;           // FLASHKIT_DECODE_PDL=0: no programmatic dependent launch (sm_90)
