@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cuda/bwd_ws_d256_buffers.hpp"
 #include "kernels/cuda/bwd_ws_staging.hpp"
 #include "kernels/cuda/ws_schedule.hpp"
 #include "ops/attention_choice.hpp"
@@ -598,6 +599,29 @@ TEST(CudaChoice, BackwardWarpSpecializedD256) {
     plain90.sm90a = false;
     EXPECT_EQ(bwd(sh, 0.f, plain90, forced).kernel, CudaKernel::bwd_sm80) << d;
     EXPECT_EQ(bwd(sh, 0.f, a100(), forced).kernel, CudaKernel::bwd_sm80) << d;
+  }
+}
+
+// The d256 ws backward's P^T/dS^T buffers (bwd_ws_d256_buffers.hpp) under its only ordering, one named barrier per
+// step: epoch e is the time between barriers e-1 and e; step s writes its buffer in epoch s and both warpgroups read
+// it in epoch s+1. Accesses within an epoch are unordered, so the buffer written in an epoch must not be the one read
+// there, and each read must find its own step's tile. A single buffer (v16's, with its second CTA barrier) fails.
+TEST(CudaChoice, BackwardWsD256PdsBuffers) {
+  using flashkit::cuda::bwd_ws_pds_buffer;
+  using flashkit::cuda::kBwdWsPdsBuffers;
+  for (int nsteps = 1; nsteps <= 9; ++nsteps) {
+    std::vector<int> holds(kBwdWsPdsBuffers, -1);  // the step whose tile each buffer holds
+    for (int e = 0; e <= nsteps; ++e) {
+      const int wstep = e < nsteps ? e : -1, rstep = e - 1;
+      if (wstep >= 0) {
+        ASSERT_GE(bwd_ws_pds_buffer(wstep), 0);
+        ASSERT_LT(bwd_ws_pds_buffer(wstep), kBwdWsPdsBuffers);
+        if (rstep >= 0)
+          EXPECT_NE(bwd_ws_pds_buffer(wstep), bwd_ws_pds_buffer(rstep)) << "epoch " << e << " of " << nsteps;
+      }
+      if (rstep >= 0) EXPECT_EQ(holds[bwd_ws_pds_buffer(rstep)], rstep) << "step " << rstep << " of " << nsteps;
+      if (wstep >= 0) holds[bwd_ws_pds_buffer(wstep)] = wstep;
+    }
   }
 }
 

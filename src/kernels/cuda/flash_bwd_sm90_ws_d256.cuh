@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstdio>
 
+#include "kernels/cuda/bwd_ws_d256_buffers.hpp"
 #include "kernels/cuda/flash_bwd_sm90_ws.cuh"  // read-only: TMA maps, zeroed tails, LSE/Dsum loads, barrier ids
 
 namespace flashkit::cuda {
@@ -36,9 +37,10 @@ struct Sm90BwdWsD256Cfg {
   static constexpr uint32_t kv_bytes = BN * D * 2, q_bytes = BM * D * 2, p_bytes = BN * BM * 2;
   static constexpr uint32_t kPanel = 64 * 128;  // one 64-row x 64-column panel (K, V, Q, dO, P^T, dS^T)
   // Byte offsets from the 1024-aligned base: K, V [64][256]; Q, dO [STAGES][64][256]; P^T, dS^T [2][64 keys][64
-  // queries]; LSE*log2e and Dsum [kBwdWsLseSlots][64] f32; mbarriers kv_full, full[STAGES], empty[STAGES].
+  // queries] (bwd_ws_d256_buffers.hpp); LSE*log2e and Dsum [kBwdWsLseSlots][64] f32; mbarriers kv_full, full[STAGES], empty[STAGES].
   static constexpr uint32_t oK = 0, oV = kv_bytes, oQ = 2 * kv_bytes, odO = oQ + STAGES * q_bytes;
-  static constexpr uint32_t oP = odO + STAGES * q_bytes, odS = oP + 2 * p_bytes, oL = odS + 2 * p_bytes;
+  static constexpr uint32_t oP = odO + STAGES * q_bytes, odS = oP + kBwdWsPdsBuffers * p_bytes;
+  static constexpr uint32_t oL = odS + kBwdWsPdsBuffers * p_bytes;
   static constexpr uint32_t oDs = oL + kBwdWsLseSlots * BM * 4, oBar = oDs + kBwdWsLseSlots * BM * 4;
   static constexpr uint32_t bytes = oBar + (1 + 2 * STAGES) * 8;
   static constexpr size_t smem = size_t(bytes) + 1024;  // + alignment slack
@@ -173,7 +175,7 @@ __global__ void __launch_bounds__(Sm90BwdWsD256Cfg::NT, 1)
       named_barrier(kBwdWsBarTail, Cfg::kConsumers);
     }
     const uint32_t sb = opaque_u32(base);
-    const uint32_t pbuf = uint32_t(sidx & 1) * Cfg::p_bytes;
+    const uint32_t pbuf = uint32_t(bwd_ws_pds_buffer(sidx)) * Cfg::p_bytes;
     const uint32_t sK = sb + Cfg::oK, sV = sb + Cfg::oV, sP = sb + Cfg::oP + pbuf, sdS = sb + Cfg::odS + pbuf;
     const uint32_t sQ = sb + Cfg::oQ + st * Cfg::q_bytes, sdO = sb + Cfg::odO + st * Cfg::q_bytes;
     const uint32_t lslot = uint32_t(bwd_ws_lse_slot(sidx)) * (BM * 4);
