@@ -134,7 +134,7 @@ for st in "${STAGES[@]}"; do
       # Backward alone at d256 (bench_bwd_ws.py: its "v22" rows run FLASHKIT_SM90_BWD_WS=1, here v24; "v6" =0, here
       # v16), then one line per shape from the JSON.
       run bench_d256 timeout 150 python3 bench/cuda/bench_bwd_ws.py --head-dims 256 --reps 5 --json "$OUT/bwd256.json"
-      python3 - "$OUT/bwd256.json" <<'PY' 2>&1 | tee -a "$SUM"
+      [ -f "$OUT/bwd256.json" ] && python3 - "$OUT/bwd256.json" <<'PY' 2>&1 | tee -a "$SUM"
 import json, sys
 def tf(r, m):
     x = r.get(m) or {}
