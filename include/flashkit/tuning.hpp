@@ -50,9 +50,9 @@ struct Tuning {
   bool sm90_ws_overlap = true;      // FLASHKIT_SM90_WS_OVERLAP=0: the persistent ws grid writes a tile's O before
                                     // issuing the next tile's first product (v19) instead of under it (v23)
   int sm90_bwd_config = 0;          // FLASHKIT_SM90_BWD_CFG=1: the BM 64 Hopper backward at d64
-  int sm90_bwd_ws = -1;             // FLASHKIT_SM90_BWD_WS=auto|0|1: the warp-specialized Hopper backward (v22)
-                                    // at d128 (-1, auto: where it measured faster; v6 at d64), 0 nowhere (the
-                                    // cp.async one, v6), 1 at d64 and d128 (A/B runs and tests)
+  int sm90_bwd_ws = -1;             // FLASHKIT_SM90_BWD_WS=auto|0|1: the warp-specialized Hopper backward (v22;
+                                    // d256: v24) at d128 and d256 (-1, auto; v6 at d64), 0 nowhere (the cp.async
+                                    // ones, v6 and v16), 1 at d64, d128 and d256 (A/B runs and tests)
   int decode_max_splits = 0;        // FLASHKIT_DECODE_MAX_SPLITS (1..512); 0: the kernel's own cap
   DecodeCombine decode_combine = DecodeCombine::automatic;  // FLASHKIT_DECODE_COMBINE=auto|kernel|cluster
   bool decode_pdl = true;           // FLASHKIT_DECODE_PDL=0: no programmatic dependent launch (sm_90)

@@ -124,11 +124,19 @@ BwdChoice choose_bwd(const kernels::AttentionShape& sh, float softcap, const Dev
   // The warp-specialized backward (v22) with v6's default tiles: every mask, GQA and varlen, no softcap (its
   // instantiation would need v6's separate softcap loop; those calls and FLASHKIT_SM90_BWD_CFG=1 stay on v6). By
   // default at d128 only: there it beat v6 by 10-32%, at d64 it lost (0.83-0.87x; run s14-3, worklog v22).
-  const bool ws_dim = t.sm90_bwd_ws > 0 ? (D == 64 || D == 128) : (t.sm90_bwd_ws < 0 && D == 128);
-  if (t.sm90 && dev.sm90a && allow_ws && ws_dim && softcap <= 0.f && t.sm90_bwd_config == 0) {
-    const auto tile = cuda::sm90_bwd_ws_tile(D);
+  // d256: its own warp-specialized kernel (v24, v16's tile; sm90_bwd_config does not apply there either), on by
+  // default until an H200 run says it loses to v16; softcap stays on v16.
+  const bool ws_dim = t.sm90_bwd_ws > 0 ? (D == 64 || D == 128 || D == 256)
+                                        : (t.sm90_bwd_ws < 0 && (D == 128 || D == 256));
+  if (t.sm90 && dev.sm90a && allow_ws && ws_dim && softcap <= 0.f && (t.sm90_bwd_config == 0 || D == 256)) {
     c.kernel = CudaKernel::bwd_sm90_ws;
-    c.tile_m = tile.bm, c.tile_n = tile.bn();
+    if (D == 256) {
+      const auto tile = cuda::sm90_bwd_d256_tile();
+      c.tile_m = tile.bm, c.tile_n = tile.bn;
+    } else {
+      const auto tile = cuda::sm90_bwd_ws_tile(D);
+      c.tile_m = tile.bm, c.tile_n = tile.bn();
+    }
     return c;
   }
   if (t.sm90 && dev.sm90a) {

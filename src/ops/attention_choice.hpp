@@ -20,7 +20,8 @@ enum class CudaKernel : int32_t {
   decode = 3,       // the decode family (kernels/cuda/decode/): FwdChoice::decode says which member
   bwd_sm80 = 4,     // flash_bwd.cuh
   bwd_sm90 = 5,     // flash_bwd_sm90.cuh (d64, d128), flash_bwd_sm90_d256.cuh (d256)
-  bwd_sm90_ws = 6,  // flash_bwd_sm90_ws.cuh: warp-specialized, TMA producer, dQ by bulk reduce-add (d64, d128)
+  bwd_sm90_ws = 6,  // flash_bwd_sm90_ws.cuh: warp-specialized, TMA producer, dQ by bulk reduce-add (d64, d128);
+                    // flash_bwd_sm90_ws_d256.cuh (d256: dQ by atomics)
 };
 
 struct FwdChoice {

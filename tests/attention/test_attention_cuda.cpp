@@ -418,8 +418,9 @@ std::vector<Path> paths() {
   t = Tuning{};
   t.sm90_bwd_config = 1;
   v.push_back({"sm90bwdcfg1", t});
-  // The cp.async Hopper backward (v6) where the warp-specialized one (v22) is the default, d128
-  // (FLASHKIT_SM90_BWD_WS=0), and v22 where v6 is, d64 (FLASHKIT_SM90_BWD_WS=1).
+  // The cp.async Hopper backwards (v6; v16 at d256) where the warp-specialized ones (v22; v24 at d256) are the
+  // default, d128 and d256 (FLASHKIT_SM90_BWD_WS=0), and v22 where v6 is, d64 (FLASHKIT_SM90_BWD_WS=1; the d128 and
+  // d256 cases run the default's kernels again).
   t = Tuning{};
   t.sm90_bwd_ws = 0;
   v.push_back({"sm90bwd_v6", t});
@@ -906,9 +907,10 @@ TEST(CudaAttention, NonFiniteLseInBackward) {
 }
 
 // Varlen with check_finite off: a non-finite q/dout row or k row of one sequence stays out of the previous sequence's
-// gradients. The Hopper warp-specialized backward (v22) reads the next sequence's first rows into a sequence's last
-// query and key tiles (TMA boxes of a packed tensor) and zeroes them before its products (0 * NaN would be NaN in
-// dK, dV, dQ); the other backwards zero-fill on load. Sequence 0's tiles are ragged (70 query rows, 90 keys).
+// gradients. The Hopper warp-specialized backwards (v22; v24 at d256) read the next sequence's first rows into a
+// sequence's last query and key tiles (TMA boxes of a packed tensor) and zero them before their products (0 * NaN
+// would be NaN in dK, dV, dQ); the other backwards (v6, v16 at d256) zero-fill on load. Sequence 0's tiles are ragged
+// (70 query rows, 90 keys).
 TEST(CudaAttention, VarlenNonFiniteStaysInItsSequence) {
   if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
   const std::vector<std::pair<int, int>> lens = {{70, 90}, {50, 60}};
@@ -916,9 +918,9 @@ TEST(CudaAttention, VarlenNonFiniteStaysInItsSequence) {
   fk_test::varlen_offsets(lens, &cu_q, &cu_k);
   const int64_t Sq = cu_q.back(), Sk = cu_k.back(), H = 4, Hkv = 2;
   const DType dt = DType::bf16;
-  for (int64_t D : {64, 128}) {
+  for (int64_t D : {64, 128, 256}) {
     for (bool v6 : {false, true}) {
-      SCOPED_TRACE("d" + std::to_string(D) + (v6 ? " v6" : " v22 forced"));
+      SCOPED_TRACE("d" + std::to_string(D) + (v6 ? " v6/v16" : " ws forced"));
       std::mt19937 rng(uint32_t(D) + (v6 ? 7u : 0u));
       HostTensor q(dt, {1, Sq, H, D}), k(dt, {1, Sk, Hkv, D}), v(dt, {1, Sk, Hkv, D}), dout(dt, {1, Sq, H, D});
       for (HostTensor* t : {&q, &k, &v, &dout}) t->fill_random(rng);

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cuda/bwd_ws_d256_buffers.hpp"
 #include "kernels/cuda/bwd_ws_staging.hpp"
 #include "kernels/cuda/ws_schedule.hpp"
 #include "ops/attention_choice.hpp"
@@ -518,21 +519,25 @@ TEST(CudaChoice, Backward) {
   c = bwd("d128 softcap", 128, 30.f, h200());
   EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90);
   EXPECT_EQ(flashkit::kernel_name(c, DType::f16), "cuda.flash.bwd.sm90wgmma.f16.d128");
-  // d256 (and head dims padded to it) on Hopper: the d256 wgmma kernel (v16), softcap and config 1 included.
+  // d256 (and head dims padded to it) on Hopper: the warp-specialized d256 kernel (v24) on v16's tile, config 1
+  // included; softcap on the d256 wgmma kernel (v16).
   c = bwd("d256", 256, 0.f, h200());
-  EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90);
+  EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90_ws);
   EXPECT_EQ(c.tile_m, 64);
   EXPECT_EQ(c.tile_n, 64);
   EXPECT_FALSE(c.softcap);
-  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.bwd.sm90wgmma.bf16.d256");
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.bwd.sm90ws.bf16.d256");
   c = bwd("d256 softcap", 256, 30.f, h200());
   EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90);
   EXPECT_TRUE(c.softcap);
   EXPECT_EQ(c.tile_n, 64);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.bwd.sm90wgmma.bf16.d256");
   c = bwd("d200 (padded to 256)", 200, 0.f, h200());
-  EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90);
+  EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90_ws);
   EXPECT_EQ(c.dpad, 256);
-  EXPECT_EQ(bwd("d256 config 1", 256, 0.f, h200(), t).tile_m, 64);
+  c = bwd("d256 config 1", 256, 0.f, h200(), t);
+  EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90_ws);
+  EXPECT_EQ(c.tile_m, 64);
   // The portable kernel: sm90 = false (the tests' "sm80" path), a device without sm_90a code, an A100.
   Tuning no90;
   no90.sm90 = false;
@@ -590,12 +595,83 @@ TEST(CudaChoice, BackwardWarpSpecialized) {
     no90.sm90 = false;
     EXPECT_EQ(bwd(sh, 0.f, h200(), no90).kernel, CudaKernel::bwd_sm80) << d;
   }
-  // d256 keeps its own kernel, forced or not; varlen shapes take v22 like any other.
-  EXPECT_EQ(bwd(shape(1, 8, 8, 256, 512, 512), 0.f, h200(), dflt).kernel, CudaKernel::bwd_sm90);
-  EXPECT_EQ(bwd(shape(1, 8, 8, 256, 512, 512), 0.f, h200(), forced).kernel, CudaKernel::bwd_sm90);
+  // Varlen shapes take v22 like any other (d256: CudaChoice.BackwardWarpSpecializedD256).
   AttentionShape v = shape(1, 8, 2, 128, 100, 100);
   v.batch = 5, v.max_seqlen_q = 60, v.max_seqlen_k = 80;
   EXPECT_EQ(bwd(v, 0.f, h200(), dflt).kernel, CudaKernel::bwd_sm90_ws);
+}
+
+// The warp-specialized d256 backward (v24, flash_bwd_sm90_ws_d256.cuh): at head dims padded to 256 on sm_90a
+// devices without softcap, by default (auto) and forced (1), on v16's tile (64 queries x 64 keys) whatever
+// sm90_bwd_config says; softcap, FLASHKIT_SM90_BWD_WS=0 and a declined launch (allow_ws = false: no TMA map, another
+// register budget) take v16 (bwd_sm90 at d256); sm90 = false, devices without sm_90a code and the A100 the portable
+// kernel. GQA, unequal lengths and varlen do not enter the choice.
+TEST(CudaChoice, BackwardWarpSpecializedD256) {
+  auto bwd = [](const AttentionShape& sh, float softcap, const DeviceInfo& dev, const Tuning& t, bool allow_ws = true) {
+    return flashkit::choose_bwd(sh, softcap, dev, t, allow_ws);
+  };
+  const Tuning dflt;
+  Tuning forced, off, cfg1, no90;
+  forced.sm90_bwd_ws = 1;
+  off.sm90_bwd_ws = 0;
+  cfg1.sm90_bwd_config = 1;
+  no90.sm90 = false;
+  AttentionShape var = shape(1, 8, 2, 256, 300, 300);
+  var.batch = 4, var.max_seqlen_q = 130, var.max_seqlen_k = 190;
+  for (const AttentionShape& sh : {shape(2, 16, 16, 256, 4096, 4096), shape(1, 8, 2, 200, 77, 300),
+                                   shape(3, 4, 1, 136, 190, 65), var}) {
+    const int d = int(sh.head_dim);
+    for (const Tuning& t : {dflt, forced, cfg1}) {
+      const BwdChoice c = bwd(sh, 0.f, h200(), t);
+      EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90_ws) << d;
+      EXPECT_EQ(c.dpad, 256) << d;
+      EXPECT_EQ(c.tile_m, 64) << d;
+      EXPECT_EQ(c.tile_n, 64) << d;
+      EXPECT_FALSE(c.softcap) << d;
+      EXPECT_EQ(flashkit::kernel_name(c, DType::f16), "cuda.flash.bwd.sm90ws.f16.d256") << d;
+    }
+    for (const Tuning& t : {dflt, forced}) {
+      BwdChoice c = bwd(sh, 30.f, h200(), t);  // softcap: v16
+      EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90) << d;
+      EXPECT_TRUE(c.softcap) << d;
+      c = bwd(sh, 0.f, h200(), t, /*allow_ws=*/false);  // the launch declined: v16
+      EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90) << d;
+      EXPECT_EQ(c.tile_m, 64) << d;
+      EXPECT_EQ(c.tile_n, 64) << d;
+      EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.bwd.sm90wgmma.bf16.d256") << d;
+    }
+    const BwdChoice c = bwd(sh, 0.f, h200(), off);
+    EXPECT_EQ(c.kernel, CudaKernel::bwd_sm90) << d;
+    EXPECT_EQ(c.tile_n, 64) << d;
+    EXPECT_EQ(bwd(sh, 0.f, h200(), no90).kernel, CudaKernel::bwd_sm80) << d;
+    DeviceInfo plain90 = h200();
+    plain90.sm90a = false;
+    EXPECT_EQ(bwd(sh, 0.f, plain90, forced).kernel, CudaKernel::bwd_sm80) << d;
+    EXPECT_EQ(bwd(sh, 0.f, a100(), forced).kernel, CudaKernel::bwd_sm80) << d;
+  }
+}
+
+// The d256 ws backward's P^T/dS^T buffers (bwd_ws_d256_buffers.hpp) under its only ordering, one named barrier per
+// step: epoch e is the time between barriers e-1 and e; step s writes its buffer in epoch s and both warpgroups read
+// it in epoch s+1. Accesses within an epoch are unordered, so the buffer written in an epoch must not be the one read
+// there, and each read must find its own step's tile. A single buffer (v16's, with its second CTA barrier) fails.
+TEST(CudaChoice, BackwardWsD256PdsBuffers) {
+  using flashkit::cuda::bwd_ws_pds_buffer;
+  using flashkit::cuda::kBwdWsPdsBuffers;
+  for (int nsteps = 1; nsteps <= 9; ++nsteps) {
+    std::vector<int> holds(kBwdWsPdsBuffers, -1);  // the step whose tile each buffer holds
+    for (int e = 0; e <= nsteps; ++e) {
+      const int wstep = e < nsteps ? e : -1, rstep = e - 1;
+      if (wstep >= 0) {
+        ASSERT_GE(bwd_ws_pds_buffer(wstep), 0);
+        ASSERT_LT(bwd_ws_pds_buffer(wstep), kBwdWsPdsBuffers);
+        if (rstep >= 0)
+          EXPECT_NE(bwd_ws_pds_buffer(wstep), bwd_ws_pds_buffer(rstep)) << "epoch " << e << " of " << nsteps;
+      }
+      if (rstep >= 0) EXPECT_EQ(holds[bwd_ws_pds_buffer(rstep)], rstep) << "step " << rstep << " of " << nsteps;
+      if (wstep >= 0) holds[bwd_ws_pds_buffer(wstep)] = wstep;
+    }
+  }
 }
 
 // The ws backward's LSE/Dsum staging (bwd_ws_staging.hpp): every query row of a step staged by exactly one consumer

@@ -78,6 +78,10 @@ bool launch_flash_bwd_sm90_ws(const BwdParams& p, cudaStream_t stream);
 // Hopper backward at head_dim 256 (flash_bwd_sm90_d256.cuh), the tile of sm90_bwd_d256_tile(); false as above.
 template <typename T>
 bool launch_flash_bwd_sm90_d256(const BwdParams& p, cudaStream_t stream);
+// The warp-specialized Hopper backward at head_dim 256 (flash_bwd_sm90_ws_d256.cuh), no softcap, the same tile;
+// also false when TMA cannot describe Q/dO/K/V or the register budget is not the kernel's.
+template <typename T>
+bool launch_flash_bwd_sm90_ws_d256(const BwdParams& p, cudaStream_t stream);
 
 // dtype-generic helpers: the decode family's split combine (decode/combine.cu), the backward's pre/postprocess and
 // strided repacking (flash_aux.cu)

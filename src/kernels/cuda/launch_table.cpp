@@ -71,6 +71,9 @@ bool launch_bwd_sm90(DType dt, int dpad, int config, const BwdParams& p, cudaStr
 }
 
 bool launch_bwd_sm90_ws(DType dt, int dpad, const BwdParams& p, cudaStream_t stream) {
+  if (dpad == 256)  // its own kernel (flash_bwd_sm90_ws_d256.cuh)
+    return dt == DType::bf16 ? launch_flash_bwd_sm90_ws_d256<__nv_bfloat16>(p, stream)
+                             : launch_flash_bwd_sm90_ws_d256<__half>(p, stream);
   if (dpad != 64 && dpad != 128) return false;
   return by_type_and_dim(dt, dpad, [&](auto t, auto d) {
     constexpr int D = decltype(d)::value;

@@ -31,9 +31,11 @@ foreach(dt bf16 f16)
     list(APPEND FLASHKIT_CUDA_SOURCES ${CMAKE_CURRENT_LIST_DIR}/flash_bwd_sm90_ws_${dt}_d${d}.cu)
   endforeach()
   # d256: the warp-specialized forward only (the cp.async forward's tiles do not fit its registers); the
-  # backward's own kernel (flash_bwd_sm90_d256.cuh: P and dS through shared memory).
+  # backward's own kernels (flash_bwd_sm90_d256.cuh: P and dS through shared memory; flash_bwd_sm90_ws_d256.cuh:
+  # the same math warp-specialized, v24).
   list(APPEND FLASHKIT_CUDA_SOURCES ${CMAKE_CURRENT_LIST_DIR}/flash_fwd_sm90_ws_${dt}_d256.cu)
   list(APPEND FLASHKIT_CUDA_SOURCES ${CMAKE_CURRENT_LIST_DIR}/flash_bwd_sm90_${dt}_d256.cu)
+  list(APPEND FLASHKIT_CUDA_SOURCES ${CMAKE_CURRENT_LIST_DIR}/flash_bwd_sm90_ws_${dt}_d256.cu)
 endforeach()
 # The CS149 kernels (include/flashkit/cs149.hpp), one file per kernel; RK4 rounds like its PyTorch reference.
 list(APPEND FLASHKIT_CUDA_SOURCES
