@@ -62,6 +62,13 @@ constexpr ByteRange l2_prefetch_range(const L2PrefetchPlan& p, int64_t s) {
   return {b, b + (e - b) / kL2PrefetchAlign * kL2PrefetchAlign};
 }
 
+// Bytes a plan prefetches in all (the sum of its stripes' ranges).
+constexpr int64_t l2_prefetch_total(const L2PrefetchPlan& p) {
+  int64_t t = 0;
+  for (int64_t s = 0; s < l2_prefetch_stripes(p); ++s) t += l2_prefetch_range(p, s).end - l2_prefetch_range(p, s).begin;
+  return t;
+}
+
 // The requests block `block` of `blocks` issues: fn(offset, size) per request, for its stripes block, block + blocks,
 // ... in order, each in kL2PrefetchChunk pieces (offset 16-byte aligned, size a multiple of 16, never past the end).
 // The kernels call it with a lambda that issues cp.async.bulk.prefetch.L2 (engine/cuda/common.cuh prefetch_l2_plan).
