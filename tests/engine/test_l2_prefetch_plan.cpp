@@ -68,6 +68,7 @@ TEST(L2PrefetchPlan, Mamba28bOutProjWholeUnderTheMixer) {
   int64_t total = 0;
   for (int64_t v : per) total += v;
   EXPECT_EQ(total, bytes);
+  EXPECT_EQ(l2_prefetch_total(p), bytes);
   EXPECT_EQ(l2_prefetch_under_mixer(L2PrefetchMode::all, bytes, stripe, kL2).head, p.head);  // all: the same here
 }
 
@@ -86,6 +87,7 @@ TEST(L2PrefetchPlan, Mamba28bNextInProjHeadsUnderOutProj) {
     total += v;
   }
   EXPECT_LE(total + out, l2_prefetch_budget(kL2));
+  EXPECT_EQ(l2_prefetch_total(p), total);
   // nothing left when the current GEMV alone fills the budget
   EXPECT_FALSE(l2_prefetch_under_gemv(L2PrefetchMode::all, l2_prefetch_budget(kL2), in, stripe, kL2).active());
   // a small next matrix (mamba-130m's in_proj, 4.7 MB) is prefetched whole

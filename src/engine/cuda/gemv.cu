@@ -393,9 +393,6 @@ __global__ void __launch_bounds__(kThreads, MINB) gemv_kernel(GemvParams p) {
     prefetch_l2(p.W + row_begin * K, b);
     if (GATED) prefetch_l2(p.W + (N + row_begin) * K, b);
   }
-  // The next GEMV's weights (Tuning::cuda_l2_prefetch all: out_proj prefetches the next layer's in_proj head while
-  // it reads its own weights from L2, where the mixer put them).
-  if constexpr (TT == 1 && !GATED) prefetch_l2_plan(p.out.l2_next, p.out.l2_plan);
   // Steps of this warp: row groups r0 = row_begin + R (warp + kWarps j), each in chunk ranges c0 = 0, 32 U, ... < KC.
   auto advance = [&](int64_t& r, int64_t& c) {
     c += 32 * U;
@@ -404,6 +401,9 @@ __global__ void __launch_bounds__(kThreads, MINB) gemv_kernel(GemvParams p) {
   int64_t r0 = row_begin + int64_t(warp) * R, c0 = 0;
   uint4 wa[RR][U], wb[RR][U];
   if (r0 < row_end) load_step<RR, R, U, GATED>(W4, N, KC, r0, row_end, 0, lane, p.ldcs, wa);
+  // The next GEMV's weights, after this block's own first loads (Tuning::cuda_l2_prefetch all: out_proj prefetches
+  // the next layer's in_proj head while it reads its own weights from L2, where the mixer put them).
+  if constexpr (TT == 1 && !GATED) prefetch_l2_plan(p.out.l2_next, p.out.l2_plan);
   pdl_wait();
   if (r0 < row_end) prefetch_conv<TT, R, GATED>(p.out, r0, lane);
   prologue<TT, MINB >= 3 ? 2 : kBatch>(p, xs, hs, red, rs_d);
