@@ -12,9 +12,9 @@
 //   flashkit_ssm_bench decode MAMBA_DIR   one row: the CUDA engine's greedy decode at batch 1 (generate(): device
 //   argmax, graph replay) against the weight-streaming roofline, the weights as the backend stores them
 //   (ModelInfo::device_weight_bytes) read once per token at the copy ceiling; issue 18 asks for <= 1.5x.
-//   flashkit_ssm_bench decode-l2 MAMBA_DIR   the same with the L2 prefetch off, out and all
+//   flashkit_ssm_bench decode-l2 MAMBA_DIR   the same with the L2 prefetch off, out, all and late
 //   (Tuning::cuda_l2_prefetch, engine/l2_prefetch_plan.hpp): one model per mode in one process, the generate() calls
-//   of the three alternated (so clock and thermal drift hit each alike), the best of 4 per mode; one row per mode.
+//   of the four alternated (so clock and thermal drift hit each alike), the best of 4 per mode; one row per mode.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -117,9 +117,10 @@ int decode_roofline(const char* dir) {
 
 // decode_roofline for each L2 prefetch mode, the modes' runs alternated in one process.
 int decode_l2_modes(const char* dir) {
-  static const char* kNames[] = {"0", "out", "all"};
+  static const char* kNames[] = {"0", "out", "all", "late"};
+  constexpr int kModes = 4;
   std::vector<std::shared_ptr<Model>> models;
-  for (int mode = 0; mode < 3; ++mode) {
+  for (int mode = 0; mode < kModes; ++mode) {
     LoadOptions lo;
     lo.device = "cuda";
     lo.max_context = 4096;
@@ -133,11 +134,11 @@ int decode_l2_modes(const char* dir) {
   GenerateOptions go;
   go.max_new_tokens = 257;
   go.stop_at_eos = false;
-  std::vector<double> best_s(3, 1e30);
-  std::vector<std::vector<int32_t>> tokens(3);
+  std::vector<double> best_s(kModes, 1e30);
+  std::vector<std::vector<int32_t>> tokens(kModes);
   int64_t steps = 0;
   for (int rep = 0; rep < 5; ++rep)  // the first captures each model's decode graph; the best of the others
-    for (int mode = 0; mode < 3; ++mode) {
+    for (int mode = 0; mode < kModes; ++mode) {
       auto s = models[size_t(mode)]->new_session();
       const GenerationResult r = generate(*s, prompt, go);
       if (rep == 0) tokens[size_t(mode)] = r.tokens;
@@ -147,7 +148,7 @@ int decode_l2_modes(const char* dir) {
       }
     }
   const double roof_s = double(info.device_weight_bytes) / kCopyCeiling;
-  for (int mode = 0; mode < 3; ++mode)
+  for (int mode = 0; mode < kModes; ++mode)
     std::printf("{\"op\": \"mamba_decode_l2\", \"model\": \"%s\", \"l2_prefetch\": \"%s\", \"layers\": %lld, "
                 "\"hidden\": %lld, \"device_weight_bytes\": %lld, \"decode_steps\": %lld, \"ms_per_token\": %.4f, "
                 "\"weight_roofline_ms\": %.4f, \"of_roofline\": %.3f, \"same_tokens_as_off\": %s}\n",

@@ -24,7 +24,7 @@ L2PrefetchPlan heads(int64_t bytes, int64_t stripe, int64_t budget) {
 }  // namespace
 
 L2PrefetchPlan l2_prefetch_under_mixer(L2PrefetchMode mode, int64_t bytes, int64_t stripe, int64_t l2_bytes) {
-  if (mode == L2PrefetchMode::off) return {};
+  if (mode == L2PrefetchMode::off) return {};  // out, all, late: the same plan
   return heads(bytes, stripe, l2_prefetch_budget(l2_bytes));
 }
 

@@ -18,7 +18,9 @@
 
 namespace flashkit::engine {
 
-enum class L2PrefetchMode { off = 0, out = 1, all = 2 };  // Tuning::cuda_l2_prefetch (FLASHKIT_CUDA_L2_PREFETCH)
+// Tuning::cuda_l2_prefetch (FLASHKIT_CUDA_L2_PREFETCH=0|out|all|late). late: out's plan, issued by the mixer after
+// its x_proj rows instead of before its PDL wait (A/B: whether the prefetch slows the mixer's own dependent loads).
+enum class L2PrefetchMode { off = 0, out = 1, all = 2, late = 3 };
 
 // Bytes of one prefetch request: large enough that a block issues a few (mamba-2.8b: 26 MB over 80 mixer blocks,
 // ~5 requests a block), small enough that the requests of one block spread over L2 slices and arrive in order.

@@ -511,8 +511,8 @@ TEST(CudaMambaFusion, DecodeLogitsMatchUnfused) {
   }
 }
 
-// The L2 prefetch is a hint (engine/l2_prefetch_plan.hpp): the same prompt and decode steps with it off, `out` and
-// `all` (Tuning::cuda_l2_prefetch) give the same logits bit for bit, fused, the steps after the first replaying
+// The L2 prefetch is a hint (engine/l2_prefetch_plan.hpp): the same prompt and decode steps with it off, `out`,
+// `all` and `late` (Tuning::cuda_l2_prefetch) give the same logits bit for bit, fused, the steps after the first replaying
 // captured graphs.
 TEST(CudaMambaFusion, L2PrefetchKeepsTheBits) {
   if (cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
@@ -520,7 +520,7 @@ TEST(CudaMambaFusion, L2PrefetchKeepsTheBits) {
   std::vector<std::shared_ptr<Model>> models;
   std::vector<std::unique_ptr<Session>> sessions;
   const std::vector<int32_t> prompt = {3, 17, 59, 0, 42, 8, 8, 23, 1};
-  for (int mode : {0, 1, 2}) {
+  for (int mode : {0, 1, 2, 3}) {
     LoadOptions o;
     o.device = "cuda";
     o.tuning = default_tuning();

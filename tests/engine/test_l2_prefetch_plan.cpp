@@ -70,6 +70,8 @@ TEST(L2PrefetchPlan, Mamba28bOutProjWholeUnderTheMixer) {
   EXPECT_EQ(total, bytes);
   EXPECT_EQ(l2_prefetch_total(p), bytes);
   EXPECT_EQ(l2_prefetch_under_mixer(L2PrefetchMode::all, bytes, stripe, kL2).head, p.head);  // all: the same here
+  EXPECT_EQ(l2_prefetch_under_mixer(L2PrefetchMode::late, bytes, stripe, kL2).head, p.head);  // late: same bytes
+  EXPECT_FALSE(l2_prefetch_under_gemv(L2PrefetchMode::late, bytes, bytes, stripe, kL2).active());
 }
 
 // Mode all under out_proj: the head of each of the next in_proj's stripes (10240 x 2560, 256 stripes of 40 rows),
@@ -127,12 +129,12 @@ TEST(L2PrefetchPlan, OddSizesNeverPassTheEnd) {
   EXPECT_EQ(l2_prefetch_range(p, -1).begin, l2_prefetch_range(p, -1).end);
 }
 
-// FLASHKIT_CUDA_L2_PREFETCH (tuning_from_env): 0, out, all; anything else warns once and keeps the default (out).
+// FLASHKIT_CUDA_L2_PREFETCH (tuning_from_env): 0, out, all, late; anything else warns once and keeps the default (out).
 TEST(L2PrefetchPlan, ModeFromTheEnvironment) {
   const char* name = "FLASHKIT_CUDA_L2_PREFETCH";
   const char* before = std::getenv(name);
   const std::string saved = before ? before : "";
-  for (auto [value, want] : {std::pair{"0", 0}, {"out", 1}, {"all", 2}, {"fast", 1}, {"on", 1}}) {
+  for (auto [value, want] : {std::pair{"0", 0}, {"out", 1}, {"all", 2}, {"late", 3}, {"fast", 1}, {"on", 1}}) {
     setenv(name, value, 1);
     testing::internal::CaptureStderr();
     EXPECT_EQ(flashkit::tuning_from_env().cuda_l2_prefetch, want) << value;

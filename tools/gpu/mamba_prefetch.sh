@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # The L2 prefetch of the next GEMV's weights in the Mamba decode (issue 18 Required 5; docs/worklog/mamba-decode-cuda.md
-# v5; engine/l2_prefetch_plan.hpp; FLASHKIT_CUDA_L2_PREFETCH=0|out|all) on the GPU machine (an H200), in one call.
+# v5; engine/l2_prefetch_plan.hpp; FLASHKIT_CUDA_L2_PREFETCH=0|out|all|late) on the GPU machine (an H200), in one call.
 # The parts, in this order (MAMBAPF_PARTS picks some; default "build test decode"):
 #   build   configure build-gpu if needed; flashkit_engine_tests and flashkit_ssm_bench
 #   test    the pure plan tests (L2PrefetchPlan.*) and the Mamba CUDA engine tests (a layer's decode steps vs f64
 #           with the prefetch counter, the whole-model logits fused vs unfused, the logits bit for bit with the
-#           prefetch off / out / all, the mixer kernel, the GEMV plans) with FLASHKIT_CUDA_L2_PREFETCH unset
-#           (default out), then the backend tests again with =0 and =all; compute-sanitizer memcheck on the layer
+#           prefetch off / out / all / late, the mixer kernel, the GEMV plans) with FLASHKIT_CUDA_L2_PREFETCH unset
+#           (default out), then the backend tests again with =0, =all and =late; compute-sanitizer memcheck on the layer
 #           steps and the bitwise test with =all; registers of the mixer and the one-row GEMVs (cuobjdump)
 #   decode  `flashkit_ssm_bench decode-l2` at mamba-130m, 1.4b, 2.8b (MAMBAPF_SIZES; random bf16 models made by
 #           transformers with tools/gpu/make_mamba_decode_model.py, kept in build-gpu/mamba-SIZE-random): one model
-#           per mode in one process, their generate() calls alternated, best of 4; $OUT/mambapf_decode.jsonl and
+#           per mode (0, out, all, late) in one process, their generate() calls alternated, best of 4; $OUT/mambapf_decode.jsonl and
 #           one line per config "mambapf decode: <size> <knob> <ms/token> <x roofline>", then per size
 #           "mambapf decode: <size> <knob> vs 0: <speed-up>x (<us per layer> -> <us per layer>)" and whether the
 #           generated tokens equal mode 0's
@@ -50,7 +50,7 @@ if [[ $parts == *" test "* ]]; then
     BF='Shapes/CudaMambaStep.*:CudaMambaFusion.*'
     run mambapf_tests timeout 150 "$t" --gtest_brief=1 \
       --gtest_filter="L2PrefetchPlan.*:MambaFusionChoice.*:GemvPlan.*:$BF:Inner/CudaMambaStepKernel.*:CudaMambaStepLauncher.*:CudaGemvPlan.*:MambaCuda.*"
-    for mode in 0 all; do
+    for mode in 0 all late; do
       FLASHKIT_CUDA_L2_PREFETCH=$mode run "mambapf_tests_l2_$mode" timeout 90 "$t" --gtest_brief=1 --gtest_filter="$BF"
     done
     FLASHKIT_CUDA_L2_PREFETCH=all run mambapf_memcheck timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
@@ -85,7 +85,7 @@ for (size, knob), r in rows.items():
     print("mambapf decode: %s %s %.4f %.2fx" % (size, knob, r["ms_per_token"], r["of_roofline"]))
 for size in dict.fromkeys(s for s, _ in rows):
     off = rows.get((size, "0"))
-    for knob in ("out", "all"):
+    for knob in ("out", "all", "late"):
         r = rows.get((size, knob))
         if off and r:
             print("mambapf decode: %s %s vs 0: %.3fx (%.1f -> %.1f us per layer), tokens %s" % (

@@ -1178,6 +1178,7 @@ class CudaBackend final : public Backend {
       a.l2_plan = l2_prefetch_under_mixer(l2_mode(), M.rows * M.cols * 2, kc::gemv_stripe_bytes(M.rows, M.cols, false),
                                           cuda_device_info().l2_bytes);
       if (a.l2_plan.active()) a.l2_next = M.w.data, l2_warm_ = {M.w.data, l2_prefetch_total(a.l2_plan)};
+      a.l2_late = l2_mode() == L2PrefetchMode::late;
     }
     if (a.l2_next) ++stats_.l2_prefetches;
     kc::mamba_mixer_step(a, stream_);
@@ -1187,7 +1188,7 @@ class CudaBackend final : public Backend {
 
   // L2 prefetch (engine/l2_prefetch_plan.hpp; Tuning::cuda_l2_prefetch): a one-row GEMV over dense bf16 weights,
   // not offloaded (a slot's bytes change under the copy stream). l2_warm_: the weights the last mixer prefetched.
-  L2PrefetchMode l2_mode() const { return L2PrefetchMode(std::clamp(tuning_.cuda_l2_prefetch, 0, 2)); }
+  L2PrefetchMode l2_mode() const { return L2PrefetchMode(std::clamp(tuning_.cuda_l2_prefetch, 0, 3)); }
   bool l2_prefetchable(const Op& lin) const {
     return l2_mode() != L2PrefetchMode::off && !offload_ && lin.kind == OpKind::linear && lin.T == 1 &&
            !is_quant(lin.M) && lin.M.w.ld == lin.M.cols && gemv_ok(lin);

@@ -142,6 +142,7 @@ struct MambaStepArgs {
   // stripes before the PDL wait, while HBM is idle under the mixer's latency-bound chain. Results do not change.
   const void* l2_next = nullptr;
   L2PrefetchPlan l2_plan;
+  bool l2_late = false;  // issue it after the block's x_proj rows instead (L2PrefetchMode::late)
 };
 // Throws invalid_argument when the shapes are outside what mamba_mixer_step_ok accepts or a forced cluster size
 // cannot run on this device.
