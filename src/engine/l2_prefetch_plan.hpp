@@ -22,9 +22,11 @@ namespace flashkit::engine {
 // its x_proj rows instead of before its PDL wait (A/B: whether the prefetch slows the mixer's own dependent loads).
 enum class L2PrefetchMode { off = 0, out = 1, all = 2, late = 3 };
 
-// Bytes of one prefetch request: large enough that a block issues a few (mamba-2.8b: 26 MB over 80 mixer blocks,
-// ~5 requests a block), small enough that the requests of one block spread over L2 slices and arrive in order.
-constexpr int64_t kL2PrefetchChunk = int64_t(64) << 10;
+// Bytes of one prefetch request: large enough that a block issues few (mamba-2.8b: 26 MB over 80 mixer blocks, ~13
+// requests a block, one instruction each), small enough that one block's requests arrive in order; below the 48 KB
+// requests the GEMV's own stripe prefetch (FLASHKIT_CUDA_PREFETCH) has issued on the H200 (the PTX ISA states no
+// maximum size).
+constexpr int64_t kL2PrefetchChunk = int64_t(32) << 10;
 constexpr int64_t kL2PrefetchAlign = 16;
 // Share of the L2 the prefetched bytes of one hand-over may take together (what is prefetched under the mixer plus
 // what out_proj prefetches of the next in_proj while it still reads its own lines): 3/4. The rest holds the states,
