@@ -512,8 +512,8 @@ TEST(CudaMambaFusion, DecodeLogitsMatchUnfused) {
 }
 
 // The L2 prefetch is a hint (engine/l2_prefetch_plan.hpp): the same prompt and decode steps with it off, `out`,
-// `all` and `late` (Tuning::cuda_l2_prefetch) give the same logits bit for bit, fused, the steps after the first replaying
-// captured graphs.
+// `all` and `late` (Tuning::cuda_l2_prefetch) give the same logits bit for bit, fused, the steps after the first
+// replaying captured graphs.
 TEST(CudaMambaFusion, L2PrefetchKeepsTheBits) {
   if (cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device (or no CUDA build)";
   const fs::path dir = make_model("l2", 8);

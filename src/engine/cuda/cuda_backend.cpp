@@ -1103,7 +1103,8 @@ class CudaBackend final : public Backend {
         const Matrix& M = ops[k].M;
         if (l2_prefetchable(ops[k]))
           out.l2_plan = l2_prefetch_under_gemv(l2_mode(), l2_warm_.bytes, M.rows * M.cols * 2,
-                                               kc::gemv_stripe_bytes(M.rows, M.cols, keep_h), cuda_device_info().l2_bytes);
+                                               kc::gemv_stripe_bytes(M.rows, M.cols, keep_h),
+                                               cuda_device_info().l2_bytes);
         if (out.l2_plan.active()) out.l2_next = M.w.data, ++stats_.l2_prefetches;
         break;
       }
