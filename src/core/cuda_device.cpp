@@ -50,6 +50,7 @@ DeviceInfo cuda_device_info() {
     check_cuda(cudaDeviceGetAttribute(&n.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev),
                "cudaDeviceGetAttribute");
     check_cuda(cudaDeviceGetAttribute(&n.sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+    check_cuda(cudaDeviceGetAttribute(&n.l2_bytes, cudaDevAttrL2CacheSize, dev), "cudaDeviceGetAttribute");
     check_cuda(cudaDeviceGetAttribute(&n.cc_major, cudaDevAttrComputeCapabilityMajor, dev), "cudaDeviceGetAttribute");
     check_cuda(cudaDeviceGetAttribute(&n.cc_minor, cudaDevAttrComputeCapabilityMinor, dev), "cudaDeviceGetAttribute");
 #ifdef FLASHKIT_HAVE_SM90A
