@@ -23,6 +23,9 @@
 //     version had the loader warp store them under the stage's mbarriers: correct by the PTX memory model through
 //     __syncwarp + one arrival per warp, but compute-sanitizer racecheck reported it (run s14-3); this protocol
 //     uses only bar.sync, which racecheck models, and takes the loads off the 32-register producer. Worklog v22.)
+// v25 (OwnDq, d128's BM 64 tile; BwdParams::bwd_ws_own_dq, worklog v25): no exchange -- each warpgroup's dQ covers
+// only its own 64 keys (dS^T rows it wrote itself, behind its own named barrier), the two partial tiles are summed
+// by the dQ warps 9-11 before the same row reductions, so the consumer warpgroups run out of lock step.
 // FK_BWD90WS_DQ_ATOMIC (A/B builds only): dQ by the consumers' float4 atomics as v6 does, no dQ buffer or writer.
 // Rows past a sequence's end: TMA zero-fills past the tensor's end; inside a packed varlen tensor it reads the next
 // sequence's rows. P = dS = 0 there (mask, LSE = +inf), but 0 times a non-finite value of the next sequence would
