@@ -97,7 +97,8 @@ FwdChoice choose_fwd(const kernels::AttentionShape& sh, const kernels::Attention
       c.tile_m = w.bm, c.tile_n = w.bn, c.stages = w.stages;
       c.pingpong = t.sm90_ws_pingpong;
       c.persist_ctas = ws_persist_ctas(sh, dev, t, D, c.pingpong, c.tile_n, causal);
-      c.overlap_epilogue = c.persist_ctas > 0 && t.sm90_ws_overlap;
+      // v23's epilogue order: measured level or ahead only on causal grids up to 2k query rows (run s15-3).
+      c.overlap_epilogue = c.persist_ctas > 0 && (t.sm90_ws_overlap > 0 || (t.sm90_ws_overlap < 0 && causal && sq <= 2048));
       return c;
     }
     // Configurations of the cp.async kernel (v5/v6): short sequences want several small CTAs per SM (their

@@ -208,8 +208,8 @@ TEST(CudaChoice, WsPersistentGrid) {
   t.sm90_ws_persist = 3;
   c = fwd("d128 512, persist 3", shape(1, 16, 16, 128, 512, 512), h200(), t);
   EXPECT_EQ(c.persist_ctas, 3);
-  EXPECT_EQ(flashkit::kernel_name(c, DType::f16), "cuda.flash.fwd.sm90ws.f16.d128.persistent3");
-  EXPECT_TRUE(c.overlap_epilogue);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::f16), "cuda.flash.fwd.sm90ws.f16.d128.persistent3.serialepi");
+  EXPECT_FALSE(c.overlap_epilogue);  // non-causal: v19's epilogue order by default (WsOverlapEpilogue)
   t.sm90_ws_persist = 100000;
   EXPECT_EQ(fwd("d128 512, persist any", shape(1, 16, 16, 128, 512, 512), h200(), t).persist_ctas, 64);
   EXPECT_EQ(fwd("d128 4096, persist any", shape(1, 16, 16, 128, 4096, 4096), h200(), t).persist_ctas, 132);
@@ -219,21 +219,33 @@ TEST(CudaChoice, WsPersistentGrid) {
   EXPECT_EQ(fwd("d64 1024, cfg 3, persist any", shape(1, 16, 16, 64, 1024, 1024), h200(), t).persist_ctas, 128);
 }
 
-// The persistent grid's epilogue order (v23): under the next tile's first product by default, v19's order with
-// Tuning::sm90_ws_overlap off; nothing to choose without the persistent grid.
+// The persistent grid's epilogue order (v23): by default under the next tile's first product on causal grids up to
+// 2k query rows (where run s15-3 measured it level or ahead), v19's order elsewhere; forced either way by
+// Tuning::sm90_ws_overlap; nothing to choose without the persistent grid.
 TEST(CudaChoice, WsOverlapEpilogue) {
-  FwdChoice c = fwd("d128 1024", shape(16, 16, 16, 128, 1024, 1024), h200());
+  FwdChoice c = fwd("d128 causal 1024", shape(16, 16, 16, 128, 1024, 1024), h200(), Tuning{}, causal_mask());
   EXPECT_EQ(c.persist_ctas, 132);
   EXPECT_TRUE(c.overlap_epilogue);
   EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128.persistent132");
-  Tuning t;
-  t.sm90_ws_overlap = false;
-  c = fwd("d128 1024, serial epilogue", shape(16, 16, 16, 128, 1024, 1024), h200(), t);
+  c = fwd("d128 causal 4096", shape(4, 16, 16, 128, 4096, 4096), h200(), Tuning{}, causal_mask());
+  EXPECT_EQ(c.persist_ctas, 132);
+  EXPECT_FALSE(c.overlap_epilogue);
+  c = fwd("d128 1024", shape(16, 16, 16, 128, 1024, 1024), h200());
   EXPECT_EQ(c.persist_ctas, 132);
   EXPECT_FALSE(c.overlap_epilogue);
   EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128.persistent132.serialepi");
-  // One CTA per tile (no next tile to overlap), with or without the setting.
-  for (bool on : {true, false}) {
+  Tuning t;
+  t.sm90_ws_overlap = 1;
+  c = fwd("d128 1024, overlap forced", shape(16, 16, 16, 128, 1024, 1024), h200(), t);
+  EXPECT_EQ(c.persist_ctas, 132);
+  EXPECT_TRUE(c.overlap_epilogue);
+  t.sm90_ws_overlap = 0;
+  c = fwd("d128 causal 1024, serial epilogue", shape(16, 16, 16, 128, 1024, 1024), h200(), t, causal_mask());
+  EXPECT_EQ(c.persist_ctas, 132);
+  EXPECT_FALSE(c.overlap_epilogue);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128.persistent132.serialepi");
+  // One CTA per tile (no next tile to overlap), whatever the setting.
+  for (int on : {-1, 0, 1}) {
     t.sm90_ws_overlap = on;
     c = fwd("d128 causal 512 (64 tiles)", shape(1, 16, 16, 128, 512, 512), h200(), t, causal_mask());
     EXPECT_EQ(c.persist_ctas, 0);
@@ -242,24 +254,26 @@ TEST(CudaChoice, WsOverlapEpilogue) {
   }
 }
 
-// FLASHKIT_SM90_WS_OVERLAP through tuning_from_env(): on by default, 0/1 (and off/on), and an unparsable value
+// FLASHKIT_SM90_WS_OVERLAP through tuning_from_env(): auto by default, auto/0/1 (and off/on), and an unparsable value
 // keeps the default (with one warning on stderr).
 TEST(CudaChoice, WsOverlapFromEnvironment) {
   const char* name = "FLASHKIT_SM90_WS_OVERLAP";
   const char* old = std::getenv(name);
   const std::string saved = old ? old : "";
   unsetenv(name);
-  EXPECT_TRUE(flashkit::tuning_from_env().sm90_ws_overlap);
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, -1);
   setenv(name, "0", 1);
-  EXPECT_FALSE(flashkit::tuning_from_env().sm90_ws_overlap);
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, 0);
   setenv(name, "on", 1);
-  EXPECT_TRUE(flashkit::tuning_from_env().sm90_ws_overlap);
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, 1);
+  setenv(name, "auto", 1);
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, -1);
   setenv(name, "off", 1);
-  EXPECT_FALSE(flashkit::tuning_from_env().sm90_ws_overlap);
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, 0);
   setenv(name, "sometimes", 1);
   testing::internal::CaptureStderr();
-  EXPECT_TRUE(flashkit::tuning_from_env().sm90_ws_overlap);
-  EXPECT_TRUE(flashkit::tuning_from_env().sm90_ws_overlap);
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, -1);
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, -1);
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("FLASHKIT_SM90_WS_OVERLAP=sometimes"), std::string::npos) << err;
   EXPECT_EQ(err.find("FLASHKIT_SM90_WS_OVERLAP"), err.rfind("FLASHKIT_SM90_WS_OVERLAP")) << "warned twice: " << err;
