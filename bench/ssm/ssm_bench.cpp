@@ -12,9 +12,6 @@
 //   flashkit_ssm_bench decode MAMBA_DIR   one row: the CUDA engine's greedy decode at batch 1 (generate(): device
 //   argmax, graph replay) against the weight-streaming roofline, the weights as the backend stores them
 //   (ModelInfo::device_weight_bytes) read once per token at the copy ceiling; issue 18 asks for <= 1.5x.
-//   flashkit_ssm_bench decode-l2 MAMBA_DIR   the same with the L2 prefetch off, out, all and late
-//   (Tuning::cuda_l2_prefetch, engine/l2_prefetch_plan.hpp): one model per mode in one process, the generate() calls
-//   of the four alternated (so clock and thermal drift hit each alike), the best of 4 per mode; one row per mode.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -115,54 +112,10 @@ int decode_roofline(const char* dir) {
   return 0;
 }
 
-// decode_roofline for each L2 prefetch mode, the modes' runs alternated in one process.
-int decode_l2_modes(const char* dir) {
-  static const char* kNames[] = {"0", "out", "all", "late"};
-  constexpr int kModes = 4;
-  std::vector<std::shared_ptr<Model>> models;
-  for (int mode = 0; mode < kModes; ++mode) {
-    LoadOptions lo;
-    lo.device = "cuda";
-    lo.max_context = 4096;
-    lo.tuning = default_tuning();
-    lo.tuning->cuda_l2_prefetch = mode;
-    models.push_back(Model::load(dir, lo));
-  }
-  const ModelInfo& info = models[0]->info();
-  std::vector<int32_t> prompt(16);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919 + 11) % size_t(info.vocab_size));
-  GenerateOptions go;
-  go.max_new_tokens = 257;
-  go.stop_at_eos = false;
-  std::vector<double> best_s(kModes, 1e30);
-  std::vector<std::vector<int32_t>> tokens(kModes);
-  int64_t steps = 0;
-  for (int rep = 0; rep < 5; ++rep)  // the first captures each model's decode graph; the best of the others
-    for (int mode = 0; mode < kModes; ++mode) {
-      auto s = models[size_t(mode)]->new_session();
-      const GenerationResult r = generate(*s, prompt, go);
-      if (rep == 0) tokens[size_t(mode)] = r.tokens;
-      if (rep > 0 && r.decode_steps > 0) {
-        best_s[size_t(mode)] = std::min(best_s[size_t(mode)], r.decode_s / double(r.decode_steps));
-        steps = r.decode_steps;
-      }
-    }
-  const double roof_s = double(info.device_weight_bytes) / kCopyCeiling;
-  for (int mode = 0; mode < kModes; ++mode)
-    std::printf("{\"op\": \"mamba_decode_l2\", \"model\": \"%s\", \"l2_prefetch\": \"%s\", \"layers\": %lld, "
-                "\"hidden\": %lld, \"device_weight_bytes\": %lld, \"decode_steps\": %lld, \"ms_per_token\": %.4f, "
-                "\"weight_roofline_ms\": %.4f, \"of_roofline\": %.3f, \"same_tokens_as_off\": %s}\n",
-                dir, kNames[mode], (long long)info.num_layers, (long long)info.hidden_size,
-                (long long)info.device_weight_bytes, (long long)steps, best_s[size_t(mode)] * 1e3, roof_s * 1e3,
-                best_s[size_t(mode)] / roof_s, tokens[size_t(mode)] == tokens[0] ? "true" : "false");
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 2 && std::string(argv[1]) == "decode") return decode_roofline(argv[2]);
-  if (argc > 2 && std::string(argv[1]) == "decode-l2") return decode_l2_modes(argv[2]);
   const int64_t max_L = argc > 1 ? std::atoll(argv[1]) : 16384;
   const int64_t Bt = 8, Di = 1536, N = 16, heads = 12, hd = 128;
   for (int64_t L = 1024; L <= max_L; L *= 2) {

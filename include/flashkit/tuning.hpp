@@ -75,10 +75,6 @@ struct Tuning {
   int cuda_gemv_plan = 0;           // FLASHKIT_CUDA_GEMV_PLAN=auto|legacy|balanced: the one-row GEMV's grid and
                                     // step shape (A/B runs); 0 (auto): engine/gemv_plan.hpp's choice, 1 legacy,
                                     // 2 balanced wherever it applies
-  int cuda_l2_prefetch = 1;         // FLASHKIT_CUDA_L2_PREFETCH=0|out|all|late: decode kernels prefetch the next
-                                    // GEMV's weights into L2 (engine/l2_prefetch_plan.hpp): 0 none, 1 (out, default)
-                                    // the Mamba mixer prefetches out_proj, 2 (all) out_proj also the next in_proj's
-                                    // head, 3 (late) out's prefetch issued after the mixer's x_proj
 
   // ---- speculative decoding and training
   bool spec_exact = true;           // FLASHKIT_SPEC_EXACT=0: verify chains with the multi-row kernels (A/B runs)

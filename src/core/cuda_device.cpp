@@ -50,7 +50,6 @@ DeviceInfo cuda_device_info() {
     check_cuda(cudaDeviceGetAttribute(&n.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev),
                "cudaDeviceGetAttribute");
     check_cuda(cudaDeviceGetAttribute(&n.sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
-    check_cuda(cudaDeviceGetAttribute(&n.l2_bytes, cudaDevAttrL2CacheSize, dev), "cudaDeviceGetAttribute");
     check_cuda(cudaDeviceGetAttribute(&n.cc_major, cudaDevAttrComputeCapabilityMajor, dev), "cudaDeviceGetAttribute");
     check_cuda(cudaDeviceGetAttribute(&n.cc_minor, cudaDevAttrComputeCapabilityMinor, dev), "cudaDeviceGetAttribute");
 #ifdef FLASHKIT_HAVE_SM90A

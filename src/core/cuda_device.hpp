@@ -13,7 +13,6 @@ struct DeviceInfo {
   int smem_per_block_optin = 0;  // largest dynamic shared memory one CTA may opt into (bytes)
   int smem_per_sm = 0;           // shared memory per multiprocessor (bytes)
   int cc_major = 0, cc_minor = 0;
-  int l2_bytes = 0;              // L2 cache size (bytes; 50 MB on the H100/H200)
   // The build carries sm_90a code (wgmma/TMA kernels) and this is a compute capability 9.x device. A launcher may
   // still decline (e.g. a driver that JIT-compiles PTX instead of loading the sm_90a binary); the dispatch then
   // asks the choice function again with this false.

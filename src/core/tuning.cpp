@@ -122,7 +122,6 @@ Tuning tuning_from_env() {
   t.cuda_mamba_channels =
       kMambaWidths[env::choice("FLASHKIT_CUDA_MAMBA_CHANNELS", {"auto", "64", "32", "16", "8"}, 0)];
   t.cuda_gemv_plan = int(env::choice("FLASHKIT_CUDA_GEMV_PLAN", {"auto", "legacy", "balanced"}, 0));
-  t.cuda_l2_prefetch = env::choice("FLASHKIT_CUDA_L2_PREFETCH", {"0", "out", "all", "late"}, t.cuda_l2_prefetch);
   t.spec_exact = env::flag("FLASHKIT_SPEC_EXACT", t.spec_exact);
   t.train_inject_nan_step = env::integer("FLASHKIT_TRAIN_INJECT_NAN_STEP", -1, 0, INT64_MAX);
 

@@ -255,7 +255,6 @@ class Backend {
     uint64_t quant_fused_gated = 0;   // CUDA: quantized gate|up GEMVs that applied the gated activation too
     uint64_t mamba_fused_convs = 0;   // CUDA: Mamba in_proj GEMVs that also ran the conv1d step (decode)
     uint64_t mamba_fused_mixers = 0;  // CUDA: Mamba x_proj + dt_proj + scan steps run as one kernel (decode)
-    uint64_t l2_prefetches = 0;       // CUDA: kernels that prefetched the next GEMV's weights into L2 (decode)
     // The memory report (CUDA; zeros on the CPU, whose weights are mostly the mapped file): device bytes of the
     // loaded weights (matrices as stored: bf16, or the GGUF blocks as they are; biases and vectors f32), and of the
     // bf16 scratch quantized matrices are dequantized into for prefill GEMMs (allocated at load).

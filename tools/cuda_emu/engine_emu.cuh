@@ -63,15 +63,6 @@ inline float act_fn(Act a, float g) {
   return 0.5f * g * (1.0f + std::tanh(u));
 }
 inline void prefetch_l2(const void*, uint32_t) {}
-// The L2 prefetch plan's requests (common.cuh): nothing to fetch here, but each request must be 16-byte aligned, a
-// multiple of 16 and inside the plan's bytes (the PTX rule; past the end would read another allocation).
-inline void prefetch_l2_plan(const void* base, const L2PrefetchPlan& p) {
-  if (threadIdx.x != 0 || !base || !p.active()) return;
-  l2_prefetch_requests(p, blockIdx.x, gridDim.x, [&](int64_t off, int64_t size) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(base) + uintptr_t(off);
-    if ((a | uintptr_t(size)) % 16 != 0 || off < 0 || off + size > p.bytes) std::abort();
-  });
-}
 // The launch settings the GEMV reads (device.cpp on the GPU): a small machine, so grids are a few blocks.
 inline int sm_count() { return 3; }
 inline bool gemv_prefetch_enabled() { return false; }

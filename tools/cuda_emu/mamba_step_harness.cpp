@@ -153,10 +153,6 @@ int main() {
       a.xc = xc.data(), a.z = z.data(), a.w_x = wx.data(), a.w_dt = wdt.data(), a.dt_bias = bias.data();
       a.A = A.data(), a.D = D.data(), a.state = state.data(), a.dbc = dbc.data(), a.dt = dt.data(), a.y = y.data();
       a.d_inner = Di, a.dt_rank = int(R), a.d_state = int(N), a.cluster = s.cluster, a.channels = s.ch;
-      if (step == 1) {  // an L2 prefetch over W_dt in odd stripes: each request checked (engine_emu.cuh), same bits
-        a.l2_next = wdt.data();
-        a.l2_plan = engine::l2_prefetch_under_mixer(engine::L2PrefetchMode::out, Di * R * 2, R * 2 * 3 + 16, 1 << 20);
-      }
       engine::cuda::mamba_mixer_step(a, nullptr);
       // f64 reference
       std::vector<double> dr(static_cast<size_t>(P)), tr(static_cast<size_t>(Di)), yr(static_cast<size_t>(Di));

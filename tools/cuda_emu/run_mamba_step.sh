@@ -15,8 +15,7 @@ done
 # The mixer step as sm_90 code (its cluster path: cuda_runtime.h emulates clusters and DSMEM).
 g++ -std=c++20 -O1 -w -I"$W/inc" -Iinclude -Isrc -D__CUDA_ARCH__=900 -DFLASHKIT_CUDA_EMU -c "$W/mamba_step_emu.cpp" \
   -o "$W/mamba_step_emu.o"
-for f in "$W/gemv_emu.cpp" src/engine/mamba_fusion.cpp src/engine/gemv_plan.cpp src/engine/l2_prefetch_plan.cpp \
-         tools/cuda_emu/mamba_step_harness.cpp; do
+for f in "$W/gemv_emu.cpp" src/engine/mamba_fusion.cpp src/engine/gemv_plan.cpp tools/cuda_emu/mamba_step_harness.cpp; do
   g++ -std=c++20 -O1 -w -I"$W/inc" -Iinclude -Isrc -c "$f" -o "$W/$(basename "$f" .cpp).o"
 done
 g++ -o "$W/mamba_step_emu" "$W"/*.o -L"$R/$BUILD/lib" -lflashkit_core -Wl,-rpath,"$R/$BUILD/lib" -lpthread

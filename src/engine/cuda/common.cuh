@@ -44,19 +44,6 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 #endif
 }
 
-// Thread 0 of each block issues its share of an L2 prefetch plan over `base` (engine/l2_prefetch_plan.hpp: stripes
-// blockIdx.x, blockIdx.x + gridDim.x, ... in 32 KB requests). A hint: never changes a result; a no-op before sm_90.
-__device__ __forceinline__ void prefetch_l2_plan(const void* base, const L2PrefetchPlan& p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (threadIdx.x != 0 || !base || !p.active()) return;
-  const char* b = static_cast<const char*>(base);
-  l2_prefetch_requests(p, blockIdx.x, gridDim.x,
-                       [&](int64_t off, int64_t size) { prefetch_l2(b + off, uint32_t(size)); });
-#else
-  (void)base, (void)p;
-#endif
-}
-
 using flashkit::bf2f;
 using flashkit::block_sum;
 using flashkit::f2bf;

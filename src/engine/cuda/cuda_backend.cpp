@@ -894,7 +894,6 @@ class CudaBackend final : public Backend {
   }
   void run_ops(std::vector<Op>& ops) {
     size_t i = 0;
-    l2_warm_ = {};
     while (i < ops.size()) {
       if (offload_) order_offload(ops, i);
       size_t used = fuse_ ? fused_attention(ops, i) : 0;  // (attention never touches the residual)
@@ -1095,21 +1094,6 @@ class CudaBackend final : public Backend {
       redirect_ = Redirect{true, pre->c, T};
       ++stats_.residual_redirects;
     }
-    if (l2_warm_.w && l2_warm_.w == lin.M.w.data && l2_prefetchable(lin)) {  // (mode all) the next GEMV's head
-      for (size_t k = j; k < ops.size(); ++k) {
-        if (ops[k].kind != OpKind::linear) continue;
-        const bool keep_h = k >= i + 2 && ops[k - 1].kind == OpKind::rms_norm &&
-                            (ops[k - 2].kind == OpKind::add || ops[k - 2].kind == OpKind::add_rms_norm);
-        const Matrix& M = ops[k].M;
-        if (l2_prefetchable(ops[k]))
-          out.l2_plan = l2_prefetch_under_gemv(l2_mode(), l2_warm_.bytes, M.rows * M.cols * 2,
-                                               kc::gemv_stripe_bytes(M.rows, M.cols, keep_h),
-                                               cuda_device_info().l2_bytes);
-        if (out.l2_plan.active()) out.l2_next = M.w.data, ++stats_.l2_prefetches;
-        break;
-      }
-      l2_warm_ = {};
-    }
     kc::gemv_bf16(in, static_cast<const uint16_t*>(lin.M.w.data), N, K, int(T), out, counters_, stream_);
     if (out.conv_out) ++stats_.mamba_fused_convs;
     return j - i;
@@ -1173,31 +1157,10 @@ class CudaBackend final : public Backend {
     a.state = fp(st), a.dbc = fp(dbc), a.dt = fp(dp.c), a.y = fp(sc.c);
     a.d_inner = Di, a.dt_rank = int(R), a.d_state = int(N);
     a.channels = tuning_.cuda_mamba_channels;  // 0: mamba_step_channels' choice for the device
-    l2_warm_ = {};  // the out_proj GEMV after the mixer reads y: its weights into L2 under the mixer
-    if (i + 3 < ops.size() && l2_prefetchable(ops[i + 3]) && ops[i + 3].a.data == sc.c.data) {
-      const Matrix& M = ops[i + 3].M;
-      a.l2_plan = l2_prefetch_under_mixer(l2_mode(), M.rows * M.cols * 2, kc::gemv_stripe_bytes(M.rows, M.cols, false),
-                                          cuda_device_info().l2_bytes);
-      if (a.l2_plan.active()) a.l2_next = M.w.data, l2_warm_ = {M.w.data, l2_prefetch_total(a.l2_plan)};
-      a.l2_late = l2_mode() == L2PrefetchMode::late;
-    }
-    if (a.l2_next) ++stats_.l2_prefetches;
     kc::mamba_mixer_step(a, stream_);
     ++stats_.mamba_fused_mixers;
     return 3;
   }
-
-  // L2 prefetch (engine/l2_prefetch_plan.hpp; Tuning::cuda_l2_prefetch): a one-row GEMV over dense bf16 weights,
-  // not offloaded (a slot's bytes change under the copy stream). l2_warm_: the weights the last mixer prefetched.
-  L2PrefetchMode l2_mode() const { return L2PrefetchMode(std::clamp(tuning_.cuda_l2_prefetch, 0, 3)); }
-  bool l2_prefetchable(const Op& lin) const {
-    return l2_mode() != L2PrefetchMode::off && !offload_ && lin.kind == OpKind::linear && lin.T == 1 &&
-           !is_quant(lin.M) && lin.M.w.ld == lin.M.cols && gemv_ok(lin);
-  }
-  struct {
-    const void* w = nullptr;
-    int64_t bytes = 0;
-  } l2_warm_;
 
   void decode_attention(const Op& at, const Op* qn, const Op* kn, const Op* rope) {
     if (at.b.dtype != at.a.dtype || at.c.dtype != at.a.dtype)

@@ -401,9 +401,6 @@ __global__ void __launch_bounds__(kThreads, MINB) gemv_kernel(GemvParams p) {
   int64_t r0 = row_begin + int64_t(warp) * R, c0 = 0;
   uint4 wa[RR][U], wb[RR][U];
   if (r0 < row_end) load_step<RR, R, U, GATED>(W4, N, KC, r0, row_end, 0, lane, p.ldcs, wa);
-  // The next GEMV's weights, after this block's own first loads (Tuning::cuda_l2_prefetch all: out_proj prefetches
-  // the next layer's in_proj head while it reads its own weights from L2, where the mixer put them).
-  if constexpr (TT == 1 && !GATED) prefetch_l2_plan(p.out.l2_next, p.out.l2_plan);
   pdl_wait();
   if (r0 < row_end) prefetch_conv<TT, R, GATED>(p.out, r0, lane);
   prologue<TT, MINB >= 3 ? 2 : kBatch>(p, xs, hs, red, rs_d);
@@ -472,17 +469,6 @@ int resident_blocks(const GemvParams& p) {
 // Tuning::cuda_gemv_plan (FLASHKIT_CUDA_GEMV_PLAN): auto, legacy or balanced (A/B runs).
 int gemv_plan_mode() { return launch_tuning().cuda_gemv_plan; }
 
-// The plan of a one-row ungated launch of p. The lean kernels' residency only when their (balanced) plan may be
-// chosen: every eager launch pays for each occupancy query, and the automatic plan is the legacy one.
-GemvPlan one_row_plan(const GemvParams& p) {
-  const GemvPlanMode mode = GemvPlanMode(gemv_plan_mode());
-  const bool lean = mode == GemvPlanMode::balanced;
-  const int resident[4] = {resident_blocks<1, 2, 4, false>(p), resident_blocks<1, 1, 8, false>(p),
-                           lean ? resident_blocks<1, 1, 4, false, 3>(p) : 0,
-                           lean ? resident_blocks<1, 1, 5, false, 3>(p) : 0};
-  return gemv_plan(p.N, p.K, sm_count(), resident, mode);
-}
-
 // A one-row ungated launch as planned (engine/gemv_plan.hpp).
 template <int R, int U, int MINB>
 void run_planned(const GemvParams& p0, const GemvPlan& plan, cudaStream_t stream) {
@@ -493,7 +479,14 @@ void run_planned(const GemvParams& p0, const GemvPlan& plan, cudaStream_t stream
 }
 
 void run_one_row(const GemvParams& p, cudaStream_t stream) {
-  const GemvPlan plan = one_row_plan(p);
+  // The lean kernels' residency only when their (balanced) plan may be chosen: every eager launch pays for each
+  // occupancy query, and the automatic plan is the legacy one.
+  const GemvPlanMode mode = GemvPlanMode(gemv_plan_mode());
+  const bool lean = mode == GemvPlanMode::balanced;
+  const int resident[4] = {resident_blocks<1, 2, 4, false>(p), resident_blocks<1, 1, 8, false>(p),
+                           lean ? resident_blocks<1, 1, 4, false, 3>(p) : 0,
+                           lean ? resident_blocks<1, 1, 5, false, 3>(p) : 0};
+  const GemvPlan plan = gemv_plan(p.N, p.K, sm_count(), resident, mode);
   switch (plan.step) {
     case GemvStep::r2u4: return run_planned<2, 4, 2>(p, plan, stream);
     case GemvStep::r1u8: return run_planned<1, 8, 2>(p, plan, stream);
@@ -540,13 +533,6 @@ void shift_rows(GemvIn& in, GemvOut& out, int64_t t0) {
   if (out.residual) out.residual += t0 * out.ldr;
 }
 }  // namespace
-
-int64_t gemv_stripe_bytes(int64_t N, int64_t K, bool keep_h) {
-  if (N <= 0 || K <= 0 || K * 4 * (keep_h ? 2 : 1) > max_smem()) return 0;
-  GemvParams p{};
-  p.N = N, p.K = K, p.T = 1, p.keep_h = keep_h;
-  return one_row_plan(p).rows_per_block * K * 2;
-}
 
 void gemv_bf16(const GemvIn& in, const uint16_t* W, int64_t N, int64_t K, int T, const GemvOut& out,
                unsigned int* counter, cudaStream_t stream) {

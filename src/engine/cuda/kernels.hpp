@@ -16,7 +16,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/l2_prefetch_plan.hpp"
 #include "flashkit/tuning.hpp"
 #include "kernels/cuda/decode/fused_prologue.hpp"
 
@@ -96,10 +95,6 @@ struct GemvOut {
   float* conv_out = nullptr;
   int64_t conv_channels = 0;
   int conv_width = 0;
-  // L2 prefetch of the next GEMV's weights (engine/l2_prefetch_plan.hpp; one-row launches only): thread 0 of each
-  // block issues its stripes of l2_plan over l2_next before the PDL wait. A hint; results do not change.
-  const void* l2_next = nullptr;
-  L2PrefetchPlan l2_plan;
 };
 // Rows per launch (more rows: several launches). The backend uses the GEMV for T <= 8 (cuBLAS above) except in
 // decode-exact steps, where any T stays on it: each output row is bitwise the one-row launch's (gemv.cu).
@@ -108,10 +103,6 @@ constexpr int64_t kGemvMaxRowsPerLaunch = 16;
 // a_out alias an input; left at zero after the launch). Throws invalid_argument on T/K out of range.
 void gemv_bf16(const GemvIn& in, const uint16_t* W, int64_t N, int64_t K, int T, const GemvOut& out,
                unsigned int* counter, cudaStream_t stream);
-// Bytes of weight rows one block of a one-row gemv_bf16 launch of [N, K] reads (its stripe: rows per block x K x 2),
-// as the launch would plan it; `keep_h`: the launch keeps h in shared memory (an input add + norm with h_out).
-// The L2 prefetch plans' stripes (a wrong guess costs only prefetch efficiency).
-int64_t gemv_stripe_bytes(int64_t N, int64_t K, bool keep_h);
 
 // ---------------------------------------------------------------- Mamba decode mixer step (mamba_step.cu)
 // One row (T == 1) of x_proj, dt_proj and the selective-scan step in one launch (engine/mamba_fusion.hpp: shapes
@@ -138,11 +129,6 @@ struct MambaStepArgs {
   int dt_rank = 0, d_state = 0;
   int channels = 0;  // per block: 0 = mamba_step_channels' choice; 32, 16, 8 forced (Tuning::cuda_mamba_channels)
   int cluster = 0;   // blocks per cluster: 0 = mamba_step_cluster's choice for this device; tests force 1..16
-  // L2 prefetch of the next GEMV's weights (out_proj; engine/l2_prefetch_plan.hpp): thread 0 of each block issues its
-  // stripes before the PDL wait, while HBM is idle under the mixer's latency-bound chain. Results do not change.
-  const void* l2_next = nullptr;
-  L2PrefetchPlan l2_plan;
-  bool l2_late = false;  // issue it after the block's x_proj rows instead (L2PrefetchMode::late)
 };
 // Throws invalid_argument when the shapes are outside what mamba_mixer_step_ok accepts or a forced cluster size
 // cannot run on this device.

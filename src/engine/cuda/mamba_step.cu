@@ -96,9 +96,6 @@ __global__ void __launch_bounds__(mamba_step_threads(CH), int(kMambaStepMaxThrea
 #pragma unroll
   for (int q = 0; q < kPer; ++q) A2[q] = on[q] ? a.A[c * N + s + q * kSplit] * kLog2e : 0.f;
   const float Dc = live && a.D ? a.D[c] : 0.f;
-  // The next GEMV's (out_proj's) weights into L2, issued after this block's own constants so they queue first
-  // (or, l2_late, after its x_proj rows).
-  if (!a.l2_late) prefetch_l2_plan(a.l2_next, a.l2_plan);
   pdl_wait();
   for (int64_t k = threadIdx.x; k < Di; k += kThreads) xs[k] = a.xc[k];
   float h[kPer];
@@ -133,7 +130,6 @@ __global__ void __launch_bounds__(mamba_step_threads(CH), int(kMambaStepMaxThrea
     acc = warp_sum(acc);
     if (lane == 0) sdbc[j] = acc;
   }
-  if (a.l2_late) prefetch_l2_plan(a.l2_next, a.l2_plan);
   // The warp's dt_proj chunks (first chunk of each of its channels) load now, in flight over the cluster exchange;
   // before, each channel after the first was a dependent round trip after it.
   constexpr int kDtPer = (kChannels + kWarps - 1) / kWarps;
