@@ -101,8 +101,9 @@ Tuning tuning_from_env() {
   t.sm90_ws_bn = kWsBn[env::choice("FLASHKIT_SM90_WS_BN", {"auto", "128", "176", "192"}, 0)];
   t.sm90_ws_persist = int(env::integer("FLASHKIT_SM90_WS_PERSIST", -1, -1, 1 << 20));
   t.sm90_bwd_config = int(env::integer("FLASHKIT_SM90_BWD_CFG", 0, 0, 1));
-  static constexpr int kBwdWs[] = {-1, 0, 1, 0, 1};  // auto|0|1|off|on, also FLASHKIT_SM90_WS_OVERLAP's
-  t.sm90_ws_overlap = kBwdWs[env::choice("FLASHKIT_SM90_WS_OVERLAP", {"auto", "0", "1", "off", "on"}, 0)];
+  static constexpr int kWsOverlap[] = {-1, 0, 1, 2, 0, 1};  // auto|0|1|2|off|on
+  t.sm90_ws_overlap = kWsOverlap[env::choice("FLASHKIT_SM90_WS_OVERLAP", {"auto", "0", "1", "2", "off", "on"}, 0)];
+  static constexpr int kBwdWs[] = {-1, 0, 1, 0, 1};  // auto|0|1|off|on
   t.sm90_bwd_ws = kBwdWs[env::choice("FLASHKIT_SM90_BWD_WS", {"auto", "0", "1", "off", "on"}, 0)];
   static constexpr int kBwdWsVersions[] = {22, 25};
   t.sm90_bwd_ws_version = kBwdWsVersions[env::choice("FLASHKIT_SM90_BWD_WS_V", {"22", "25"}, 1)];

@@ -99,6 +99,8 @@ FwdChoice choose_fwd(const kernels::AttentionShape& sh, const kernels::Attention
       c.persist_ctas = ws_persist_ctas(sh, dev, t, D, c.pingpong, c.tile_n, causal);
       // v23's epilogue order: measured level or ahead only on causal grids up to 2k query rows (run s15-3).
       c.overlap_epilogue = c.persist_ctas > 0 && (t.sm90_ws_overlap > 0 || (t.sm90_ws_overlap < 0 && causal && sq <= 2048));
+      // v23b's TMA store of O: only when asked for (sm90_ws_overlap = 2) until an H200 run measures it.
+      c.tma_store_o = c.overlap_epilogue && t.sm90_ws_overlap == 2;
       return c;
     }
     // Configurations of the cp.async kernel (v5/v6): short sequences want several small CTAs per SM (their
@@ -169,7 +171,7 @@ std::string kernel_name(const FwdChoice& c, DType dt) {
              (c.tile_n == cuda::sm90_ws_wide_tile(c.dpad).bn ? ".bn" + std::to_string(c.tile_n) : "") +
              (c.pingpong ? "" : ".nopingpong") +
              (c.persist_ctas > 0 ? ".persistent" + std::to_string(c.persist_ctas) : "") +
-             (c.persist_ctas > 0 && !c.overlap_epilogue ? ".serialepi" : "");
+             (c.persist_ctas > 0 && !c.overlap_epilogue ? ".serialepi" : "") + (c.tma_store_o ? ".tmastore" : "");
     case CudaKernel::decode: {
       const std::string plan = cuda::decode_plan_name(c.decode);  // "mma.splits16.combine", "one_warp", ...
       const size_t dot = plan.find('.');

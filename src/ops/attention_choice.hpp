@@ -34,6 +34,7 @@ struct FwdChoice {
   bool pingpong = false;  // fwd_sm90_ws: consumer warpgroups take turns
   int persist_ctas = 0;   // fwd_sm90_ws: > 0 a persistent grid of this many CTAs (ws_persist_ctas); 0 one per tile
   bool overlap_epilogue = false;  // persist_ctas > 0: each warpgroup's epilogue under the next tile's first QK^T
+  bool tma_store_o = false;       // overlap_epilogue: O written by TMA stores where the rows allow (v23b)
   cuda::DecodePlan decode;  // kernel == decode
 };
 

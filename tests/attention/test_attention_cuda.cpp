@@ -410,6 +410,13 @@ std::vector<Path> paths() {
   v.push_back({"sm90ws_persist_serialepi", t, true});
   t.sm90_ws_persist = 3;
   v.push_back({"sm90ws_persist3_serialepi", t, true});
+  // v23's order with O written by TMA stores where a warpgroup's 64 rows are one head's queries inside the
+  // sequence (FLASHKIT_SM90_WS_OVERLAP=2, v23b): the STG loops remain for packed GQA groups and last partial tiles.
+  t.sm90_ws_overlap = 2;
+  t.sm90_ws_persist = 1 << 20;
+  v.push_back({"sm90ws_persist_tma", t, true});
+  t.sm90_ws_persist = 3;
+  v.push_back({"sm90ws_persist3_tma", t, true});
   t = Tuning{};
   t.sm90_fwd_config = 3;
   t.sm90_ws_bn = 176;

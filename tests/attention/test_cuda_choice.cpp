@@ -254,7 +254,36 @@ TEST(CudaChoice, WsOverlapEpilogue) {
   }
 }
 
-// FLASHKIT_SM90_WS_OVERLAP through tuning_from_env(): auto by default, auto/0/1 (and off/on), and an unparsable value
+// v23b's TMA store of O: only with sm90_ws_overlap = 2 and only where the epilogue overlap runs (the persistent
+// grid); its kernel name says so. Auto, 0 and 1 never choose it.
+TEST(CudaChoice, WsTmaStoreO) {
+  Tuning t;
+  t.sm90_ws_overlap = 2;
+  FwdChoice c = fwd("d128 1024, TMA store", shape(16, 16, 16, 128, 1024, 1024), h200(), t);
+  EXPECT_EQ(c.persist_ctas, 132);
+  EXPECT_TRUE(c.overlap_epilogue);
+  EXPECT_TRUE(c.tma_store_o);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128.persistent132.tmastore");
+  c = fwd("d128 causal 4096, TMA store", shape(4, 16, 16, 128, 4096, 4096), h200(), t, causal_mask());
+  EXPECT_TRUE(c.overlap_epilogue);
+  EXPECT_TRUE(c.tma_store_o);
+  // One CTA per tile: no epilogue overlap, no TMA store.
+  c = fwd("d128 causal 512 (64 tiles), TMA store", shape(1, 16, 16, 128, 512, 512), h200(), t, causal_mask());
+  EXPECT_EQ(c.persist_ctas, 0);
+  EXPECT_FALSE(c.tma_store_o);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128");
+  // d256 has no persistent grid; the cp.async kernel (d64 short) none either.
+  EXPECT_FALSE(fwd("d256 4096, TMA store", shape(4, 16, 16, 256, 4096, 4096), h200(), t).tma_store_o);
+  EXPECT_FALSE(fwd("d64 1024 (cp.async), TMA store", shape(16, 16, 16, 64, 1024, 1024), h200(), t).tma_store_o);
+  for (int v : {-1, 0, 1}) {
+    t.sm90_ws_overlap = v;
+    c = fwd("d128 causal 1024", shape(16, 16, 16, 128, 1024, 1024), h200(), t, causal_mask());
+    EXPECT_EQ(c.persist_ctas, 132);
+    EXPECT_FALSE(c.tma_store_o) << v;
+  }
+}
+
+// FLASHKIT_SM90_WS_OVERLAP through tuning_from_env(): auto by default, auto/0/1/2 (and off/on), and an unparsable value
 // keeps the default (with one warning on stderr).
 TEST(CudaChoice, WsOverlapFromEnvironment) {
   const char* name = "FLASHKIT_SM90_WS_OVERLAP";
@@ -266,10 +295,16 @@ TEST(CudaChoice, WsOverlapFromEnvironment) {
   EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, 0);
   setenv(name, "on", 1);
   EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, 1);
+  setenv(name, "2", 1);
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, 2);
   setenv(name, "auto", 1);
   EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, -1);
   setenv(name, "off", 1);
   EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, 0);
+  setenv(name, "3", 1);  // not a value: the default (its warning is checked with the next one's)
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, -1);
+  testing::internal::GetCapturedStderr();
   setenv(name, "sometimes", 1);
   testing::internal::CaptureStderr();
   EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, -1);

@@ -27,12 +27,13 @@
 #              "persist d.. causal=. s=..: ws A persistent B (+x%) sdpa_flash C cudnn D same=1 kernel=..." line per
 #              point): $OUT/persist.txt, $OUT/ws-persist.json
 #   short      the persistent ws forward's epilogue under the next tile's first product (v23; after build): the choice
-#              tests, the CUDA grid on the four persistent paths (sm90ws_persist / sm90ws_persist3: the new order, the
-#              default; *_serialepi: v19's order) and d128's default grid, memcheck + racecheck on three small
-#              persistent cases (3 CTAs: several tiles each), then the A/B bench base (v19's order) vs new, both on
-#              the forced persistent grid, vs SDPA flash / cuDNN at d64/d128, causal and not, 512..4k
-#              (bench/cuda/bench_ws_short.py; one "short: d=.. causal=.. s=.. base=.. new=.. (+x%) sdpa_flash=..
-#              cudnn=.. TFLOP/s same=1 ..." line per point): $OUT/short.txt, $OUT/ws-short.json
+#              tests, the CUDA grid on the six persistent paths (sm90ws_persist / sm90ws_persist3: the new order;
+#              *_serialepi: v19's order; *_tma: the new order with O stored by TMA, v23b) and d128's default grid,
+#              memcheck + racecheck on four small persistent cases (3 CTAs: several tiles each; one with TMA
+#              stores), then the A/B/C bench base (v19's order) vs new vs new2 (v23b), all on the forced persistent
+#              grid, vs SDPA flash / cuDNN at d64/d128, causal and not, 512..4k (bench/cuda/bench_ws_short.py; one
+#              "short: d=.. causal=.. s=.. base=.. new=.. (+x%) new2=.. (+y%) sdpa_flash=.. cudnn=.. TFLOP/s same=1
+#              ..." line per point): $OUT/short.txt, $OUT/ws-short.json
 #   bwdncu     Nsight Compute on the Hopper backward at d128 (tools/gpu/ncu_profile.py: b4 s4096 h16, non-causal):
 #              speed of light, memory (L2 atomics), warp states, scheduler, and the per-instruction stall samples of
 #              the SASS: $OUT/bwd-ncu.txt, $OUT/bwd-sass.csv.xz; "bwd ncu:" lines
@@ -94,10 +95,11 @@ for st in "${STAGES[@]}"; do
       A=$(bin flashkit_cuda_tests); T=$(bin flashkit_tests)
       run short_choice timeout 60 "$T" --gtest_filter='CudaChoice.*' --gtest_brief=1
       run short_paths timeout 200 "$A" --gtest_brief=1 \
-        --gtest_filter='Paths/*sm90ws_persist*:Grid/*_D128_*-*_D256_*:*_D200_*:*_D136_*'
+        --gtest_filter='Paths/*sm90ws_persist*:Paths/*sm90ws_persist*_tma_*:Grid/*_D128_*-*_D256_*:*_D200_*:*_D136_*'
       grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt"
       F='*/sm90ws_persist3_flash_B1_Sq200_Sk100_H4x4_D128_causal_bf16:*/sm90ws_persist3_flash_B1_Sq256_Sk300_H4x4_D128_causal_win64*'
       F="$F:*/sm90ws_persist3_flash_*_H4x2_D64_causal_bf16_varlen"
+      F="$F:*/sm90ws_persist3_tma_flash_B1_Sq256_Sk300_H4x4_D128_causal_win64*"  # v23b: TMA stores, buffer reuse
       run short_memcheck timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$F" --gtest_brief=1
       run short_racecheck timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_filter="$F" --gtest_brief=1
       run short_bench timeout 150 python3 bench/cuda/bench_ws_short.py --out "$OUT"

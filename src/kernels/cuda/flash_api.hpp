@@ -38,6 +38,8 @@ struct FwdParams {
   int ws_persist_ctas = 0;
   // ... and its epilogue overlapping the next work tile's first product (FwdChoice's overlap_epilogue; v23).
   bool ws_overlap_epilogue = false;
+  // ... with that epilogue's O written by TMA stores where a warpgroup's rows allow (FwdChoice's tma_store_o; v23b).
+  bool ws_tma_store_o = false;
 };
 
 struct BwdParams {

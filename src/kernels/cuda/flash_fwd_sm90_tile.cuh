@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
+#include "kernels/cuda/tma.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace flashkit::cuda {
@@ -172,10 +173,16 @@ struct Sm90FwdRows {
   // STEPPED (the persistent ws forward's epilogue overlap, v23): when the rows are one head's consecutive queries
   // (the GQA group not packed), each thread's row chunks are written through one pointer stepped by 128 / CH rows,
   // without the per-chunk head_query and int64 address arithmetic of the general loop.
-  template <bool STEPPED = false>
+  // TMA (v23b; smem: a buffer of its own, 1024-byte aligned; tmap_o: O as [slots, seq, heads, head_dim], boxes of
+  // 64 columns x 64 rows): where the warpgroup's 64 rows are one head's consecutive queries inside the sequence, its
+  // first thread writes them from the staging buffer with asynchronous TMA stores (one bulk group per tile), so
+  // that no consumer thread waits for the global writes; the group is waited for (its reads of the buffer) before
+  // the buffer is written again, here, and completely by the caller at the end of the kernel. Other tiles (packed
+  // GQA groups, a sequence's last partial tile) take the loops below.
+  template <bool STEPPED = false, bool TMA = false>
   __device__ __forceinline__ void store(const kernels::SeqRange& sr,
                                         const TileRows& trows, uint8_t* smem, int64_t m0, int64_t rows, int dreal,
-                                        int bar) {
+                                        int bar, const CUtensorMap* tmap_o = nullptr) {
     const int wg = Sm90FwdRows::wg(), wq = Sm90FwdRows::wq(), g = Sm90FwdRows::g(), t4 = Sm90FwdRows::t4();
     const int wtid = int(threadIdx.x) & 127;
     float inv[2], lse[2];
@@ -184,6 +191,9 @@ struct Sm90FwdRows {
       const float l = quad_sum(lrow[r]);
       inv[r] = l > 0.f ? 1.f / l : 0.f;
       lse[r] = row_lse(mrow[r], l);
+    }
+    if constexpr (TMA) {
+      if (wtid == 0) bulk_wait_group_read<0>();  // the previous tile's stores no longer read the buffer
     }
     named_barrier(bar, 128);
 #pragma unroll
@@ -200,6 +210,21 @@ struct Sm90FwdRows {
       int64_t h, i;
       trows.head_query(gr, h, i);
       a.lse[a.lse_index(sr, h, i)] = lse[r];
+    }
+    if constexpr (TMA) {
+      if (!trows.pack && m0 + wg * 64 + 64 <= rows) {  // the same for every thread of the warpgroup
+        fence_proxy_async();  // the staged O (generic-proxy writes) -> the TMA unit's reads
+        named_barrier(bar, 128);
+        if (wtid == 0) {
+          const uint32_t src = smem_u32(smem) + uint32_t(wg * 64 * 128);
+          const int row = int(sr.q0 + m0) + wg * 64;
+#pragma unroll
+          for (int pnl = 0; pnl < D / 64; ++pnl)
+            tma_store_4d(tmap_o, src + uint32_t(pnl * BM * 128), 64 * pnl, row, int(trows.hblk), int(sr.bslot));
+          bulk_commit_group();
+        }
+        return;
+      }
     }
     named_barrier(bar, 128);
     T* obase = static_cast<T*>(a.o.data) + sr.bslot * a.o.stride_b;

@@ -18,7 +18,9 @@
 // on from tile to tile, so the next tile's loads overlap this one's tail and epilogue (docs/worklog v19).
 // OVERLAP (persistent only; Tuning::sm90_ws_overlap): each warpgroup issues its next tile's Q loads under its last
 // P V and that tile's first QK^T before writing this tile's O, so the O store runs under tensor-core work instead
-// of between two of its turns (v23).
+// of between two of its turns (v23). TMA_O (with OVERLAP; Tuning::sm90_ws_overlap = 2): that store is a TMA store
+// from O's own buffer, issued by one thread and not waited for, where the warpgroup's rows are one head's
+// consecutive queries inside the sequence (v23b).
 // Scores, masking, softcap, online softmax, GQA packing, varlen and padded head dims follow flash_fwd_sm90.cuh.
 // Included by flash_fwd_sm90_*.cu only.
 #pragma once
@@ -209,10 +211,12 @@ __device__ __forceinline__ void ws_consume_slots(Rows& w, const WarpgroupKeys& w
 // epilogue (own_o) or right after it, and the turns continue, so warpgroup 0 starts the next tile while warpgroup
 // 1 finishes this one. Otherwise one CTA per work tile (grid: query tiles x heads x batch): the two share the ring,
 // the turns and the slot loop above, and the persistent machinery is absent from the one-tile kernel (if constexpr).
-template <typename T, int D, int BN, int STAGES, bool PINGPONG, bool PERSISTENT, bool OVERLAP = false>
+// tmap_o: O's TMA map (encode_o_tmap), read only with TMA_O.
+template <typename T, int D, int BN, int STAGES, bool PINGPONG, bool PERSISTENT, bool OVERLAP = false,
+          bool TMA_O = false>
 __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
     flash_fwd_sm90_ws_kernel(const FwdParams p, const __grid_constant__ CUtensorMap tmap_k,
-                             const __grid_constant__ CUtensorMap tmap_v) {
+                             const __grid_constant__ CUtensorMap tmap_v, const __grid_constant__ CUtensorMap tmap_o) {
 #if FK_SM90_ENABLED
   using Cfg = Sm90WsCfg<D, BN, STAGES, PERSISTENT>;
   using Rows = Sm90FwdRows<T, D, BN, Cfg::BM>;
@@ -220,6 +224,7 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
   constexpr int BM = Cfg::BM, CH = D / 8;
   static_assert(!OVERLAP || (PERSISTENT && PINGPONG && Cfg::own_o),
                 "the epilogue overlap needs the persistent grid's turns and O in a buffer of its own");
+  static_assert(!TMA_O || OVERLAP, "the TMA store of O is a variant of the epilogue overlap");
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   uint8_t* smem = smem_raw + (base - smem_u32(smem_raw));
@@ -500,7 +505,7 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
       // panels) or past its reads of the previous tile's O (own_o): the named barrier in store().
       auto epilogue = [&]() {
         const FwdTile te = tile_at(opaque(cur));
-        w.template store<OVERLAP>(te.sr, te.trows, sO, te.m0, te.rows, te.dreal, kWsBarEpi + wg);
+        w.template store<OVERLAP, TMA_O>(te.sr, te.trows, sO, te.m0, te.rows, te.dreal, kWsBarEpi + wg, &tmap_o);
       };
       pre = false;
       if constexpr (OVERLAP) {
@@ -529,6 +534,9 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
       }
       q_issued = next_q;
       cur = next;
+    }
+    if constexpr (TMA_O) {
+      if ((tid & 127) == 0) bulk_wait_group<0>();  // O written before the CTA (and its shared memory) goes
     }
     if constexpr (PINGPONG) {
       if (wg == 0 && opened) named_barrier(kWsBarTurn + 0, 256);  // warpgroup 1's arrival after its last turn
@@ -560,6 +568,25 @@ bool encode_kv_tmap(CUtensorMap* map, const kernels::AttnOperand& t, const kerne
   return encode_tmap_4d(map, std::is_same_v<T, __nv_bfloat16>, t.data, dims, strides, box);
 }
 
+// TMA map of O [batch slots, seq, heads, head_dim] (varlen: one slot of the packed sequences) for the store of
+// whole 64-row blocks of one head (box: 64 columns x 64 rows). Columns past head_dim are not written.
+template <typename T>
+bool encode_o_tmap(CUtensorMap* map, const kernels::AttnOperand& t, const kernels::AttentionShape& sh) {
+  const int64_t slots = sh.varlen() ? 1 : sh.batch;
+  if (sh.seqlen_q <= 0 || sh.seqlen_q > (int64_t(1) << 30)) return false;  // int32 row coordinates
+  const cuuint64_t dims[4] = {cuuint64_t(sh.head_dim), cuuint64_t(sh.seqlen_q), cuuint64_t(sh.heads),
+                              cuuint64_t(slots)};
+  const int64_t es[3] = {t.stride_s, t.stride_h, t.stride_b};
+  cuuint64_t strides[3];
+  for (int i = 0; i < 3; ++i) {
+    if (dims[i + 1] == 1) strides[i] = (cuuint64_t(sh.head_dim) * 2 + 15) / 16 * 16;
+    else if (es[i] <= 0) return false;
+    else strides[i] = cuuint64_t(es[i]) * 2;
+  }
+  const cuuint32_t box[4] = {64, 64, 1, 1};
+  return encode_tmap_4d(map, std::is_same_v<T, __nv_bfloat16>, t.data, dims, strides, box);
+}
+
 // A call the kernel could have run but for TMA or the register count: said once on stderr, since the caller falls
 // back to another kernel silently (tests and benchmarks would otherwise measure the wrong one).
 inline void sm90_ws_note_fallback(const char* why) {
@@ -567,11 +594,18 @@ inline void sm90_ws_note_fallback(const char* why) {
   if (!said.exchange(true)) std::fprintf(stderr, "flashkit: warp-specialized Hopper forward not used: %s\n", why);
 }
 
-template <typename T, int D, int BN, int STAGES, bool PINGPONG, bool PERSISTENT = false, bool OVERLAP = false>
+template <typename T, int D, int BN, int STAGES, bool PINGPONG, bool PERSISTENT = false, bool OVERLAP = false,
+          bool TMA_O = false>
 bool launch_fwd_sm90_ws_cfg(const FwdParams& p, cudaStream_t stream) {
   using Cfg = Sm90WsCfg<D, BN, STAGES, PERSISTENT>;
   static_assert(Cfg::smem <= 227 * 1024, "shared memory per CTA exceeds the opt-in limit");
-  auto kern = flash_fwd_sm90_ws_kernel<T, D, BN, STAGES, PINGPONG, PERSISTENT, OVERLAP>;
+  // O that TMA cannot describe (alignment, strides): the same kernel with its STG store (O is written either way).
+  CUtensorMap tmap_o{};
+  if constexpr (TMA_O) {
+    if (!encode_o_tmap<T>(&tmap_o, p.a.o, p.a.shape))
+      return launch_fwd_sm90_ws_cfg<T, D, BN, STAGES, PINGPONG, PERSISTENT, OVERLAP, false>(p, stream);
+  }
+  auto kern = flash_fwd_sm90_ws_kernel<T, D, BN, STAGES, PINGPONG, PERSISTENT, OVERLAP, TMA_O>;
   // No keys at all (every row's output is 0): no TMA map to build (K/V may be empty); the other kernel does it.
   if (!sm90_kernel_usable(kern) || p.a.shape.seqlen_k <= 0) return false;
   // The consumers' setmaxnreg.inc waits for registers the launch must have allocated: with any other count (a
@@ -601,14 +635,15 @@ bool launch_fwd_sm90_ws_cfg(const FwdParams& p, cudaStream_t stream) {
   // Persistent: p.ws_persist_ctas CTAs (the choice's ws_persist_ctas) walk the tiles of the grid below.
   const dim3 grid = PERSISTENT ? dim3(unsigned(p.ws_persist_ctas))
                                : dim3(unsigned(mblocks), unsigned(p.pack_gqa ? sh.kv_heads : sh.heads), unsigned(sh.batch));
-  kern<<<grid, Cfg::NT, Cfg::smem, stream>>>(p, tmap_k, tmap_v);
+  kern<<<grid, Cfg::NT, Cfg::smem, stream>>>(p, tmap_k, tmap_v, tmap_o);
   check_cuda(cudaGetLastError(), "flash forward (sm90 ws) launch");
   return true;
 }
 
 // pingpong = false (Tuning::sm90_ws_pingpong) lets the two consumer warpgroups issue freely (for measuring the
 // ping-pong). p.ws_persist_ctas > 0: the persistent grid (d64/d128 with ping-pong; the choice asks for no other),
-// with p.ws_overlap_epilogue its epilogue under the next tile's first product (v23).
+// with p.ws_overlap_epilogue its epilogue under the next tile's first product (v23), and with p.ws_tma_store_o that
+// epilogue's O written by TMA (v23b).
 template <typename T, int D>
 bool launch_flash_fwd_sm90_ws(const FwdParams& p, int bn, bool pingpong, cudaStream_t stream) {
   if (p.num_splits != 1) return false;
@@ -625,8 +660,10 @@ bool launch_flash_fwd_sm90_ws(const FwdParams& p, int bn, bool pingpong, cudaStr
     if (bn != w.bn) return false;
     if constexpr (D != 256) {
       if (p.ws_persist_ctas > 0 && pingpong)
-        return p.ws_overlap_epilogue ? launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, true, true, true>(p, stream)
-                                     : launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, true, true>(p, stream);
+        return p.ws_overlap_epilogue
+                   ? (p.ws_tma_store_o ? launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, true, true, true, true>(p, stream)
+                                       : launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, true, true, true>(p, stream))
+                   : launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, true, true>(p, stream);
     }
     return pingpong ? launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, true>(p, stream)
                     : launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, false>(p, stream);

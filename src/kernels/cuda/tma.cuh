@@ -54,6 +54,29 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
 }
+// The box of `map` at coordinates (c0 innermost .. c3) from shared memory at `src` (1024-byte aligned, the load's
+// swizzled layout) to global memory, asynchronously: in the issuing thread's current bulk group. Rows and columns of
+// the box outside the tensor are not written. The generic-proxy writes of `src` must be fenced (fence_proxy_async)
+// and synchronized with the issuing thread before.
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+// Closes the issuing thread's bulk group of TMA stores.
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Blocks until at most N of the thread's bulk groups are still reading their shared-memory source (the buffer may
+// then be written again; the global writes may still be in flight).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// Blocks until at most N of the thread's bulk groups are incomplete (their global writes done).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
 __device__ __forceinline__ void prefetch_tmap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
@@ -75,6 +98,12 @@ __device__ __forceinline__ void mbar_arrive(uint32_t) { __trap(); }
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t, uint32_t) { __trap(); }
 __device__ __forceinline__ void mbar_wait(uint32_t, uint32_t) { __trap(); }
 __device__ __forceinline__ void tma_load_4d(uint32_t, const CUtensorMap*, uint32_t, int, int, int, int) { __trap(); }
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap*, uint32_t, int, int, int, int) { __trap(); }
+__device__ __forceinline__ void bulk_commit_group() { __trap(); }
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read() { __trap(); }
+template <int N>
+__device__ __forceinline__ void bulk_wait_group() { __trap(); }
 __device__ __forceinline__ void prefetch_tmap(const CUtensorMap*) { __trap(); }
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() { __trap(); }
