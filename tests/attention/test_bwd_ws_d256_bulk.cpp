@@ -72,9 +72,9 @@ TEST(CudaChoice, BackwardWsD256DqHandOver) {
     const int fills = nsteps * kBwdWsD256DqChunks;
     std::vector<int> arrivals[2], waits[2];  // the fill index each arrival frees / each wait guards
     for (int f = 0; f < fills; ++f) {
-      const int j = f % kBwdWsD256DqChunks;
-      if (f > 0) waits[bwd_ws_d256_dq_owner(j)].push_back(f);
-      if (f + 1 < fills) arrivals[bwd_ws_d256_dq_next_owner(j)].push_back(f + 1);
+      const int s = f / kBwdWsD256DqChunks, j = f % kBwdWsD256DqChunks;
+      if (bwd_ws_d256_dq_fill_waits(s, j)) waits[bwd_ws_d256_dq_owner(j)].push_back(f);
+      if (bwd_ws_d256_dq_writer_frees(s, j, nsteps)) arrivals[bwd_ws_d256_dq_next_owner(j)].push_back(f + 1);
     }
     for (int wg = 0; wg < 2; ++wg) EXPECT_EQ(arrivals[wg], waits[wg]) << "warpgroup " << wg << ", " << nsteps << " steps";
   }
@@ -113,6 +113,69 @@ TEST(CudaChoice, BackwardWsD256DqLayout) {
       for (const auto& s : bank_group) wavefronts = std::max(wavefronts, s.size());
       EXPECT_EQ(wavefronts, 4u) << "warp " << wq << ", store " << cc;
     }
+}
+
+// The kernel's named barriers per step, as three agents (a consumer warpgroup arrives with 128 threads, the writer
+// warp with 32) run in random interleavings: every run finishes (no hang) and no barrier collects more arrivals
+// than its count before it completes (two generations mixed: a fill overwriting a chunk still being read).
+// Warpgroup w: Ds once before the loop; per step PdsFree (from step 1), Ds, then per own chunk: empty_w (sync,
+// when bwd_ws_d256_dq_fill_waits), full (arrive). Writer: per chunk full (sync), empty of the next owner (arrive,
+// when bwd_ws_d256_dq_writer_frees).
+TEST(CudaChoice, BackwardWsD256NamedBarrierProtocol) {
+  enum Bar { kDs, kPds, kFull, kEmpty0, kEmpty1, kBars };
+  const int need[kBars] = {256, 256, 160, 160, 160};
+  struct Op {
+    bool sync;
+    Bar bar;
+    int threads;
+  };
+  for (int nsteps = 1; nsteps <= 4; ++nsteps) {
+    std::vector<Op> prog[3];
+    for (int w = 0; w < 2; ++w) {
+      prog[w].push_back({true, kDs, 128});
+      for (int s = 0; s < nsteps; ++s) {
+        if (s > 0) prog[w].push_back({true, kPds, 128});
+        prog[w].push_back({true, kDs, 128});
+        for (int j = 0; j < kBwdWsD256DqChunks; ++j) {
+          if (bwd_ws_d256_dq_owner(j) != w) continue;
+          if (bwd_ws_d256_dq_fill_waits(s, j)) prog[w].push_back({true, Bar(kEmpty0 + w), 128});
+          prog[w].push_back({false, kFull, 128});
+        }
+      }
+    }
+    for (int s = 0; s < nsteps; ++s)
+      for (int j = 0; j < kBwdWsD256DqChunks; ++j) {
+        prog[2].push_back({true, kFull, 32});
+        if (bwd_ws_d256_dq_writer_frees(s, j, nsteps))
+          prog[2].push_back({false, Bar(kEmpty0 + bwd_ws_d256_dq_next_owner(j)), 32});
+      }
+    for (unsigned seed = 0; seed < 200; ++seed) {
+      uint32_t rng = seed * 2654435761u + 1u;
+      size_t pc[3] = {0, 0, 0};
+      int count[kBars] = {};
+      bool blocked[3] = {false, false, false};
+      std::vector<int> waiting[kBars];
+      for (;;) {
+        int ready[3], n = 0;
+        for (int a = 0; a < 3; ++a)
+          if (!blocked[a] && pc[a] < prog[a].size()) ready[n++] = a;
+        if (n == 0) break;
+        rng = rng * 1664525u + 1013904223u;
+        const int a = ready[(rng >> 16) % uint32_t(n)];
+        const Op op = prog[a][pc[a]++];
+        count[op.bar] += op.threads;
+        ASSERT_LE(count[op.bar], need[op.bar]) << "barrier " << op.bar << " over-full, " << nsteps << " steps";
+        if (op.sync) blocked[a] = true, waiting[op.bar].push_back(a);
+        if (count[op.bar] == need[op.bar]) {
+          count[op.bar] = 0;
+          for (int x : waiting[op.bar]) blocked[x] = false;
+          waiting[op.bar].clear();
+        }
+      }
+      for (int a = 0; a < 3; ++a)
+        ASSERT_EQ(pc[a], prog[a].size()) << "agent " << a << " hangs, " << nsteps << " steps, seed " << seed;
+    }
+  }
 }
 
 }  // namespace

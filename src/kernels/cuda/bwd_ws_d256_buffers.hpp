@@ -28,6 +28,12 @@ FK_BWDWS_HD constexpr int bwd_ws_d256_dq_col0(int chunk) { return chunk * kBwdWs
 FK_BWDWS_HD constexpr int bwd_ws_d256_dq_next_owner(int chunk) {
   return bwd_ws_d256_dq_owner((chunk + 1) % kBwdWsD256DqChunks);
 }
+// Whether the filler of chunk `chunk` of step `step` waits for the writer to free the buffer (all but the CTA's
+// first fill), and whether the writer frees it after that chunk (all but the CTA's last, nobody waits for it).
+FK_BWDWS_HD constexpr bool bwd_ws_d256_dq_fill_waits(int step, int chunk) { return step > 0 || chunk > 0; }
+FK_BWDWS_HD constexpr bool bwd_ws_d256_dq_writer_frees(int step, int chunk, int nsteps) {
+  return step + 1 < nsteps || chunk + 1 < kBwdWsD256DqChunks;
+}
 // Row r of the chunk starts at r * pitch (16-byte aligned for the bulk copies); the 16 bytes past a row's 256 hold
 // nothing the copies read, so the kernel's mbarriers live there: mbarrier k at byte 256 + 8 (k & 1) of row k / 2.
 constexpr uint32_t kBwdWsD256DqPitch = kBwdWsD256DqCols * 4 + 16;

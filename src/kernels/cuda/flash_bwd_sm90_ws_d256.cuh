@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(Sm90BwdWsD256Cfg<BulkDq>::NT, 1)
           bulk_commit();
           bulk_wait_read0();  // this lane's copies have read the chunk
           __syncwarp();       // every lane's, before the warp's one arrival
-          if (sidx + 1 < nsteps || j + 1 < kBwdWsD256DqChunks)  // nobody waits after the last chunk
+          if (bwd_ws_d256_dq_writer_frees(sidx, j, nsteps))  // nobody waits after the last chunk
             named_barrier_arrive(kBwdD256BarDqEmpty + bwd_ws_d256_dq_next_owner(j), 128 + 32);
         }
       }
@@ -327,8 +327,8 @@ __global__ void __launch_bounds__(Sm90BwdWsD256Cfg<BulkDq>::NT, 1)
       const uint32_t at = base + Cfg::oDq + bwd_ws_d256_dq_row_off(wq * 16 + g + 8 * odd) + 16u * uint32_t(t4 >> 1);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        // Chunk 2 wg + half; the writer freed it to this warpgroup (none to wait for before the CTA's first).
-        if (sidx > 0 || wg > 0 || half > 0) named_barrier(kBwdD256BarDqEmpty + wg, 128 + 32);
+        // Chunk 2 wg + half (bwd_ws_d256_dq_owner); the writer freed it to this warpgroup (but the CTA's first).
+        if (bwd_ws_d256_dq_fill_waits(sidx, 2 * wg + half)) named_barrier(kBwdD256BarDqEmpty + wg, 128 + 32);
 #pragma unroll
         for (int cc = 0; cc < kBwdWsD256DqCols / 8; ++cc) {
           const int c = half * (kBwdWsD256DqCols / 8) + cc;
