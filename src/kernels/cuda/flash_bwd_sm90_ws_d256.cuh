@@ -399,25 +399,14 @@ bool launch_flash_bwd_sm90_ws_d256_variant(const BwdParams& p, cudaStream_t stre
   auto kern = flash_bwd_sm90_ws_d256_kernel<T, BulkDq>;
   const auto& sh = p.g.fwd.shape;
   if (p.g.fwd.softcap > 0.f || !sm90_kernel_usable(kern) || sh.seqlen_k <= 0 || sh.seqlen_q <= 0) return false;
-  // The consumers' setmaxnreg.inc waits for registers the launch must have allocated (see the ws forward).
-  const bool regs_ok = once_per_kernel_device<bool>(reinterpret_cast<const void*>(kern), [&](int) {
-    cudaFuncAttributes attr{};
-    const bool ok = cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kern)) == cudaSuccess &&
-                    attr.numRegs == Cfg::kLaunchRegs;
-    if (!ok) cudaGetLastError();
-    return ok;
-  });
+  // setmaxnreg needs the launch's register count (kernel_has_regs, launch.hpp).
+  const bool regs_ok = kernel_has_regs(kern, Cfg::kLaunchRegs);
   if (!regs_ok) {
     sm90_bwd_ws_d256_note_fallback("the kernel was not built with 168 registers per thread (setmaxnreg budget)");
     return false;
   }
-  const int64_t slots = sh.varlen() ? 1 : sh.batch;
-  const auto& a = p.g.fwd;
   CUtensorMap tq, tdo, tk, tv;
-  if (!encode_rows_tmap<T>(&tq, a.q, slots, sh.seqlen_q, sh.heads, sh.head_dim, Cfg::BM) ||
-      !encode_rows_tmap<T>(&tdo, p.g.dout, slots, sh.seqlen_q, sh.heads, sh.head_dim, Cfg::BM) ||
-      !encode_rows_tmap<T>(&tk, a.k, slots, sh.seqlen_k, sh.kv_heads, sh.head_dim, Cfg::BN) ||
-      !encode_rows_tmap<T>(&tv, a.v, slots, sh.seqlen_k, sh.kv_heads, sh.head_dim, Cfg::BN)) {
+  if (!encode_bwd_tmaps<T>(p, Cfg::BM, Cfg::BN, &tq, &tdo, &tk, &tv)) {
     sm90_bwd_ws_d256_note_fallback("no TMA map for Q/dO/K/V (alignment, strides, or the driver refused it)");
     return false;
   }

@@ -608,15 +608,8 @@ bool launch_fwd_sm90_ws_cfg(const FwdParams& p, cudaStream_t stream) {
   auto kern = flash_fwd_sm90_ws_kernel<T, D, BN, STAGES, PINGPONG, PERSISTENT, OVERLAP, TMA_O>;
   // No keys at all (every row's output is 0): no TMA map to build (K/V may be empty); the other kernel does it.
   if (!sm90_kernel_usable(kern) || p.a.shape.seqlen_k <= 0) return false;
-  // The consumers' setmaxnreg.inc waits for registers the launch must have allocated: with any other count (a
-  // toolchain that did not pin it at the launch bound) it could wait forever, so use the other kernel.
-  const bool regs_ok = once_per_kernel_device<bool>(reinterpret_cast<const void*>(kern), [&](int) {
-    cudaFuncAttributes attr{};
-    const bool ok = cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kern)) == cudaSuccess &&
-                    attr.numRegs == Cfg::kLaunchRegs;
-    if (!ok) cudaGetLastError();
-    return ok;
-  });
+  // setmaxnreg needs the launch's register count (kernel_has_regs, launch.hpp).
+  const bool regs_ok = kernel_has_regs(kern, Cfg::kLaunchRegs);
   if (!regs_ok) {
     sm90_ws_note_fallback("the kernel was not built with 168 registers per thread (setmaxnreg budget)");
     return false;

@@ -41,6 +41,20 @@ void set_max_dynamic_smem(Kern kern, size_t bytes, const char* what) {
   });
 }
 
+// Whether `kern` was built with exactly `regs` registers per thread (read once per device). The warp-specialized
+// kernels' setmaxnreg.inc waits for registers the launch must have allocated: with any other count (a toolchain
+// that did not pin it at the launch bound) it could wait forever, so their launchers decline then.
+template <typename Kern>
+bool kernel_has_regs(Kern kern, int regs) {
+  const void* k = reinterpret_cast<const void*>(kern);
+  return once_per_kernel_device<bool>(k, [&](int) {
+    cudaFuncAttributes attr{};
+    const bool ok = cudaFuncGetAttributes(&attr, k) == cudaSuccess && attr.numRegs == regs;
+    if (!ok) cudaGetLastError();
+    return ok;
+  });
+}
+
 // Whether the Hopper (wgmma) kernel `kern` runs as such on the current device: the build compiled sm_90a
 // (FLASHKIT_HAVE_SM90A, from CMAKE_CUDA_ARCHITECTURES; a plain sm_90 build gets only trapping stubs), the device
 // is compute capability 9.x, and the loaded code is sm_90 machine code (not a JIT of older PTX, as on a newer

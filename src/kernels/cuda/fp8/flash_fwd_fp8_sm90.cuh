@@ -361,13 +361,8 @@ Fp8LaunchResult launch_fwd_fp8_sm90_cfg(const Fp8FwdParams& p, const uint8_t* vt
   static_assert(Cfg::smem <= 227 * 1024, "shared memory per CTA exceeds the opt-in limit");
   auto kern = flash_fwd_fp8_sm90_kernel<D, BN, STAGES, PINGPONG>;
   if (!sm90_kernel_usable(kern)) return {false, "the fp8 kernel has no sm_90a code for this device"};
-  const bool regs_ok = once_per_kernel_device<bool>(reinterpret_cast<const void*>(kern), [&](int) {
-    cudaFuncAttributes attr{};
-    const bool ok = cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kern)) == cudaSuccess &&
-                    attr.numRegs == Cfg::kLaunchRegs;
-    if (!ok) cudaGetLastError();
-    return ok;
-  });
+  // setmaxnreg needs the launch's register count (kernel_has_regs, launch.hpp).
+  const bool regs_ok = kernel_has_regs(kern, Cfg::kLaunchRegs);
   if (!regs_ok) return {false, "the fp8 kernel was not built with 168 registers per thread (setmaxnreg budget)"};
   const auto& sh = p.a.shape;
   // cp.async reads Q in 16-byte chunks; O is written in 4-byte pairs.
