@@ -305,6 +305,16 @@ std::vector<Case> grid() {
     c.varlen = {{1, 1500}, {1, 0}, {3, 700}, {2, 2}};
     g.push_back(c);
   }
+  // One KV head at d256 for the d256 pipeline variants (v26; forward only, like every decode case's point): 32749
+  // keys (128 splits of 16 blocks, an odd last block), 3001 keys (94 splits: some warps get one block, none a
+  // full ring; f16), a window over 2 query rows with a softcap (16 packed rows, partly masked blocks), 300 keys
+  // (19 blocks in 9 splits: most warps without a block).
+  for (const Case& d : {Case{1, 1, 32749, 8, 1, 256}, Case{1, 1, 3001, 8, 1, 256, false, -1, -1, 0, DType::f16},
+                        Case{1, 2, 32749, 8, 1, 256, true, 4000, -1, 30.0f}, Case{1, 1, 300, 8, 1, 256}}) {
+    Case c = d;
+    c.backward = false;
+    g.push_back(c);
+  }
   // Decode shapes for the cluster merge (the decode_cluster path below; the split/cluster counts are
   // those of the host model for 132 SMs, 14-16 splits when 8 clusters of 16 do not fit): 8 tiles of 32/8 heads
   // with 512 key blocks (clusters of 14-16 splits, every split with keys); 32 packed rows in two m-tiles; batch 2
@@ -432,6 +442,16 @@ std::vector<Path> paths() {
   t.decode_pdl = false;
   t.decode_max_splits = 64;
   v.push_back({"decode_nopdl_splits64", t});
+  // The d256 decode pipeline variants (v26; the default is eager): the v7 pipeline, and 6 warps of 2 stages, with
+  // the combine launch and with the cluster merge (the decode paths above run the default).
+  for (DecodeD256Pipe pipe : {DecodeD256Pipe::base, DecodeD256Pipe::eager6}) {
+    const bool base = pipe == DecodeD256Pipe::base;
+    t = Tuning{};
+    t.decode_d256_pipe = pipe;
+    v.push_back({base ? "decode_d256_base" : "decode_d256_eager6", t, true});
+    t.decode_combine = DecodeCombine::cluster;
+    v.push_back({base ? "decode_d256_base_cluster" : "decode_d256_eager6_cluster", t, true});
+  }
   return v;
 }
 
