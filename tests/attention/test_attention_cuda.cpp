@@ -315,6 +315,12 @@ std::vector<Case> grid() {
     c.backward = false;
     g.push_back(c);
   }
+  {  // varlen at d256: the prefetch variant waits for the previous grid before reading the offsets
+    Case c{1, 0, 0, 8, 1, 256, true};
+    c.varlen = {{1, 3000}, {1, 0}, {2, 700}};
+    c.backward = false;
+    g.push_back(c);
+  }
   // Decode shapes for the cluster merge (the decode_cluster path below; the split/cluster counts are
   // those of the host model for 132 SMs, 14-16 splits when 8 clusters of 16 do not fit): 8 tiles of 32/8 heads
   // with 512 key blocks (clusters of 14-16 splits, every split with keys); 32 packed rows in two m-tiles; batch 2
@@ -442,16 +448,17 @@ std::vector<Path> paths() {
   t.decode_pdl = false;
   t.decode_max_splits = 64;
   v.push_back({"decode_nopdl_splits64", t});
-  // The d256 decode pipeline variants (v26; the default is eager): the v7 pipeline, and 6 warps of 2 stages, with
-  // the combine launch and with the cluster merge (the decode paths above run the default).
-  for (DecodeD256Pipe pipe : {DecodeD256Pipe::base, DecodeD256Pipe::eager6}) {
-    const bool base = pipe == DecodeD256Pipe::base;
-    t = Tuning{};
-    t.decode_d256_pipe = pipe;
-    v.push_back({base ? "decode_d256_base" : "decode_d256_eager6", t, true});
-    t.decode_combine = DecodeCombine::cluster;
-    v.push_back({base ? "decode_d256_base_cluster" : "decode_d256_eager6_cluster", t, true});
-  }
+  // The d256 decode pipeline variants (v26; the default, prefetch, runs in every path above): the v7 pipeline,
+  // eager refills without the L2 prefetch, 6 warps of 2 stages (also with the cluster merge).
+  t = Tuning{};
+  t.decode_d256_pipe = DecodeD256Pipe::base;
+  v.push_back({"decode_d256_base", t, true});
+  t.decode_d256_pipe = DecodeD256Pipe::eager;
+  v.push_back({"decode_d256_eager", t, true});
+  t.decode_d256_pipe = DecodeD256Pipe::eager6;
+  v.push_back({"decode_d256_eager6", t, true});
+  t.decode_combine = DecodeCombine::cluster;
+  v.push_back({"decode_d256_eager6_cluster", t, true});
   return v;
 }
 

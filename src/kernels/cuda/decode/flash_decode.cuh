@@ -19,7 +19,9 @@
 //    SM in flight;
 //  - d256 pipeline variants (DecodeCfg<256, V>, plan.hpp's DecodePlan::pipe, v26): "eager" refills a warp's stage
 //    as soon as its block is used instead of when the next block has landed, so all NW * ST stages are in flight
-//    while the warps wait (192 KB per SM, not 128 KB); "eager6" the same with 6 warps of 2 stages;
+//    while the warps wait (192 KB per SM, not 128 KB); "eager6" the same with 6 warps of 2 stages; "prefetch"
+//    (the default) is eager and asks L2 for the CTA's first 16 blocks before its PDL wait, so under PDL its first
+//    DRAM round overlaps the previous grid's tail (fixed-length batches: varlen offsets are read after the wait);
 //  - at the end the warps meet in shared memory (an LSE-weighted merge: per row M = max_w m_w, each warp's O
 //    scaled by 2^(m_w - M), L = sum_w l_w 2^(m_w - M)); one split writes o/lse directly, several write f32
 //    partials (same layout as v1: [split, row, Dpad] and [split, row]);
@@ -82,10 +84,15 @@ __global__ void __launch_bounds__(DecodeCfg<D, V>::kWarps * 32, 1) flash_decode_
   const uint32_t sQ = smem_u32(smem);
 
   // Launched with PDL (p.pdl): wait for the previous grid (it may write Q or the cache), then let the split
-  // combine start launching; it waits for this whole grid before it reads a partial.
-  pdl_wait();
-  pdl_trigger();
+  // combine start launching; it waits for this whole grid before it reads a partial. The prefetch variant waits
+  // further down, after asking L2 for its first blocks: everything before that is computed from the kernel
+  // parameters alone (not with varlen batches, whose offsets are in device memory: they wait here).
   const kernels::AttentionFwdArgs& a = p.a;
+  const bool late_wait = Cfg::kPrefetch && a.shape.cu_seqlens_q == nullptr;
+  if (!late_wait) {
+    pdl_wait();
+    pdl_trigger();
+  }
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
   const int S = p.num_splits;
@@ -153,6 +160,26 @@ __global__ void __launch_bounds__(DecodeCfg<D, V>::kWarps * 32, 1) flash_decode_
   const T* qbase = static_cast<const T*>(a.q.data) + sr.bslot * a.q.stride_b;
   const T* kbase = static_cast<const T*>(a.k.data) + sr.bslot * a.k.stride_b + kvh * a.k.stride_h + sr.k0 * a.k.stride_s;
   const T* vbase = static_cast<const T*>(a.v.data) + sr.bslot * a.v.stride_b + kvh * a.v.stride_h + sr.k0 * a.v.stride_s;
+  if constexpr (Cfg::kPrefetch) {
+    if (late_wait) {
+      // The first blocks of this split into L2, one bulk prefetch per K or V row, before the PDL wait: L2 is
+      // where every SM's loads meet, so a row the previous grid writes after its prefetch is read fresh below
+      // (the loads bypass L1). Only hints: no result, nothing to wait for.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      const int64_t pb = b1 - b0 < Cfg::kPrefetchBlocks ? b1 - b0 : Cfg::kPrefetchBlocks;
+      const uint32_t row_bytes = uint32_t(dreal) * 2;  // head_dim is a multiple of 8: 16-byte multiples
+      for (int idx = tid; idx < pb * 32; idx += NT) {
+        const int64_t j = (b0 + idx / 32) * 16 + (idx & 15);
+        if (j < nk) {
+          const T* src = (idx & 16) ? vbase + j * a.v.stride_s : kbase + j * a.k.stride_s;
+          asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(row_bytes) : "memory");
+        }
+      }
+#endif
+      pdl_wait();
+      pdl_trigger();
+    }
+  }
 
   // Q tile (rows past nrows and columns past head_dim zero-filled), one cp.async group of its own.
   for (int idx = tid; idx < 16 * CH; idx += NT) {
@@ -471,21 +498,23 @@ void launch_decode_mma(const FwdParams& p, cudaStream_t stream) {
 // Decode entry point of the library op: the plan's member (p.decode_kernel: this file's kernel, or flash_fwd.cuh's
 // forward with one warp per CTA and the group packed in its m16 tile, tiles.hpp), with the plan's splits, cluster
 // and PDL; the caller (src/ops/attention_cuda.cpp) runs launch_split_combine after it when the plan merges so.
+// A d256 pipeline variant V (plan.hpp): false when it declines, i.e. its cluster size is not resident (the planner
+// read the base kernel's residency; the variants have the same shared memory, so this is a guard).
+template <typename T, int D, int V>
+bool launch_decode_variant(const FwdParams& p, cudaStream_t stream) {
+  if (p.cluster > 1 && decode_cluster_residency_of<T, D, V>()[p.cluster] < 1) return false;
+  launch_decode_mma<T, D, V>(p, stream);
+  return true;
+}
+
 template <typename T, int D>
 void launch_flash_decode(const FwdParams& p, cudaStream_t stream) {
   if (p.decode_kernel == DecodeKernel::mma) {
     if constexpr (D == 256) {
-      // A pipeline variant (plan.hpp); it declines to the base kernel when its cluster size is not resident (the
-      // planner read the base kernel's residency; the variants have the same shared memory, so this is a guard).
       const int v = p.decode_pipe;
-      if (v != 0 && (p.cluster <= 1 || (v == 1 ? decode_cluster_residency_of<T, D, 1>()
-                                               : decode_cluster_residency_of<T, D, 2>())[p.cluster] >= 1)) {
-        if (v == 1)
-          launch_decode_mma<T, D, 1>(p, stream);
-        else
-          launch_decode_mma<T, D, 2>(p, stream);
+      if ((v == 1 && launch_decode_variant<T, D, 1>(p, stream)) || (v == 2 && launch_decode_variant<T, D, 2>(p, stream)) ||
+          (v == 3 && launch_decode_variant<T, D, 3>(p, stream)))
         return;
-      }
     }
     launch_decode_mma<T, D, 0>(p, stream);
     return;
