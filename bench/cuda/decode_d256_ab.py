@@ -1,5 +1,5 @@
 """Batch-1 decode A/B of the d256 pipeline variants in one process (attention-cuda.md v26): each setting of
-FLASHKIT_DECODE_D256_PIPE (base, eager, eager6) is read into the library's default tuning through
+FLASHKIT_DECODE_D256_PIPE (base, auto = prefetch, eager, eager6) is read into the library's default tuning through
 fk_tuning_from_env() and timed from CUDA-graph replays of 10 calls, interleaved over rounds (drift falls on every
 setting alike); the median over rounds is reported. Shapes: 32/8 heads d128 (a control: the knob leaves d128 alone)
 and 8/1 heads d256, 4k and 32k keys, bf16, seqlen_q 1.
@@ -7,7 +7,7 @@ and 8/1 heads d256, 4k and 32k keys, bf16, seqlen_q 1.
     python3 bench/cuda/decode_d256_ab.py [--out DIR] [--rounds 5] [--reps 20]
 
 Prints one line per shape:
-    dec256: h=8/1 d=256 keys=32768 base=13.70 new=10.10 us (78.6% of 4.24 TB/s; base 58.0%) eager6=... [kernels]
+    dec256: h=8/1 d=256 keys=32768 base=13.70 new=10.10 us (78.6% of 4.24 TB/s; base 58.0%) eager=.. eager6=.. [kernels]
 "new" is the default setting (auto); DIR/decode-d256-ab.json holds every sample.
 """
 
@@ -22,7 +22,7 @@ import torch
 from bench_attention import graph_time, fkt  # the same graph timing as bench_attention.py --decode-only
 
 COPY_TBPS = 4.24
-SETTINGS = ["base", "auto", "eager6"]  # auto: the default (eager)
+SETTINGS = ["base", "auto", "eager", "eager6"]  # auto: the default (prefetch)
 
 
 def set_pipe(value):
@@ -61,9 +61,9 @@ def main():
             rows.append({"heads": h, "kv_heads": hkv, "head_dim": d, "kv_len": kv, "kv_bytes": nbytes,
                          "us": us, "pct_of_copy": pct, "samples_us": samples, "kernels": kernels})
             print("dec256: h=%d/%d d=%d keys=%d base=%.2f new=%.2f us (%.1f%% of %.2f TB/s; base %.1f%%) "
-                  "eager6=%.2f us (%.1f%%) [%s | %s | %s]" % (
-                      h, hkv, d, kv, us["base"], us["auto"], pct["auto"], COPY_TBPS, pct["base"], us["eager6"],
-                      pct["eager6"], kernels["base"], kernels["auto"], kernels["eager6"]), flush=True)
+                  "eager=%.2f us (%.1f%%) eager6=%.2f us (%.1f%%) [%s]" % (
+                      h, hkv, d, kv, us["base"], us["auto"], pct["auto"], COPY_TBPS, pct["base"], us["eager"],
+                      pct["eager"], us["eager6"], pct["eager6"], " | ".join(kernels[s] for s in SETTINGS)), flush=True)
             del q, k, v
             torch.cuda.empty_cache()
     if saved is None:

@@ -579,6 +579,59 @@ TEST(CudaAttention, DecodeGraphReplayAndConcurrentStreams) {
   CK(cudaStreamDestroy(s2));
 }
 
+// The d256 prefetch variant (v26) asks L2 for its K/V rows before its PDL wait. Here the previous grid writes
+// those rows: call 1 (a d256 decode with 16 query rows and a split combine) writes o1, and call 2 decodes with
+// K = o1 read as [1, 128, 1, 256], launched right behind call 1's combine. o1 is poisoned (NaN) before every call
+// 1, so a stale prefetched row would turn call 2's output NaN: it must equal the output computed after a
+// device-wide synchronization, bit for bit, every time.
+TEST(CudaAttention, DecodeD256PdlPrefetchSeesThePreviousGridsWrites) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(23);
+  const int64_t H = 8, D = 256, Sq1 = 16, Sk1 = 4000, Sk2 = Sq1 * H;
+  HostTensor q1(DType::bf16, {1, Sq1, H, D}), k1(DType::bf16, {1, Sk1, 1, D}), v1(DType::bf16, {1, Sk1, 1, D});
+  HostTensor q2(DType::bf16, {1, 1, H, D}), v2(DType::bf16, {1, Sk2, 1, D});
+  for (HostTensor* t : {&q1, &k1, &v1, &q2, &v2}) t->fill_random(rng);
+  DevTensor dq1, dk1, dv1, o1, l1, dq2, dv2, o2, l2;
+  dq1.alloc(DType::bf16, {1, Sq1, H, D});
+  dk1.alloc(DType::bf16, {1, Sk1, 1, D});
+  dv1.alloc(DType::bf16, {1, Sk1, 1, D});
+  o1.alloc(DType::bf16, {1, Sq1, H, D});
+  l1.alloc(DType::f32, {1, H, Sq1});
+  dq2.alloc(DType::bf16, {1, 1, H, D});
+  dv2.alloc(DType::bf16, {1, Sk2, 1, D});
+  o2.alloc(DType::bf16, {1, 1, H, D});
+  l2.alloc(DType::f32, {1, H, 1});
+  dq1.upload(q1);
+  dk1.upload(k1);
+  dv1.upload(v1);
+  dq2.upload(q2);
+  dv2.upload(v2);
+  const TensorView k2 = TensorView::contiguous(o1.p, DType::bf16, {1, Sk2, 1, D}, Device::cuda);  // call 1's output
+  AttentionOptions opts;
+  opts.check_finite = false;  // no host synchronization between the calls
+  OpCost c1, c2;
+  o1.poison();
+  attention_forward(dq1.view, dk1.view, dv1.view, o1.view, l1.view, opts, &c1);
+  CK(cudaDeviceSynchronize());
+  attention_forward(dq2.view, k2, dv2.view, o2.view, l2.view, opts, &c2);
+  CK(cudaDeviceSynchronize());
+  std::printf("decode path: %s then %s\n", c1.kernel.c_str(), c2.kernel.c_str());
+  EXPECT_NE(c1.kernel.find("combine"), std::string::npos) << c1.kernel;  // call 1 ends with the combine launch
+  EXPECT_NE(c2.kernel.find("prefetch"), std::string::npos) << c2.kernel;
+  HostTensor ref(DType::bf16, {1, 1, H, D}), got(DType::bf16, {1, 1, H, D});
+  o2.download(&ref);
+  for (int64_t i = 0; i < ref.numel(); ++i) ASSERT_TRUE(std::isfinite(ref.get(i))) << i;
+  for (int rep = 0; rep < 20; ++rep) {
+    o1.poison();
+    o2.poison();
+    attention_forward(dq1.view, dk1.view, dv1.view, o1.view, l1.view, opts);
+    attention_forward(dq2.view, k2, dv2.view, o2.view, l2.view, opts);
+    CK(cudaDeviceSynchronize());
+    o2.download(&got);
+    ASSERT_EQ(0, std::memcmp(ref.bytes.data(), got.bytes.data(), ref.bytes.size())) << "repetition " << rep;
+  }
+}
+
 // A forward on q = k = v of this dtype and shape must fail with Status::unsupported and a message containing `words`.
 void expect_unsupported_forward(DType dt, int64_t B, int64_t S, int64_t H, int64_t D, const std::string& words) {
   DevTensor q, o, l;
