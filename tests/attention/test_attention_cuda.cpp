@@ -632,6 +632,43 @@ TEST(CudaAttention, DecodeD256PdlPrefetchSeesThePreviousGridsWrites) {
   }
 }
 
+// The eager and prefetch pipelines change when stages are refilled, not what a warp sums or in which order: their
+// outputs equal the base kernel's bit for bit (v26; 6 warps sum in another order and are checked by the paths).
+TEST(CudaAttention, DecodeD256PipesAgreeBitForBit) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(29);
+  const int64_t H = 8, D = 256, Sk = 32749;
+  HostTensor q(DType::bf16, {1, 2, H, D}), k(DType::bf16, {1, Sk, 1, D}), v(DType::bf16, {1, Sk, 1, D});
+  for (HostTensor* t : {&q, &k, &v}) t->fill_random(rng);
+  DevTensor dq, dk, dv, o, l;
+  dq.alloc(DType::bf16, {1, 2, H, D});
+  dk.alloc(DType::bf16, {1, Sk, 1, D});
+  dv.alloc(DType::bf16, {1, Sk, 1, D});
+  o.alloc(DType::bf16, {1, 2, H, D});
+  l.alloc(DType::f32, {1, H, 2});
+  dq.upload(q);
+  dk.upload(k);
+  dv.upload(v);
+  std::vector<uint8_t> first;
+  for (DecodeD256Pipe pipe : {DecodeD256Pipe::base, DecodeD256Pipe::eager, DecodeD256Pipe::prefetch}) {
+    AttentionOptions opts;
+    opts.check_finite = false;
+    opts.causal = true;
+    Tuning t;
+    t.decode_d256_pipe = pipe;
+    opts.tuning = t;
+    OpCost cost;
+    o.poison();
+    attention_forward(dq.view, dk.view, dv.view, o.view, l.view, opts, &cost);
+    CK(cudaDeviceSynchronize());
+    std::printf("decode path: %s\n", cost.kernel.c_str());
+    HostTensor got(DType::bf16, {1, 2, H, D});
+    o.download(&got);
+    if (first.empty()) first = got.bytes;
+    else EXPECT_EQ(0, std::memcmp(first.data(), got.bytes.data(), first.size())) << cost.kernel;
+  }
+}
+
 // A forward on q = k = v of this dtype and shape must fail with Status::unsupported and a message containing `words`.
 void expect_unsupported_forward(DType dt, int64_t B, int64_t S, int64_t H, int64_t D, const std::string& words) {
   DevTensor q, o, l;

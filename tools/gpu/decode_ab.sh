@@ -7,7 +7,8 @@
 #   build    configure + build libflashkit, flashkit_cuda_tests and flashkit_tests (as attn_frontier.sh)
 #   dec256   (1) the decode grid cases at d256 (seqlen_q 1-3 and varlen) on the default path and every decode_*
 #            path (decode_d256_base / _eager / _eager6 / _eager6_cluster, decode_cluster, decode_nopdl_splits64),
-#            the graph-replay / PDL tests and the planner's tests; (2) memcheck of the prefetch (default) and eager6
+#            the graph-replay test, the PDL prefetch hazard test, the bit-equality of base / eager / prefetch and the
+#            planner's tests; (2) memcheck of the prefetch (default) and eager6
 #            kernels on the 32749-key window case and the 3001-key case, racecheck on the 3001-key case; (3)
 #            bench/cuda/decode_d256_ab.py: base / auto (prefetch) / eager / eager6 interleaved in one process,
 #            CUDA-graph timing, 32/8 d128 (control: the knob leaves d128 alone) and 8/1 d256 at 4k and 32k keys:
@@ -40,7 +41,7 @@ for st in "${STAGES[@]}"; do
       # d256 decode cases: 8/1 heads (32749, 3001, 300 keys, a window, varlen) and 4/1 (3000 keys, window 500).
       G='Grid/*_Sq1_*D256*:Grid/*_Sq2_*D256*:Grid/*_Sq3_*D256*:Grid/*varlen*D256*'
       P=$(echo "$G" | sed 's/Grid\//Paths\/*decode_/g')
-      run dec256_tests timeout 150 "$A" --gtest_filter="$G:$P:*DecodeGraph*:*PdlPrefetch*" --gtest_brief=1
+      run dec256_tests timeout 150 "$A" --gtest_filter="$G:$P:*DecodeGraph*:*PdlPrefetch*:*D256Pipes*" --gtest_brief=1
       grep -E "decode path: .*d256" "$LOG" | sort | uniq -c | sed 's/^/dec256: /' | tee -a "$OUT/dec256.txt"
       run dec256_choice timeout 60 "$T" --gtest_filter='CudaChoice.*Decode*' --gtest_brief=1
       S='Paths/CudaAttentionPaths.MatchesReference/decode_'
