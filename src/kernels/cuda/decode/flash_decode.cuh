@@ -460,8 +460,8 @@ __global__ void __launch_bounds__(DecodeCfg<D, V>::kWarps * 32, 1) flash_decode_
   }
 }
 
-// For c = 2..kMaxDecodeCluster: how many clusters of c CTAs of flash_decode_kernel<T, D, V> can be resident at once on
-// the current device; all 0 where the cluster merge cannot run (core/cuda_device.hpp). Once per (kernel, device);
+// For c = 2..kMaxDecodeCluster: how many clusters of c CTAs of flash_decode_kernel<T, D, V> can be resident at once
+// on the current device; all 0 where the cluster merge cannot run (core/cuda_device.hpp). Once per (kernel, device);
 // safe to call first inside a graph capture.
 template <typename T, int D, int V>
 ClusterResidency decode_cluster_residency_of() {
@@ -488,16 +488,14 @@ void launch_decode_mma(const FwdParams& p, cudaStream_t stream) {
   // The splits of an m-tile as one cluster (grid.x = m-tiles x S, a multiple of the cluster size). The caller
   // picks a size decode_cluster_residency<T, D>() reported resident (which also set the kernel's attributes).
   if (p.cluster > 1 &&
-      (p.cluster != p.num_splits || p.cluster > kMaxDecodeCluster || decode_cluster_residency_of<T, D, V>()[p.cluster] < 1))
+      (p.cluster != p.num_splits || p.cluster > kMaxDecodeCluster ||
+       decode_cluster_residency_of<T, D, V>()[p.cluster] < 1))
     fail(Status::internal, "flash decode: bad cluster size");
   check_cuda(launch_ex(kern, grid, dim3(DecodeCfg<D, V>::kWarps * 32), smem, stream, p.pdl,
                        p.cluster > 1 ? unsigned(p.cluster) : 1u, p),
              p.cluster > 1 ? "flash decode launch (clusters)" : "flash decode launch");
 }
 
-// Decode entry point of the library op: the plan's member (p.decode_kernel: this file's kernel, or flash_fwd.cuh's
-// forward with one warp per CTA and the group packed in its m16 tile, tiles.hpp), with the plan's splits, cluster
-// and PDL; the caller (src/ops/attention_cuda.cpp) runs launch_split_combine after it when the plan merges so.
 // A d256 pipeline variant V (plan.hpp): false when it declines, i.e. its cluster size is not resident (the planner
 // read the base kernel's residency; the variants have the same shared memory, so this is a guard).
 template <typename T, int D, int V>
@@ -507,12 +505,16 @@ bool launch_decode_variant(const FwdParams& p, cudaStream_t stream) {
   return true;
 }
 
+// Decode entry point of the library op: the plan's member (p.decode_kernel: this file's kernel, or flash_fwd.cuh's
+// forward with one warp per CTA and the group packed in its m16 tile, tiles.hpp), with the plan's splits, cluster
+// and PDL; the caller (src/ops/attention_cuda.cpp) runs launch_split_combine after it when the plan merges so.
 template <typename T, int D>
 void launch_flash_decode(const FwdParams& p, cudaStream_t stream) {
   if (p.decode_kernel == DecodeKernel::mma) {
     if constexpr (D == 256) {
       const int v = p.decode_pipe;
-      if ((v == 1 && launch_decode_variant<T, D, 1>(p, stream)) || (v == 2 && launch_decode_variant<T, D, 2>(p, stream)) ||
+      if ((v == 1 && launch_decode_variant<T, D, 1>(p, stream)) ||
+          (v == 2 && launch_decode_variant<T, D, 2>(p, stream)) ||
           (v == 3 && launch_decode_variant<T, D, 3>(p, stream)))
         return;
     }
