@@ -29,7 +29,8 @@ enum class DecodeD256Pipe : int32_t {
   base = 1,       // 4 warps x 3 stages, a stage refilled once the next block has landed (2 of 3 in flight, v7)
   eager = 2,      // the same CTA, a stage refilled as soon as its block is used (all 12 stages in flight)
   eager6 = 3,     // eager with 6 warps x 2 stages (the same 12 stages, more warps computing)
-  prefetch = 4,   // eager, and each CTA asks L2 for its first 16 blocks before its PDL wait (sm_90)
+  prefetch = 4,   // eager, each CTA asks L2 for its first 16 blocks before its PDL wait (sm_90), and the split
+                  // combine loads the partials before their weights
 };
 
 // Split-merge placement of the engine's fused decode attention.

@@ -105,7 +105,8 @@ constexpr Sm90BwdD256Tile sm90_bwd_d256_tile() { return Sm90BwdD256Tile{64, 64, 
 //             (d256: 12 stages = 192 KB per SM instead of 128 KB; same CTA, same shared memory);
 //   2 eager6: eager with 6 warps of 2 stages (the same 12 stages; 6 warps compute instead of 4);
 //   3 prefetch: eager, and before its PDL wait the CTA asks L2 for its first kPrefetchBlocks blocks
-//             (cp.async.bulk.prefetch.L2), so its first DRAM round overlaps the previous grid's tail.
+//             (cp.async.bulk.prefetch.L2), so its first DRAM round overlaps the previous grid's tail; its split
+//             combine loads the partials before it computes their weights (combine.cu).
 template <int D, int V = 0>
 struct DecodeCfg {
   static constexpr bool kEager = V != 0;
