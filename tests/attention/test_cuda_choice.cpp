@@ -456,6 +456,100 @@ TEST(CudaChoice, DecodeWindowTuningAndClusters) {
   EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::combine);
 }
 
+// The d256 pipeline variant of the mma decode kernel (v26): prefetch by default at head dim 256 (and dims padded
+// to it), the knob's base / eager / eager6 / prefetch, never at other head dims, on the one-warp member (A100) or in the engine's
+// and serving members; the splits, the cluster merge and PDL are those of the base kernel (same shared memory).
+TEST(CudaChoice, DecodeD256Pipe) {
+  using P = flashkit::DecodeD256Pipe;
+  FwdChoice c = fwd("b1 8/1 d256 32k", shape(1, 8, 1, 256, 1, 32768), h200());
+  EXPECT_EQ(c.decode.pipe, 3);
+  EXPECT_EQ(c.splits, 128);
+  EXPECT_EQ(c.stages, 3);
+  EXPECT_TRUE(c.decode.pdl);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d256.prefetch.splits128.combine");
+  AttentionMask win = causal_mask();
+  win.window_left = 500;
+  EXPECT_EQ(fwd("d200 window", shape(1, 8, 1, 200, 1, 3001), h200(), {}, win).decode.pipe, 3);
+  Tuning t;
+  t.decode_d256_pipe = P::base;
+  c = fwd("base", shape(1, 8, 1, 256, 1, 32768), h200(), t);
+  EXPECT_EQ(c.decode.pipe, 0);
+  EXPECT_EQ(c.splits, 128);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d256.splits128.combine");
+  t.decode_d256_pipe = P::eager6;
+  c = fwd("eager6", shape(1, 8, 1, 256, 1, 32768), h200(), t);
+  EXPECT_EQ(c.decode.pipe, 2);
+  EXPECT_EQ(c.splits, 128);
+  EXPECT_EQ(c.stages, 2);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d256.eager6.splits128.combine");
+  t.decode_d256_pipe = P::eager;
+  c = fwd("eager", shape(1, 8, 1, 256, 1, 32768), h200(), t);
+  EXPECT_EQ(c.decode.pipe, 1);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d256.eager.splits128.combine");
+  t.decode_d256_pipe = P::prefetch;
+  EXPECT_EQ(fwd("prefetch", shape(1, 8, 1, 256, 1, 32768), h200(), t).decode.pipe, 3);
+  // Other head dims and members keep the base pipeline whatever the knob says.
+  for (P k : {P::automatic, P::eager, P::eager6, P::prefetch}) {
+    t.decode_d256_pipe = k;
+    EXPECT_EQ(fwd("d128", shape(1, 32, 8, 128, 1, 32768), h200(), t).decode.pipe, 0);
+    EXPECT_EQ(fwd("d64", shape(1, 32, 8, 64, 1, 4096), h200(), t).decode.pipe, 0);
+    const FwdChoice a = fwd("d256 A100", shape(1, 8, 1, 256, 1, 32768), a100(), t);
+    EXPECT_EQ(a.decode.kernel, cuda::DecodeKernel::one_warp);
+    EXPECT_EQ(a.decode.pipe, 0);
+    cuda::DecodeShape e;
+    e.heads = 8, e.kv_heads = 1, e.head_dim = 256, e.max_seqlen_k = 32768, e.kv_len_on_device = true;
+    EXPECT_EQ(cuda::plan_decode(e, h200(), t, ClusterResidency{}).pipe, 0);
+    e.kv_len_on_device = false, e.paged = true;
+    EXPECT_EQ(cuda::plan_decode(e, h200(), t, ClusterResidency{}).pipe, 0);
+  }
+  // With the cluster merge: the same clusters as the base kernel.
+  t = Tuning{};
+  t.decode_combine = flashkit::DecodeCombine::cluster;
+  ClusterResidency res{};
+  for (int k = 2; k <= 16; ++k) res[k] = 8;
+  c = fwd("eager, clusters", shape(1, 8, 1, 256, 1, 512), h200(), t, {}, res);
+  t.decode_d256_pipe = P::base;
+  const FwdChoice b = fwd("base, clusters", shape(1, 8, 1, 256, 1, 512), h200(), t, {}, res);
+  EXPECT_EQ(c.decode.pipe, 3);
+  EXPECT_EQ(c.splits, 16);
+  EXPECT_EQ(c.cluster, 16);
+  EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::cluster);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d256.prefetch.splits16.cluster16");
+  EXPECT_EQ(b.decode.pipe, 0);
+  EXPECT_EQ(c.splits, b.splits);
+  EXPECT_EQ(c.cluster, b.cluster);
+}
+
+// FLASHKIT_DECODE_D256_PIPE through tuning_from_env(): auto by default, the five names, and an unparsable value
+// keeps the default (with one warning on stderr).
+TEST(CudaChoice, DecodeD256PipeFromEnvironment) {
+  using P = flashkit::DecodeD256Pipe;
+  const char* name = "FLASHKIT_DECODE_D256_PIPE";
+  const char* old = std::getenv(name);
+  const std::string saved = old ? old : "";
+  unsetenv(name);
+  EXPECT_EQ(flashkit::tuning_from_env().decode_d256_pipe, P::automatic);
+  setenv(name, "base", 1);
+  EXPECT_EQ(flashkit::tuning_from_env().decode_d256_pipe, P::base);
+  setenv(name, "eager", 1);
+  EXPECT_EQ(flashkit::tuning_from_env().decode_d256_pipe, P::eager);
+  setenv(name, "eager6", 1);
+  EXPECT_EQ(flashkit::tuning_from_env().decode_d256_pipe, P::eager6);
+  setenv(name, "prefetch", 1);
+  EXPECT_EQ(flashkit::tuning_from_env().decode_d256_pipe, P::prefetch);
+  setenv(name, "auto", 1);
+  EXPECT_EQ(flashkit::tuning_from_env().decode_d256_pipe, P::automatic);
+  setenv(name, "fast", 1);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(flashkit::tuning_from_env().decode_d256_pipe, P::automatic);
+  EXPECT_EQ(flashkit::tuning_from_env().decode_d256_pipe, P::automatic);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("FLASHKIT_DECODE_D256_PIPE=fast"), std::string::npos) << err;
+  EXPECT_EQ(err.find("FLASHKIT_DECODE_D256_PIPE"), err.rfind("FLASHKIT_DECODE_D256_PIPE")) << "warned twice: " << err;
+  if (old) setenv(name, saved.c_str(), 1);
+  else unsetenv(name);
+}
+
 TEST(CudaChoice, EngineDecodePlan) {
   // The fused-prologue kernel: splits for the most keys a launch site sees, clusters when the heads leave room.
   ClusterResidency res{};
