@@ -23,16 +23,6 @@ enum class DecodeCombine : int32_t {
   cluster = 2,    // thread-block clusters merging in distributed shared memory where the wave model allows (sm_90)
 };
 
-// Shared-memory pipeline of the library's CUDA decode kernel at head dim 256 (attention-cuda.md v26).
-enum class DecodeD256Pipe : int32_t {
-  automatic = 0,  // prefetch
-  base = 1,       // 4 warps x 3 stages, a stage refilled once the next block has landed (2 of 3 in flight, v7)
-  eager = 2,      // the same CTA, a stage refilled as soon as its block is used (all 12 stages in flight)
-  eager6 = 3,     // eager with 6 warps x 2 stages (the same 12 stages, more warps computing)
-  prefetch = 4,   // eager, each CTA asks L2 for its first 16 blocks before its PDL wait (sm_90), and the split
-                  // combine loads the partials before their weights
-};
-
 // Split-merge placement of the engine's fused decode attention.
 enum class EngineDecodeMerge : int32_t {
   automatic = 0,  // a cluster where the device allows and the heads leave room (engine-cuda.md v6)
@@ -74,8 +64,6 @@ struct Tuning {
   int decode_max_splits = 0;        // FLASHKIT_DECODE_MAX_SPLITS (1..512); 0: the kernel's own cap
   DecodeCombine decode_combine = DecodeCombine::automatic;  // FLASHKIT_DECODE_COMBINE=auto|kernel|cluster
   bool decode_pdl = true;           // FLASHKIT_DECODE_PDL=0: no programmatic dependent launch (sm_90)
-  // FLASHKIT_DECODE_D256_PIPE=auto|base|eager|eager6|prefetch: the d256 decode kernel's pipeline (v26)
-  DecodeD256Pipe decode_d256_pipe = DecodeD256Pipe::automatic;
 
   // ---- CUDA engine backend
   bool cuda_graphs = true;          // FLASHKIT_CUDA_GRAPHS

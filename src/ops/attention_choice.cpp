@@ -68,7 +68,6 @@ FwdChoice choose_fwd(const kernels::AttentionShape& sh, const kernels::Attention
     } else {
       c.tile_n = 16;
       c.stages = D == 64 ? cuda::DecodeCfg<64>::kStages : D == 128 ? cuda::DecodeCfg<128>::kStages : cuda::DecodeCfg<256>::kStages;
-      if (D == 256 && c.decode.pipe == 2) c.stages = cuda::DecodeCfg<256, 2>::kStages;
     }
     return c;
   }

@@ -186,7 +186,6 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
   if (choice.kernel == CudaKernel::decode) {
     p.pack_gqa = true;
     p.decode_kernel = choice.decode.kernel;
-    p.decode_pipe = choice.decode.pipe;
     p.num_splits = choice.decode.splits;
     p.cluster = choice.decode.cluster;
     p.pdl = choice.decode.pdl;

@@ -305,22 +305,6 @@ std::vector<Case> grid() {
     c.varlen = {{1, 1500}, {1, 0}, {3, 700}, {2, 2}};
     g.push_back(c);
   }
-  // One KV head at d256 for the d256 pipeline variants (v26; forward only, like every decode case's point): 32749
-  // keys (128 splits of 16 blocks, an odd last block), 3001 keys (94 splits: some warps get one block, none a
-  // full ring; f16), a window over 2 query rows with a softcap (16 packed rows, partly masked blocks), 300 keys
-  // (19 blocks in 9 splits: most warps without a block).
-  for (const Case& d : {Case{1, 1, 32749, 8, 1, 256}, Case{1, 1, 3001, 8, 1, 256, false, -1, -1, 0, DType::f16},
-                        Case{1, 2, 32749, 8, 1, 256, true, 4000, -1, 30.0f}, Case{1, 1, 300, 8, 1, 256}}) {
-    Case c = d;
-    c.backward = false;
-    g.push_back(c);
-  }
-  {  // varlen at d256: the prefetch variant waits for the previous grid before reading the offsets
-    Case c{1, 0, 0, 8, 1, 256, true};
-    c.varlen = {{1, 3000}, {1, 0}, {2, 700}};
-    c.backward = false;
-    g.push_back(c);
-  }
   // Decode shapes for the cluster merge (the decode_cluster path below; the split/cluster counts are
   // those of the host model for 132 SMs, 14-16 splits when 8 clusters of 16 do not fit): 8 tiles of 32/8 heads
   // with 512 key blocks (clusters of 14-16 splits, every split with keys); 32 packed rows in two m-tiles; batch 2
@@ -466,17 +450,6 @@ std::vector<Path> paths() {
   t.decode_pdl = false;
   t.decode_max_splits = 64;
   v.push_back({"decode_nopdl_splits64", t});
-  // The d256 decode pipeline variants (v26; the default, prefetch, runs in every path above): the v7 pipeline,
-  // eager refills without the L2 prefetch, 6 warps of 2 stages (also with the cluster merge).
-  t = Tuning{};
-  t.decode_d256_pipe = DecodeD256Pipe::base;
-  v.push_back({"decode_d256_base", t, true});
-  t.decode_d256_pipe = DecodeD256Pipe::eager;
-  v.push_back({"decode_d256_eager", t, true});
-  t.decode_d256_pipe = DecodeD256Pipe::eager6;
-  v.push_back({"decode_d256_eager6", t, true});
-  t.decode_combine = DecodeCombine::cluster;
-  v.push_back({"decode_d256_eager6_cluster", t, true});
   return v;
 }
 
@@ -595,96 +568,6 @@ TEST(CudaAttention, DecodeGraphReplayAndConcurrentStreams) {
   CK(cudaGraphDestroy(graph));
   CK(cudaStreamDestroy(s1));
   CK(cudaStreamDestroy(s2));
-}
-
-// The d256 prefetch variant (v26) asks L2 for its K/V rows before its PDL wait. Here the previous grid writes
-// those rows: call 1 (a d256 decode with 16 query rows and a split combine) writes o1, and call 2 decodes with
-// K = o1 read as [1, 128, 1, 256], launched right behind call 1's combine. o1 is poisoned (NaN) before every call
-// 1, so a stale prefetched row would turn call 2's output NaN: it must equal the output computed after a
-// device-wide synchronization, bit for bit, every time.
-TEST(CudaAttention, DecodeD256PdlPrefetchSeesThePreviousGridsWrites) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
-  std::mt19937 rng(23);
-  const int64_t H = 8, D = 256, Sq1 = 16, Sk1 = 4000, Sk2 = Sq1 * H;
-  HostTensor q1(DType::bf16, {1, Sq1, H, D}), k1(DType::bf16, {1, Sk1, 1, D}), v1(DType::bf16, {1, Sk1, 1, D});
-  HostTensor q2(DType::bf16, {1, 1, H, D}), v2(DType::bf16, {1, Sk2, 1, D});
-  for (HostTensor* t : {&q1, &k1, &v1, &q2, &v2}) t->fill_random(rng);
-  DevTensor dq1, dk1, dv1, o1, l1, dq2, dv2, o2, l2;
-  dq1.alloc(DType::bf16, {1, Sq1, H, D});
-  dk1.alloc(DType::bf16, {1, Sk1, 1, D});
-  dv1.alloc(DType::bf16, {1, Sk1, 1, D});
-  o1.alloc(DType::bf16, {1, Sq1, H, D});
-  l1.alloc(DType::f32, {1, H, Sq1});
-  dq2.alloc(DType::bf16, {1, 1, H, D});
-  dv2.alloc(DType::bf16, {1, Sk2, 1, D});
-  o2.alloc(DType::bf16, {1, 1, H, D});
-  l2.alloc(DType::f32, {1, H, 1});
-  dq1.upload(q1);
-  dk1.upload(k1);
-  dv1.upload(v1);
-  dq2.upload(q2);
-  dv2.upload(v2);
-  const TensorView k2 = TensorView::contiguous(o1.p, DType::bf16, {1, Sk2, 1, D}, Device::cuda);  // call 1's output
-  AttentionOptions opts;
-  opts.check_finite = false;  // no host synchronization between the calls
-  OpCost c1, c2;
-  o1.poison();
-  attention_forward(dq1.view, dk1.view, dv1.view, o1.view, l1.view, opts, &c1);
-  CK(cudaDeviceSynchronize());
-  attention_forward(dq2.view, k2, dv2.view, o2.view, l2.view, opts, &c2);
-  CK(cudaDeviceSynchronize());
-  std::printf("decode path: %s then %s\n", c1.kernel.c_str(), c2.kernel.c_str());
-  EXPECT_NE(c1.kernel.find("combine"), std::string::npos) << c1.kernel;  // call 1 ends with the combine launch
-  EXPECT_NE(c2.kernel.find("prefetch"), std::string::npos) << c2.kernel;
-  HostTensor ref(DType::bf16, {1, 1, H, D}), got(DType::bf16, {1, 1, H, D});
-  o2.download(&ref);
-  for (int64_t i = 0; i < ref.numel(); ++i) ASSERT_TRUE(std::isfinite(ref.get(i))) << i;
-  for (int rep = 0; rep < 20; ++rep) {
-    o1.poison();
-    o2.poison();
-    attention_forward(dq1.view, dk1.view, dv1.view, o1.view, l1.view, opts);
-    attention_forward(dq2.view, k2, dv2.view, o2.view, l2.view, opts);
-    CK(cudaDeviceSynchronize());
-    o2.download(&got);
-    ASSERT_EQ(0, std::memcmp(ref.bytes.data(), got.bytes.data(), ref.bytes.size())) << "repetition " << rep;
-  }
-}
-
-// The eager and prefetch pipelines change when stages are refilled, not what a warp sums or in which order: their
-// outputs equal the base kernel's bit for bit (v26; 6 warps sum in another order and are checked by the paths).
-TEST(CudaAttention, DecodeD256PipesAgreeBitForBit) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
-  std::mt19937 rng(29);
-  const int64_t H = 8, D = 256, Sk = 32749;
-  HostTensor q(DType::bf16, {1, 2, H, D}), k(DType::bf16, {1, Sk, 1, D}), v(DType::bf16, {1, Sk, 1, D});
-  for (HostTensor* t : {&q, &k, &v}) t->fill_random(rng);
-  DevTensor dq, dk, dv, o, l;
-  dq.alloc(DType::bf16, {1, 2, H, D});
-  dk.alloc(DType::bf16, {1, Sk, 1, D});
-  dv.alloc(DType::bf16, {1, Sk, 1, D});
-  o.alloc(DType::bf16, {1, 2, H, D});
-  l.alloc(DType::f32, {1, H, 2});
-  dq.upload(q);
-  dk.upload(k);
-  dv.upload(v);
-  std::vector<uint8_t> first;
-  for (DecodeD256Pipe pipe : {DecodeD256Pipe::base, DecodeD256Pipe::eager, DecodeD256Pipe::prefetch}) {
-    AttentionOptions opts;
-    opts.check_finite = false;
-    opts.causal = true;
-    Tuning t;
-    t.decode_d256_pipe = pipe;
-    opts.tuning = t;
-    OpCost cost;
-    o.poison();
-    attention_forward(dq.view, dk.view, dv.view, o.view, l.view, opts, &cost);
-    CK(cudaDeviceSynchronize());
-    std::printf("decode path: %s\n", cost.kernel.c_str());
-    HostTensor got(DType::bf16, {1, 2, H, D});
-    o.download(&got);
-    if (first.empty()) first = got.bytes;
-    else EXPECT_EQ(0, std::memcmp(first.data(), got.bytes.data(), first.size())) << cost.kernel;
-  }
 }
 
 // A forward on q = k = v of this dtype and shape must fail with Status::unsupported and a message containing `words`.

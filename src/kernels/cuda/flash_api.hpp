@@ -31,7 +31,6 @@ struct FwdParams {
   // decode kernel and the split combine are launched with programmatic dependent launch, so each grid's launch
   // overlaps the tail of the one before it in the stream.
   DecodeKernel decode_kernel = DecodeKernel::mma;
-  int decode_pipe = 0;  // the mma member's d256 pipeline variant (DecodePlan::pipe; tiles.hpp DecodeCfg)
   int cluster = 0;
   bool pdl = false;
   // The warp-specialized Hopper forward only: > 0 launches its persistent grid of this many CTAs (FwdChoice's

@@ -99,26 +99,13 @@ constexpr Sm90BwdD256Tile sm90_bwd_d256_tile() { return Sm90BwdD256Tile{64, 64, 
 
 // ---- decode (decode/flash_decode.cuh): one CTA of kWarps warps per (split, m16 tile of packed query rows, KV head,
 // sequence), each warp with kStages cp.async stages of 16 keys of K and V; dynamic shared memory = the Q tile and
-// every warp's stages. Pipeline variants (V, d256 only; DecodePlan::pipe, v26 of attention-cuda.md):
-//   0 base:   a warp refills a stage when the block after it has landed, so kStages - 1 stages are in flight;
-//   1 eager:  a warp refills a stage as soon as it has used it, so all kStages are in flight while it waits
-//             (d256: 12 stages = 192 KB per SM instead of 128 KB; same CTA, same shared memory);
-//   2 eager6: eager with 6 warps of 2 stages (the same 12 stages; 6 warps compute instead of 4);
-//   3 prefetch: eager, and before its PDL wait the CTA asks L2 for its first kPrefetchBlocks blocks
-//             (cp.async.bulk.prefetch.L2), so its first DRAM round overlaps the previous grid's tail; its split
-//             combine loads the partials before it computes their weights (combine.cu).
-template <int D, int V = 0>
+// every warp's stages.
+template <int D>
 struct DecodeCfg {
-  static constexpr bool kEager = V != 0;
-  static constexpr bool kPrefetch = V == 3;
-  static constexpr int kPrefetchBlocks = 16;  // 256 KB at d256: 128 CTAs x 256 KB fit the 50 MB L2
-  static constexpr int kWarps = V == 2 ? 6 : D == 256 ? 4 : 8;
-  static constexpr int kStages = V == 2 ? 2 : D == 64 ? 4 : 3;
+  static constexpr int kWarps = D == 256 ? 4 : 8;
+  static constexpr int kStages = D == 64 ? 4 : 3;
   static constexpr size_t kSmem = size_t(16 * D * 2) * size_t(1 + 2 * kWarps * kStages);
 };
-static_assert(DecodeCfg<256, 1>::kSmem == DecodeCfg<256>::kSmem && DecodeCfg<256, 2>::kSmem == DecodeCfg<256>::kSmem &&
-                  DecodeCfg<256, 3>::kSmem == DecodeCfg<256>::kSmem,
-              "the d256 variants keep the base CTA's shared memory (the planner's model and residency)");
 constexpr size_t decode_smem_bytes(int dpad) {
   return dpad == 64 ? DecodeCfg<64>::kSmem : (dpad == 128 ? DecodeCfg<128>::kSmem : DecodeCfg<256>::kSmem);
 }

@@ -20,11 +20,8 @@ namespace {
 // independent: a serial walk over the splits is latency-bound, ~80 us for 128 splits), then the 8 partial sums
 // meet in shared memory. Spreading a row's columns over blocks matters when rows are few: one KV head at batch 1
 // is 8 rows x ~130 splits x 256 columns (1 MB of partials) that one block per row read with only 8 SMs.
-// kPreload (the d256 prefetch pipeline's combine, attention-cuda.md v26): each lane's first 16 partials are loaded
-// before the weights are computed instead of after, so the lse round trip and the partials' overlap: one L2 round
-// trip less on the path from the decode grid's end to o. The sums are the same, in the same order.
-constexpr int kCombineCols = 64, kCombineThreads = 256, kCombinePreload = 16;
-template <typename T, bool kPreload>
+constexpr int kCombineCols = 64, kCombineThreads = 256;
+template <typename T>
 __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const FwdParams p, int dpad) {
   __shared__ float wsh[kMaxDecodeSplits];
   __shared__ float red[8][kCombineCols];
@@ -37,18 +34,6 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const Fw
   const RowIndex ri = split_row_index(ridx, a.shape.heads, a.shape.seqlen_q);
   pdl_wait();  // launched with PDL after the decode kernel (p.pdl): its partials are complete past this point
   pdl_trigger();
-  const int col = c0 + 2 * lane;  // head_dim is a multiple of 8: col < hd implies col + 1 < hd
-  const bool ok = col < hd;
-  const float* part = p.o_part + ridx * dpad + col;
-  const int64_t sstride = p.num_rows * int64_t(dpad);
-  float2 pre[kPreload ? kCombinePreload : 1];
-  if constexpr (kPreload) {
-#pragma unroll
-    for (int u = 0; u < kCombinePreload; ++u) {
-      const int s = wid + 8 * u;
-      pre[u] = ok && s < S ? *reinterpret_cast<const float2*>(part + s * sstride) : make_float2(0.f, 0.f);
-    }
-  }
   const float2 m_sum = merge::split_weights<kCombineThreads, false>(p.lse_part + ridx, p.num_rows, S, wsh, stat);
   T* o = static_cast<T*>(a.o.data) + ri.bslot * a.o.stride_b + ri.row * a.o.stride_s + ri.h * a.o.stride_h;
   if (m_sum.x == -INFINITY && m_sum.y == 0.f) {  // uniform across the block: every split empty
@@ -56,24 +41,15 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const Fw
     if (blockIdx.y == 0 && tid == 0) a.lse[ridx] = -INFINITY;
     return;
   }
+  const int col = c0 + 2 * lane;  // head_dim is a multiple of 8: col < hd implies col + 1 < hd
+  const bool ok = col < hd;
   float2 acc = make_float2(0.f, 0.f);
+  const float* part = p.o_part + ridx * dpad + col;
+  const int64_t sstride = p.num_rows * int64_t(dpad);
   if (ok) {
-    int s0 = wid;
-    if constexpr (kPreload) {
-#pragma unroll
-      for (int u = 0; u < kCombinePreload; ++u) {
-        const int s = wid + 8 * u;
-        if (s < S) {
-          const float w = wsh[s];
-          acc.x += w * pre[u].x;
-          acc.y += w * pre[u].y;
-        }
-      }
-      s0 = wid + 8 * kCombinePreload;
-    }
     // 16 independent loads in flight per lane (128 splits: one round trip instead of four)
 #pragma unroll 16
-    for (int s = s0; s < S; s += 8) {
+    for (int s = wid; s < S; s += 8) {
       const float w = wsh[s];
       const float2 x = *reinterpret_cast<const float2*>(part + s * sstride);
       acc.x += w * x.x;
@@ -98,10 +74,7 @@ void launch_split_combine(const FwdParams& p, int dpad, cudaStream_t stream) {
   if (p.num_rows == 0) return;
   if (p.num_splits > kMaxDecodeSplits) fail(Status::internal, "split-KV combine: too many splits");
   const dim3 grid(unsigned(p.num_rows), unsigned((p.a.shape.head_dim + kCombineCols - 1) / kCombineCols));
-  const bool preload = p.decode_pipe == 3;  // the d256 prefetch pipeline (DecodePlan::pipe)
-  auto kern = p.a.dtype == DType::bf16 ? (preload ? split_combine_kernel<__nv_bfloat16, true>
-                                                  : split_combine_kernel<__nv_bfloat16, false>)
-                                       : (preload ? split_combine_kernel<__half, true> : split_combine_kernel<__half, false>);
+  auto kern = p.a.dtype == DType::bf16 ? split_combine_kernel<__nv_bfloat16> : split_combine_kernel<__half>;
   check_cuda(launch_ex(kern, grid, dim3(kCombineThreads), 0, stream, p.pdl, 1u, p, dpad), "split-KV combine launch");
 }
 

@@ -17,11 +17,6 @@
 //    and its own online softmax (mma.sync m16n8k16 for QK^T and PV, log2 units with the scale folded in, exactly
 //    as flash_fwd.cuh). One CTA per SM (130-200 KB of shared memory) keeps NW * (ST-1) stages = 96-128 KB per
 //    SM in flight;
-//  - d256 pipeline variants (DecodeCfg<256, V>, plan.hpp's DecodePlan::pipe, v26): "eager" refills a warp's stage
-//    as soon as its block is used instead of when the next block has landed, so all NW * ST stages are in flight
-//    while the warps wait (192 KB per SM, not 128 KB); "eager6" the same with 6 warps of 2 stages; "prefetch"
-//    (the default) is eager and asks L2 for the CTA's first 16 blocks before its PDL wait, so under PDL its first
-//    DRAM round overlaps the previous grid's tail (fixed-length batches: varlen offsets are read after the wait);
 //  - at the end the warps meet in shared memory (an LSE-weighted merge: per row M = max_w m_w, each warp's O
 //    scaled by 2^(m_w - M), L = sum_w l_w 2^(m_w - M)); one split writes o/lse directly, several write f32
 //    partials (same layout as v1: [split, row, Dpad] and [split, row]);
@@ -65,34 +60,26 @@ namespace flashkit::cuda {
 
 
 
-template <typename T, int D, int V>
-__global__ void __launch_bounds__(DecodeCfg<D, V>::kWarps * 32, 1) flash_decode_kernel(const FwdParams p) {
+template <typename T, int D>
+__global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_kernel(const FwdParams p) {
   using Op = MmaOp<T>;
-  using Cfg = DecodeCfg<D, V>;
-  constexpr int NW = Cfg::kWarps, ST = Cfg::kStages, NT = NW * 32;
-  constexpr bool EAGER = Cfg::kEager;  // refill a stage right after its block is used (tiles.hpp)
-  constexpr int PRO = EAGER ? ST : ST - 1;  // blocks per warp issued before the loop
+  constexpr int NW = DecodeCfg<D>::kWarps, ST = DecodeCfg<D>::kStages, NT = NW * 32;
   constexpr int CH = D / 8, DTILE = D / 8, DP = D + 8;  // DP: f32 row pitch of the merge buffer (no bank conflicts)
   constexpr bool QREG = D <= 128;                         // Q fragments in registers (d256: re-read from smem)
   constexpr uint32_t kTile = 16 * D * 2;                  // a 16-row tile of Q, K or V
   constexpr uint32_t kStage = 2 * kTile;                  // K then V
-  static_assert(Cfg::kSmem == size_t(kTile) * (1 + NW * ST * 2), "the layout DecodeCfg<D, V> sizes");
-  static_assert(size_t(NW * 32 + NW * 16 * DP) * 4 <= Cfg::kSmem, "warp merge buffer must fit");
+  static_assert(DecodeCfg<D>::kSmem == size_t(kTile) * (1 + NW * ST * 2), "the layout DecodeCfg<D> sizes");
+  static_assert(size_t(NW * 32 + NW * 16 * DP) * 4 <= DecodeCfg<D>::kSmem, "warp merge buffer must fit");
   static_assert(CH <= 32 && 32 % CH == 0, "a warp copies whole rows");
-  static_assert(size_t(NW * 32 + NW * 16 * DP + 16 * D + 16) * 4 <= Cfg::kSmem, "cluster partial must fit");
+  static_assert(size_t(NW * 32 + NW * 16 * DP + 16 * D + 16) * 4 <= DecodeCfg<D>::kSmem, "cluster partial must fit");
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sQ = smem_u32(smem);
 
   // Launched with PDL (p.pdl): wait for the previous grid (it may write Q or the cache), then let the split
-  // combine start launching; it waits for this whole grid before it reads a partial. The prefetch variant waits
-  // further down, after asking L2 for its first blocks: everything before that is computed from the kernel
-  // parameters alone (not with varlen batches, whose offsets are in device memory: they wait here).
+  // combine start launching; it waits for this whole grid before it reads a partial.
+  pdl_wait();
+  pdl_trigger();
   const kernels::AttentionFwdArgs& a = p.a;
-  const bool late_wait = Cfg::kPrefetch && a.shape.cu_seqlens_q == nullptr;
-  if (!late_wait) {
-    pdl_wait();
-    pdl_trigger();
-  }
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
   const int S = p.num_splits;
@@ -160,26 +147,6 @@ __global__ void __launch_bounds__(DecodeCfg<D, V>::kWarps * 32, 1) flash_decode_
   const T* qbase = static_cast<const T*>(a.q.data) + sr.bslot * a.q.stride_b;
   const T* kbase = static_cast<const T*>(a.k.data) + sr.bslot * a.k.stride_b + kvh * a.k.stride_h + sr.k0 * a.k.stride_s;
   const T* vbase = static_cast<const T*>(a.v.data) + sr.bslot * a.v.stride_b + kvh * a.v.stride_h + sr.k0 * a.v.stride_s;
-  if constexpr (Cfg::kPrefetch) {
-    if (late_wait) {
-      // The first blocks of this split into L2, one bulk prefetch per K or V row, before the PDL wait: L2 is
-      // where every SM's loads meet, so a row the previous grid writes after its prefetch is read fresh below
-      // (the loads bypass L1). Only hints: no result, nothing to wait for.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      const int64_t pb = b1 - b0 < Cfg::kPrefetchBlocks ? b1 - b0 : Cfg::kPrefetchBlocks;
-      const uint32_t row_bytes = uint32_t(dreal) * 2;  // head_dim is a multiple of 8: 16-byte multiples
-      for (int idx = tid; idx < pb * 32; idx += NT) {
-        const int64_t j = (b0 + idx / 32) * 16 + (idx & 15);
-        if (j < nk) {
-          const T* src = (idx & 16) ? vbase + j * a.v.stride_s : kbase + j * a.k.stride_s;
-          asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(row_bytes) : "memory");
-        }
-      }
-#endif
-      pdl_wait();
-      pdl_trigger();
-    }
-  }
 
   // Q tile (rows past nrows and columns past head_dim zero-filled), one cp.async group of its own.
   for (int idx = tid; idx < 16 * CH; idx += NT) {
@@ -217,14 +184,14 @@ __global__ void __launch_bounds__(DecodeCfg<D, V>::kWarps * 32, 1) flash_decode_
       vp += vstep;
     }
   };
-  // Prologue: PRO blocks in flight per warp (a group is committed even when empty, so counts stay uniform).
+  // Prologue: ST-1 blocks in flight per warp (a group is committed even when empty, so counts stay uniform).
 #pragma unroll
-  for (int s = 0; s < PRO; ++s) {
+  for (int s = 0; s < ST - 1; ++s) {
     if (s < nblk) load_kv(wb0 + int64_t(s) * NW, s);
     cp_async_commit();
   }
-  cp_async_wait<PRO>();  // the Q group (the oldest) has landed for this thread ...
-  __syncthreads();       // ... and for every thread
+  cp_async_wait<ST - 1>();  // the Q group (the oldest) has landed for this thread ...
+  __syncthreads();          // ... and for every thread
 
   uint32_t qf[QREG ? D / 16 : 1][4];
   if constexpr (QREG) {
@@ -245,18 +212,12 @@ __global__ void __launch_bounds__(DecodeCfg<D, V>::kWarps * 32, 1) flash_decode_
 
   int st = 0;  // stage of block i (i % ST)
   for (int i = 0; i < nblk; ++i) {
-    if constexpr (EAGER) {
-      // Groups committed so far: Q, ST prologue groups, one per earlier iteration (its refill, issued after its
-      // block was used): at most ST-1 pending means block i has landed for this thread; __syncwarp makes every
-      // lane's copies visible to the warp.
-      cp_async_wait<ST - 1>();
-      __syncwarp();
-    } else {
-      // Groups committed so far: Q, ST-1 prologue groups, one per earlier iteration; at most ST-2 pending means
-      // block i has landed (this thread's copies); __syncwarp makes every lane's copies visible to the warp and
-      // orders iteration i-1's reads of the stage refilled below before the refill.
-      cp_async_wait<ST - 2>();
-      __syncwarp();
+    // Groups committed so far: Q, ST-1 prologue groups, one per earlier iteration; at most ST-2 pending means
+    // block i has landed (this thread's copies); __syncwarp makes every lane's copies visible to the warp and
+    // orders iteration i-1's reads of the stage refilled below before the refill.
+    cp_async_wait<ST - 2>();
+    __syncwarp();
+    {
       const int nx = i + ST - 1;
       if (nx < nblk) load_kv(wb0 + int64_t(nx) * NW, st == 0 ? ST - 1 : st - 1);  // (i + ST - 1) % ST
       cp_async_commit();
@@ -336,13 +297,6 @@ __global__ void __launch_bounds__(DecodeCfg<D, V>::kWarps * 32, 1) flash_decode_
       ldsm_x4_t(sV + swz<D>((lane & 7) + (((lane >> 3) & 1) << 3), dt2 * 2 + (lane >> 4)), b0, b1, b2, b3);
       Op::run(o[2 * dt2], pa, b0, b1);
       Op::run(o[2 * dt2 + 1], pa, b2, b3);
-    }
-    if constexpr (EAGER) {
-      // Block i is used: its stage takes block i + ST now (every lane's reads of it precede the refill).
-      __syncwarp();
-      const int nx = i + ST;
-      if (nx < nblk) load_kv(wb0 + int64_t(nx) * NW, st);
-      cp_async_commit();
     }
     st = st == ST - 1 ? 0 : st + 1;
   }
@@ -460,25 +414,20 @@ __global__ void __launch_bounds__(DecodeCfg<D, V>::kWarps * 32, 1) flash_decode_
   }
 }
 
-// For c = 2..kMaxDecodeCluster: how many clusters of c CTAs of flash_decode_kernel<T, D, V> can be resident at once
-// on the current device; all 0 where the cluster merge cannot run (core/cuda_device.hpp). Once per (kernel, device);
+// For c = 2..kMaxDecodeCluster: how many clusters of c CTAs of flash_decode_kernel<T, D> can be resident at once on
+// the current device; all 0 where the cluster merge cannot run (core/cuda_device.hpp). Once per (kernel, device);
 // safe to call first inside a graph capture.
-template <typename T, int D, int V>
-ClusterResidency decode_cluster_residency_of() {
-  const void* k = reinterpret_cast<const void*>(flash_decode_kernel<T, D, V>);
-  return once_per_kernel_device<ClusterResidency>(
-      k, [&](int) { return query_cluster_residency(k, DecodeCfg<D, V>::kWarps * 32, DecodeCfg<D, V>::kSmem); });
-}
-// The base kernel's (the planner's input; the d256 variants share its shared memory).
 template <typename T, int D>
 ClusterResidency decode_cluster_residency() {
-  return decode_cluster_residency_of<T, D, 0>();
+  const void* k = reinterpret_cast<const void*>(flash_decode_kernel<T, D>);
+  return once_per_kernel_device<ClusterResidency>(
+      k, [&](int) { return query_cluster_residency(k, DecodeCfg<D>::kWarps * 32, DecodeCfg<D>::kSmem); });
 }
 
-template <typename T, int D, int V>
+template <typename T, int D>
 void launch_decode_mma(const FwdParams& p, cudaStream_t stream) {
-  constexpr size_t smem = DecodeCfg<D, V>::kSmem;
-  auto kern = flash_decode_kernel<T, D, V>;
+  constexpr size_t smem = DecodeCfg<D>::kSmem;
+  auto kern = flash_decode_kernel<T, D>;
   set_max_dynamic_smem(kern, smem, "cudaFuncSetAttribute(flash decode)");
   if (p.num_splits < 1 || p.num_splits > kMaxDecodeSplits) fail(Status::internal, "flash decode: bad split count");
   const auto& sh = p.a.shape;
@@ -488,21 +437,11 @@ void launch_decode_mma(const FwdParams& p, cudaStream_t stream) {
   // The splits of an m-tile as one cluster (grid.x = m-tiles x S, a multiple of the cluster size). The caller
   // picks a size decode_cluster_residency<T, D>() reported resident (which also set the kernel's attributes).
   if (p.cluster > 1 &&
-      (p.cluster != p.num_splits || p.cluster > kMaxDecodeCluster ||
-       decode_cluster_residency_of<T, D, V>()[p.cluster] < 1))
+      (p.cluster != p.num_splits || p.cluster > kMaxDecodeCluster || decode_cluster_residency<T, D>()[p.cluster] < 1))
     fail(Status::internal, "flash decode: bad cluster size");
-  check_cuda(launch_ex(kern, grid, dim3(DecodeCfg<D, V>::kWarps * 32), smem, stream, p.pdl,
+  check_cuda(launch_ex(kern, grid, dim3(DecodeCfg<D>::kWarps * 32), smem, stream, p.pdl,
                        p.cluster > 1 ? unsigned(p.cluster) : 1u, p),
              p.cluster > 1 ? "flash decode launch (clusters)" : "flash decode launch");
-}
-
-// A d256 pipeline variant V (plan.hpp): false when it declines, i.e. its cluster size is not resident (the planner
-// read the base kernel's residency; the variants have the same shared memory, so this is a guard).
-template <typename T, int D, int V>
-bool launch_decode_variant(const FwdParams& p, cudaStream_t stream) {
-  if (p.cluster > 1 && decode_cluster_residency_of<T, D, V>()[p.cluster] < 1) return false;
-  launch_decode_mma<T, D, V>(p, stream);
-  return true;
 }
 
 // Decode entry point of the library op: the plan's member (p.decode_kernel: this file's kernel, or flash_fwd.cuh's
@@ -511,14 +450,7 @@ bool launch_decode_variant(const FwdParams& p, cudaStream_t stream) {
 template <typename T, int D>
 void launch_flash_decode(const FwdParams& p, cudaStream_t stream) {
   if (p.decode_kernel == DecodeKernel::mma) {
-    if constexpr (D == 256) {
-      const int v = p.decode_pipe;
-      if ((v == 1 && launch_decode_variant<T, D, 1>(p, stream)) ||
-          (v == 2 && launch_decode_variant<T, D, 2>(p, stream)) ||
-          (v == 3 && launch_decode_variant<T, D, 3>(p, stream)))
-        return;
-    }
-    launch_decode_mma<T, D, 0>(p, stream);
+    launch_decode_mma<T, D>(p, stream);
     return;
   }
   constexpr Sm80FwdTile t = sm80_decode_tile(D);

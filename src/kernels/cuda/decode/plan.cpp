@@ -114,13 +114,6 @@ DecodePlan plan_decode(const DecodeShape& s, const DeviceInfo& dev, const Tuning
       if (best_t == INT64_MAX || tm * 50 < best_t * 49) best_t = tm, best = sp;
     }
     p.splits = int(best);
-    // d256 pipeline variant: the same CTA shared memory, so the model above, the splits and the cluster
-    // residency hold for every variant.
-    if (D == 256)
-      p.pipe = t.decode_d256_pipe == DecodeD256Pipe::base     ? 0
-               : t.decode_d256_pipe == DecodeD256Pipe::eager  ? 1
-               : t.decode_d256_pipe == DecodeD256Pipe::eager6 ? 2
-                                                              : 3;  // automatic, prefetch
     if (t.decode_combine == DecodeCombine::cluster && res[2] > 0) {
       // Cluster merge: the splits of a tile form one cluster, so s <= 16 and a wave holds res[s] tiles (clusters
       // are placed whole inside a GPC: res[s] * s can be well below the slots, e.g. clusters of 16 on a chip whose
@@ -158,9 +151,6 @@ std::string decode_plan_name(const DecodePlan& p) {
                   : p.kernel == DecodeKernel::one_warp ? "one_warp"
                   : p.kernel == DecodeKernel::paged    ? "paged"
                                                        : "fused_prologue";
-  if (p.pipe == 1) s += ".eager";
-  if (p.pipe == 2) s += ".eager6";
-  if (p.pipe == 3) s += ".prefetch";
   if (p.splits > 1) s += ".splits" + std::to_string(p.splits);
   switch (p.merge) {
     case DecodeMergeKind::combine: s += ".combine"; break;

@@ -67,12 +67,6 @@ struct DecodePlan {
   bool pdl = false;     // programmatic dependent launch (sm_90)
   int tile_m = 16;      // packed query rows per CTA
   int tile_n = 16;      // keys per pipeline block
-  // The mma member's pipeline variant at head dim 256 (tiles.hpp DecodeCfg<256, pipe>; attention-cuda.md v26):
-  // 0 base, 1 eager (every stage in flight while a warp waits), 2 eager6 (the same with 6 warps of 2 stages),
-  // 3 prefetch (eager, and the CTA's first blocks asked of L2 before its PDL wait; its split combine loads the
-  // partials before their weights).
-  // Chosen by Tuning::decode_d256_pipe; 0 for other head dims and members.
-  int pipe = 0;
   int64_t mtiles = 0;   // (m-tile, KV head, sequence) tiles the splits multiply
 };
 
