@@ -23,17 +23,12 @@ import torch.nn.functional as F
 sys.path.insert(0, os.environ.get("FLASHKIT_PYDIR") or os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 from flashkit import torch as fkt  # noqa: E402
 
-# flashkit's backward kernels by the environment they run under (FLASHKIT_SM90_BWD_WS, FLASHKIT_SM90_BWD_WS_V,
-# FLASHKIT_SM90_BWD_D256_DQ). At d256 "v22" is v24 (dQ by atomics) and "ws_bulk" v24b (dQ through a shared chunk and
-# bulk reduce-adds, worklog v24b); at d64/d128 "ws_bulk" is v25 again.
-KERNELS = {"v22": ("1", "22", "atomic"), "v25": ("1", "25", "atomic"), "v6": ("0", "25", "atomic"),
-           "ws_bulk": ("1", "25", "bulk")}
-KNOBS = ("FLASHKIT_SM90_BWD_WS", "FLASHKIT_SM90_BWD_WS_V", "FLASHKIT_SM90_BWD_D256_DQ")
+# flashkit's backward kernels by the environment they run under (FLASHKIT_SM90_BWD_WS, FLASHKIT_SM90_BWD_WS_V).
+KERNELS = {"v22": ("1", "22"), "v25": ("1", "25"), "v6": ("0", "25")}
 
 
 def use_kernel(name):
-    for knob, value in zip(KNOBS, KERNELS[name]):
-        os.environ[knob] = value
+    os.environ["FLASHKIT_SM90_BWD_WS"], os.environ["FLASHKIT_SM90_BWD_WS_V"] = KERNELS[name]
     fkt._capi.core_lib.fk_tuning_from_env()
 
 

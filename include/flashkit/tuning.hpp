@@ -58,9 +58,6 @@ struct Tuning {
                                     // ones, v6 and v16), 1 at d64, d128 and d256 (A/B runs and tests)
   int sm90_bwd_ws_version = 25;     // FLASHKIT_SM90_BWD_WS_V=22|25: that kernel's d128 variant, 25 per-warpgroup
                                     // dQ (no dS^T exchange between the consumers), 22 the exchange (A/B runs)
-  bool sm90_bwd_d256_bulk_dq = false;  // FLASHKIT_SM90_BWD_D256_DQ=atomic|bulk: that kernel's d256 dQ path, v24's
-                                       // float4 atomics (default until measured) or v24b's shared chunk + bulk
-                                       // reduce-adds by a writer warp
   int decode_max_splits = 0;        // FLASHKIT_DECODE_MAX_SPLITS (1..512); 0: the kernel's own cap
   DecodeCombine decode_combine = DecodeCombine::automatic;  // FLASHKIT_DECODE_COMBINE=auto|kernel|cluster
   bool decode_pdl = true;           // FLASHKIT_DECODE_PDL=0: no programmatic dependent launch (sm_90)

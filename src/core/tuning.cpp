@@ -107,8 +107,6 @@ Tuning tuning_from_env() {
   t.sm90_bwd_ws = kBwdWs[env::choice("FLASHKIT_SM90_BWD_WS", {"auto", "0", "1", "off", "on"}, 0)];
   static constexpr int kBwdWsVersions[] = {22, 25};
   t.sm90_bwd_ws_version = kBwdWsVersions[env::choice("FLASHKIT_SM90_BWD_WS_V", {"22", "25"}, 1)];
-  t.sm90_bwd_d256_bulk_dq =
-      env::choice("FLASHKIT_SM90_BWD_D256_DQ", {"atomic", "bulk"}, t.sm90_bwd_d256_bulk_dq ? 1 : 0) == 1;
   t.decode_max_splits = int(env::integer("FLASHKIT_DECODE_MAX_SPLITS", 0, 1, 512));
   t.decode_combine = DecodeCombine(env::choice("FLASHKIT_DECODE_COMBINE", {"auto", "kernel", "cluster"}, 0));
   t.decode_pdl = env::flag("FLASHKIT_DECODE_PDL", t.decode_pdl);

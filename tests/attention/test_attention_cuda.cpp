@@ -438,11 +438,6 @@ std::vector<Path> paths() {
   // v25 (per-warpgroup dQ, the default variant at d128) forced wherever the ws kernel runs (v22 at d64).
   t.sm90_bwd_ws_version = 25;
   v.push_back({"sm90bwd_ws25", t});
-  // v24b (the d256 ws backward's dQ through a shared chunk and bulk reduce-adds, worklog v24b) on every d256/d200/
-  // d136 case without softcap; the default grid runs the other dQ path (v24's atomics unless the default flips).
-  t = Tuning{};
-  t.sm90_bwd_d256_bulk_dq = !Tuning{}.sm90_bwd_d256_bulk_dq;
-  v.push_back({"sm90bwd_d256dq_other", t});
   t = Tuning{};
   t.decode_combine = DecodeCombine::cluster;
   v.push_back({"decode_cluster", t});
@@ -936,10 +931,8 @@ TEST(CudaAttention, VarlenNonFiniteStaysInItsSequence) {
   const int64_t Sq = cu_q.back(), Sk = cu_k.back(), H = 4, Hkv = 2;
   const DType dt = DType::bf16;
   for (int64_t D : {64, 128, 256}) {
-    // Mode 0: the ws backward forced; 1: v6/v16; 2 (d256): the ws backward with its other dQ path (worklog v24b).
-    for (int mode = 0; mode < (D == 256 ? 3 : 2); ++mode) {
-      const bool v6 = mode == 1;
-      SCOPED_TRACE("d" + std::to_string(D) + (v6 ? " v6/v16" : mode == 2 ? " ws forced, other d256 dQ" : " ws forced"));
+    for (bool v6 : {false, true}) {
+      SCOPED_TRACE("d" + std::to_string(D) + (v6 ? " v6/v16" : " ws forced"));
       std::mt19937 rng(uint32_t(D) + (v6 ? 7u : 0u));
       HostTensor q(dt, {1, Sq, H, D}), k(dt, {1, Sk, Hkv, D}), v(dt, {1, Sk, Hkv, D}), dout(dt, {1, Sq, H, D});
       for (HostTensor* t : {&q, &k, &v, &dout}) t->fill_random(rng);
@@ -987,7 +980,6 @@ TEST(CudaAttention, VarlenNonFiniteStaysInItsSequence) {
       opts.impl = AttentionImpl::flash;
       Tuning t;
       t.sm90_bwd_ws = v6 ? 0 : 1;
-      if (mode == 2) t.sm90_bwd_d256_bulk_dq = !t.sm90_bwd_d256_bulk_dq;
       opts.tuning = t;
       dq.poison();
       dk.poison();

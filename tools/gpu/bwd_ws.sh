@@ -7,10 +7,9 @@
 # non-causal, d128 varlen, d64 forced), then the backward alone, v22 vs v6 vs SDPA flash vs cuDNN in one process
 # (bench/cuda/bench_bwd_ws.py: d64 and d128, seqlen 1k/4k/16k, 32k tokens, 16 heads, causal or not).
 #   tools/gpu/bwd_ws.sh [STAGES...]    default: build test sanitize bench   (about 4-5 minutes from a cold machine)
-#   tools/gpu/bwd_ws.sh build d256     the d256 kernel (flash_bwd_sm90_ws_d256.cuh, worklog v24/v24b) alone: its
-#     ptxas lines (both dQ paths), the grid's head dims padded to 256 on it, on its other dQ path and on v16, the
-#     varlen non-finite test, memcheck on three d256 cases, racecheck on three plus one on the other dQ path, and
-#     its bench (v24 vs v24b vs v16 vs SDPA flash vs cuDNN, lines "bwd256: ..."; bwd256.json)
+#   tools/gpu/bwd_ws.sh build d256     the d256 kernel (flash_bwd_sm90_ws_d256.cuh, worklog v24) alone: its ptxas
+#     lines, the grid's head dims padded to 256 on it and on v16, the varlen non-finite test, memcheck and racecheck
+#     on three d256 cases each, and its bench (v24 vs v16 vs SDPA flash vs cuDNN, lines "bwd256: ..."; bwd256.json)
 #   tools/gpu/bwd_ws.sh build v25      the d128 variant v25 (worklog v25): its grid path, sanitizers, v22 vs v25 bench
 # Results under $OUT: bwd-ws.log (every step), bwd-ws.txt (the summary printed at the end), bwd-ws.json (the
 # benchmark rows), failed.txt. The tokenizer's PCRE2/ICU come from .fkdeps (carry=[".fkdeps.tar.xz"],
@@ -94,8 +93,7 @@ for st in "${STAGES[@]}"; do
       run bench timeout 200 python3 bench/cuda/bench_bwd_ws.py --json "$OUT/bwd-ws.json"
       grep -E "^bwd d|^d(64|128) causal=" "$LOG" | tail -14 | tee -a "$SUM" ;;
     d256)
-      # v24 and v24b: ptxas (two kernels per dtype, Lb0E atomics and Lb1E bulk dQ; 168 registers, 0 spills, no
-      # C75xx line expected for all four).
+      # v24: ptxas (168 registers, 0 spills, no C75xx line expected for both dtypes).
       for obj in bf16_d256 f16_d256; do
         o=$BUILD/src/CMakeFiles/flashkit_core.dir/kernels/cuda/flash_bwd_sm90_ws_${obj}.cu.o
         cmd=$(cd "$BUILD" && ninja -t commands "${o#$BUILD/}" 2>/dev/null | tail -1 | sed "s# -o [^ ]*# -o /tmp/ptxas_ws_$obj.o#")
@@ -108,27 +106,22 @@ for st in "${STAGES[@]}"; do
       # ws forced and v6/v16).
       F=$(for d in D256 D200 D136; do printf 'Grid/*_%s_*:' "$d"; done)
       FV16=$(for d in D256 D200 D136; do printf 'Paths/*/sm90bwd_v6_*_%s_*:' "$d"; done)
-      FDQ=$(for d in D256 D200 D136; do printf 'Paths/*/sm90bwd_d256dq_other_*_%s_*:' "$d"; done)  # v24b (or v24)
       l0=$(wc -l < "$LOG")
       run grid_d256 timeout 120 "$A" --gtest_filter="$F" --gtest_brief=1
       l1=$(wc -l < "$LOG")
       run grid_d256_v16 timeout 120 "$A" --gtest_filter="$FV16" --gtest_brief=1
       l2=$(wc -l < "$LOG")
-      run grid_d256_dq timeout 120 "$A" --gtest_filter="$FDQ" --gtest_brief=1
-      l3=$(wc -l < "$LOG")
       run nonfinite_d256 timeout 60 "$A" --gtest_brief=1 --gtest_filter='CudaAttention.VarlenNonFiniteStaysInItsSequence'
       grep -E "^\[  FAILED  \] [A-Z]" "$LOG" | sed 's/ ([0-9]* ms)$//' | sort -u | tail -40 > "$OUT/failed.txt"
       {
-        echo "d256 tests: $(grep -E '^\[  PASSED  \]' "$LOG" | tail -4 | tr '\n' ' ') failed: $(wc -l < "$OUT/failed.txt")"
+        echo "d256 tests: $(grep -E '^\[  PASSED  \]' "$LOG" | tail -3 | tr '\n' ' ') failed: $(wc -l < "$OUT/failed.txt")"
         cat "$OUT/failed.txt"
         # Expected: (Grid) sm90ws.{bf16,f16}.d256 for every case without "_cap", sm90wgmma for the "_cap" ones;
         # (v16 path) sm90wgmma only; "not on v24" 0; the non-finite test's d256 lines sm90ws then sm90wgmma.
         echo "bwd paths (Grid, d256): $(paths_between "$l0" "$l1")"
         echo "d256 cases without softcap not on v24: $(sed -n "$l0,$((l1 - 1))p" "$LOG" | grep -E '^bwd path:' | grep -v '_cap' | grep -vc 'sm90ws')"
         echo "bwd paths (Paths/sm90bwd_v6, d256): $(paths_between "$l1" "$l2")"
-        # The other dQ path (v24b while atomics are the default): sm90ws.*.d256.bulk for every case without "_cap".
-        echo "bwd paths (Paths/sm90bwd_d256dq_other, d256): $(paths_between "$l2" "$l3")"
-        echo "bwd paths (varlen non-finite, ws forced then v6/v16 per head dim, d256 + other dQ): $(grep -E '^bwd path: varlen non-finite' "$LOG" | tail -7 | awk '{print $NF}' | tr '\n' ' ')"
+        echo "bwd paths (varlen non-finite, ws forced then v6/v16 per head dim): $(grep -E '^bwd path: varlen non-finite' "$LOG" | tail -6 | awk '{print $NF}' | tr '\n' ' ')"
         echo "ws fallbacks: $(grep -c 'warp-specialized Hopper backward not used' "$LOG")"
       } | tee -a "$SUM"
       # Sanitizers on v24: GQA 3:1 causal with nq < nk (the Q/dO ring and the P^T/dS^T parity buffers wrap over
@@ -139,26 +132,19 @@ for st in "${STAGES[@]}"; do
       R='Grid/*Sq100_Sk333_H6x2_D256_causal_bf16:Grid/*H4x2_D256_bf16_varlen:Grid/*Sq190_Sk65_H2x1_D256_causal_bf16'
       run racecheck_d256 timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_filter="$R" --gtest_brief=1
       echo "racecheck d256: rc=$(grep -oE 'racecheck_d256: rc=[0-9]+' "$LOG" | tail -1 | cut -d= -f2) $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$LOG" | tail -1)" | tee -a "$SUM"
-      # The other dQ path (v24b): GQA 3:1 causal, nq < nk (several steps and heads: the chunk hand-over between the
-      # warpgroups and the writer, the single P^T/dS^T buffer's second barrier, rows past nq skipped).
-      run racecheck_d256dq timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_brief=1 \
-        --gtest_filter='Paths/*/sm90bwd_d256dq_other_*Sq100_Sk333_H6x2_D256_causal_bf16'
-      echo "racecheck d256 other dQ: rc=$(grep -oE 'racecheck_d256dq: rc=[0-9]+' "$LOG" | tail -1 | cut -d= -f2) $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$LOG" | tail -1) $(grep -E '^\[  PASSED  \] [0-9]+ test' "$LOG" | tail -1)" | tee -a "$SUM"
-      # Backward alone at d256 (bench_bwd_ws.py: its "v22" rows run FLASHKIT_SM90_BWD_WS=1, here v24 with atomics;
-      # "ws_bulk" v24b; "v6" =0, here v16), then one line per shape from the JSON.
-      run bench_d256 timeout 150 python3 bench/cuda/bench_bwd_ws.py --head-dims 256 --reps 5 --json "$OUT/bwd256.json" \
-        --methods v22,ws_bulk,v6,sdpa_flash,sdpa_cudnn
+      # Backward alone at d256 (bench_bwd_ws.py: its "v22" rows run FLASHKIT_SM90_BWD_WS=1, here v24; "v6" =0, here
+      # v16), then one line per shape from the JSON.
+      run bench_d256 timeout 150 python3 bench/cuda/bench_bwd_ws.py --head-dims 256 --reps 5 --json "$OUT/bwd256.json"
       [ -f "$OUT/bwd256.json" ] && python3 - "$OUT/bwd256.json" <<'PY' 2>&1 | tee -a "$SUM"
 import json, sys
 def tf(r, m):
     x = r.get(m) or {}
     return "%.0f" % x["bwd_tflops"] if "bwd_tflops" in x else "n/a"
 for r in json.load(open(sys.argv[1])):
-    e = lambda m: "/".join("%.1e" % x[k] for k in ("dq", "dk", "dv")) if (x := r.get(m + "_rel_err_vs_sdpa_flash")) else "-"
-    print("bwd256: causal=%d s=%d ws=%s ws_bulk=%s v16=%s flash=%s cudnn=%s TFLOP/s  [%s | %s | %s] err ws dq/dk/dv %s"
-          " ws_bulk %s" % (
-        r["causal"], r["seqlen"], tf(r, "v22"), tf(r, "ws_bulk"), tf(r, "v6"), tf(r, "sdpa_flash"), tf(r, "sdpa_cudnn"),
-        r.get("v22_kernel", "-"), r.get("ws_bulk_kernel", "-"), r.get("v6_kernel", "-"), e("v22"), e("ws_bulk")))
+    e = r.get("v22_rel_err_vs_sdpa_flash") or {}
+    print("bwd256: causal=%d s=%d ws=%s v16=%s flash=%s cudnn=%s TFLOP/s  [%s | %s] err ws dq/dk/dv %s" % (
+        r["causal"], r["seqlen"], tf(r, "v22"), tf(r, "v6"), tf(r, "sdpa_flash"), tf(r, "sdpa_cudnn"),
+        r.get("v22_kernel", "-"), r.get("v6_kernel", "-"), "/".join("%.1e" % e[k] for k in ("dq", "dk", "dv")) if e else "-"))
 PY
       ;;
     v25)

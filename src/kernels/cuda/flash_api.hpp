@@ -48,8 +48,6 @@ struct BwdParams {
   float* dsum = nullptr;      // [num_rows] f32: rowsum(dO * O)
   int64_t num_rows = 0;
   bool bwd_ws_own_dq = true;  // the warp-specialized backward at d128: v25's per-warpgroup dQ (false: v22)
-  bool bwd_ws_d256_bulk_dq = false;  // the warp-specialized backward at d256: v24b's dQ chunk + bulk reduce-adds
-                                    // (false: v24's float4 atomics)
 };
 
 template <typename T, int D>

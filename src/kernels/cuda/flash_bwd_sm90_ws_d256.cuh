@@ -14,10 +14,6 @@
 //   LSE*log2e and Dsum are staged by the consumers, one step ahead, between the same barriers (bwd_ws_staging.hpp).
 // Why dQ keeps v16's atomics (worklog v24): K, V 32 KB each + Q/dO 2 stages x 2 x 32 KB + P^T/dS^T 2 x 2 x 8 KB =
 // 224 KB of the 227 KB; v22's [BM][D] f32 dQ tile (64 KB) fits only by giving up the Q/dO double buffer.
-// v24b (BulkDq, worklog v24b; BwdParams::bwd_ws_d256_bulk_dq): dQ leaves the consumers through one 64 x 64 f32
-// chunk in shared memory, filled 4 times per step (each warpgroup's 128 columns in two halves), and warp 9 adds
-// each to p.dq_accum with one bulk reduce-add per query row; P^T/dS^T single-buffered to make room (a second named
-// barrier per step), the mbarriers in the chunk's row padding (bwd_ws_d256_buffers.hpp).
 // Rows past a sequence in a packed varlen tensor: zeroed in shared memory as v22 does (its bwd_ws_zero_rows).
 // No softcap (v16 keeps it, as v6 keeps it beside v22). Included by flash_bwd_sm90_ws_{bf16,f16}_d256.cu only.
 #pragma once
@@ -29,55 +25,44 @@
 
 namespace flashkit::cuda {
 
-// Named barriers of v24b (ids 1, 2 as v22: kBwdWsBarDs, kBwdWsBarTail): P^T/dS^T free (both consumers past step
-// s's products), dQ chunk full (a warpgroup + the writer), dQ chunk empty (one per warpgroup + the writer).
-constexpr int kBwdD256BarPdsFree = 3, kBwdD256BarDqFull = 4, kBwdD256BarDqEmpty = 5;
-
-template <bool BulkDq>
 struct Sm90BwdWsD256Cfg {
   static constexpr int D = 256, BM = 64, BN = 64, STAGES = 2, kConsumers = 256, NT = kConsumers + 128;
   static constexpr int QW = 32;   // query columns of S^T / dP^T per warpgroup
   static constexpr int DW = 128;  // head-dim columns of dK, dV, dQ per warpgroup
-  static constexpr int kLoaderWarp = kConsumers / 32, kDqWarp = kLoaderWarp + 1;
-  static constexpr int kPds = BulkDq ? 1 : kBwdWsPdsBuffers;  // P^T/dS^T buffers
+  static constexpr int kLoaderWarp = kConsumers / 32;
   // __launch_bounds__(384, 1): 168 registers per thread. 24/240 uses the whole pool (24 x 128 + 240 x 256 =
-  // 168 x 384): the producer runs the loader and (BulkDq) the lean dQ writer, the consumers hold 128 dK/dV + 64 dQ.
+  // 168 x 384): the producer only runs the loader (no dQ writer warp), the consumers hold 128 dK/dV + 64 dQ.
   static constexpr int kLaunchRegs = 168, kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumers <= kLaunchRegs * NT, "register budgets exceed the pool");
   static constexpr uint32_t kv_bytes = BN * D * 2, q_bytes = BM * D * 2, p_bytes = BN * BM * 2;
   static constexpr uint32_t kPanel = 64 * 128;  // one 64-row x 64-column panel (K, V, Q, dO, P^T, dS^T)
   // Byte offsets from the 1024-aligned base: K, V [64][256]; Q, dO [STAGES][64][256]; P^T, dS^T [2][64 keys][64
-  // queries] (bwd_ws_d256_buffers.hpp; BulkDq: one); LSE*log2e and Dsum [kBwdWsLseSlots][64] f32; mbarriers kv_full,
-  // full[STAGES], empty[STAGES] (BulkDq: in the row padding of the dQ chunk after Dsum).
+  // queries] (bwd_ws_d256_buffers.hpp); LSE*log2e and Dsum [kBwdWsLseSlots][64] f32; mbarriers kv_full, full[STAGES], empty[STAGES].
   static constexpr uint32_t oK = 0, oV = kv_bytes, oQ = 2 * kv_bytes, odO = oQ + STAGES * q_bytes;
-  static constexpr uint32_t oP = odO + STAGES * q_bytes, odS = oP + kPds * p_bytes;
-  static constexpr uint32_t oL = odS + kPds * p_bytes;
-  static constexpr uint32_t oDs = oL + kBwdWsLseSlots * BM * 4, oDq = oDs + kBwdWsLseSlots * BM * 4;
-  static constexpr int kBars = 1 + 2 * STAGES;
-  static constexpr uint32_t bytes = BulkDq ? oDq + kBwdWsD256DqBytes : oDq + kBars * 8;
-  // mbarrier k (kv_full, full[STAGES], empty[STAGES])
-  static constexpr uint32_t bar_off(int k) { return BulkDq ? oDq + bwd_ws_d256_dq_mbar_off(k) : oDq + 8u * uint32_t(k); }
-  static_assert(!BulkDq || bwd_ws_d256_dq_mbar_off(kBars - 1) + 8 <= kBwdWsD256DqBytes, "mbarriers past the chunk");
+  static constexpr uint32_t oP = odO + STAGES * q_bytes, odS = oP + kBwdWsPdsBuffers * p_bytes;
+  static constexpr uint32_t oL = odS + kBwdWsPdsBuffers * p_bytes;
+  static constexpr uint32_t oDs = oL + kBwdWsLseSlots * BM * 4, oBar = oDs + kBwdWsLseSlots * BM * 4;
+  static constexpr uint32_t bytes = oBar + (1 + 2 * STAGES) * 8;
   static constexpr size_t smem = size_t(bytes) + 1024;  // + alignment slack
   static_assert(kv_bytes % 1024 == 0 && q_bytes % 1024 == 0 && p_bytes % 1024 == 0, "panels must stay 1024-aligned");
   static_assert(smem <= 227 * 1024, "shared memory per CTA exceeds the opt-in limit");
 };
 
-template <typename T, bool BulkDq>
-__global__ void __launch_bounds__(Sm90BwdWsD256Cfg<BulkDq>::NT, 1)
+template <typename T>
+__global__ void __launch_bounds__(Sm90BwdWsD256Cfg::NT, 1)
     flash_bwd_sm90_ws_d256_kernel(const BwdParams p, const __grid_constant__ CUtensorMap tmap_q,
                                   const __grid_constant__ CUtensorMap tmap_do, const __grid_constant__ CUtensorMap tmap_k,
                                   const __grid_constant__ CUtensorMap tmap_v) {
 #if FK_SM90_ENABLED
   using Op = MmaOp<T>;
-  using Cfg = Sm90BwdWsD256Cfg<BulkDq>;
+  using Cfg = Sm90BwdWsD256Cfg;
   constexpr int D = Cfg::D, BM = Cfg::BM, BN = Cfg::BN, STAGES = Cfg::STAGES, QW = Cfg::QW, DW = Cfg::DW;
   constexpr uint32_t kPanel = Cfg::kPanel;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const uint32_t bar_kv = base + Cfg::bar_off(0);
-  auto bar_full = [&](int st) { return base + Cfg::bar_off(1 + st); };
-  auto bar_empty = [&](int st) { return base + Cfg::bar_off(1 + STAGES + st); };
+  const uint32_t bar_kv = base + Cfg::oBar;
+  auto bar_full = [&](int st) { return base + Cfg::oBar + 8u * uint32_t(1 + st); };
+  auto bar_empty = [&](int st) { return base + Cfg::oBar + 8u * uint32_t(1 + STAGES + st); };
 
   const kernels::AttentionFwdArgs& a = p.g.fwd;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -136,34 +121,6 @@ __global__ void __launch_bounds__(Sm90BwdWsD256Cfg<BulkDq>::NT, 1)
           tma_load_4d(base + Cfg::odO + st * Cfg::q_bytes + pnl * kPanel, &tmap_do, full, 64 * pnl, row, w.h, bslot);
         }
       }
-    } else if (BulkDq && warp == Cfg::kDqWarp && nsteps > 0) {
-      // The dQ writer: per chunk, one bulk reduce-add of 256 bytes per valid query row (lane l: rows l and l + 32),
-      // then the buffer to the warpgroup that fills next, once every lane's copies have read it. Few live values
-      // (the producer warpgroup has 24 registers; the per-row form of v22's writer spilled 92 bytes here).
-      static_assert(BM == 64, "two rows per lane");
-      float* const dq_lane = p.dq_accum + a.lse_index(sr, 0, lane) * D;  // (head 0, row lane) of the sequence
-      const int64_t head_stride = a.shape.seqlen_q * D;
-      const uint32_t src_lane = base + Cfg::oDq + bwd_ws_d256_dq_row_off(lane);
-      StepWalk w = walk0;
-      for (int sidx = 0; sidx < nsteps; ++sidx, w.next(nmb, mb_lo)) {
-        const int rows = nq - w.m0;  // rows lane, lane + 32 valid when below it
-        float* const dst = dq_lane + w.h * head_stride + int64_t(w.m0) * D;
-#pragma unroll 1
-        for (int j = 0; j < kBwdWsD256DqChunks; ++j) {
-          named_barrier(kBwdD256BarDqFull, 128 + 32);
-          if (lane < rows)
-            bulk_reduce_add_f32(dst + bwd_ws_d256_dq_col0(j), src_lane, kBwdWsD256DqCols * 4);
-          if (lane + 32 < rows)
-            bulk_reduce_add_f32(dst + 32 * D + bwd_ws_d256_dq_col0(j), src_lane + bwd_ws_d256_dq_row_off(32),
-                                kBwdWsD256DqCols * 4);
-          bulk_commit();
-          bulk_wait_read0();  // this lane's copies have read the chunk
-          __syncwarp();       // every lane's, before the warp's one arrival
-          if (bwd_ws_d256_dq_writer_frees(sidx, j, nsteps))  // nobody waits after the last chunk
-            named_barrier_arrive(kBwdD256BarDqEmpty + bwd_ws_d256_dq_next_owner(j), 128 + 32);
-        }
-      }
-      bulk_wait0();  // complete before the CTA's shared memory goes away
     }
     return;
   }
@@ -218,7 +175,7 @@ __global__ void __launch_bounds__(Sm90BwdWsD256Cfg<BulkDq>::NT, 1)
       named_barrier(kBwdWsBarTail, Cfg::kConsumers);
     }
     const uint32_t sb = opaque_u32(base);
-    const uint32_t pbuf = BulkDq ? 0u : uint32_t(bwd_ws_pds_buffer(sidx)) * Cfg::p_bytes;
+    const uint32_t pbuf = uint32_t(bwd_ws_pds_buffer(sidx)) * Cfg::p_bytes;
     const uint32_t sK = sb + Cfg::oK, sV = sb + Cfg::oV, sP = sb + Cfg::oP + pbuf, sdS = sb + Cfg::odS + pbuf;
     const uint32_t sQ = sb + Cfg::oQ + st * Cfg::q_bytes, sdO = sb + Cfg::odO + st * Cfg::q_bytes;
     const uint32_t lslot = uint32_t(bwd_ws_lse_slot(sidx)) * (BM * 4);
@@ -282,8 +239,6 @@ __global__ void __launch_bounds__(Sm90BwdWsD256Cfg<BulkDq>::NT, 1)
         }
     }
 
-    // BulkDq: one P^T/dS^T buffer -- both warpgroups' products of step sidx-1 are done with it.
-    if (BulkDq && sidx > 0) named_barrier(kBwdD256BarPdsFree, Cfg::kConsumers);
     // P^T and dS^T (16-bit) to this step's buffers: elements 4nt + 2r, +1 are key row 16*wq + g + 8r and queries
     // qw0 + 8nt + 2*t4, +1: one 32-bit word at chunk (qw0 + 8nt)/8 of that key row.
 #pragma unroll
@@ -320,27 +275,7 @@ __global__ void __launch_bounds__(Sm90BwdWsD256Cfg<BulkDq>::NT, 1)
     wgmma_commit();
     wgmma_wait<1>();  // dQ
     wgmma_fence_regs<DW / 2>(dq);
-    if constexpr (BulkDq) {
-      // dQ through the chunk, 16 bytes a store (v16's half swap between lanes t4 and t4^1): row 16wq + g + 8 odd,
-      // columns 8c + 4 (t4 >> 1) of the chunk; the 272-byte pitch makes each store 4 wavefronts, the minimum.
-      const int odd = t4 & 1;
-      const uint32_t at = base + Cfg::oDq + bwd_ws_d256_dq_row_off(wq * 16 + g + 8 * odd) + 16u * uint32_t(t4 >> 1);
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        // Chunk 2 wg + half (bwd_ws_d256_dq_owner); the writer freed it to this warpgroup (but the CTA's first).
-        if (bwd_ws_d256_dq_fill_waits(sidx, 2 * wg + half)) named_barrier(kBwdD256BarDqEmpty + wg, 128 + 32);
-#pragma unroll
-        for (int cc = 0; cc < kBwdWsD256DqCols / 8; ++cc) {
-          const int c = half * (kBwdWsD256DqCols / 8) + cc;
-          const float x0 = odd ? dq[4 * c] : dq[4 * c + 2], x1 = odd ? dq[4 * c + 1] : dq[4 * c + 3];
-          const float y0 = __shfl_xor_sync(0xffffffffu, x0, 1), y1 = __shfl_xor_sync(0xffffffffu, x1, 1);
-          sts_f32x4(at + 32u * uint32_t(cc), odd ? make_float4(y0, y1, dq[4 * c + 2], dq[4 * c + 3])
-                                                 : make_float4(dq[4 * c], dq[4 * c + 1], y0, y1));
-        }
-        fence_proxy_async();  // visible to the bulk copies (async proxy)
-        named_barrier_arrive(kBwdD256BarDqFull, 128 + 32);
-      }
-    } else {  // dQ atomics, 16 bytes each (v16): lanes t4 and t4^1 swap halves.
+    {  // dQ atomics, 16 bytes each (v16): lanes t4 and t4^1 swap halves.
       const int odd = t4 & 1;
       const int i = m0 + wq * 16 + g + 8 * odd;
       float* dst = p.dq_accum + (i < nq ? a.lse_index(sr, h, i) : 0) * D + wg * DW + 2 * (t4 & 2);
@@ -391,12 +326,12 @@ inline void sm90_bwd_ws_d256_note_fallback(const char* why) {
 
 // The tile of sm90_bwd_d256_tile() (tiles.hpp), no softcap. False: not launched (no sm_90a code, softcap, a
 // register budget other than 168, no TMA map for Q/dO/K/V); the dispatch runs v16 then.
-template <typename T, bool BulkDq>
-bool launch_flash_bwd_sm90_ws_d256_variant(const BwdParams& p, cudaStream_t stream) {
-  using Cfg = Sm90BwdWsD256Cfg<BulkDq>;
+template <typename T>
+bool launch_flash_bwd_sm90_ws_d256(const BwdParams& p, cudaStream_t stream) {
+  using Cfg = Sm90BwdWsD256Cfg;
   static_assert(sm90_bwd_d256_tile().bm == Cfg::BM && sm90_bwd_d256_tile().bn == Cfg::BN,
                 "tiles.hpp and the kernel disagree");
-  auto kern = flash_bwd_sm90_ws_d256_kernel<T, BulkDq>;
+  auto kern = flash_bwd_sm90_ws_d256_kernel<T>;
   const auto& sh = p.g.fwd.shape;
   if (p.g.fwd.softcap > 0.f || !sm90_kernel_usable(kern) || sh.seqlen_k <= 0 || sh.seqlen_q <= 0) return false;
   // setmaxnreg needs the launch's register count (kernel_has_regs, launch.hpp).
@@ -417,13 +352,6 @@ bool launch_flash_bwd_sm90_ws_d256_variant(const BwdParams& p, cudaStream_t stre
   kern<<<grid, Cfg::NT, Cfg::smem, stream>>>(p, tq, tdo, tk, tv);
   check_cuda(cudaGetLastError(), "flash backward (sm90 ws d256) launch");
   return true;
-}
-
-// p.bwd_ws_d256_bulk_dq picks v24b (dQ through the shared chunk and the writer warp) over v24's atomics.
-template <typename T>
-bool launch_flash_bwd_sm90_ws_d256(const BwdParams& p, cudaStream_t stream) {
-  if (p.bwd_ws_d256_bulk_dq) return launch_flash_bwd_sm90_ws_d256_variant<T, true>(p, stream);
-  return launch_flash_bwd_sm90_ws_d256_variant<T, false>(p, stream);
 }
 
 }  // namespace flashkit::cuda
