@@ -1,13 +1,11 @@
 """The Hopper attention backward at head dims 64 and 128 (bf16, 16 heads, batch * seqlen = 32k tokens, seqlen
-1k/4k/16k, causal or not): the warp-specialized kernel (v22 and its d128 variant v25, flash_bwd_sm90_ws.cuh) against
-the cp.async one (v6, flash_bwd_sm90.cuh) in one process (FLASHKIT_SM90_BWD_WS / _V switched and the library's
-tuning re-read between them),
+1k/4k/16k, causal or not): the warp-specialized kernel (v22, flash_bwd_sm90_ws.cuh) against the cp.async one (v6,
+flash_bwd_sm90.cuh) in one process (FLASHKIT_SM90_BWD_WS switched and the library's tuning re-read between the two),
 and PyTorch SDPA's flash and cuDNN backends. Times the backward call alone (o and lse computed once before), median of
 --reps; FLOPs = 2.5 x the forward's 4*b*s^2*h*d (halved when causal), the convention of bench_attention.py. Each
 flashkit kernel's dq/dk/dv is checked against SDPA flash's gradients (relative L2 error), and the kernel that ran
-(OpCost.kernel) is printed, so a silent fallback shows. With v22 and v25 both measured, one more line per shape:
-"v25: d=.. causal=.. s=.. v22=.. new=.. cudnn=.. TFLOP/s".
-    python3 bench/cuda/bench_bwd_ws.py --json bwd-ws.json [--methods v22,v25,sdpa_flash,sdpa_cudnn]
+(OpCost.kernel) is printed, so a silent fallback shows.
+    python3 bench/cuda/bench_bwd_ws.py --json bwd-ws.json
 """
 
 import argparse
@@ -23,12 +21,12 @@ import torch.nn.functional as F
 sys.path.insert(0, os.environ.get("FLASHKIT_PYDIR") or os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 from flashkit import torch as fkt  # noqa: E402
 
-# flashkit's backward kernels by the environment they run under (FLASHKIT_SM90_BWD_WS, FLASHKIT_SM90_BWD_WS_V).
-KERNELS = {"v22": ("1", "22"), "v25": ("1", "25"), "v6": ("0", "25")}
+# flashkit's backward kernels by the value of FLASHKIT_SM90_BWD_WS they run under.
+KERNELS = {"v22": "1", "v6": "0"}
 
 
 def use_kernel(name):
-    os.environ["FLASHKIT_SM90_BWD_WS"], os.environ["FLASHKIT_SM90_BWD_WS_V"] = KERNELS[name]
+    os.environ["FLASHKIT_SM90_BWD_WS"] = KERNELS[name]
     fkt._capi.core_lib.fk_tuning_from_env()
 
 
@@ -107,10 +105,6 @@ def main():
                 print("d%d causal=%d s=%5d b=%2d: v22 %s  v6 %s  sdpa_flash %s  cudnn %s  [%s | %s]  err v22 %s  v6 %s" % (
                     d, causal, s, r["batch"], tf(r, "v22"), tf(r, "v6"), tf(r, "sdpa_flash"), tf(r, "sdpa_cudnn"),
                     r.get("v22_kernel", "-"), r.get("v6_kernel", "-"), errs(r, "v22"), errs(r, "v6")), flush=True)
-                if "v25" in methods:
-                    print("v25: d=%d causal=%d s=%d v22=%s new=%s sdpa_flash=%s cudnn=%s TFLOP/s  [%s]  err new %s" % (
-                        d, causal, s, tf(r, "v22").strip(), tf(r, "v25").strip(), tf(r, "sdpa_flash").strip(),
-                        tf(r, "sdpa_cudnn").strip(), r.get("v25_kernel", "-"), errs(r, "v25")), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -56,8 +56,6 @@ struct Tuning {
   int sm90_bwd_ws = -1;             // FLASHKIT_SM90_BWD_WS=auto|0|1: the warp-specialized Hopper backward (v22;
                                     // d256: v24) at d128 and d256 (-1, auto; v6 at d64), 0 nowhere (the cp.async
                                     // ones, v6 and v16), 1 at d64, d128 and d256 (A/B runs and tests)
-  int sm90_bwd_ws_version = 25;     // FLASHKIT_SM90_BWD_WS_V=22|25: that kernel's d128 variant, 25 per-warpgroup
-                                    // dQ (no dS^T exchange between the consumers), 22 the exchange (A/B runs)
   int decode_max_splits = 0;        // FLASHKIT_DECODE_MAX_SPLITS (1..512); 0: the kernel's own cap
   DecodeCombine decode_combine = DecodeCombine::automatic;  // FLASHKIT_DECODE_COMBINE=auto|kernel|cluster
   bool decode_pdl = true;           // FLASHKIT_DECODE_PDL=0: no programmatic dependent launch (sm_90)

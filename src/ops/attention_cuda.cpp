@@ -286,7 +286,6 @@ void cuda_attention_backward(const AttentionBwdArgs& g0, const std::vector<int32
   cuda::BwdParams p;
   p.g = g;
   p.num_rows = num_rows(sh);
-  p.bwd_ws_own_dq = tuning.sm90_bwd_ws_version == 25;  // the ws kernel's d128 variant (worklog v25)
   const size_t acc_bytes = size_t(p.num_rows) * D * 4, dsum_bytes = size_t(p.num_rows) * 4;
   Workspace ws(acc_bytes + dsum_bytes, stream);
   p.dq_accum = static_cast<float*>(ws.p);
@@ -324,7 +323,6 @@ void cuda_attention_backward(const AttentionBwdArgs& g0, const std::vector<int32
   c.model = "cuda flash backward: q,k,v,o,dout,lse read once, dq,dk,dv written once, plus the f32 dq accumulator "
             "(written once, read once) and rowsum(dO*O); K/V-tile re-reads and dq atomics assumed served by L2";
   c.kernel = kernel_name(choice, g.fwd.dtype);
-  if (choice.kernel == CudaKernel::bwd_sm90_ws && D == 128 && p.bwd_ws_own_dq) c.kernel += ".v25";
   if (cost) *cost = c;
 }
 

@@ -426,18 +426,14 @@ std::vector<Path> paths() {
   t = Tuning{};
   t.sm90_bwd_config = 1;
   v.push_back({"sm90bwdcfg1", t});
-  // The cp.async Hopper backwards (v6; v16 at d256) where the warp-specialized ones (v25 at d128; v24 at d256) are
-  // the default, d128 and d256 (FLASHKIT_SM90_BWD_WS=0), and v22 where v6 is, d64, and at d128
-  // (FLASHKIT_SM90_BWD_WS=1 FLASHKIT_SM90_BWD_WS_V=22; the d256 cases run the default's kernel again).
+  // The cp.async Hopper backwards (v6; v16 at d256) where the warp-specialized ones (v22; v24 at d256) are the
+  // default, d128 and d256 (FLASHKIT_SM90_BWD_WS=0), and v22 where v6 is, d64 (FLASHKIT_SM90_BWD_WS=1; the d128 and
+  // d256 cases run the default's kernels again).
   t = Tuning{};
   t.sm90_bwd_ws = 0;
   v.push_back({"sm90bwd_v6", t});
   t.sm90_bwd_ws = 1;
-  t.sm90_bwd_ws_version = 22;
   v.push_back({"sm90bwd_ws", t});
-  // v25 (per-warpgroup dQ, the default variant at d128) forced wherever the ws kernel runs (v22 at d64).
-  t.sm90_bwd_ws_version = 25;
-  v.push_back({"sm90bwd_ws25", t});
   t = Tuning{};
   t.decode_combine = DecodeCombine::cluster;
   v.push_back({"decode_cluster", t});

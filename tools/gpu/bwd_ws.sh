@@ -10,7 +10,6 @@
 #   tools/gpu/bwd_ws.sh build d256     the d256 kernel (flash_bwd_sm90_ws_d256.cuh, worklog v24) alone: its ptxas
 #     lines, the grid's head dims padded to 256 on it and on v16, the varlen non-finite test, memcheck and racecheck
 #     on three d256 cases each, and its bench (v24 vs v16 vs SDPA flash vs cuDNN, lines "bwd256: ..."; bwd256.json)
-#   tools/gpu/bwd_ws.sh build v25      the d128 variant v25 (worklog v25): its grid path, sanitizers, v22 vs v25 bench
 # Results under $OUT: bwd-ws.log (every step), bwd-ws.txt (the summary printed at the end), bwd-ws.json (the
 # benchmark rows), failed.txt. The tokenizer's PCRE2/ICU come from .fkdeps (carry=[".fkdeps.tar.xz"],
 # see tools/gpu/carried_deps.sh).
@@ -147,37 +146,6 @@ for r in json.load(open(sys.argv[1])):
         r.get("v22_kernel", "-"), r.get("v6_kernel", "-"), "/".join("%.1e" % e[k] for k in ("dq", "dk", "dv")) if e else "-"))
 PY
       ;;
-    v25)
-      # The d128 variant v25 (per-warpgroup dQ, worklog v25; the default, FLASHKIT_SM90_BWD_WS_V=22 keeps v22), after
-      # the build stage: the Paths/sm90bwd_ws25 grid (v25 forced at d128 and the dims padded to it) and
-      # Paths/sm90bwd_ws at d128 (v22 forced), the non-finite varlen test, memcheck and racecheck on three d128 cases
-      # (the default grid runs v25 there), then v22 vs v25 vs SDPA flash vs cuDNN in one process.
-      F25=$(for d in D128 D96; do printf 'Paths/*/sm90bwd_ws25_*_%s_*:' "$d"; done)
-      l0=$(wc -l < "$LOG")
-      run v25_grid timeout 150 "$A" --gtest_filter="$F25" --gtest_brief=1
-      l1=$(wc -l < "$LOG")
-      run v25_v22_grid timeout 120 "$A" --gtest_filter='Paths/*/sm90bwd_ws_*_D128_*' --gtest_brief=1
-      l2=$(wc -l < "$LOG")
-      run v25_nonfinite timeout 60 "$A" --gtest_brief=1 --gtest_filter='CudaAttention.VarlenNonFiniteStaysInItsSequence'
-      {
-        echo "v25 tests: grid rc=$(grep -oE 'v25_grid: rc=[0-9]+' "$LOG" | tail -1 | cut -d= -f2)" \
-          "v22 grid rc=$(grep -oE 'v25_v22_grid: rc=[0-9]+' "$LOG" | tail -1 | cut -d= -f2)" \
-          "nonfinite rc=$(grep -oE 'v25_nonfinite: rc=[0-9]+' "$LOG" | tail -1 | cut -d= -f2)" \
-          "$(sed -n "$l0,\$p" "$LOG" | grep -E '^\[  (PASSED|FAILED)  \] [0-9]+ test' | tr '\n' ' ')"
-        sed -n "$l0,\$p" "$LOG" | grep -E "^\[  FAILED  \] [A-Z]" | sed 's/ ([0-9]* ms)$//' | sort -u | head -20
-        echo "v25 bwd paths (Paths/sm90bwd_ws25): $(paths_between "$l0" "$l1")"
-        echo "v25 bwd paths (Paths/sm90bwd_ws, d128): $(paths_between "$l1" "$l2")"
-        echo "v25 bwd paths (varlen non-finite): $(sed -n "$l2,\$p" "$LOG" | grep -E '^bwd path: varlen non-finite' | awk '{print $NF}' | tr '\n' ' ')"
-        echo "v25 ws fallbacks: $(sed -n "$l0,\$p" "$LOG" | grep -c 'warp-specialized Hopper backward not used')"
-      } | tee -a "$SUM"
-      C='Grid/*Sq70_Sk190_H8x1_D128_causal_bf16:Grid/*Sq131_Sk67_H6x3_D128_f16:Grid/*H6x2_D128_causal_bf16_varlen'
-      run v25_memcheck timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$C" --gtest_brief=1
-      echo "v25 memcheck: rc=$(grep -oE 'v25_memcheck: rc=[0-9]+' "$LOG" | tail -1 | cut -d= -f2) $(grep -E 'ERROR SUMMARY' "$LOG" | tail -1)" | tee -a "$SUM"
-      run v25_racecheck timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_filter="$C" --gtest_brief=1
-      echo "v25 racecheck: rc=$(grep -oE 'v25_racecheck: rc=[0-9]+' "$LOG" | tail -1 | cut -d= -f2) $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$LOG" | tail -1)" | tee -a "$SUM"
-      run v25_bench timeout 200 python3 bench/cuda/bench_bwd_ws.py --methods v22,v25,sdpa_flash,sdpa_cudnn \
-        --json "$OUT/bwd-ws-v25.json"
-      grep -E "^v25: d=" "$LOG" | tail -12 | tee -a "$SUM" ;;
     *) log "unknown stage $st"; status=1 ;;
   esac
 done

@@ -1,4 +1,4 @@
-// Who stages the per-query LSE/Dsum of the warp-specialized Hopper backward (flash_bwd_sm90_ws.cuh, v22/v25), and where:
+// Who stages the per-query LSE/Dsum of the warp-specialized Hopper backward (flash_bwd_sm90_ws.cuh, v22), and where:
 // pure functions, compiled for the device and for the host (the CPU build's tests check them).
 // Protocol: the consumers stage step s+1's values during step s, between the dS^T exchange barriers of steps s-1
 // and s; step s reads its slot between those same two barriers. So a slot must differ from the previous step's
@@ -19,14 +19,6 @@ template <int BM>
 FK_BWDWS_HD constexpr int bwd_ws_lse_row(int tid) {
   static_assert(BM % 2 == 0 && BM / 2 <= 128, "at most 128 rows per warpgroup");
   return (tid & 127) < BM / 2 ? (tid >> 7) * (BM / 2) + (tid & 127) : -1;
-}
-
-// v25 (per-warpgroup dQ, no barrier between the warpgroups): each warpgroup stages every row of a step into its
-// own copy, behind its own per-step barrier with the same slot ring; rows [0, BM) by its first BM threads.
-template <int BM>
-FK_BWDWS_HD constexpr int bwd_ws_lse_row_own(int tid) {
-  static_assert(BM > 0 && BM <= 128, "at most one row per thread of a warpgroup");
-  return (tid & 127) < BM ? (tid & 127) : -1;
 }
 
 // The LSE/Dsum slot of step `step`.

@@ -47,7 +47,6 @@ struct BwdParams {
   float* dq_accum = nullptr;  // [num_rows, Dpad] f32, zeroed before the main kernel
   float* dsum = nullptr;      // [num_rows] f32: rowsum(dO * O)
   int64_t num_rows = 0;
-  bool bwd_ws_own_dq = true;  // the warp-specialized backward at d128: v25's per-warpgroup dQ (false: v22)
 };
 
 template <typename T, int D>

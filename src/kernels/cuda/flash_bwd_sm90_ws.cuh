@@ -23,9 +23,6 @@
 //     version had the loader warp store them under the stage's mbarriers: correct by the PTX memory model through
 //     __syncwarp + one arrival per warp, but compute-sanitizer racecheck reported it (run s14-3); this protocol
 //     uses only bar.sync, which racecheck models, and takes the loads off the 32-register producer. Worklog v22.)
-// v25 (OwnDq, d128's BM 64 tile; BwdParams::bwd_ws_own_dq, worklog v25): no exchange -- each warpgroup's dQ covers
-// only its own 64 keys (dS^T rows it wrote itself, behind its own named barrier), the two partial tiles are summed
-// by the dQ warps 9-11 before the same row reductions, so the consumer warpgroups run out of lock step.
 // FK_BWD90WS_DQ_ATOMIC (A/B builds only): dQ by the consumers' float4 atomics as v6 does, no dQ buffer or writer.
 // Rows past a sequence's end: TMA zero-fills past the tensor's end; inside a packed varlen tensor it reads the next
 // sequence's rows. P = dS = 0 there (mask, LSE = +inf), but 0 times a non-finite value of the next sequence would
@@ -57,10 +54,7 @@ constexpr bool kBwdWsDqBulk = false;
 constexpr bool kBwdWsDqBulk = true;
 #endif
 
-// OwnDq (v25, worklog): each consumer warpgroup computes a partial dQ over its own 64 keys into its own f32 tile,
-// and the dQ warps sum the two partials before the one reduce-add per row; the per-step dS^T exchange between the
-// warpgroups goes away (each dQ reads only the dS^T rows its own warpgroup wrote), so they drift apart. BM 64 only.
-template <int D, int BM, bool OwnDq = false>
+template <int D, int BM>
 struct Sm90BwdWsCfg {
   static constexpr int NWG = 2, BN = 128, STAGES = 2, kConsumers = 256, NT = kConsumers + 128;
   static constexpr int kLoaderWarp = kConsumers / 32, kDqWarp = kLoaderWarp + 1;
@@ -71,38 +65,29 @@ struct Sm90BwdWsCfg {
   static constexpr uint32_t kv_bytes = BN * D * 2, q_bytes = BM * D * 2, ds_bytes = BN * BM * 2;
   // dQ split between the warpgroups as in v6: by query rows when BM == 128, else by head-dim columns.
   static constexpr bool dq_rows = BM == 64 * NWG;
-  static constexpr int DQ_N = dq_rows || OwnDq ? D : D / NWG;
-  // OwnDq: dS^T single-buffered (only its own warpgroup reads a row, and its dQ has completed before the next
-  // step's stores: an intra-warpgroup barrier after the wait), two dQ tiles, one LSE/Dsum copy per warpgroup.
-  static constexpr int ds_bufs = OwnDq ? 1 : 2, dq_bufs = OwnDq ? 2 : 1, lse_copies = OwnDq ? NWG : 1;
+  static constexpr int DQ_N = dq_rows ? D : D / NWG;
   // dQ tile [BM][D] f32, rows padded by 32 bytes: a warp's float2 stores (8 rows x 32 bytes) then take two
   // wavefronts, the minimum; rows stay 16-byte aligned for the bulk copies.
   static constexpr uint32_t dq_pitch = D * 4 + 32, dq_bytes = kBwdWsDqBulk ? BM * dq_pitch : 0;
-  static constexpr uint32_t lse_bytes = lse_copies * kBwdWsLseSlots * BM * 4;  // LSE (or Dsum), every copy
   // Layout (byte offsets from the 1024-aligned base): K, V [BN][D] in panels of BN rows; Q, dO [STAGES][BM][D] in
   // panels of BM rows (TMA boxes of 64 columns x BM rows, 128B swizzle); dS^T [2][BN][BM] in panels of BN rows;
   // dQ; LSE*log2e and Dsum [kBwdWsLseSlots][BM] f32 (written by the consumers); the mbarriers.
   static constexpr uint32_t oK = 0, oV = kv_bytes, oQ = 2 * kv_bytes, odO = oQ + STAGES * q_bytes;
-  static constexpr uint32_t odS = odO + STAGES * q_bytes, odQ = odS + ds_bufs * ds_bytes, oL = odQ + dq_bufs * dq_bytes;
-  static constexpr uint32_t oDs = oL + lse_bytes, oBar = oDs + lse_bytes;
+  static constexpr uint32_t odS = odO + STAGES * q_bytes, odQ = odS + 2 * ds_bytes, oL = odQ + dq_bytes;
+  static constexpr uint32_t oDs = oL + kBwdWsLseSlots * BM * 4, oBar = oDs + kBwdWsLseSlots * BM * 4;
   // mbarriers: kv_full, full[STAGES], empty[STAGES], dq_full, dq_empty.
   static constexpr uint32_t bytes = oBar + (3 + 2 * STAGES) * 8;
   static constexpr size_t smem = size_t(bytes) + 1024;  // + alignment slack
   static_assert(kv_bytes % 1024 == 0 && q_bytes % 1024 == 0 && ds_bytes % 1024 == 0 && dq_bytes % 1024 == 0,
                 "panels must stay 1024-aligned");
   static_assert(BM % 64 == 0 && (dq_rows || BM == 64) && BM <= 256, "unsupported query tile");
-  static_assert(!OwnDq || (BM == 64 && kBwdWsDqBulk), "per-warpgroup dQ: BM 64 (one wgmma row block), bulk dQ");
   static_assert(D == 64 || D == 128, "head dims 64 and 128");
   static_assert(smem <= 227 * 1024, "shared memory per CTA exceeds the opt-in limit");
 };
 
-// Named barriers (0 is __syncthreads): the consumers' dS^T exchange (and the LSE/Dsum slots), the zeroed tails of
-// varlen tiles; OwnDq: one per consumer warpgroup (its own dS^T and LSE/Dsum copy: 3 + wg), the dQ warps' sum, and
-// the dQ tiles' hand-over in place of the dq_full/dq_empty mbarriers (the dQ warps read the tiles with ordinary
-// loads; racecheck models bar.sync/bar.arrive, not mbarrier ordering of plain shared accesses: worklog v22's race).
-// The dQ-empty barrier is one per warpgroup (7 + wg): a shared one would make each wait for the other every step.
-constexpr int kBwdWsBarDs = 1, kBwdWsBarTail = 2, kBwdWsBarOwn = 3, kBwdWsBarDqSum = 5, kBwdWsBarDqFull = 6,
-              kBwdWsBarDqEmpty = 7;
+// Named barriers of the consumers (0 is __syncthreads): the dS^T exchange (and the LSE/Dsum slots), and the zeroed
+// tails of varlen tiles.
+constexpr int kBwdWsBarDs = 1, kBwdWsBarTail = 2;
 
 // LSE in log2 units (bwd_row_lse2; +inf past the end: P = 0) and Dsum of query row r of the step at (h, m0).
 struct BwdLseDsum {
@@ -134,15 +119,6 @@ __device__ __forceinline__ void bwd_ws_zero_rows(uint32_t panels, int r0, int ti
 __device__ __forceinline__ void sts_f32x2(uint32_t addr, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
 }
-__device__ __forceinline__ float4 lds_f32x4(uint32_t addr) {
-  float4 v;
-  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ void sts_f32x4(uint32_t addr, float4 v) {
-  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
-               : "memory");
-}
 
 #if FK_SM90_ENABLED
 // dst[0 .. bytes) += src (f32), by the bulk-copy unit; bytes and both addresses multiples of 16.
@@ -163,14 +139,14 @@ __device__ __forceinline__ void bulk_wait_read0() { __trap(); }
 __device__ __forceinline__ void bulk_wait0() { __trap(); }
 #endif
 
-template <typename T, int D, int BM, bool OwnDq>
-__global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM, OwnDq>::NT, 1)
+template <typename T, int D, int BM>
+__global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM>::NT, 1)
     flash_bwd_sm90_ws_kernel(const BwdParams p, const __grid_constant__ CUtensorMap tmap_q,
                              const __grid_constant__ CUtensorMap tmap_do, const __grid_constant__ CUtensorMap tmap_k,
                              const __grid_constant__ CUtensorMap tmap_v) {
 #if FK_SM90_ENABLED
   using Op = MmaOp<T>;
-  using Cfg = Sm90BwdWsCfg<D, BM, OwnDq>;
+  using Cfg = Sm90BwdWsCfg<D, BM>;
   constexpr int BN = Cfg::BN, STAGES = Cfg::STAGES, DQ_N = Cfg::DQ_N;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -241,43 +217,21 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM, OwnDq>::NT, 1)
                       bslot);
         }
       }
-    } else if (kBwdWsDqBulk && (warp == Cfg::kDqWarp || (OwnDq && warp > Cfg::kDqWarp)) && nsteps > 0) {
+    } else if (kBwdWsDqBulk && warp == Cfg::kDqWarp && nsteps > 0) {
       // Per step: the consumers' dQ tile -> one bulk reduce-add per valid query row (lanes take rows in turn).
-      // OwnDq: first warps 9-11 add the second warpgroup's partial tile into the first's (16 bytes a thread).
       constexpr uint32_t row_bytes = D * 4;
       StepWalk w = walk0;
-      constexpr int kSumThreads = Cfg::NT - Cfg::kDqWarp * 32;  // OwnDq: warps 9-11
       for (int sidx = 0; sidx < nsteps; ++sidx, w.next(nmb, mb_lo)) {
         const int h = w.h, m0 = w.m0;
-        if constexpr (OwnDq) named_barrier(kBwdWsBarDqFull, Cfg::kConsumers + kSumThreads);
-        else mbar_wait(bar_dq_full, uint32_t(sidx) & 1u);
-        const int rows = nq - m0 < BM ? nq - m0 : BM;
-        if constexpr (OwnDq) {
-          constexpr int kChunks = D / 4;  // 16-byte chunks per row
-          for (int k = tid - Cfg::kDqWarp * 32; k < rows * kChunks; k += kSumThreads) {
-            const uint32_t at = base + Cfg::odQ + uint32_t(k / kChunks) * Cfg::dq_pitch + uint32_t(k % kChunks) * 16;
-            const float4 x = lds_f32x4(at), y = lds_f32x4(at + Cfg::dq_bytes);
-            sts_f32x4(at, make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w));
-          }
-          fence_proxy_async();  // the sums visible to the bulk copies (async proxy)
-          named_barrier(kBwdWsBarDqSum, kSumThreads);
-          if (warp != Cfg::kDqWarp) continue;
-        }
+        mbar_wait(bar_dq_full, uint32_t(sidx) & 1u);
         float* const dst0 = p.dq_accum + a.lse_index(sr, h, m0) * D;
+        const int rows = nq - m0 < BM ? nq - m0 : BM;
         for (int r = lane; r < rows; r += 32)
           bulk_reduce_add_f32(dst0 + r * D, base + Cfg::odQ + uint32_t(r) * Cfg::dq_pitch, row_bytes);
         bulk_commit();
         bulk_wait_read0();  // this lane's copies have read the tile
-        if constexpr (OwnDq) {
-          // Every lane after its own reads; none after the last step (no consumer waits for it).
-          if (sidx + 1 < nsteps) {
-            named_barrier_arrive(kBwdWsBarDqEmpty, 128 + 32);
-            named_barrier_arrive(kBwdWsBarDqEmpty + 1, 128 + 32);
-          }
-        } else {
-          __syncwarp();
-          if (lane == 0) mbar_arrive(bar_dq_empty);
-        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar_dq_empty);
       }
       bulk_wait0();  // complete before the CTA's shared memory goes away
     }
@@ -303,30 +257,21 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM, OwnDq>::NT, 1)
   const float sl2 = a.scale * kLog2e;
 
   constexpr uint32_t kPanelK = BN * 128;  // bytes of one 64-column panel of K or of dS^T
-  // dQ's operands: v22 all 128 keys (dS^T rows, K rows) for its query rows or head-dim columns; OwnDq its own 64
-  // keys (rows wg*64.. of both) for the whole tile.
-  const uint32_t dq_a_off = OwnDq ? wg * (64 * 128) : Cfg::dq_rows ? wg * kPanelK : 0u;
-  const int dq_col0 = Cfg::dq_rows || OwnDq ? 0 : wg * DQ_N;
-  const uint32_t dq_b_off =
-      OwnDq ? wg * (64 * 128) : uint32_t(dq_col0 / 64) * kPanelK + uint32_t(dq_col0 % 64) * 2;
-  constexpr int kDqKSteps = (OwnDq ? 64 : BN) / 16;
-  // The barrier that publishes dS^T (and orders the LSE/Dsum slots): both warpgroups, or OwnDq this one's.
-  const int bar_ds = OwnDq ? kBwdWsBarOwn + wg : kBwdWsBarDs;
-  constexpr int kBarDsThreads = OwnDq ? 128 : Cfg::kConsumers;
+  const uint32_t dq_a_off = Cfg::dq_rows ? wg * kPanelK : 0u;
+  const int dq_col0 = Cfg::dq_rows ? 0 : wg * DQ_N;
+  const uint32_t dq_b_off = uint32_t(dq_col0 / 64) * kPanelK + uint32_t(dq_col0 % 64) * 2;
 
   const bool varlen = a.shape.varlen();
   // LSE/Dsum staging (header): this thread's row of each step (or none), slot 0 for step 0 before the loop.
-  // OwnDq: each warpgroup stages every row into its own copy (bwd_ws_staging.hpp).
-  const int lse_row = OwnDq ? bwd_ws_lse_row_own<BM>(tid) : bwd_ws_lse_row<BM>(tid);
-  const uint32_t lse_copy = OwnDq ? uint32_t(wg) * (kBwdWsLseSlots * BM * 4) : 0u;
+  const int lse_row = bwd_ws_lse_row<BM>(tid);
   auto stage_lse_dsum = [&](int slot, BwdLseDsum v) {
-    sts_f32(base + Cfg::oL + lse_copy + uint32_t(slot * BM + lse_row) * 4, v.lse2);
-    sts_f32(base + Cfg::oDs + lse_copy + uint32_t(slot * BM + lse_row) * 4, v.dsum);
+    sts_f32(base + Cfg::oL + uint32_t(slot * BM + lse_row) * 4, v.lse2);
+    sts_f32(base + Cfg::oDs + uint32_t(slot * BM + lse_row) * 4, v.dsum);
   };
   if (nsteps > 0) {
     if (lse_row >= 0)
       stage_lse_dsum(bwd_ws_lse_slot(0), bwd_ws_load_lse_dsum(p, sr, walk0.h, walk0.m0, lse_row, nq, nk));
-    named_barrier(bar_ds, kBarDsThreads);
+    named_barrier(kBwdWsBarDs, Cfg::kConsumers);
     mbar_wait(bar_kv, 0);
     if (varlen && n0 + BN > nk) {  // the next sequence's keys: zero (dQ = dS K would carry 0 * their values)
       bwd_ws_zero_rows<BN, D>(base + Cfg::oK, nk - n0, tid);
@@ -359,10 +304,9 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM, OwnDq>::NT, 1)
       named_barrier(kBwdWsBarTail, Cfg::kConsumers);
     }
     const uint32_t sb = opaque_u32(base);
-    const uint32_t sK = sb + Cfg::oK, sV = sb + Cfg::oV;
-    const uint32_t sdS = sb + Cfg::odS + (OwnDq ? 0u : uint32_t(sidx & 1) * Cfg::ds_bytes);
+    const uint32_t sK = sb + Cfg::oK, sV = sb + Cfg::oV, sdS = sb + Cfg::odS + uint32_t(sidx & 1) * Cfg::ds_bytes;
     const uint32_t sQ = sb + Cfg::oQ + st * Cfg::q_bytes, sdO = sb + Cfg::odO + st * Cfg::q_bytes;
-    const uint32_t lslot = lse_copy + uint32_t(bwd_ws_lse_slot(sidx)) * (BM * 4);  // this step's LSE/Dsum slot
+    const uint32_t lslot = uint32_t(bwd_ws_lse_slot(sidx)) * (BM * 4);  // this step's LSE/Dsum slot
     const uint32_t sLq = sb + Cfg::oL + lslot + t4 * 8;   // LSE of this thread's columns 2*t4, +1
     const uint32_t sDq = sb + Cfg::oDs + lslot + t4 * 8;  // Dsum of the same
 
@@ -439,23 +383,15 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM, OwnDq>::NT, 1)
     wgmma_commit();
     stage_next_lse_dsum();
 
-    // Both warpgroups' (OwnDq: this warpgroup's) dS^T stores visible to the async proxy before dQ reads them; the
-    // next step's LSE/Dsum stores before its reads (bar.sync orders the generic proxy).
+    // Both warpgroups' dS^T stores visible to the async proxy before either's dQ reads them; the next step's
+    // LSE/Dsum stores before its reads (bar.sync orders the generic proxy).
     fence_proxy_async();
-    named_barrier(bar_ds, kBarDsThreads);
-    if constexpr (OwnDq) {
-      // dV/dK done before dQ is issued: P^T/dS^T's 32 A-fragment registers die, so dQ's 64 accumulators fit beside
-      // dK/dV's 128 (live together, ptxas serialized every wgmma: C7512). The other warpgroup, no longer in lock
-      // step, keeps the tensor cores busy meanwhile.
-      wgmma_wait<0>();
-      wgmma_fence_regs<D / 2>(dv);
-      wgmma_fence_regs<D / 2>(dk);
-    }
+    named_barrier(kBwdWsBarDs, Cfg::kConsumers);
 
     float dq[DQ_N / 2];
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kDqKSteps; ++kk)
+    for (int kk = 0; kk < BN / 16; ++kk)
       Wgmma<T, DQ_N>::template ss<1, 1>(dq, smem_desc(sdS + dq_a_off + kk * 2048, kPanelK, 1024),
                                         smem_desc(sK + dq_b_off + kk * 2048, kPanelK, 1024), kk > 0);
     wgmma_commit();
@@ -463,34 +399,23 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM, OwnDq>::NT, 1)
     wgmma_fence_regs<D / 2>(dv);
     wgmma_fence_regs<D / 2>(dk);
     wgmma_fence_regs<DQ_N / 2>(dq);
-    // OwnDq: every warp's part of this dQ has read the single dS^T buffer before any warp of the warpgroup stores
-    // the next step's (a bar.sync the four warps, done with the same wgmma, pass together).
-    if constexpr (OwnDq) named_barrier(bar_ds, kBarDsThreads);
     __syncwarp();
     if (lane == 0) mbar_arrive(bar_empty(st));
 
     if constexpr (kBwdWsDqBulk) {
       // dQ into the tile buffer once the writer's bulk copies have read the previous step's (phase sidx-1 of
       // dq_empty), then visible to the bulk copies (async proxy) and announced, one arrival per warp.
-      if (sidx > 0) {
-        if constexpr (OwnDq) named_barrier(kBwdWsBarDqEmpty + wg, 128 + 32);
-        else mbar_wait(bar_dq_empty, uint32_t(sidx - 1) & 1u);
-      }
+      if (sidx > 0) mbar_wait(bar_dq_empty, uint32_t(sidx - 1) & 1u);
       const int row0 = (Cfg::dq_rows ? wg * 64 : 0) + wq * 16 + g;
-      const uint32_t sdQ = sb + Cfg::odQ + (OwnDq ? uint32_t(wg) * Cfg::dq_bytes : 0u) + uint32_t(row0) * Cfg::dq_pitch +
-                           uint32_t(dq_col0 + 2 * t4) * 4;
+      const uint32_t sdQ = sb + Cfg::odQ + uint32_t(row0) * Cfg::dq_pitch + uint32_t(dq_col0 + 2 * t4) * 4;
 #pragma unroll
       for (int c = 0; c < DQ_N / 8; ++c) {
         sts_f32x2(sdQ + c * 32, dq[4 * c], dq[4 * c + 1]);
         sts_f32x2(sdQ + 8 * Cfg::dq_pitch + c * 32, dq[4 * c + 2], dq[4 * c + 3]);
       }
-      if constexpr (OwnDq) {
-        named_barrier_arrive(kBwdWsBarDqFull, Cfg::kConsumers + Cfg::NT - Cfg::kDqWarp * 32);  // the dQ warps sum
-      } else {
-        fence_proxy_async();
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bar_dq_full);
-      }
+      fence_proxy_async();
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar_dq_full);
     } else {
       // v6's dQ atomics, 16 bytes each: lanes t4 and t4^1 swap halves (flash_bwd_sm90.cuh).
       const int odd = t4 & 1;
@@ -569,45 +494,37 @@ inline void sm90_bwd_ws_note_fallback(const char* why) {
   if (!said.exchange(true)) std::fprintf(stderr, "flashkit: warp-specialized Hopper backward not used: %s\n", why);
 }
 
-// One variant of the kernel (OwnDq: v25) at the tile of sm90_bwd_ws_tile(D).
-template <typename T, int D, bool OwnDq>
-bool launch_flash_bwd_sm90_ws_variant(const BwdParams& p, cudaStream_t stream) {
-  constexpr Sm90BwdTile tile = sm90_bwd_ws_tile(D);
-  constexpr int BM = tile.bm;
-  using Cfg = Sm90BwdWsCfg<D, BM, OwnDq>;
-  static_assert(tile.bn() == Cfg::BN, "tiles.hpp and the kernel agree on the key tile");
-  auto kern = flash_bwd_sm90_ws_kernel<T, D, BM, OwnDq>;
-  const auto& sh = p.g.fwd.shape;
-  if (!sm90_kernel_usable(kern) || sh.seqlen_k <= 0 || sh.seqlen_q <= 0) return false;
-  // setmaxnreg needs the launch's register count (kernel_has_regs, launch.hpp).
-  const bool regs_ok = kernel_has_regs(kern, Cfg::kLaunchRegs);
-  if (!regs_ok) {
-    sm90_bwd_ws_note_fallback("the kernel was not built with 168 registers per thread (setmaxnreg budget)");
-    return false;
-  }
-  CUtensorMap tq, tdo, tk, tv;
-  if (!encode_bwd_tmaps<T>(p, BM, Cfg::BN, &tq, &tdo, &tk, &tv)) {
-    sm90_bwd_ws_note_fallback("no TMA map for Q/dO/K/V (alignment, strides, or the driver refused it)");
-    return false;
-  }
-  set_max_dynamic_smem(kern, Cfg::smem, "cudaFuncSetAttribute(flash backward sm90 ws)");
-  const int64_t nblocks = (sh.max_seqlen_k + Cfg::BN - 1) / Cfg::BN;
-  if (nblocks == 0) return true;
-  dim3 grid(unsigned(nblocks), unsigned(sh.kv_heads), unsigned(sh.batch));
-  kern<<<grid, Cfg::NT, Cfg::smem, stream>>>(p, tq, tdo, tk, tv);
-  check_cuda(cudaGetLastError(), "flash backward (sm90 ws) launch");
-  return true;
-}
-
-// p.bwd_ws_own_dq picks v25 (per-warpgroup dQ) at d128; d64's tile (BM 128) has only v22.
 template <typename T, int D>
 bool launch_flash_bwd_sm90_ws(const BwdParams& p, cudaStream_t stream) {
-  if constexpr (D == 128 && sm90_bwd_ws_tile(D).bm == 64 && kBwdWsDqBulk) {
-    if (p.bwd_ws_own_dq) return launch_flash_bwd_sm90_ws_variant<T, D, true>(p, stream);
+  if constexpr (D == 64 || D == 128) {
+    constexpr Sm90BwdTile tile = sm90_bwd_ws_tile(D);
+    constexpr int BM = tile.bm;
+    using Cfg = Sm90BwdWsCfg<D, BM>;
+    static_assert(tile.bn() == Cfg::BN, "tiles.hpp and the kernel agree on the key tile");
+    auto kern = flash_bwd_sm90_ws_kernel<T, D, BM>;
+    const auto& sh = p.g.fwd.shape;
+    if (!sm90_kernel_usable(kern) || sh.seqlen_k <= 0 || sh.seqlen_q <= 0) return false;
+    // setmaxnreg needs the launch's register count (kernel_has_regs, launch.hpp).
+    if (!kernel_has_regs(kern, Cfg::kLaunchRegs)) {
+      sm90_bwd_ws_note_fallback("the kernel was not built with 168 registers per thread (setmaxnreg budget)");
+      return false;
+    }
+    CUtensorMap tq, tdo, tk, tv;
+    if (!encode_bwd_tmaps<T>(p, BM, Cfg::BN, &tq, &tdo, &tk, &tv)) {
+      sm90_bwd_ws_note_fallback("no TMA map for Q/dO/K/V (alignment, strides, or the driver refused it)");
+      return false;
+    }
+    set_max_dynamic_smem(kern, Cfg::smem, "cudaFuncSetAttribute(flash backward sm90 ws)");
+    const int64_t nblocks = (sh.max_seqlen_k + Cfg::BN - 1) / Cfg::BN;
+    if (nblocks == 0) return true;
+    dim3 grid(unsigned(nblocks), unsigned(sh.kv_heads), unsigned(sh.batch));
+    kern<<<grid, Cfg::NT, Cfg::smem, stream>>>(p, tq, tdo, tk, tv);
+    check_cuda(cudaGetLastError(), "flash backward (sm90 ws) launch");
+    return true;
+  } else {
+    (void)p, (void)stream;
+    return false;
   }
-  if constexpr (D == 64 || D == 128) return launch_flash_bwd_sm90_ws_variant<T, D, false>(p, stream);
-  (void)p, (void)stream;
-  return false;
 }
 
 }  // namespace flashkit::cuda
