@@ -48,10 +48,10 @@ struct Tuning {
   int sm90_ws_persist = -1;         // FLASHKIT_SM90_WS_PERSIST: -1 the choice's; 0 one ws CTA per tile; N > 0 a
                                     // persistent ws grid of at most N CTAs (and at most one per SM)
   int sm90_ws_overlap = -1;         // FLASHKIT_SM90_WS_OVERLAP=auto|0|1|2: the persistent ws grid writes a tile's
-                                    // O under the next tile's first product (v23) -- auto (-1): causal up to 2k
-                                    // query rows, where it won (+9% at 512, level at 1-2k; -2% at 4k, to -9%
-                                    // non-causal 4k: run s15-3); 1 wherever the grid is persistent; 0 never (v19);
-                                    // 2 as 1 with O written by TMA stores from one thread (v23b, not measured yet)
+                                    // O under the next tile's first product (v23), with 2 by TMA stores from one
+                                    // thread (v23b) -- auto (-1): 2 up to 2k query rows, where it measured +1-4%
+                                    // (run s15-5), v19's order (0) beyond (-3% to -9% from 4k); 1 and 2 force it
+                                    // wherever the grid is persistent
   int sm90_bwd_config = 0;          // FLASHKIT_SM90_BWD_CFG=1: the BM 64 Hopper backward at d64
   int sm90_bwd_ws = -1;             // FLASHKIT_SM90_BWD_WS=auto|0|1: the warp-specialized Hopper backward (v22;
                                     // d256: v24) at d128 and d256 (-1, auto; v6 at d64), 0 nowhere (the cp.async

@@ -98,9 +98,11 @@ FwdChoice choose_fwd(const kernels::AttentionShape& sh, const kernels::Attention
       c.pingpong = t.sm90_ws_pingpong;
       c.persist_ctas = ws_persist_ctas(sh, dev, t, D, c.pingpong, c.tile_n, causal);
       // v23's epilogue order: measured level or ahead only on causal grids up to 2k query rows (run s15-3).
-      c.overlap_epilogue = c.persist_ctas > 0 && (t.sm90_ws_overlap > 0 || (t.sm90_ws_overlap < 0 && causal && sq <= 2048));
-      // v23b's TMA store of O: only when asked for (sm90_ws_overlap = 2) until an H200 run measures it.
-      c.tma_store_o = c.overlap_epilogue && t.sm90_ws_overlap == 2;
+      // v23's epilogue order with v23b's TMA store of O: automatic up to 2k query rows, where both runs measured it
+      // level or ahead (s15-5: +1-4% at d128 512-2k); from 4k it lost (-3% to -9%), so v19's order stays there.
+      const bool auto_short = t.sm90_ws_overlap < 0 && sq <= 2048;
+      c.overlap_epilogue = c.persist_ctas > 0 && (t.sm90_ws_overlap > 0 || auto_short);
+      c.tma_store_o = c.overlap_epilogue && (t.sm90_ws_overlap == 2 || auto_short);
       return c;
     }
     // Configurations of the cp.async kernel (v5/v6): short sequences want several small CTAs per SM (their

@@ -208,8 +208,8 @@ TEST(CudaChoice, WsPersistentGrid) {
   t.sm90_ws_persist = 3;
   c = fwd("d128 512, persist 3", shape(1, 16, 16, 128, 512, 512), h200(), t);
   EXPECT_EQ(c.persist_ctas, 3);
-  EXPECT_EQ(flashkit::kernel_name(c, DType::f16), "cuda.flash.fwd.sm90ws.f16.d128.persistent3.serialepi");
-  EXPECT_FALSE(c.overlap_epilogue);  // non-causal: v19's epilogue order by default (WsOverlapEpilogue)
+  EXPECT_EQ(flashkit::kernel_name(c, DType::f16), "cuda.flash.fwd.sm90ws.f16.d128.persistent3.tmastore");
+  EXPECT_TRUE(c.overlap_epilogue);  // 512 query rows: v23b's epilogue by default (WsOverlapEpilogue)
   t.sm90_ws_persist = 100000;
   EXPECT_EQ(fwd("d128 512, persist any", shape(1, 16, 16, 128, 512, 512), h200(), t).persist_ctas, 64);
   EXPECT_EQ(fwd("d128 4096, persist any", shape(1, 16, 16, 128, 4096, 4096), h200(), t).persist_ctas, 132);
@@ -219,68 +219,60 @@ TEST(CudaChoice, WsPersistentGrid) {
   EXPECT_EQ(fwd("d64 1024, cfg 3, persist any", shape(1, 16, 16, 64, 1024, 1024), h200(), t).persist_ctas, 128);
 }
 
-// The persistent grid's epilogue order (v23): by default under the next tile's first product on causal grids up to
-// 2k query rows (where run s15-3 measured it level or ahead), v19's order elsewhere; forced either way by
-// Tuning::sm90_ws_overlap; nothing to choose without the persistent grid.
+// The persistent grid's epilogue (v23, v23b): by default under the next tile's first product with O written by TMA
+// stores up to 2k query rows (causal or not; where run s15-5 measured it level or ahead), v19's order beyond;
+// forced either way by Tuning::sm90_ws_overlap (1: v23 without the TMA store, 2: with it); nothing to choose
+// without the persistent grid.
 TEST(CudaChoice, WsOverlapEpilogue) {
   FwdChoice c = fwd("d128 causal 1024", shape(16, 16, 16, 128, 1024, 1024), h200(), Tuning{}, causal_mask());
   EXPECT_EQ(c.persist_ctas, 132);
   EXPECT_TRUE(c.overlap_epilogue);
-  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128.persistent132");
+  EXPECT_TRUE(c.tma_store_o);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128.persistent132.tmastore");
+  c = fwd("d128 1024", shape(16, 16, 16, 128, 1024, 1024), h200());
+  EXPECT_EQ(c.persist_ctas, 132);
+  EXPECT_TRUE(c.overlap_epilogue);
+  EXPECT_TRUE(c.tma_store_o);
   c = fwd("d128 causal 4096", shape(4, 16, 16, 128, 4096, 4096), h200(), Tuning{}, causal_mask());
   EXPECT_EQ(c.persist_ctas, 132);
   EXPECT_FALSE(c.overlap_epilogue);
-  c = fwd("d128 1024", shape(16, 16, 16, 128, 1024, 1024), h200());
-  EXPECT_EQ(c.persist_ctas, 132);
-  EXPECT_FALSE(c.overlap_epilogue);
+  EXPECT_FALSE(c.tma_store_o);
   EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128.persistent132.serialepi");
   Tuning t;
   t.sm90_ws_overlap = 1;
-  c = fwd("d128 1024, overlap forced", shape(16, 16, 16, 128, 1024, 1024), h200(), t);
-  EXPECT_EQ(c.persist_ctas, 132);
+  c = fwd("d128 causal 4096, overlap forced", shape(4, 16, 16, 128, 4096, 4096), h200(), t, causal_mask());
   EXPECT_TRUE(c.overlap_epilogue);
+  EXPECT_FALSE(c.tma_store_o);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128.persistent132");
   t.sm90_ws_overlap = 0;
   c = fwd("d128 causal 1024, serial epilogue", shape(16, 16, 16, 128, 1024, 1024), h200(), t, causal_mask());
   EXPECT_EQ(c.persist_ctas, 132);
   EXPECT_FALSE(c.overlap_epilogue);
+  EXPECT_FALSE(c.tma_store_o);
   EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128.persistent132.serialepi");
   // One CTA per tile (no next tile to overlap), whatever the setting.
-  for (int on : {-1, 0, 1}) {
+  for (int on : {-1, 0, 1, 2}) {
     t.sm90_ws_overlap = on;
     c = fwd("d128 causal 512 (64 tiles)", shape(1, 16, 16, 128, 512, 512), h200(), t, causal_mask());
     EXPECT_EQ(c.persist_ctas, 0);
     EXPECT_FALSE(c.overlap_epilogue);
+    EXPECT_FALSE(c.tma_store_o);
     EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128");
   }
 }
 
-// v23b's TMA store of O: only with sm90_ws_overlap = 2 and only where the epilogue overlap runs (the persistent
-// grid); its kernel name says so. Auto, 0 and 1 never choose it.
+// v23b's TMA store of O forced (sm90_ws_overlap = 2): wherever the grid is persistent, never elsewhere.
 TEST(CudaChoice, WsTmaStoreO) {
   Tuning t;
   t.sm90_ws_overlap = 2;
-  FwdChoice c = fwd("d128 1024, TMA store", shape(16, 16, 16, 128, 1024, 1024), h200(), t);
+  FwdChoice c = fwd("d128 causal 4096, TMA store", shape(4, 16, 16, 128, 4096, 4096), h200(), t, causal_mask());
   EXPECT_EQ(c.persist_ctas, 132);
   EXPECT_TRUE(c.overlap_epilogue);
   EXPECT_TRUE(c.tma_store_o);
   EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128.persistent132.tmastore");
-  c = fwd("d128 causal 4096, TMA store", shape(4, 16, 16, 128, 4096, 4096), h200(), t, causal_mask());
-  EXPECT_TRUE(c.overlap_epilogue);
-  EXPECT_TRUE(c.tma_store_o);
-  // One CTA per tile: no epilogue overlap, no TMA store.
-  c = fwd("d128 causal 512 (64 tiles), TMA store", shape(1, 16, 16, 128, 512, 512), h200(), t, causal_mask());
-  EXPECT_EQ(c.persist_ctas, 0);
-  EXPECT_FALSE(c.tma_store_o);
-  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128");
   // d256 has no persistent grid; the cp.async kernel (d64 short) none either.
   EXPECT_FALSE(fwd("d256 4096, TMA store", shape(4, 16, 16, 256, 4096, 4096), h200(), t).tma_store_o);
   EXPECT_FALSE(fwd("d64 1024 (cp.async), TMA store", shape(16, 16, 16, 64, 1024, 1024), h200(), t).tma_store_o);
-  for (int v : {-1, 0, 1}) {
-    t.sm90_ws_overlap = v;
-    c = fwd("d128 causal 1024", shape(16, 16, 16, 128, 1024, 1024), h200(), t, causal_mask());
-    EXPECT_EQ(c.persist_ctas, 132);
-    EXPECT_FALSE(c.tma_store_o) << v;
-  }
 }
 
 // FLASHKIT_SM90_WS_OVERLAP through tuning_from_env(): auto by default, auto/0/1/2 (and off/on), and an unparsable value
