@@ -41,6 +41,7 @@
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_bwd_sm90.cuh"
 #include "kernels/cuda/flash_common.cuh"
+#include "kernels/cuda/tma.cuh"
 #include "kernels/cuda/launch.hpp"
 #include "kernels/cuda/tiles.hpp"
 #include "kernels/cuda/tma.cuh"
@@ -453,25 +454,6 @@ __global__ void __launch_bounds__(Sm90BwdWsCfg<D, BM>::NT, 1)
 #else
   __trap();
 #endif
-}
-
-// TMA map of a [batch slots, seq, heads, head_dim] operand as 4-D (head_dim innermost; varlen: one slot holding the
-// packed sequences), box 64 columns x `rows` rows: one panel of the kernel's layout. Columns past head_dim and rows
-// past the tensor's end read as zero. A size-1 dimension's stride is never used; it gets a valid dummy.
-template <typename T>
-bool encode_rows_tmap(CUtensorMap* map, const kernels::AttnOperand& t, int64_t slots, int64_t seqlen, int64_t heads,
-                      int64_t head_dim, int rows) {
-  if (seqlen <= 0 || seqlen > (int64_t(1) << 30)) return false;  // non-empty; int32 tile coordinates
-  const cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(seqlen), cuuint64_t(heads), cuuint64_t(slots)};
-  const int64_t es[3] = {t.stride_s, t.stride_h, t.stride_b};
-  cuuint64_t strides[3];
-  for (int i = 0; i < 3; ++i) {
-    if (dims[i + 1] == 1) strides[i] = (cuuint64_t(head_dim) * 2 + 15) / 16 * 16;
-    else if (es[i] <= 0) return false;
-    else strides[i] = cuuint64_t(es[i]) * 2;
-  }
-  const cuuint32_t box[4] = {64, cuuint32_t(rows), 1, 1};
-  return encode_tmap_4d(map, std::is_same_v<T, __nv_bfloat16>, t.data, dims, strides, box);
 }
 
 // The backward's four maps: Q and dO in boxes of `bm` rows, K and V in boxes of `bn` rows.

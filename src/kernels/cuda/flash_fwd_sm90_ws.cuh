@@ -547,44 +547,16 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
 #endif
 }
 
-// TMA map of a K or V operand [batch slots, seq, kv_heads, head_dim] as 4-D (head_dim innermost, then seq, kv
-// heads, batch slot; varlen: one slot holding the packed sequences) with a box of one panel: 64 columns x BN keys.
-// Columns past head_dim and rows past the tensor's end read as zero. A size-1 dimension's stride is never used;
-// it gets a valid dummy so that views with any stride there still qualify.
+// TMA maps (encode_rows_tmap, tma.cuh) of K or V with a box of one panel, 64 columns x BN keys, ...
 template <typename T>
 bool encode_kv_tmap(CUtensorMap* map, const kernels::AttnOperand& t, const kernels::AttentionShape& sh, int bn) {
-  const int64_t slots = sh.varlen() ? 1 : sh.batch;
-  if (sh.seqlen_k <= 0 || sh.seqlen_k > (int64_t(1) << 30)) return false;  // non-empty; int32 tile coordinates
-  const cuuint64_t dims[4] = {cuuint64_t(sh.head_dim), cuuint64_t(sh.seqlen_k), cuuint64_t(sh.kv_heads),
-                              cuuint64_t(slots)};
-  const int64_t es[3] = {t.stride_s, t.stride_h, t.stride_b};
-  cuuint64_t strides[3];
-  for (int i = 0; i < 3; ++i) {
-    if (dims[i + 1] == 1) strides[i] = (cuuint64_t(sh.head_dim) * 2 + 15) / 16 * 16;
-    else if (es[i] <= 0) return false;
-    else strides[i] = cuuint64_t(es[i]) * 2;
-  }
-  const cuuint32_t box[4] = {64, cuuint32_t(bn), 1, 1};
-  return encode_tmap_4d(map, std::is_same_v<T, __nv_bfloat16>, t.data, dims, strides, box);
+  return encode_rows_tmap<T>(map, t, sh.varlen() ? 1 : sh.batch, sh.seqlen_k, sh.kv_heads, sh.head_dim, bn);
 }
 
-// TMA map of O [batch slots, seq, heads, head_dim] (varlen: one slot of the packed sequences) for the store of
-// whole 64-row blocks of one head (box: 64 columns x 64 rows). Columns past head_dim are not written.
+// ... and of O for the store of whole 64-row blocks of one head (box: 64 columns x 64 rows).
 template <typename T>
 bool encode_o_tmap(CUtensorMap* map, const kernels::AttnOperand& t, const kernels::AttentionShape& sh) {
-  const int64_t slots = sh.varlen() ? 1 : sh.batch;
-  if (sh.seqlen_q <= 0 || sh.seqlen_q > (int64_t(1) << 30)) return false;  // int32 row coordinates
-  const cuuint64_t dims[4] = {cuuint64_t(sh.head_dim), cuuint64_t(sh.seqlen_q), cuuint64_t(sh.heads),
-                              cuuint64_t(slots)};
-  const int64_t es[3] = {t.stride_s, t.stride_h, t.stride_b};
-  cuuint64_t strides[3];
-  for (int i = 0; i < 3; ++i) {
-    if (dims[i + 1] == 1) strides[i] = (cuuint64_t(sh.head_dim) * 2 + 15) / 16 * 16;
-    else if (es[i] <= 0) return false;
-    else strides[i] = cuuint64_t(es[i]) * 2;
-  }
-  const cuuint32_t box[4] = {64, 64, 1, 1};
-  return encode_tmap_4d(map, std::is_same_v<T, __nv_bfloat16>, t.data, dims, strides, box);
+  return encode_rows_tmap<T>(map, t, sh.varlen() ? 1 : sh.batch, sh.seqlen_q, sh.heads, sh.head_dim, 64);
 }
 
 // A call the kernel could have run but for TMA or the register count: said once on stderr, since the caller falls

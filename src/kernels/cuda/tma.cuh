@@ -13,6 +13,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
+
+#include "kernels/attention_args.hpp"
 
 #include "kernels/cuda/wgmma.cuh"
 
@@ -149,6 +152,26 @@ inline bool encode_tmap_4d(CUtensorMap* map, bool bf16, const void* base, const 
                 const_cast<void*>(base), dims, stride_bytes, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Host: the TMA map of an attention operand [batch slots, seq, heads, head_dim] as 4-D (head_dim innermost; varlen:
+// one slot holding the packed sequences), box 64 columns x `rows` rows: one panel of the kernels' layout (Q/dO, K/V,
+// O). Columns past head_dim and rows past the tensor's end read as zero (a store skips them). A size-1 dimension's
+// stride is never used; it gets a valid dummy so that views with any stride there still qualify.
+template <typename T>
+bool encode_rows_tmap(CUtensorMap* map, const kernels::AttnOperand& t, int64_t slots, int64_t seqlen, int64_t heads,
+                      int64_t head_dim, int rows) {
+  if (seqlen <= 0 || seqlen > (int64_t(1) << 30)) return false;  // non-empty; int32 tile coordinates
+  const cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(seqlen), cuuint64_t(heads), cuuint64_t(slots)};
+  const int64_t es[3] = {t.stride_s, t.stride_h, t.stride_b};
+  cuuint64_t strides[3];
+  for (int i = 0; i < 3; ++i) {
+    if (dims[i + 1] == 1) strides[i] = (cuuint64_t(head_dim) * 2 + 15) / 16 * 16;
+    else if (es[i] <= 0) return false;
+    else strides[i] = cuuint64_t(es[i]) * 2;
+  }
+  const cuuint32_t box[4] = {64, cuuint32_t(rows), 1, 1};
+  return encode_tmap_4d(map, std::is_same_v<T, __nv_bfloat16>, t.data, dims, strides, box);
 }
 
 }  // namespace flashkit::cuda
