@@ -97,7 +97,6 @@ FwdChoice choose_fwd(const kernels::AttentionShape& sh, const kernels::Attention
       c.tile_m = w.bm, c.tile_n = w.bn, c.stages = w.stages;
       c.pingpong = t.sm90_ws_pingpong;
       c.persist_ctas = ws_persist_ctas(sh, dev, t, D, c.pingpong, c.tile_n, causal);
-      // v23's epilogue order: measured level or ahead only on causal grids up to 2k query rows (run s15-3).
       // v23's epilogue order with v23b's TMA store of O: automatic up to 2k query rows, where both runs measured it
       // level or ahead (s15-5: +1-4% at d128 512-2k); from 4k it lost (-3% to -9%), so v19's order stays there.
       const bool auto_short = t.sm90_ws_overlap < 0 && sq <= 2048;
@@ -129,8 +128,8 @@ BwdChoice choose_bwd(const kernels::AttentionShape& sh, float softcap, const Dev
   // The warp-specialized backward (v22) with v6's default tiles: every mask, GQA and varlen, no softcap (its
   // instantiation would need v6's separate softcap loop; those calls and FLASHKIT_SM90_BWD_CFG=1 stay on v6). By
   // default at d128 only: there it beat v6 by 10-32%, at d64 it lost (0.83-0.87x; run s14-3, worklog v22).
-  // d256: its own warp-specialized kernel (v24, v16's tile; sm90_bwd_config does not apply there either), on by
-  // default until an H200 run says it loses to v16; softcap stays on v16.
+  // d256: its own warp-specialized kernel (v24, v16's tile; sm90_bwd_config does not apply there either): 1.03-1.11x
+  // v16 (run s15-3); softcap stays on v16.
   const bool ws_dim = t.sm90_bwd_ws > 0 ? (D == 64 || D == 128 || D == 256)
                                         : (t.sm90_bwd_ws < 0 && (D == 128 || D == 256));
   if (t.sm90 && dev.sm90a && allow_ws && ws_dim && softcap <= 0.f && (t.sm90_bwd_config == 0 || D == 256)) {
