@@ -571,11 +571,16 @@ template <typename T, int D, int BN, int STAGES, bool PINGPONG, bool PERSISTENT 
 bool launch_fwd_sm90_ws_cfg(const FwdParams& p, cudaStream_t stream) {
   using Cfg = Sm90WsCfg<D, BN, STAGES, PERSISTENT>;
   static_assert(Cfg::smem <= 227 * 1024, "shared memory per CTA exceeds the opt-in limit");
-  // O that TMA cannot describe (alignment, strides): the same kernel with its STG store (O is written either way).
+  // O that TMA cannot describe (alignment, strides): the same kernel with its STG store (O is written either way);
+  // said once, since the cost record still names the TMA store.
   CUtensorMap tmap_o{};
   if constexpr (TMA_O) {
-    if (!encode_o_tmap<T>(&tmap_o, p.a.o, p.a.shape))
+    if (!encode_o_tmap<T>(&tmap_o, p.a.o, p.a.shape)) {
+      static std::atomic<bool> said{false};
+      if (!said.exchange(true))
+        std::fprintf(stderr, "flashkit: Hopper forward: no TMA map for O, written without TMA stores\n");
       return launch_fwd_sm90_ws_cfg<T, D, BN, STAGES, PINGPONG, PERSISTENT, OVERLAP, false>(p, stream);
+    }
   }
   auto kern = flash_fwd_sm90_ws_kernel<T, D, BN, STAGES, PINGPONG, PERSISTENT, OVERLAP, TMA_O>;
   // No keys at all (every row's output is 0): no TMA map to build (K/V may be empty); the other kernel does it.
