@@ -115,6 +115,8 @@ const GemvCase kGemv[] = {
     {"gemma-3-270m", "lm_head", 262144, 640, false, 1}, {"llama-3.2-1b", "qkv", 3072, 2048, false, 1},
     {"llama-3.2-1b", "o", 2048, 2048, false, 0},     {"llama-3.2-1b", "gate_up", 8192, 2048, true, 1},
     {"llama-3.2-1b", "down", 2048, 8192, false, 0},  {"llama-3.2-1b", "lm_head", 128256, 2048, false, 1},
+    // mamba-2.8b's layer GEMVs (docs/worklog/mamba-decode-cuda.md: ~2.3 TB/s in ncu, serialized and cold)
+    {"mamba-2.8b", "in_proj", 10240, 2560, false, 1}, {"mamba-2.8b", "out_proj", 2560, 5120, false, 0},
 };
 
 std::string out_path() {
