@@ -4,8 +4,8 @@ and PyTorch SDPA's bf16 forward (cuDNN and flash backends), in one process: head
 CUDA-event timings after warm-up; the flashkit calls go through bench/cuda/fp8_shim.cpp (ctypes). Also: the V^T prep kernel alone (part of every fp8 call), and the fp8 output's
 accuracy against flashkit's bf16 output on the unquantized inputs (max abs and relative RMS).
 At d128 the kernel also runs with each share of its softmax's exp2 on the FMA pipe side by side (EMU_VALUES:
-Tuning::fp8_exp_emu, 0/2/3 eighths; docs/worklog/attention-fp8-cuda.md v3): columns [emu0 .. emu2 .. emu3 ..] in
-TFLOP/s, and each one's output against bf16 and against emu0's.
+Tuning::fp8_exp_emu, 0/1/2/3 eighths; docs/worklog/attention-fp8-cuda.md v3): columns [emu0 .. emu1 .. emu2 ..
+emu3 ..] in TFLOP/s, and each one's output against bf16 and against emu0's.
 
     python3 bench/cuda/bench_attention_fp8.py --shim build/libfk_fp8_shim.so --out DIR [--quick]
 Writes DIR/attention-fp8.json; prints one line per point.
@@ -46,7 +46,7 @@ def check(lib, rc):
 
 
 # Per head dim: the Tuning::fp8_exp_emu values timed side by side (d256 has only 0: not SFU-bound).
-EMU_VALUES = {128: [0, 2, 3]}
+EMU_VALUES = {128: [0, 1, 2, 3]}
 
 
 def quantize(lib, x):

@@ -47,7 +47,7 @@ int fkb_fp8_forward(void* q, void* k, void* v, void* o, void* lse, int64_t B, in
   });
 }
 
-// The same with the share of the softmax's exp2 on the FMA pipe chosen (Tuning::fp8_exp_emu: 0, 2 or 3 eighths;
+// The same with the share of the softmax's exp2 on the FMA pipe chosen (Tuning::fp8_exp_emu: 0, 1, 2 or 3 eighths;
 // -1 the automatic choice), so one process can time the values side by side; fkb_fp8_kernel() names the kernel the
 // last such call ran.
 int fkb_fp8_forward_emu(void* q, void* k, void* v, void* o, void* lse, int64_t B, int64_t Sq, int64_t Sk, int64_t H,

@@ -19,7 +19,7 @@ std::string fp8_cuda_unsupported_reason(const DeviceInfo& dev, int64_t head_dim)
 int fp8_exp_emu(int64_t head_dim, const Tuning& tuning) {
   if (head_dim != 128) return 0;
   const int knob = tuning.fp8_exp_emu;
-  return knob == 0 || knob == 2 || knob == 3 ? knob : kFp8ExpEmuAuto;
+  return knob >= 0 && knob <= 3 ? knob : kFp8ExpEmuAuto;
 }
 
 std::string fp8_kernel_name(int64_t head_dim, int emu) {

@@ -85,6 +85,7 @@ void cuda_attention_forward_fp8(const kernels::AttentionFp8Args& args, const Tun
   const int emu = fp8_exp_emu(sh.head_dim, tuning);
   const cuda::Fp8LaunchResult r =
       sh.head_dim == 256 ? cuda::launch_flash_fwd_fp8_sm90<256, 0>(p, vtp, pp, stream)
+      : emu == 1         ? cuda::launch_flash_fwd_fp8_sm90<128, 1>(p, vtp, pp, stream)
       : emu == 2         ? cuda::launch_flash_fwd_fp8_sm90<128, 2>(p, vtp, pp, stream)
       : emu == 3         ? cuda::launch_flash_fwd_fp8_sm90<128, 3>(p, vtp, pp, stream)
                          : cuda::launch_flash_fwd_fp8_sm90<128, 0>(p, vtp, pp, stream);

@@ -385,19 +385,19 @@ TEST(Fp8Choice, CudaNeedsSm90aAndAnInstantiatedHeadDim) {
   EXPECT_NE(fp8_cuda_unsupported_reason(dev, 96).find("supported: 128, 256"), std::string::npos);
 }
 
-// The choice of the exp2 emulation share: the knob at d128 within what is instantiated (0, 2, 3), automatic
+// The choice of the exp2 emulation share: the knob at d128 within what is instantiated (0 .. 3), automatic
 // kFp8ExpEmuAuto, and d256 always 0; the kernel name carries it.
 TEST(Fp8Choice, ExpEmulationFollowsTheKnobAtD128Only) {
   Tuning t;
   EXPECT_EQ(t.fp8_exp_emu, -1);
   EXPECT_EQ(fp8_exp_emu(128, t), kFp8ExpEmuAuto);
   EXPECT_EQ(kFp8ExpEmuAuto, 0);  // until the GPU run measures 2 and 3 (worklog v3)
-  for (int e : {0, 2, 3}) {
+  for (int e : {0, 1, 2, 3}) {
     t.fp8_exp_emu = e;
     EXPECT_EQ(fp8_exp_emu(128, t), e);
     EXPECT_EQ(fp8_exp_emu(256, t), 0);
   }
-  for (int e : {1, 4, 8, -2}) {  // not instantiated (a Tuning built in code): the automatic choice
+  for (int e : {4, 8, -2}) {  // not instantiated (a Tuning built in code): the automatic choice
     t.fp8_exp_emu = e;
     EXPECT_EQ(fp8_exp_emu(128, t), kFp8ExpEmuAuto) << e;
   }
@@ -420,20 +420,20 @@ struct ScopedEnv {
   }
 };
 
-// FLASHKIT_FP8_EXP_EMU through tuning_from_env(): auto|0|2|3; anything else warns once and keeps auto.
+// FLASHKIT_FP8_EXP_EMU through tuning_from_env(): auto|0|1|2|3; anything else warns once and keeps auto.
 TEST(Fp8Choice, ExpEmulationKnobFromTheEnvironment) {
-  const std::pair<const char*, int> ok[] = {{"auto", -1}, {"0", 0}, {"2", 2}, {"3", 3}};
+  const std::pair<const char*, int> ok[] = {{"auto", -1}, {"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}};
   for (const auto& [v, want] : ok) {
     ScopedEnv e("FLASHKIT_FP8_EXP_EMU", v);
     EXPECT_EQ(tuning_from_env().fp8_exp_emu, want) << v;
   }
   {
-    ScopedEnv e("FLASHKIT_FP8_EXP_EMU", "1");
+    ScopedEnv e("FLASHKIT_FP8_EXP_EMU", "4");
     testing::internal::CaptureStderr();
     EXPECT_EQ(tuning_from_env().fp8_exp_emu, -1);
     EXPECT_EQ(tuning_from_env().fp8_exp_emu, -1);
     const std::string err = testing::internal::GetCapturedStderr();
-    EXPECT_NE(err.find("ignoring FLASHKIT_FP8_EXP_EMU=1 (expected one of auto, 0, 2, 3)"), std::string::npos) << err;
+    EXPECT_NE(err.find("ignoring FLASHKIT_FP8_EXP_EMU=4 (expected one of auto, 0, 1, 2, 3)"), std::string::npos) << err;
     EXPECT_EQ(err.find("FLASHKIT_FP8_EXP_EMU", err.find("FLASHKIT_FP8_EXP_EMU") + 1), std::string::npos)
         << "warned twice: " << err;
   }
@@ -485,6 +485,7 @@ TEST(Fp8Exp2Emulation, EmulatedTilesAreEmuOfEveryEightSpreadOut) {
     }
   }
   for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(exp2_emulated_tile(i, 1), i == 7) << i;
     EXPECT_EQ(exp2_emulated_tile(i, 2), i == 3 || i == 7) << i;
     EXPECT_EQ(exp2_emulated_tile(i, 3), i == 2 || i == 5 || i == 7) << i;
   }

@@ -72,8 +72,8 @@ FK_EXP2_HD inline float exp2_poly3(float x) {
   return exp2_bits_float(exp2_float_bits(p) + (exp2_float_bits(t) << 23));
 }
 
-// Which n8 key tiles of the softmax's exp2 go to exp2_poly3 when EMU of every 8 do: spread out (EMU 2: tiles 3 and
-// 7; EMU 3: 2, 5 and 7 of each 8) so that MUFU and FMA work alternate in the unrolled loop.
+// Which n8 key tiles of the softmax's exp2 go to exp2_poly3 when EMU of every 8 do: spread out (EMU 1: tile 7; EMU 2:
+// 3 and 7; EMU 3: 2, 5 and 7 of each 8) so that MUFU and FMA work alternate in the unrolled loop.
 constexpr bool exp2_emulated_tile(int nt, int emu) {
   const int i = nt % 8;
   return (i + 1) * emu / 8 != i * emu / 8;

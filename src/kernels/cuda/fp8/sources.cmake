@@ -5,6 +5,7 @@
 set(FLASHKIT_FP8_CUDA_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/prep.cu
   ${CMAKE_CURRENT_LIST_DIR}/flash_fwd_fp8_sm90_d128.cu
+  ${CMAKE_CURRENT_LIST_DIR}/flash_fwd_fp8_sm90_d128_emu1.cu
   ${CMAKE_CURRENT_LIST_DIR}/flash_fwd_fp8_sm90_d128_emu2.cu
   ${CMAKE_CURRENT_LIST_DIR}/flash_fwd_fp8_sm90_d128_emu3.cu
   ${CMAKE_CURRENT_LIST_DIR}/flash_fwd_fp8_sm90_d256.cu
