@@ -441,7 +441,7 @@ TEST(Fp8Choice, ExpEmulationKnobFromTheEnvironment) {
 
 // exp2_poly3, the softmax's exp2 on the FMA pipe (the very function the fp8 kernel runs): relative error against
 // std::exp2 over a dense sweep of [-125, 0] (every f32 step near 0 and the integers, where the range reduction
-// switches), exactly 1 at 0, and tiny, finite, non-negative at -inf, -1e30 and NaN.
+// switches), exactly 1 at 0, and tiny, finite, non-negative at -inf, -1e30 and NaN (the header says why NaN).
 TEST(Fp8Exp2Emulation, Poly3MatchesExp2) {
   using flashkit::cuda::exp2_poly3;
   double worst = 0, worst_x = 0;

@@ -52,7 +52,10 @@ FK_EXP2_HD inline float exp2_bits_float(uint32_t u) {
 #endif
 }
 
-// 2^x for x <= 0 (and -inf; NaN gives 2^-125), relative error < 1e-4, exactly 1 at 0. On the device, 8 instructions
+// 2^x for x <= 0 (and -inf), relative error < 1e-4, exactly 1 at 0. NaN gives 2^-125, not NaN as MUFU's ex2: a NaN
+// score (a NaN byte in q or k: the CUDA path does not scan its inputs, attention_fp8.hpp) at an emulated position
+// weighs ~0 instead of poisoning its row. Keeping the NaN would cost an instruction: FMNMX.NAN alone is not enough,
+// the exponent add turns the device's NaN (0x7fffffff) into FLT_MAX, so 2^j would have to be a float multiply. On the device, 8 instructions
 // and none on MUFU: FMNMX (clamp), FADD.RP (x + magic, rounded up: j = ceil(x)), FADD (j as a float), FADD
 // (f = x - j in (-1, 0], exact), 3 FFMA (Horner), one integer LEA (bits + j << 23: the sum's mantissa shifted left
 // by 23 leaves exactly j << 23 in 32 bits). Tiny positive x (the softmax's fma against a rounded max) gives j = 1,
