@@ -3,9 +3,6 @@ and PyTorch SDPA's bf16 forward (cuDNN and flash backends), in one process: head
 1k/4k/16k at 32k tokens per batch, causal and not. FLOPs = 4*b*s^2*h*d (halved when causal). Times are medians of
 CUDA-event timings after warm-up; the flashkit calls go through bench/cuda/fp8_shim.cpp (ctypes). Also: the V^T prep kernel alone (part of every fp8 call), and the fp8 output's
 accuracy against flashkit's bf16 output on the unquantized inputs (max abs and relative RMS).
-At d128 the kernel also runs with each share of its softmax's exp2 on the FMA pipe side by side (EMU_VALUES:
-Tuning::fp8_exp_emu, 0/1/2/3 eighths; docs/worklog/attention-fp8-cuda.md v3): columns [emu0 .. emu1 .. emu2 ..
-emu3 ..] in TFLOP/s, and each one's output against bf16 and against emu0's.
 
     python3 bench/cuda/bench_attention_fp8.py --shim build/libfk_fp8_shim.so --out DIR [--quick]
 Writes DIR/attention-fp8.json; prints one line per point.
@@ -30,8 +27,6 @@ def load_shim(path):
     i64, f32, vp = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
     lib.fkb_error.restype = ctypes.c_char_p
     lib.fkb_fp8_forward.argtypes = [vp] * 5 + [i64] * 6 + [f32] * 3 + [ctypes.c_int]
-    lib.fkb_fp8_forward_emu.argtypes = [vp] * 5 + [i64] * 6 + [f32] * 3 + [ctypes.c_int] * 2
-    lib.fkb_fp8_kernel.restype = ctypes.c_char_p
     lib.fkb_bf16_forward.argtypes = [vp] * 5 + [i64] * 6 + [ctypes.c_int]
     lib.fkb_quantize_bf16.argtypes = [vp, i64, vp, ctypes.POINTER(f32)]
     lib.fkb_vt_bytes.argtypes = [i64] * 4
@@ -43,10 +38,6 @@ def load_shim(path):
 def check(lib, rc):
     if rc != 0:
         raise RuntimeError(lib.fkb_error().decode())
-
-
-# Per head dim: the Tuning::fp8_exp_emu values timed side by side (d256 has only 0: not SFU-bound).
-EMU_VALUES = {128: [0, 1, 2, 3]}
 
 
 def quantize(lib, x):
@@ -84,13 +75,6 @@ def main():
                     check(lib, lib.fkb_fp8_forward(q8.data_ptr(), k8.data_ptr(), v8.data_ptr(), o8.data_ptr(),
                                                    lse8.data_ptr(), b, s, s, h, h, d, qs, ks, vs, int(causal)))
 
-                def fp8_emu(emu):
-                    def f():
-                        check(lib, lib.fkb_fp8_forward_emu(q8.data_ptr(), k8.data_ptr(), v8.data_ptr(), o8.data_ptr(),
-                                                           lse8.data_ptr(), b, s, s, h, h, d, qs, ks, vs, int(causal),
-                                                           emu))
-                    return f
-
                 ob = torch.empty(b, s, h, d, device="cuda", dtype=torch.bfloat16)
                 lseb = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
 
@@ -113,15 +97,6 @@ def main():
                 r = {"head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h}
                 t = {"fp8": timeit(fp8, reps), "prep": timeit(prep, reps),
                      "flashkit_bf16": timeit(bf16, reps)}
-                emus = EMU_VALUES.get(d, [])
-                outs = {}
-                for e in emus:  # side by side; each one's output is checked against bf16 below
-                    name = "emu%d" % e
-                    t["fp8_" + name] = timeit(fp8_emu(e), reps)
-                    r["kernel_" + name] = lib.fkb_fp8_kernel().decode()
-                    fp8_emu(e)()
-                    torch.cuda.synchronize()
-                    outs[name] = o8.clone()
                 for name, be in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
                     try:
                         t[name] = timeit(sdpa(be), reps)
@@ -139,26 +114,15 @@ def main():
                 r["max_abs"] = diff.abs().max().item()
                 r["rel_rms"] = (diff.norm() / o_bf16.float().norm()).item()
                 r["finite"] = bool(torch.isfinite(o8).all().item())
-                for name, o_e in outs.items():  # the polynomial's 1e-4 against P's e4m3 rounding: ~1e-3 from emu0
-                    de = o_e.float() - o_bf16.float()
-                    r["rel_rms_" + name] = (de.norm() / o_bf16.float().norm()).item()
-                    r["finite_" + name] = bool(torch.isfinite(o_e).all().item())
-                    if name != "emu0" and "emu0" in outs:
-                        r[name + "_vs_emu0_rel_rms"] = ((o_e.float() - outs["emu0"].float()).norm() /
-                                                       outs["emu0"].float().norm()).item()
                 rows.append(r)
                 others = "  ".join("%s %.3f ms %.0f TFLOP/s" % (n, r[n + "_ms"], r[n + "_tflops"])
                                    for n in ("flashkit_bf16", "sdpa_cudnn", "sdpa_flash") if n + "_ms" in r)
-                cfgs = " [%s]" % "  ".join("emu%d %.0f" % (e, r["fp8_emu%d_tflops" % e]) for e in emus) if emus else ""
-                vs_emu0 = "".join("  emu%d vs emu0 rel_rms %.3g finite %s" % (e, r["emu%d_vs_emu0_rel_rms" % e],
-                                                                             r["finite_emu%d" % e])
-                                  for e in emus if e != 0)
-                print("fp8 d%d %s s=%d b=%d h=%d: fp8 %.3f ms %.0f TFLOP/s%s (prep %.3f ms, %.1f%%)  %s  | vs bf16: "
-                      "max_abs %.3g rel_rms %.3g finite %s%s" % (
-                          d, "causal" if causal else "full", s, b, h, r["fp8_ms"], r["fp8_tflops"], cfgs, r["prep_ms"],
-                          100 * r["prep_ms"] / r["fp8_ms"], others, r["max_abs"], r["rel_rms"], r["finite"], vs_emu0),
+                print("fp8 d%d %s s=%d b=%d h=%d: fp8 %.3f ms %.0f TFLOP/s (prep %.3f ms, %.1f%%)  %s  | vs bf16: "
+                      "max_abs %.3g rel_rms %.3g finite %s" % (
+                          d, "causal" if causal else "full", s, b, h, r["fp8_ms"], r["fp8_tflops"], r["prep_ms"],
+                          100 * r["prep_ms"] / r["fp8_ms"], others, r["max_abs"], r["rel_rms"], r["finite"]),
                       flush=True)
-                del q, k, v, q8, k8, v8, o8, lse8, vt, qt, kt, vt_, ob, lseb, o_bf16, diff, outs
+                del q, k, v, q8, k8, v8, o8, lse8, vt, qt, kt, vt_, ob, lseb, o_bf16, diff
                 torch.cuda.empty_cache()
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "attention-fp8.json"), "w") as f:

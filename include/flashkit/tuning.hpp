@@ -56,9 +56,6 @@ struct Tuning {
   int sm90_bwd_ws = -1;             // FLASHKIT_SM90_BWD_WS=auto|0|1: the warp-specialized Hopper backward (v22;
                                     // d256: v24) at d128 and d256 (-1, auto; v6 at d64), 0 nowhere (the cp.async
                                     // ones, v6 and v16), 1 at d64, d128 and d256 (A/B runs and tests)
-  int fp8_exp_emu = -1;             // FLASHKIT_FP8_EXP_EMU=auto|0|1|2|3: the fp8 forward's d128 kernel computes the
-                                    // exp2 of that many of every 8 key octets of unmasked tiles on the FMA pipe
-                                    // (v3, docs/worklog/attention-fp8-cuda.md); -1 (auto): fp8_exp_emu()'s choice
   int decode_max_splits = 0;        // FLASHKIT_DECODE_MAX_SPLITS (1..512); 0: the kernel's own cap
   DecodeCombine decode_combine = DecodeCombine::automatic;  // FLASHKIT_DECODE_COMBINE=auto|kernel|cluster
   bool decode_pdl = true;           // FLASHKIT_DECODE_PDL=0: no programmatic dependent launch (sm_90)

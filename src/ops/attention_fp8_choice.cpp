@@ -16,14 +16,4 @@ std::string fp8_cuda_unsupported_reason(const DeviceInfo& dev, int64_t head_dim)
          "(supported: " + dims + "; CPU tensors take any head_dim)";
 }
 
-int fp8_exp_emu(int64_t head_dim, const Tuning& tuning) {
-  if (head_dim != 128) return 0;
-  const int knob = tuning.fp8_exp_emu;
-  return knob >= 0 && knob <= 3 ? knob : kFp8ExpEmuAuto;
-}
-
-std::string fp8_kernel_name(int64_t head_dim, int emu) {
-  return "cuda.flash.fwd.sm90ws.e4m3.d" + std::to_string(head_dim) + ".emu" + std::to_string(emu);
-}
-
 }  // namespace flashkit

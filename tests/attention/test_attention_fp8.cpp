@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <random>
@@ -15,9 +14,7 @@
 #include "attention_fixture.hpp"
 #include "flashkit/attention_fp8.hpp"
 #include "flashkit/e4m3.hpp"
-#include "flashkit/tuning.hpp"
 #include "kernels/attention_fp8_args.hpp"
-#include "kernels/cuda/exp2_emulation.hpp"
 #include "kernels/cuda/fp8/fp8_layout.hpp"
 #include "ops/attention_fp8_choice.hpp"
 
@@ -383,112 +380,6 @@ TEST(Fp8Choice, CudaNeedsSm90aAndAnInstantiatedHeadDim) {
   EXPECT_EQ(fp8_cuda_unsupported_reason(dev, 256), "");
   EXPECT_NE(fp8_cuda_unsupported_reason(dev, 64).find("head_dim 64"), std::string::npos);
   EXPECT_NE(fp8_cuda_unsupported_reason(dev, 96).find("supported: 128, 256"), std::string::npos);
-}
-
-// The choice of the exp2 emulation share: the knob at d128 within what is instantiated (0 .. 3), automatic
-// kFp8ExpEmuAuto, and d256 always 0; the kernel name carries it.
-TEST(Fp8Choice, ExpEmulationFollowsTheKnobAtD128Only) {
-  Tuning t;
-  EXPECT_EQ(t.fp8_exp_emu, -1);
-  EXPECT_EQ(fp8_exp_emu(128, t), kFp8ExpEmuAuto);
-  EXPECT_EQ(kFp8ExpEmuAuto, 0);  // until the GPU run measures 2 and 3 (worklog v3)
-  for (int e : {0, 1, 2, 3}) {
-    t.fp8_exp_emu = e;
-    EXPECT_EQ(fp8_exp_emu(128, t), e);
-    EXPECT_EQ(fp8_exp_emu(256, t), 0);
-  }
-  for (int e : {4, 8, -2}) {  // not instantiated (a Tuning built in code): the automatic choice
-    t.fp8_exp_emu = e;
-    EXPECT_EQ(fp8_exp_emu(128, t), kFp8ExpEmuAuto) << e;
-  }
-  EXPECT_EQ(fp8_kernel_name(128, 2), "cuda.flash.fwd.sm90ws.e4m3.d128.emu2");
-  EXPECT_EQ(fp8_kernel_name(256, 0), "cuda.flash.fwd.sm90ws.e4m3.d256.emu0");
-}
-
-// Sets an environment variable for a scope (restoring what was there).
-struct ScopedEnv {
-  const char* name;
-  std::string old;
-  bool had;
-  ScopedEnv(const char* n, const char* v) : name(n), had(std::getenv(n) != nullptr) {
-    if (had) old = std::getenv(n);
-    ::setenv(n, v, 1);
-  }
-  ~ScopedEnv() {
-    if (had) ::setenv(name, old.c_str(), 1);
-    else ::unsetenv(name);
-  }
-};
-
-// FLASHKIT_FP8_EXP_EMU through tuning_from_env(): auto|0|1|2|3; anything else warns once and keeps auto.
-TEST(Fp8Choice, ExpEmulationKnobFromTheEnvironment) {
-  const std::pair<const char*, int> ok[] = {{"auto", -1}, {"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}};
-  for (const auto& [v, want] : ok) {
-    ScopedEnv e("FLASHKIT_FP8_EXP_EMU", v);
-    EXPECT_EQ(tuning_from_env().fp8_exp_emu, want) << v;
-  }
-  {
-    ScopedEnv e("FLASHKIT_FP8_EXP_EMU", "4");
-    testing::internal::CaptureStderr();
-    EXPECT_EQ(tuning_from_env().fp8_exp_emu, -1);
-    EXPECT_EQ(tuning_from_env().fp8_exp_emu, -1);
-    const std::string err = testing::internal::GetCapturedStderr();
-    EXPECT_NE(err.find("ignoring FLASHKIT_FP8_EXP_EMU=4 (expected one of auto, 0, 1, 2, 3)"), std::string::npos) << err;
-    EXPECT_EQ(err.find("FLASHKIT_FP8_EXP_EMU", err.find("FLASHKIT_FP8_EXP_EMU") + 1), std::string::npos)
-        << "warned twice: " << err;
-  }
-}
-
-// exp2_poly3, the softmax's exp2 on the FMA pipe (the very function the fp8 kernel runs): relative error against
-// std::exp2 over a dense sweep of [-125, 0] (every f32 step near 0 and the integers, where the range reduction
-// switches), exactly 1 at 0, and tiny, finite, non-negative at -inf, -1e30 and NaN (the header says why NaN).
-TEST(Fp8Exp2Emulation, Poly3MatchesExp2) {
-  using flashkit::cuda::exp2_poly3;
-  double worst = 0, worst_x = 0;
-  auto check = [&](float x) {
-    const double want = std::exp2(double(x)), got = double(exp2_poly3(x));
-    const double rel = std::fabs(got / want - 1.0);
-    if (rel > worst) worst = rel, worst_x = x;
-  };
-  for (int i = 0; i <= 2'000'000; ++i) check(float(-125.0 * i / 2'000'000));
-  for (int j = 0; j >= -125; --j)  // around each integer, where j = ceil(x) steps and f jumps from -1 to 0
-    for (float x : {float(j), std::nextafter(float(j), -1e9f), std::nextafter(float(j), 1e9f), float(j) - 0.5f})
-      if (x <= 0 && x >= -125) check(x);
-  float x = 0;
-  for (int i = 0; i < 100000; ++i) check(x = std::nextafter(x, -1.f));  // the smallest |x| (f near 0 and -1)
-  EXPECT_LT(worst, 2e-4) << "at x = " << worst_x;
-  EXPECT_LT(worst, 1e-4) << "the fit's own bound is 9e-5; at x = " << worst_x;
-  EXPECT_EQ(exp2_poly3(0.0f), 1.0f);
-  EXPECT_EQ(exp2_poly3(-0.0f), 1.0f);
-  EXPECT_EQ(exp2_poly3(-1.0f), 0.5f);
-  for (float tiny : {-INFINITY, -1e30f, -126.f, -1000.f, std::numeric_limits<float>::quiet_NaN()}) {
-    const float y = exp2_poly3(tiny);
-    EXPECT_TRUE(std::isfinite(y)) << tiny;
-    EXPECT_GE(y, 0.f) << tiny;
-    EXPECT_LE(y, std::ldexp(1.f, -124)) << tiny;
-  }
-  // Slightly positive x (the softmax's fma against a rounded row max): still close to 1.
-  EXPECT_NEAR(exp2_poly3(1e-6f), 1.0f, 2e-4f);
-}
-
-// The interleave: EMU of every 8 key octets emulated, spread out (not adjacent where avoidable), none for EMU 0.
-TEST(Fp8Exp2Emulation, EmulatedTilesAreEmuOfEveryEightSpreadOut) {
-  using flashkit::cuda::exp2_emulated_tile;
-  for (int emu = 0; emu <= 8; ++emu) {
-    for (int base : {0, 8}) {
-      int n = 0;
-      for (int i = 0; i < 8; ++i) {
-        n += exp2_emulated_tile(base + i, emu);
-        EXPECT_EQ(exp2_emulated_tile(base + i, emu), exp2_emulated_tile(i, emu));
-      }
-      EXPECT_EQ(n, emu);
-    }
-  }
-  for (int i = 0; i < 8; ++i) {
-    EXPECT_EQ(exp2_emulated_tile(i, 1), i == 7) << i;
-    EXPECT_EQ(exp2_emulated_tile(i, 2), i == 3 || i == 7) << i;
-    EXPECT_EQ(exp2_emulated_tile(i, 3), i == 2 || i == 5 || i == 7) << i;
-  }
 }
 
 // The P-from-registers layout of the CUDA kernel: the permutation is one, and packing the S accumulator as the

@@ -1,8 +1,7 @@
 // The fp8 (e4m3) attention forward on CUDA (include/flashkit/attention_fp8.hpp) against the CPU f64 reference of
 // the dequantized inputs with P rounded to e4m3 (impl=reference on host copies): random inputs quantized by
 // quantize_e4m3 on the device (checked byte for byte against the CPU quantizer), odd seqlens, GQA, causal, poisoned
-// outputs, each case with every share of the softmax's exp2 on the FMA pipe (Tuning::fp8_exp_emu); and the errors:
-// head dims without a kernel, GPUs without sm_90a. Skips without a CUDA device.
+// outputs; and the errors: head dims without a kernel, GPUs without sm_90a. Skips without a CUDA device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -11,7 +10,6 @@
 #include <limits>
 #include <random>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "attention_fixture.hpp"
@@ -92,9 +90,7 @@ void reference(const HostTensor& q, const HostTensor& k, const HostTensor& v, co
   kernels::attention_forward_fp8_reference(a, rounding);
 }
 
-// emu: Tuning::fp8_exp_emu, the exp2 of that many of every 8 key octets of unmasked tiles on the FMA pipe (d128; d256
-// ignores it). All values run in one process.
-void run_case(const Case& c, int64_t D, int emu) {
+void run_case(const Case& c, int64_t D = 128) {
   std::mt19937 rng(uint32_t(c.Sq * 31 + c.Sk * 7 + c.H + c.causal));
   HostTensor q32(DType::bf16, {c.B, c.Sq, c.H, D}), k32(DType::bf16, {c.B, c.Sk, c.Hkv, D}),
       v32(DType::bf16, {c.B, c.Sk, c.Hkv, D});
@@ -130,14 +126,10 @@ void run_case(const Case& c, int64_t D, int emu) {
   dlse.poison();
   AttentionOptions opts;
   opts.causal = c.causal;
-  Tuning t = default_tuning();
-  t.fp8_exp_emu = emu;
-  opts.tuning = t;
-  const int emu_run = D == 128 ? emu : 0;
   OpCost cost;
   attention_forward_fp8(dq.view, dk.view, dv.view, dout.view, dlse.view, s, opts, &cost);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(cost.kernel, "cuda.flash.fwd.sm90ws.e4m3.d" + std::to_string(D) + ".emu" + std::to_string(emu_run));
+  EXPECT_EQ(cost.kernel, "cuda.flash.fwd.sm90ws.e4m3.d" + std::to_string(D));
   HostTensor o(DType::bf16, {c.B, c.Sq, c.H, D}), lse(DType::f32, {c.B, c.H, c.Sq});
   dout.down(&o);
   dlse.down(&lse);
@@ -150,9 +142,9 @@ void run_case(const Case& c, int64_t D, int emu) {
   reference(q, k, v, s, c.causal, kernels::Fp8PRounding::row_max, &o_row, &lse_row);
   const double err = fk_test::rel_error(o, o_ref), lse_err = fk_test::rel_error(lse, lse_ref);
   const double err_row = fk_test::rel_error(o, o_row);
-  std::printf("fp8 cuda emu%d d%lld B=%lld Sq=%lld Sk=%lld H=%lld Hkv=%lld causal=%d: o rel err %.2e (vs row-max "
-              "rounding %.2e), lse rel err %.2e\n",
-              emu_run, (long long)D, (long long)c.B, (long long)c.Sq, (long long)c.Sk, (long long)c.H, (long long)c.Hkv,
+  std::printf("fp8 cuda d%lld B=%lld Sq=%lld Sk=%lld H=%lld Hkv=%lld causal=%d: o rel err %.2e (vs row-max rounding "
+              "%.2e), lse rel err %.2e\n",
+              (long long)D, (long long)c.B, (long long)c.Sq, (long long)c.Sk, (long long)c.H, (long long)c.Hkv,
               int(c.causal), err, err_row, lse_err);
   EXPECT_LT(err, kTol);
   EXPECT_LT(err_row, 0.05);  // the contract's looser statement: P rounded against some running max
@@ -162,32 +154,25 @@ void run_case(const Case& c, int64_t D, int emu) {
   EXPECT_LT(lse_err, 1e-3);
 }
 
-// Every case with each exp2 emulation share the d128 kernel is instantiated for (Tuning::fp8_exp_emu: 0 .. 3);
-// the same bounds: the polynomial's 1e-4 is far below P's e4m3 rounding.
-class Fp8Cuda : public ::testing::TestWithParam<std::tuple<Case, int>> {};
+class Fp8Cuda : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Fp8Cuda, MatchesTheRoundedPReference) {
   if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
   if (!is_hopper()) GTEST_SKIP() << "not a Hopper GPU (Fp8CudaErrors checks the error there)";
-  run_case(std::get<0>(GetParam()), 128, std::get<1>(GetParam()));
+  run_case(GetParam());
 }
 
-// Grid indices (tools/gpu/fp8.sh picks from them): 4 * case + EMU.
 INSTANTIATE_TEST_SUITE_P(Grid, Fp8Cuda,
-                         ::testing::Combine(::testing::Values(Case{1, 1, 1, 1, 1, false}, Case{1, 17, 17, 2, 1, false},
-                                                              Case{1, 17, 17, 2, 1, true}, Case{2, 255, 255, 4, 2, true},
-                                                              Case{1, 255, 1000, 2, 2, false},
-                                                              Case{1, 1000, 1000, 4, 1, true},
-                                                              Case{1, 1000, 255, 2, 1, true},
-                                                              Case{2, 300, 300, 2, 2, false}),
-                                            ::testing::Values(0, 1, 2, 3)));
+                         ::testing::Values(Case{1, 1, 1, 1, 1, false}, Case{1, 17, 17, 2, 1, false},
+                                           Case{1, 17, 17, 2, 1, true}, Case{2, 255, 255, 4, 2, true},
+                                           Case{1, 255, 1000, 2, 2, false}, Case{1, 1000, 1000, 4, 1, true},
+                                           Case{1, 1000, 255, 2, 1, true}, Case{2, 300, 300, 2, 2, false}));
 
-// d256 has every exp2 on MUFU: the knob must not change it.
 TEST(Fp8Cuda, HeadDim256) {
   if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
   if (!is_hopper()) GTEST_SKIP() << "not a Hopper GPU";
-  run_case(Case{1, 255, 255, 2, 1, true}, 256, 0);
-  run_case(Case{2, 130, 300, 4, 2, false}, 256, 3);
+  run_case(Case{1, 255, 255, 2, 1, true}, 256);
+  run_case(Case{2, 130, 300, 4, 2, false}, 256);
 }
 
 TEST(Fp8CudaErrors, UnsupportedHeadDimOrGpuIsAClearError) {

@@ -12,7 +12,6 @@
 #include <cstdint>
 
 #include "kernels/cuda/flash_api.hpp"
-#include "kernels/cuda/exp2_emulation.hpp"
 #include "kernels/cuda/flash_common.cuh"
 #include "kernels/cuda/tma.cuh"
 #include "kernels/cuda/wgmma.cuh"
@@ -91,10 +90,6 @@ struct Sm90FwdRows {
 
   // Scores of key tile n to log2 units (scale, softcap), mask, online softmax: leaves P in sacc and the factor O
   // must be rescaled by in alpha.
-  // EMU > 0 (the fp8 forward at d128): on tiles with neither mask nor softcap, the exp2 of EMU of every 8 key octets
-  // runs on the FMA pipe (exp2_poly3) rather than MUFU; masked tiles keep MUFU everywhere (2^-inf is exactly 0 there,
-  // which a fully masked row's p must be), and so does alpha. EMU = 0 is the same code as before.
-  template <int EMU = 0>
   __device__ __forceinline__ void softmax(float (&sacc)[BN / 2], int n, float (&alpha)[2]) {
     const int n0 = n * BN;
     const bool full = n0 >= lo_max && n0 + BN <= hi_min;
@@ -127,29 +122,17 @@ struct Sm90FwdRows {
       const float muse = mnew == -INFINITY ? 0.f : mnew;
       alpha[r] = fast_exp2(mrow[r] - muse);
       mrow[r] = mnew;
-      const float sum =
-          EMU > 0 && full && !use_cap ? exp_row<EMU>(sacc, r, fold, muse) : exp_row<0>(sacc, r, fold, muse);
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NTILE; ++nt) {
+        const float p0 = fast_exp2(fmaf(sacc[4 * nt + 2 * r], fold, -muse));
+        const float p1 = fast_exp2(fmaf(sacc[4 * nt + 2 * r + 1], fold, -muse));
+        sacc[4 * nt + 2 * r] = p0;
+        sacc[4 * nt + 2 * r + 1] = p1;
+        sum += p0 + p1;
+      }
       lrow[r] = lrow[r] * alpha[r] + sum;
     }
-  }
-
-  // p = 2^(s * fold - muse) of row half r in place, and its sum; the n8 key tiles exp2_emulated_tile picks for EMU on
-  // the FMA pipe, the others on MUFU.
-  template <int EMU>
-  static __device__ __forceinline__ float exp_row(float (&sacc)[BN / 2], int r, float fold, float muse) {
-    float sum = 0.f;
-#pragma unroll
-    for (int nt = 0; nt < NTILE; ++nt) {
-      const bool emu = exp2_emulated_tile(nt, EMU);
-      const float x0 = fmaf(sacc[4 * nt + 2 * r], fold, -muse);
-      const float p0 = emu ? exp2_poly3(x0) : fast_exp2(x0);
-      const float x1 = fmaf(sacc[4 * nt + 2 * r + 1], fold, -muse);
-      const float p1 = emu ? exp2_poly3(x1) : fast_exp2(x1);
-      sacc[4 * nt + 2 * r] = p0;
-      sacc[4 * nt + 2 * r + 1] = p1;
-      sum += p0 + p1;
-    }
-    return sum;
   }
 
   // O *= alpha (per row) before the next P V accumulates into it.

@@ -67,16 +67,11 @@ struct Fp8WsCfg {
 };
 
 // One consumer warpgroup's rows: the bf16 kernel's state, mask and online softmax (Sm90FwdRows, instantiated for
-// bf16 only for those), with the e4m3 products, the P packing and a register epilogue. EMU: the softmax's exp2 on
-// the FMA pipe for EMU of every 8 key octets of unmasked tiles (Sm90FwdRows::softmax; worklog v3).
-template <int D, int BN, int BM, int EMU>
+// bf16 only for those), with the e4m3 products, the P packing and a register epilogue.
+template <int D, int BN, int BM>
 struct Fp8Rows : Sm90FwdRows<__nv_bfloat16, D, BN, BM> {
   using Base = Sm90FwdRows<__nv_bfloat16, D, BN, BM>;
   using Base::Base;
-
-  __device__ __forceinline__ void softmax(float (&sacc)[BN / 2], int n, float (&alpha)[2]) {
-    Base::template softmax<EMU>(sacc, n, alpha);
-  }
 
   // S = Q K^T: k32 steps of 32 bytes inside 128-byte panels.
   __device__ __forceinline__ void issue_qk(float (&sacc)[BN / 2], uint32_t sQ, uint32_t sK) const {
@@ -159,13 +154,13 @@ __device__ __forceinline__ void fp8_load_q(uint32_t sQ, const uint8_t* qbase, co
   }
 }
 
-template <int D, int BN, int STAGES, bool PINGPONG, int EMU>
+template <int D, int BN, int STAGES, bool PINGPONG>
 __global__ void __launch_bounds__(Fp8WsCfg<D, BN, STAGES>::NT, 1)
     flash_fwd_fp8_sm90_kernel(const Fp8FwdParams p, const __grid_constant__ CUtensorMap tmap_k,
                               const __grid_constant__ CUtensorMap tmap_vt) {
 #if FK_SM90_ENABLED
   using Cfg = Fp8WsCfg<D, BN, STAGES>;
-  using Rows = Fp8Rows<D, BN, Cfg::BM, EMU>;
+  using Rows = Fp8Rows<D, BN, Cfg::BM>;
   constexpr int BM = Cfg::BM;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -360,11 +355,11 @@ inline bool encode_fp8_tmap_4d(CUtensorMap* map, const void* base, const cuuint6
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int D, int BN, int STAGES, bool PINGPONG, int EMU>
+template <int D, int BN, int STAGES, bool PINGPONG>
 Fp8LaunchResult launch_fwd_fp8_sm90_cfg(const Fp8FwdParams& p, const uint8_t* vt, cudaStream_t stream) {
   using Cfg = Fp8WsCfg<D, BN, STAGES>;
   static_assert(Cfg::smem <= 227 * 1024, "shared memory per CTA exceeds the opt-in limit");
-  auto kern = flash_fwd_fp8_sm90_kernel<D, BN, STAGES, PINGPONG, EMU>;
+  auto kern = flash_fwd_fp8_sm90_kernel<D, BN, STAGES, PINGPONG>;
   if (!sm90_kernel_usable(kern)) return {false, "the fp8 kernel has no sm_90a code for this device"};
   // setmaxnreg needs the launch's register count (kernel_has_regs, launch.hpp).
   const bool regs_ok = kernel_has_regs(kern, Cfg::kLaunchRegs);
@@ -404,12 +399,12 @@ Fp8LaunchResult launch_fwd_fp8_sm90_cfg(const Fp8FwdParams& p, const uint8_t* vt
   return {true, ""};
 }
 
-template <int D, int EMU>
+template <int D>
 Fp8LaunchResult launch_flash_fwd_fp8_sm90(const Fp8FwdParams& p, const uint8_t* vt, bool pingpong, cudaStream_t stream) {
   // d128: 16 KB of Q + 3 x (16 KB K + 16 KB V^T) = 112 KB; d256: 32 KB + 2 x (32 KB + 32 KB) = 160 KB.
   constexpr int BN = kFp8KeyTile, STAGES = D == 128 ? 3 : 2;
-  return pingpong ? launch_fwd_fp8_sm90_cfg<D, BN, STAGES, true, EMU>(p, vt, stream)
-                  : launch_fwd_fp8_sm90_cfg<D, BN, STAGES, false, EMU>(p, vt, stream);
+  return pingpong ? launch_fwd_fp8_sm90_cfg<D, BN, STAGES, true>(p, vt, stream)
+                  : launch_fwd_fp8_sm90_cfg<D, BN, STAGES, false>(p, vt, stream);
 }
 
 }  // namespace flashkit::cuda

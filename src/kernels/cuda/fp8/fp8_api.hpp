@@ -25,10 +25,8 @@ struct Fp8LaunchResult {
   const char* why_not;  // when not launched: a sentence for Status::unsupported
 };
 
-// The warp-specialized sm_90a kernel for head dim D with EMU of every 8 key octets' exp2 on the FMA pipe
-// (instantiated: d128 with EMU 0, 1, 2 and 3, one file each; d256 with 0); vt: the prep kernel's V^T. The pair is
-// fp8_exp_emu()'s choice (ops/attention_fp8_choice.hpp).
-template <int D, int EMU>
+// The warp-specialized sm_90a kernel for head dim D (instantiated for 128); vt: the prep kernel's V^T.
+template <int D>
 Fp8LaunchResult launch_flash_fwd_fp8_sm90(const Fp8FwdParams& p, const uint8_t* vt, bool pingpong, cudaStream_t stream);
 
 // V [batch, seqlen_k, kv_heads, head_dim] (e4m3, strided) -> vt [batch, kv_heads, head_dim, keys] with keys =

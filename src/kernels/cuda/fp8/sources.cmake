@@ -1,12 +1,8 @@
 # CUDA kernels of the fp8 (e4m3) attention forward (include/flashkit/attention_fp8.hpp): the V^T prep and quantizer
-# kernels and one sm_90a kernel instantiation per head dim and share of exp2 on the FMA pipe (EMU; trapping stubs for
-# other architectures). CUDA builds only; their dispatch is ops/attention_fp8_cuda.cpp (CPU builds:
-# ops/attention_fp8_cuda_stub.cpp).
+# kernels and one sm_90a kernel instantiation per head dim (trapping stubs for other architectures). CUDA builds
+# only; their dispatch is ops/attention_fp8_cuda.cpp (CPU builds: ops/attention_fp8_cuda_stub.cpp).
 set(FLASHKIT_FP8_CUDA_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/prep.cu
   ${CMAKE_CURRENT_LIST_DIR}/flash_fwd_fp8_sm90_d128.cu
-  ${CMAKE_CURRENT_LIST_DIR}/flash_fwd_fp8_sm90_d128_emu1.cu
-  ${CMAKE_CURRENT_LIST_DIR}/flash_fwd_fp8_sm90_d128_emu2.cu
-  ${CMAKE_CURRENT_LIST_DIR}/flash_fwd_fp8_sm90_d128_emu3.cu
   ${CMAKE_CURRENT_LIST_DIR}/flash_fwd_fp8_sm90_d256.cu
 )
