@@ -99,21 +99,27 @@ __global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_ker
   const int kvh = blockIdx.y;
   const int nrows = int(rows - m0 < 16 ? rows - m0 : 16);
   const int dreal = int(a.shape.head_dim);
-  // Tile row r -> query head h and query index i (packed GQA rows).
+  // Tile row r -> query head h and query index i (packed GQA rows). In 32 bits: decode has nq <= 16 queries a
+  // sequence, so the packed rows (group * nq) fit an int; one query (every batch-1 step) needs no division at all.
+  // (int64 division is a software routine on the GPU; these run before the first load is issued.)
+  const int nq32 = int(nq), m032 = int(m0);
   auto row_hi = [&](int r, int64_t& h, int64_t& i) {
-    const int64_t gr = m0 + r;
-    h = int64_t(kvh) * group + gr / nq;
-    i = gr % nq;
+    const int gr = m032 + r;
+    const int hq = nq32 == 1 ? gr : gr / nq32;
+    h = int64_t(kvh) * group + hq;
+    i = gr - hq * nq32;
   };
 
   // Key blocks of the tile: the union of its rows' visible ranges (lo, hi are non-decreasing in i).
   int64_t imin, imax;
-  if (m0 / nq != (m0 + nrows - 1) / nq) {
+  if (nq32 == 1) {
+    imin = imax = 0;
+  } else if (m032 / nq32 != (m032 + nrows - 1) / nq32) {
     imin = 0;
     imax = nq - 1;
   } else {
-    imin = m0 % nq;
-    imax = (m0 + nrows - 1) % nq;
+    imin = m032 % nq32;
+    imax = (m032 + nrows - 1) % nq32;
   }
   const int64_t klo = a.mask.lo(imin, nq, nk), khi = a.mask.hi(imax, nq, nk);
   const int64_t lo_max = a.mask.lo(imax, nq, nk), hi_min = a.mask.hi(imin, nq, nk);
