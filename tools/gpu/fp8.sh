@@ -76,7 +76,7 @@ for st in "${STAGES[@]}"; do
       run fp8_smoke timeout 60 "$T" --gtest_filter='Grid/Fp8Cuda.MatchesTheRoundedPReference/8:Grid/Fp8Cuda.MatchesTheRoundedPReference/14'
       if [ $? -eq 124 ]; then log "fp8 kernel hung on the smoke case: stopping"; status=1; break; fi
       run fp8_tests timeout 150 "$T"
-      grep -E "^fp8 cuda|SKIPPED" "$LOG" | tail -32
+      grep -E "^fp8 cuda|SKIPPED" "$LOG" | tail -30
       grep -qE "SKIPPED.*Fp8Cuda" "$LOG" && { log "Fp8Cuda was skipped: no Hopper GPU visible?"; status=1; }
       # 13 = 255 x 1000 keys on RESCALE 1, 11 = batch 2 x 255 keys, GQA, causal on RESCALE 2.
       run memcheck_fp8_rescale timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$T" --gtest_brief=1 \
