@@ -91,8 +91,9 @@ struct Sm90FwdRows {
   // Scores of key tile n to log2 units (scale, softcap), mask, online softmax: leaves P in sacc and the factor O
   // must be rescaled by in alpha. LAZY_TAU > 0 (the fp8 forward's lazy rescale, worklog attention-fp8-cuda v4): a
   // row's running max m moves only when the tile's max exceeds it by more than LAZY_TAU (log2 units), so that
-  // p = 2^(s - m) <= 2^LAZY_TAU; a row that keeps m gets alpha = 1 exactly (no exp2). l, O and the final LSE all
-  // use the same m: exact in real arithmetic. 0: today's eager max (the bf16 kernels).
+  // p = 2^(s - m) <= 2^LAZY_TAU; a row that keeps m gets alpha = 1 exactly (a select: with the exp2 under a branch
+  // the d256 fp8 kernel spilled). l, O and the final LSE all use the same m: exact in real arithmetic. 0: today's
+  // eager max (the bf16 kernels).
   template <int LAZY_TAU = 0>
   __device__ __forceinline__ void softmax(float (&sacc)[BN / 2], int n, float (&alpha)[2]) {
     const int n0 = n * BN;
