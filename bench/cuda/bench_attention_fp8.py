@@ -3,6 +3,9 @@ and PyTorch SDPA's bf16 forward (cuDNN and flash backends), in one process: head
 1k/4k/16k at 32k tokens per batch, causal and not. FLOPs = 4*b*s^2*h*d (halved when causal). Times are medians of
 CUDA-event timings after warm-up; the flashkit calls go through bench/cuda/fp8_shim.cpp (ctypes). Also: the V^T prep kernel alone (part of every fp8 call), and the fp8 output's
 accuracy against flashkit's bf16 output on the unquantized inputs (max abs and relative RMS).
+At d128 and d256 the kernel also runs with each O-rescale mode side by side (RESCALE_VALUES: Tuning::fp8_rescale, 0
+every tile, 1 skipped by warps whose maxima all stayed, 2 lazy max; docs/worklog/attention-fp8-cuda.md v4): columns
+[r0 .. r1 .. r2 ..] in TFLOP/s, each one's output against bf16, r1 byte for byte against r0 and r2's rel_rms to r0.
 
     python3 bench/cuda/bench_attention_fp8.py --shim build/libfk_fp8_shim.so --out DIR [--quick]
 Writes DIR/attention-fp8.json; prints one line per point.
@@ -27,6 +30,8 @@ def load_shim(path):
     i64, f32, vp = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
     lib.fkb_error.restype = ctypes.c_char_p
     lib.fkb_fp8_forward.argtypes = [vp] * 5 + [i64] * 6 + [f32] * 3 + [ctypes.c_int]
+    lib.fkb_fp8_forward_rescale.argtypes = [vp] * 5 + [i64] * 6 + [f32] * 3 + [ctypes.c_int] * 2
+    lib.fkb_fp8_kernel.restype = ctypes.c_char_p
     lib.fkb_bf16_forward.argtypes = [vp] * 5 + [i64] * 6 + [ctypes.c_int]
     lib.fkb_quantize_bf16.argtypes = [vp, i64, vp, ctypes.POINTER(f32)]
     lib.fkb_vt_bytes.argtypes = [i64] * 4
@@ -38,6 +43,10 @@ def load_shim(path):
 def check(lib, rc):
     if rc != 0:
         raise RuntimeError(lib.fkb_error().decode())
+
+
+# Per head dim: the Tuning::fp8_rescale values timed side by side.
+RESCALE_VALUES = {128: [0, 1, 2], 256: [0, 1, 2]}
 
 
 def quantize(lib, x):
@@ -53,10 +62,13 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--dims", default="128,256")
+    ap.add_argument("--seqlens", default="", help="comma-separated (default 1k,4k,16k; --quick 1k,4k)")
     args = ap.parse_args()
     lib = load_shim(args.shim)
     reps = 5 if args.quick else 20
     seqlens = [1024, 4096] if args.quick else [1024, 4096, 16384]
+    if args.seqlens:
+        seqlens = [int(x) for x in args.seqlens.split(",")]
     rows = []
     for d in [int(x) for x in args.dims.split(",")]:
         for causal in (False, True):
@@ -74,6 +86,13 @@ def main():
                 def fp8():
                     check(lib, lib.fkb_fp8_forward(q8.data_ptr(), k8.data_ptr(), v8.data_ptr(), o8.data_ptr(),
                                                    lse8.data_ptr(), b, s, s, h, h, d, qs, ks, vs, int(causal)))
+
+                def fp8_rescale(mode):
+                    def f():
+                        check(lib, lib.fkb_fp8_forward_rescale(q8.data_ptr(), k8.data_ptr(), v8.data_ptr(), o8.data_ptr(),
+                                                           lse8.data_ptr(), b, s, s, h, h, d, qs, ks, vs, int(causal),
+                                                               mode))
+                    return f
 
                 ob = torch.empty(b, s, h, d, device="cuda", dtype=torch.bfloat16)
                 lseb = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
@@ -97,6 +116,15 @@ def main():
                 r = {"head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h}
                 t = {"fp8": timeit(fp8, reps), "prep": timeit(prep, reps),
                      "flashkit_bf16": timeit(bf16, reps)}
+                modes = RESCALE_VALUES.get(d, [])
+                outs = {}
+                for e in modes:  # side by side; each one's output is checked against bf16 below
+                    name = "r%d" % e
+                    t["fp8_" + name] = timeit(fp8_rescale(e), reps)
+                    r["kernel_" + name] = lib.fkb_fp8_kernel().decode()
+                    fp8_rescale(e)()
+                    torch.cuda.synchronize()
+                    outs[name] = o8.clone()
                 for name, be in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
                     try:
                         t[name] = timeit(sdpa(be), reps)
@@ -114,15 +142,27 @@ def main():
                 r["max_abs"] = diff.abs().max().item()
                 r["rel_rms"] = (diff.norm() / o_bf16.float().norm()).item()
                 r["finite"] = bool(torch.isfinite(o8).all().item())
+                for name, o_e in outs.items():  # r1: O *= 1 skipped, the same bytes; r2: P rounded against another max
+                    de = o_e.float() - o_bf16.float()
+                    r["rel_rms_" + name] = (de.norm() / o_bf16.float().norm()).item()
+                    r["finite_" + name] = bool(torch.isfinite(o_e).all().item())
+                    if name != "r0" and "r0" in outs:
+                        r[name + "_vs_r0_rel_rms"] = ((o_e.float() - outs["r0"].float()).norm() /
+                                                     outs["r0"].float().norm()).item()
+                        r[name + "_equals_r0"] = bool(torch.equal(o_e, outs["r0"]))
                 rows.append(r)
                 others = "  ".join("%s %.3f ms %.0f TFLOP/s" % (n, r[n + "_ms"], r[n + "_tflops"])
                                    for n in ("flashkit_bf16", "sdpa_cudnn", "sdpa_flash") if n + "_ms" in r)
-                print("fp8 d%d %s s=%d b=%d h=%d: fp8 %.3f ms %.0f TFLOP/s (prep %.3f ms, %.1f%%)  %s  | vs bf16: "
-                      "max_abs %.3g rel_rms %.3g finite %s" % (
-                          d, "causal" if causal else "full", s, b, h, r["fp8_ms"], r["fp8_tflops"], r["prep_ms"],
-                          100 * r["prep_ms"] / r["fp8_ms"], others, r["max_abs"], r["rel_rms"], r["finite"]),
+                cfgs = " [%s]" % "  ".join("r%d %.0f" % (e, r["fp8_r%d_tflops" % e]) for e in modes) if modes else ""
+                vs_r0 = "".join("  r%d vs r0 rel_rms %.3g%s finite %s" % (
+                    e, r["r%d_vs_r0_rel_rms" % e], " (same bytes)" if r["r%d_equals_r0" % e] else "",
+                    r["finite_r%d" % e]) for e in modes if e != 0)
+                print("fp8 d%d %s s=%d b=%d h=%d: fp8 %.3f ms %.0f TFLOP/s%s (prep %.3f ms, %.1f%%)  %s  | vs bf16: "
+                      "max_abs %.3g rel_rms %.3g finite %s%s" % (
+                          d, "causal" if causal else "full", s, b, h, r["fp8_ms"], r["fp8_tflops"], cfgs, r["prep_ms"],
+                          100 * r["prep_ms"] / r["fp8_ms"], others, r["max_abs"], r["rel_rms"], r["finite"], vs_r0),
                       flush=True)
-                del q, k, v, q8, k8, v8, o8, lse8, vt, qt, kt, vt_, ob, lseb, o_bf16, diff
+                del q, k, v, q8, k8, v8, o8, lse8, vt, qt, kt, vt_, ob, lseb, o_bf16, diff, outs
                 torch.cuda.empty_cache()
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "attention-fp8.json"), "w") as f:

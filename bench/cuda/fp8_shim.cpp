@@ -11,6 +11,7 @@
 
 namespace {
 thread_local std::string g_error;
+thread_local std::string g_kernel;  // fkb_fp8_forward_rescale's last kernel
 
 template <typename F>
 int guarded(F f) {
@@ -45,6 +46,27 @@ int fkb_fp8_forward(void* q, void* k, void* v, void* o, void* lse, int64_t B, in
                                     {q_descale, k_descale, v_descale}, opts);
   });
 }
+
+// The same with the O-rescale mode chosen (Tuning::fp8_rescale: 0, 1, 2; -1 the automatic choice), so one process
+// can time the modes side by side; fkb_fp8_kernel() names the kernel the last such call ran.
+int fkb_fp8_forward_rescale(void* q, void* k, void* v, void* o, void* lse, int64_t B, int64_t Sq, int64_t Sk, int64_t H,
+                        int64_t Hkv, int64_t D, float q_descale, float k_descale, float v_descale, int causal, int rescale) {
+  return guarded([&] {
+    using flashkit::DType;
+    flashkit::AttentionOptions opts;
+    opts.causal = causal != 0;
+    flashkit::Tuning t = flashkit::default_tuning();
+    t.fp8_rescale = rescale;
+    opts.tuning = t;
+    flashkit::OpCost cost;
+    flashkit::attention_forward_fp8(view(q, DType::e4m3, B, Sq, H, D), view(k, DType::e4m3, B, Sk, Hkv, D),
+                                    view(v, DType::e4m3, B, Sk, Hkv, D), view(o, DType::bf16, B, Sq, H, D),
+                                    flashkit::TensorView::contiguous(lse, DType::f32, {B, H, Sq}, flashkit::Device::cuda),
+                                    {q_descale, k_descale, v_descale}, opts, &cost);
+    g_kernel = cost.kernel;
+  });
+}
+const char* fkb_fp8_kernel() { return g_kernel.c_str(); }
 
 // flashkit's bf16 forward on the same layouts (so the benchmark needs only libflashkit_core.so).
 int fkb_bf16_forward(void* q, void* k, void* v, void* o, void* lse, int64_t B, int64_t Sq, int64_t Sk, int64_t H,

@@ -56,6 +56,11 @@ struct Tuning {
   int sm90_bwd_ws = -1;             // FLASHKIT_SM90_BWD_WS=auto|0|1: the warp-specialized Hopper backward (v22;
                                     // d256: v24) at d128 and d256 (-1, auto; v6 at d64), 0 nowhere (the cp.async
                                     // ones, v6 and v16), 1 at d64, d128 and d256 (A/B runs and tests)
+  // -- fp8 forward O rescale (docs/worklog/attention-fp8-cuda.md v4) --
+  int fp8_rescale = -1;             // FLASHKIT_FP8_RESCALE=auto|0|1|2: the fp8 forward's O rescale: 0 after every
+                                    // key tile, 1 skipped by warps whose row maxima all stayed (exact), 2 lazy max
+                                    // (moves past 2^8 only); -1 (auto): fp8_rescale()'s choice per head dim
+  // -- end fp8 forward O rescale --
   int decode_max_splits = 0;        // FLASHKIT_DECODE_MAX_SPLITS (1..512); 0: the kernel's own cap
   DecodeCombine decode_combine = DecodeCombine::automatic;  // FLASHKIT_DECODE_COMBINE=auto|kernel|cluster
   bool decode_pdl = true;           // FLASHKIT_DECODE_PDL=0: no programmatic dependent launch (sm_90)

@@ -105,6 +105,8 @@ Tuning tuning_from_env() {
   t.sm90_ws_overlap = kWsOverlap[env::choice("FLASHKIT_SM90_WS_OVERLAP", {"auto", "0", "1", "2", "off", "on"}, 0)];
   static constexpr int kBwdWs[] = {-1, 0, 1, 0, 1};  // auto|0|1|off|on
   t.sm90_bwd_ws = kBwdWs[env::choice("FLASHKIT_SM90_BWD_WS", {"auto", "0", "1", "off", "on"}, 0)];
+  // fp8 forward O rescale (worklog attention-fp8-cuda v4)
+  t.fp8_rescale = env::choice("FLASHKIT_FP8_RESCALE", {"auto", "0", "1", "2"}, 0) - 1;  // auto: -1
   t.decode_max_splits = int(env::integer("FLASHKIT_DECODE_MAX_SPLITS", 0, 1, 512));
   t.decode_combine = DecodeCombine(env::choice("FLASHKIT_DECODE_COMBINE", {"auto", "kernel", "cluster"}, 0));
   t.decode_pdl = env::flag("FLASHKIT_DECODE_PDL", t.decode_pdl);

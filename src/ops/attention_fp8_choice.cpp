@@ -16,4 +16,14 @@ std::string fp8_cuda_unsupported_reason(const DeviceInfo& dev, int64_t head_dim)
          "(supported: " + dims + "; CPU tensors take any head_dim)";
 }
 
+int fp8_rescale(int64_t head_dim, const Tuning& tuning) {
+  const int knob = tuning.fp8_rescale;
+  if (knob >= 0 && knob <= 2) return knob;
+  return head_dim == 256 ? kFp8RescaleAutoD256 : kFp8RescaleAutoD128;
+}
+
+std::string fp8_kernel_name(int64_t head_dim, int rescale) {
+  return "cuda.flash.fwd.sm90ws.e4m3.d" + std::to_string(head_dim) + ".r" + std::to_string(rescale);
+}
+
 }  // namespace flashkit

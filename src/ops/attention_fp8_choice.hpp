@@ -1,10 +1,11 @@
-// Whether the CUDA fp8 attention forward can run a call, as a pure function of the device and the head dim
-// (unit-tested in the CPU build: tests/attention/test_attention_fp8.cpp).
+// Whether the CUDA fp8 attention forward can run a call, and which of its kernels, as pure functions of the device,
+// the head dim and the Tuning (unit-tested in the CPU build: tests/attention/test_attention_fp8.cpp).
 #pragma once
 #include <cstdint>
 #include <string>
 
 #include "core/cuda_device.hpp"
+#include "flashkit/tuning.hpp"
 
 namespace flashkit {
 
@@ -13,5 +14,16 @@ inline constexpr int64_t kFp8CudaHeadDims[] = {128, 256};
 
 // Empty when the fp8 kernel runs the call; otherwise the reason (a whole sentence for Status::unsupported).
 std::string fp8_cuda_unsupported_reason(const DeviceInfo& dev, int64_t head_dim);
+
+// The kernel's O-rescale mode (RESCALE, worklog v4; instantiated at d128 and d256): 0 O rescaled after every key
+// tile; 1 skipped by a warp whose 16 rows all kept their max (bit-identical to 0); 2 the lazy max (a row's max moves
+// only past kernels::kFp8LazyRescaleTau; P rounded against another max: the tile_max_lazy reference).
+// Tuning::fp8_rescale (0, 1, 2) forces one; otherwise (auto, or a value not instantiated) the per-head-dim default,
+// 0 until the GPU run measures 1 and 2.
+inline constexpr int kFp8RescaleAutoD128 = 0, kFp8RescaleAutoD256 = 0;
+int fp8_rescale(int64_t head_dim, const Tuning& tuning);
+
+// OpCost's kernel name for the choice, e.g. "cuda.flash.fwd.sm90ws.e4m3.d128.r1".
+std::string fp8_kernel_name(int64_t head_dim, int rescale);
 
 }  // namespace flashkit

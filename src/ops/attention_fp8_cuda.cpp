@@ -81,13 +81,20 @@ void cuda_attention_forward_fp8(const kernels::AttentionFp8Args& args, const Tun
   p.a.scale = args.fwd.scale * args.q_descale * args.k_descale;
   p.v_descale = args.v_descale;
   const auto* vtp = static_cast<const uint8_t*>(vt.p);
-  const cuda::Fp8LaunchResult r = sh.head_dim == 128
-                                      ? cuda::launch_flash_fwd_fp8_sm90<128>(p, vtp, tuning.sm90_ws_pingpong, stream)
-                                      : cuda::launch_flash_fwd_fp8_sm90<256>(p, vtp, tuning.sm90_ws_pingpong, stream);
+  const bool pp = tuning.sm90_ws_pingpong;
+  const int rescale = fp8_rescale(sh.head_dim, tuning);
+  const bool d256 = sh.head_dim == 256;
+  const cuda::Fp8LaunchResult r =
+      rescale == 1 ? (d256 ? cuda::launch_flash_fwd_fp8_sm90<256, 1>(p, vtp, pp, stream)
+                           : cuda::launch_flash_fwd_fp8_sm90<128, 1>(p, vtp, pp, stream))
+      : rescale == 2 ? (d256 ? cuda::launch_flash_fwd_fp8_sm90<256, 2>(p, vtp, pp, stream)
+                             : cuda::launch_flash_fwd_fp8_sm90<128, 2>(p, vtp, pp, stream))
+                     : (d256 ? cuda::launch_flash_fwd_fp8_sm90<256, 0>(p, vtp, pp, stream)
+                             : cuda::launch_flash_fwd_fp8_sm90<128, 0>(p, vtp, pp, stream));
   if (!r.launched) fail(Status::unsupported, std::string("attention_forward_fp8: ") + r.why_not);
   if (!cost) return;
   OpCost c = kernels::attention_forward_fp8_cost(args, "");
-  c.kernel = "cuda.flash.fwd.sm90ws.e4m3.d" + std::to_string(sh.head_dim);
+  c.kernel = fp8_kernel_name(sh.head_dim, rescale);
   c.flops = 4.0 * kernels::attention_tiled_pairs(sh, args.fwd.mask, 128, cuda::kFp8KeyTile) * double(sh.head_dim);
   c.bytes_read += double(vt_bytes);     // the kernel reads V^T (the prep read V: bytes_read already has it)
   c.bytes_written += double(vt_bytes);  // the prep writes it

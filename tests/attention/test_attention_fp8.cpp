@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <random>
@@ -14,6 +15,7 @@
 #include "attention_fixture.hpp"
 #include "flashkit/attention_fp8.hpp"
 #include "flashkit/e4m3.hpp"
+#include "flashkit/tuning.hpp"
 #include "kernels/attention_fp8_args.hpp"
 #include "kernels/cuda/fp8/fp8_layout.hpp"
 #include "ops/attention_fp8_choice.hpp"
@@ -166,7 +168,9 @@ struct Fp8Problem {
     lse.poison();
   }
   // The f64 reference of the dequantized inputs into (o_ref, lse_ref).
-  void reference(kernels::Fp8PRounding rounding, const AttentionOptions& opts, HostTensor* o_ref, HostTensor* lse_ref) {
+  // lazy_tau: tile_max_lazy's threshold (log2 units; the kernel's kFp8LazyRescaleTau unless given).
+  void reference(kernels::Fp8PRounding rounding, const AttentionOptions& opts, HostTensor* o_ref, HostTensor* lse_ref,
+                 double lazy_tau = kernels::kFp8LazyRescaleTau) {
     *o_ref = HostTensor(DType::bf16, {B, Sq, H, D});
     *lse_ref = HostTensor(DType::f32, {B, H, Sq});
     o_ref->poison();
@@ -188,6 +192,7 @@ struct Fp8Problem {
     a.q_descale = scales.q_descale;
     a.k_descale = scales.k_descale;
     a.v_descale = scales.v_descale;
+    a.lazy_tau = lazy_tau;
     kernels::attention_forward_fp8_reference(a, rounding);
   }
 };
@@ -273,6 +278,74 @@ TEST(Fp8Cpu, TileMaxRoundingReference) {
     EXPECT_LT(tile_vs_none, 0.04);
     RecordProperty(causal ? "tile_vs_row_causal" : "tile_vs_row", std::to_string(tile_vs_row));
   }
+}
+
+// The lazy running max of the CUDA kernel's RESCALE 2 (tile_max_lazy): lazy_tau = 0 is the eager tile_max
+// reference bit for bit; the default threshold (kFp8LazyRescaleTau, 8 in log2 units) keeps the lse (it comes from the
+// unrounded p) and moves o by P's rounding only (~1-2%, like tile_max), differently from tile_max.
+TEST(Fp8Cpu, LazyTileMaxReference) {
+  Fp8Problem p(1, 130, 700, 2, 1, 128, 23);
+  for (bool causal : {false, true}) {
+    AttentionOptions opts;
+    opts.causal = causal;
+    HostTensor o_tile, lse_tile, o_row, lse_row, o_lazy, lse_lazy, o_lazy0, lse_lazy0, o_none, lse_none;
+    p.reference(kernels::Fp8PRounding::none, opts, &o_none, &lse_none);
+    p.reference(kernels::Fp8PRounding::tile_max, opts, &o_tile, &lse_tile);
+    p.reference(kernels::Fp8PRounding::row_max, opts, &o_row, &lse_row);
+    p.reference(kernels::Fp8PRounding::tile_max_lazy, opts, &o_lazy, &lse_lazy);
+    p.reference(kernels::Fp8PRounding::tile_max_lazy, opts, &o_lazy0, &lse_lazy0, 0.0);
+    EXPECT_TRUE(o_lazy0.bytes == o_tile.bytes) << "lazy_tau 0 is not the eager running max";
+    EXPECT_TRUE(lse_lazy0.bytes == lse_tile.bytes);
+    EXPECT_EQ(fk_test::rel_error(lse_lazy, lse_tile), 0.0);
+    const double lazy_vs_tile = fk_test::rel_error(o_lazy, o_tile), lazy_vs_row = fk_test::rel_error(o_lazy, o_row);
+    EXPECT_GT(lazy_vs_tile, 0.0);  // some row kept a smaller max: its P bytes rounded differently
+    EXPECT_LT(lazy_vs_tile, 0.04);
+    EXPECT_LT(lazy_vs_row, 0.04);
+    // P's rounding error alone (against unrounded P): the lazy max's P bytes are rounded as coarsely, relative to
+    // a smaller max.
+    const double lazy_vs_none = fk_test::rel_error(o_lazy, o_none), tile_vs_none = fk_test::rel_error(o_tile, o_none);
+    EXPECT_LT(lazy_vs_none, 0.04);
+    const std::string sfx = causal ? "_causal" : "";
+    RecordProperty("lazy_vs_tile" + sfx, std::to_string(lazy_vs_tile));
+    RecordProperty("lazy_vs_none" + sfx, std::to_string(lazy_vs_none));
+    RecordProperty("tile_vs_none" + sfx, std::to_string(tile_vs_none));
+  }
+}
+
+// lazy_tau = +inf: every row keeps its first visible tile's max forever; checked against that rule written out here
+// for one head (P = e4m3(exp(s - m1)) * exp(m1 - m), m the row max; O = sum P v / l, l from the unrounded p).
+TEST(Fp8Cpu, LazyTileMaxWithInfiniteTauKeepsTheFirstTilesMax) {
+  const int64_t Sq = 5, Sk = 300, D = 32;  // three key tiles of 128
+  Fp8Problem p(1, Sq, Sk, 1, 1, D, 29);
+  AttentionOptions opts;
+  HostTensor o_inf, lse_inf, o_tile, lse_tile;
+  p.reference(kernels::Fp8PRounding::tile_max_lazy, opts, &o_inf, &lse_inf, std::numeric_limits<double>::infinity());
+  p.reference(kernels::Fp8PRounding::tile_max, opts, &o_tile, &lse_tile);
+  HostTensor o_want(DType::bf16, {1, Sq, 1, D});
+  const double scale = double(float(1.0 / std::sqrt(double(D))));
+  for (int64_t i = 0; i < Sq; ++i) {
+    std::vector<double> sc(static_cast<size_t>(Sk));
+    double m = -std::numeric_limits<double>::infinity(), m1 = m;
+    for (int64_t j = 0; j < Sk; ++j) {
+      double dot = 0;
+      for (int64_t c = 0; c < D; ++c)
+        dot += (p.q.get(i * D + c) * p.scales.q_descale) * (p.k.get(j * D + c) * p.scales.k_descale);
+      sc[size_t(j)] = scale * dot;
+      m = std::max(m, sc[size_t(j)]);
+      if (j < 128) m1 = std::max(m1, sc[size_t(j)]);
+    }
+    double l = 0;
+    std::vector<double> o(static_cast<size_t>(D), 0.0);
+    for (int64_t j = 0; j < Sk; ++j) {
+      l += std::exp(sc[size_t(j)] - m);
+      const double pv = double(e4m3_to_f32(f32_to_e4m3(float(std::exp(sc[size_t(j)] - m1))))) * std::exp(m1 - m);
+      for (int64_t c = 0; c < D; ++c) o[size_t(c)] += pv * (p.v.get(j * D + c) * p.scales.v_descale);
+    }
+    for (int64_t c = 0; c < D; ++c) o_want.set(i * D + c, o[size_t(c)] / l);
+  }
+  EXPECT_LT(fk_test::rel_error(o_inf, o_want), 1e-6);
+  EXPECT_GT(fk_test::rel_error(o_tile, o_want), 0.0);  // some row's max is in a later tile: eager differs
+  EXPECT_EQ(fk_test::rel_error(lse_inf, lse_tile), 0.0);
 }
 
 TEST(Fp8Cpu, RowsWithoutVisibleKeysGiveZeroAndMinusInf) {
@@ -380,6 +453,64 @@ TEST(Fp8Choice, CudaNeedsSm90aAndAnInstantiatedHeadDim) {
   EXPECT_EQ(fp8_cuda_unsupported_reason(dev, 256), "");
   EXPECT_NE(fp8_cuda_unsupported_reason(dev, 64).find("head_dim 64"), std::string::npos);
   EXPECT_NE(fp8_cuda_unsupported_reason(dev, 96).find("supported: 128, 256"), std::string::npos);
+}
+
+// The choice of the O-rescale mode: the knob within what is instantiated (0, 1, 2) at d128 and d256, otherwise the
+// per-head-dim default (0 for now); the kernel name carries it.
+TEST(Fp8Choice, RescaleFollowsTheKnob) {
+  Tuning t;
+  EXPECT_EQ(t.fp8_rescale, -1);
+  EXPECT_EQ(fp8_rescale(128, t), kFp8RescaleAutoD128);
+  EXPECT_EQ(fp8_rescale(256, t), kFp8RescaleAutoD256);
+  EXPECT_EQ(kFp8RescaleAutoD128, 0);  // until the GPU run measures 1 and 2 (worklog v4)
+  EXPECT_EQ(kFp8RescaleAutoD256, 0);
+  for (int r : {0, 1, 2}) {
+    t.fp8_rescale = r;
+    EXPECT_EQ(fp8_rescale(128, t), r);
+    EXPECT_EQ(fp8_rescale(256, t), r);
+  }
+  for (int r : {3, 8, -2}) {  // not instantiated (a Tuning built in code): the automatic choice
+    t.fp8_rescale = r;
+    EXPECT_EQ(fp8_rescale(128, t), kFp8RescaleAutoD128) << r;
+    EXPECT_EQ(fp8_rescale(256, t), kFp8RescaleAutoD256) << r;
+  }
+  EXPECT_EQ(fp8_kernel_name(128, 1), "cuda.flash.fwd.sm90ws.e4m3.d128.r1");
+  EXPECT_EQ(fp8_kernel_name(256, 2), "cuda.flash.fwd.sm90ws.e4m3.d256.r2");
+  EXPECT_EQ(fp8_kernel_name(128, 0), "cuda.flash.fwd.sm90ws.e4m3.d128.r0");
+}
+
+// Sets an environment variable for a scope (restoring what was there).
+struct ScopedEnv {
+  const char* name;
+  std::string old;
+  bool had;
+  ScopedEnv(const char* n, const char* v) : name(n), had(std::getenv(n) != nullptr) {
+    if (had) old = std::getenv(n);
+    ::setenv(n, v, 1);
+  }
+  ~ScopedEnv() {
+    if (had) ::setenv(name, old.c_str(), 1);
+    else ::unsetenv(name);
+  }
+};
+
+// FLASHKIT_FP8_RESCALE through tuning_from_env(): auto|0|1|2; anything else warns once and keeps auto.
+TEST(Fp8Choice, RescaleKnobFromTheEnvironment) {
+  const std::pair<const char*, int> ok[] = {{"auto", -1}, {"0", 0}, {"1", 1}, {"2", 2}};
+  for (const auto& [v, want] : ok) {
+    ScopedEnv e("FLASHKIT_FP8_RESCALE", v);
+    EXPECT_EQ(tuning_from_env().fp8_rescale, want) << v;
+  }
+  {
+    ScopedEnv e("FLASHKIT_FP8_RESCALE", "lazy");
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(tuning_from_env().fp8_rescale, -1);
+    EXPECT_EQ(tuning_from_env().fp8_rescale, -1);
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("ignoring FLASHKIT_FP8_RESCALE=lazy (expected one of auto, 0, 1, 2)"), std::string::npos) << err;
+    EXPECT_EQ(err.find("FLASHKIT_FP8_RESCALE", err.find("FLASHKIT_FP8_RESCALE") + 1), std::string::npos)
+        << "warned twice: " << err;
+  }
 }
 
 // The P-from-registers layout of the CUDA kernel: the permutation is one, and packing the S accumulator as the

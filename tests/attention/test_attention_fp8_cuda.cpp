@@ -1,7 +1,9 @@
 // The fp8 (e4m3) attention forward on CUDA (include/flashkit/attention_fp8.hpp) against the CPU f64 reference of
 // the dequantized inputs with P rounded to e4m3 (impl=reference on host copies): random inputs quantized by
 // quantize_e4m3 on the device (checked byte for byte against the CPU quantizer), odd seqlens, GQA, causal, poisoned
-// outputs; and the errors: head dims without a kernel, GPUs without sm_90a. Skips without a CUDA device.
+// outputs, each case with every O-rescale mode (Tuning::fp8_rescale: 1 bit-identical to 0, 2 against the reference
+// with the kernel's lazy max); and the errors: head dims without a kernel, GPUs without sm_90a. Skips without a CUDA
+// device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -10,6 +12,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attention_fixture.hpp"
@@ -90,7 +93,29 @@ void reference(const HostTensor& q, const HostTensor& k, const HostTensor& v, co
   kernels::attention_forward_fp8_reference(a, rounding);
 }
 
-void run_case(const Case& c, int64_t D = 128) {
+// The fp8 forward on the device inputs with O-rescale mode `rescale` (Tuning::fp8_rescale) into (o, lse), poisoned
+// first; checks the kernel name.
+void run_kernel(const Dev& dq, const Dev& dk, const Dev& dv, const AttentionFp8Scales& s, const Case& c, int64_t D,
+                int rescale, HostTensor* o, HostTensor* lse) {
+  Dev dout(DType::bf16, {c.B, c.Sq, c.H, D}), dlse(DType::f32, {c.B, c.H, c.Sq});
+  dout.poison();
+  dlse.poison();
+  AttentionOptions opts;
+  opts.causal = c.causal;
+  Tuning t = default_tuning();
+  t.fp8_rescale = rescale;
+  opts.tuning = t;
+  OpCost cost;
+  attention_forward_fp8(dq.view, dk.view, dv.view, dout.view, dlse.view, s, opts, &cost);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cost.kernel, "cuda.flash.fwd.sm90ws.e4m3.d" + std::to_string(D) + ".r" + std::to_string(rescale));
+  dout.down(o);
+  dlse.down(lse);
+}
+
+// rescale: Tuning::fp8_rescale. 0 and 1 against the eager tile_max reference (1 also byte for byte against 0, run
+// here too), 2 against the lazy one (tile_max_lazy, the kernel's rule and kFp8LazyRescaleTau), with the same bounds.
+void run_case(const Case& c, int64_t D, int rescale) {
   std::mt19937 rng(uint32_t(c.Sq * 31 + c.Sk * 7 + c.H + c.causal));
   HostTensor q32(DType::bf16, {c.B, c.Sq, c.H, D}), k32(DType::bf16, {c.B, c.Sk, c.Hkv, D}),
       v32(DType::bf16, {c.B, c.Sk, c.Hkv, D});
@@ -100,7 +125,6 @@ void run_case(const Case& c, int64_t D = 128) {
   Dev dq32(DType::bf16, {c.B, c.Sq, c.H, D}), dk32(DType::bf16, {c.B, c.Sk, c.Hkv, D}),
       dv32(DType::bf16, {c.B, c.Sk, c.Hkv, D});
   Dev dq(DType::e4m3, {c.B, c.Sq, c.H, D}), dk(DType::e4m3, {c.B, c.Sk, c.Hkv, D}), dv(DType::e4m3, {c.B, c.Sk, c.Hkv, D});
-  Dev dout(DType::bf16, {c.B, c.Sq, c.H, D}), dlse(DType::f32, {c.B, c.H, c.Sq});
   dq32.up(q32);
   dk32.up(k32);
   dv32.up(v32);
@@ -122,29 +146,27 @@ void run_case(const Case& c, int64_t D = 128) {
   EXPECT_EQ(qs_cpu, s.q_descale);
   EXPECT_EQ(q.bytes, qc.bytes);
 
-  dout.poison();
-  dlse.poison();
-  AttentionOptions opts;
-  opts.causal = c.causal;
-  OpCost cost;
-  attention_forward_fp8(dq.view, dk.view, dv.view, dout.view, dlse.view, s, opts, &cost);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(cost.kernel, "cuda.flash.fwd.sm90ws.e4m3.d" + std::to_string(D));
   HostTensor o(DType::bf16, {c.B, c.Sq, c.H, D}), lse(DType::f32, {c.B, c.H, c.Sq});
-  dout.down(&o);
-  dlse.down(&lse);
+  run_kernel(dq, dk, dv, s, c, D, rescale, &o, &lse);
+  if (rescale == 1) {  // skipping O *= 1 changes no bit
+    HostTensor o0(DType::bf16, {c.B, c.Sq, c.H, D}), lse0(DType::f32, {c.B, c.H, c.Sq});
+    run_kernel(dq, dk, dv, s, c, D, 0, &o0, &lse0);
+    EXPECT_TRUE(o.bytes == o0.bytes) << "RESCALE 1's O differs from RESCALE 0's";
+    EXPECT_TRUE(lse.bytes == lse0.bytes) << "RESCALE 1's LSE differs from RESCALE 0's";
+  }
 
   HostTensor o_ref(DType::bf16, {c.B, c.Sq, c.H, D}), lse_ref(DType::f32, {c.B, c.H, c.Sq});
   HostTensor o_row(DType::bf16, {c.B, c.Sq, c.H, D}), lse_row(DType::f32, {c.B, c.H, c.Sq});
   o_ref.poison();
   lse_ref.poison();
-  reference(q, k, v, s, c.causal, kernels::Fp8PRounding::tile_max, &o_ref, &lse_ref);
+  reference(q, k, v, s, c.causal,
+            rescale == 2 ? kernels::Fp8PRounding::tile_max_lazy : kernels::Fp8PRounding::tile_max, &o_ref, &lse_ref);
   reference(q, k, v, s, c.causal, kernels::Fp8PRounding::row_max, &o_row, &lse_row);
   const double err = fk_test::rel_error(o, o_ref), lse_err = fk_test::rel_error(lse, lse_ref);
   const double err_row = fk_test::rel_error(o, o_row);
-  std::printf("fp8 cuda d%lld B=%lld Sq=%lld Sk=%lld H=%lld Hkv=%lld causal=%d: o rel err %.2e (vs row-max rounding "
-              "%.2e), lse rel err %.2e\n",
-              (long long)D, (long long)c.B, (long long)c.Sq, (long long)c.Sk, (long long)c.H, (long long)c.Hkv,
+  std::printf("fp8 cuda r%d d%lld B=%lld Sq=%lld Sk=%lld H=%lld Hkv=%lld causal=%d: o rel err %.2e (vs row-max "
+              "rounding %.2e), lse rel err %.2e\n",
+              rescale, (long long)D, (long long)c.B, (long long)c.Sq, (long long)c.Sk, (long long)c.H, (long long)c.Hkv,
               int(c.causal), err, err_row, lse_err);
   EXPECT_LT(err, kTol);
   EXPECT_LT(err_row, 0.05);  // the contract's looser statement: P rounded against some running max
@@ -154,25 +176,33 @@ void run_case(const Case& c, int64_t D = 128) {
   EXPECT_LT(lse_err, 1e-3);
 }
 
-class Fp8Cuda : public ::testing::TestWithParam<Case> {};
+// Every case with each O-rescale mode (Tuning::fp8_rescale: 0, 1, 2).
+class Fp8Cuda : public ::testing::TestWithParam<std::tuple<Case, int>> {};
 
 TEST_P(Fp8Cuda, MatchesTheRoundedPReference) {
   if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
   if (!is_hopper()) GTEST_SKIP() << "not a Hopper GPU (Fp8CudaErrors checks the error there)";
-  run_case(GetParam());
+  run_case(std::get<0>(GetParam()), 128, std::get<1>(GetParam()));
 }
 
+// Grid indices (tools/gpu/fp8.sh picks from them): 3 * case + RESCALE.
 INSTANTIATE_TEST_SUITE_P(Grid, Fp8Cuda,
-                         ::testing::Values(Case{1, 1, 1, 1, 1, false}, Case{1, 17, 17, 2, 1, false},
-                                           Case{1, 17, 17, 2, 1, true}, Case{2, 255, 255, 4, 2, true},
-                                           Case{1, 255, 1000, 2, 2, false}, Case{1, 1000, 1000, 4, 1, true},
-                                           Case{1, 1000, 255, 2, 1, true}, Case{2, 300, 300, 2, 2, false}));
+                         ::testing::Combine(::testing::Values(Case{1, 1, 1, 1, 1, false}, Case{1, 17, 17, 2, 1, false},
+                                                              Case{1, 17, 17, 2, 1, true}, Case{2, 255, 255, 4, 2, true},
+                                                              Case{1, 255, 1000, 2, 2, false},
+                                                              Case{1, 1000, 1000, 4, 1, true},
+                                                              Case{1, 1000, 255, 2, 1, true},
+                                                              Case{2, 300, 300, 2, 2, false}),
+                                            ::testing::Values(0, 1, 2)));
 
+// d256 with each O-rescale mode.
 TEST(Fp8Cuda, HeadDim256) {
   if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
   if (!is_hopper()) GTEST_SKIP() << "not a Hopper GPU";
-  run_case(Case{1, 255, 255, 2, 1, true}, 256);
-  run_case(Case{2, 130, 300, 4, 2, false}, 256);
+  for (int rescale : {0, 1, 2}) {
+    run_case(Case{1, 255, 255, 2, 1, true}, 256, rescale);
+    run_case(Case{2, 130, 300, 4, 2, false}, 256, rescale);
+  }
 }
 
 TEST(Fp8CudaErrors, UnsupportedHeadDimOrGpuIsAClearError) {

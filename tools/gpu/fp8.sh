@@ -8,11 +8,16 @@
 #   sanitize  compute-sanitizer memcheck on two small cases (17 keys causal; batch 2, 255 keys, GQA, causal)
 #   bench     bench/cuda/bench_attention_fp8.py: d128 and d256, 16 heads, seqlen 1k/4k/16k at 32k tokens, causal and not:
 #             fp8 vs flashkit bf16 vs SDPA cuDNN/flash bf16 (TFLOP/s), the V^T prep alone, accuracy vs bf16
+#   rescale   v4 (O's rescale skipped or lazy, Tuning::fp8_rescale; worklog v4), in ~4 minutes: build, ptxas's
+#             verdict on the 12 fp8 kernels (spills, wgmma serialization), a smoke case, the fp8 tests (every Grid
+#             case with RESCALE 0, 1, 2: 1 byte for byte against 0, 2 against the lazy reference; d256 with each),
+#             memcheck on two cases of RESCALE 1 and 2, the bench at d128 and d256 ([r0 .. r1 .. r2 ..])
 #   python    tools/gpu/fp8_python_check.py (not a default stage; after build): flashkit.torch.quantize_e4m3 and
 #             attention_forward_fp8 on CUDA float8_e4m3fn tensors against the CPU path on the same bytes (~30 s);
 #             prints "python fp8: ok rel_rms X"
 #   tools/gpu/fp8.sh [STAGES...]     default: build test bench sanitize (the numbers before the slow memcheck)
 #   tools/gpu/fp8.sh build python    the Python wrappers only
+#   tools/gpu/fp8.sh rescale         v4's checks and numbers
 # Results: $OUT/fp8.log (everything), $OUT/attention-fp8.json, $OUT/failed.txt. Exit status non-zero if a stage
 # failed. carry=[".fkdeps.tar.xz"] (configure finds PCRE2/ICU through carried_deps.sh, as the other scripts).
 set -u
@@ -29,27 +34,69 @@ export PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1; } >> "$LOG" 2>&1
 T=$BUILD/tests/attention/flashkit_fp8_cuda_tests
 SHIM=$BUILD/lib/libfk_fp8_shim.so
+build() {
+  run configure cmake -S . -B "$BUILD" -G Ninja -DFLASHKIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
+    -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 || exit 1
+  run build cmake --build "$BUILD" -j"$(nproc)" --target flashkit_core flashkit_fp8_cuda_tests || exit 1
+  run shim g++ -std=c++20 -O2 -shared -fPIC -Iinclude -Isrc -I/usr/local/cuda/include bench/cuda/fp8_shim.cpp \
+    -L"$BUILD/lib" -lflashkit_core -Wl,-rpath,"$PWD/$BUILD/lib" -L/usr/local/cuda/lib64 -lcudart -o "$SHIM" || exit 1
+  # Registers and spills of the fp8 kernels (REG:168 STACK:0 LOCAL:0 expected: the setmaxnreg budget, no spills).
+  for f in d128 d128_r1 d128_r2 d256 d256_r1 d256_r2; do
+    cuobjdump --dump-resource-usage "$BUILD"/src/CMakeFiles/flashkit_core.dir/kernels/cuda/fp8/flash_fwd_fp8_sm90_$f.cu.o \
+      2>/dev/null | grep -E "REG" | sed -E 's/^ *//' | tee -a "$LOG"
+  done
+  return 0
+}
+# ptxas's own verdict with this machine's nvcc on the 12 fp8 kernels (d128 and d256, RESCALE 0/1/2, ping-pong on/off),
+# compiled in parallel: spills and wgmma serialization (C7510/C7514/C7520 "Potential Performance Loss"). Expected:
+# one line "ptxas fp8: 12 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" and no other.
+ptxas_fp8() {
+  local f
+  for f in d128 d128_r1 d128_r2 d256 d256_r1 d256_r2; do
+    nvcc -std=c++20 --expt-relaxed-constexpr -O3 -DNDEBUG -DFLASHKIT_HAVE_SM90A -DFLASHKIT_WITH_CUDA -Iinclude -Isrc \
+      --generate-code=arch=compute_90a,code=sm_90a -Xptxas -v -c src/kernels/cuda/fp8/flash_fwd_fp8_sm90_$f.cu \
+      -o "$BUILD/fp8_${f}_ptxas.o" > "$BUILD/fp8_${f}_ptxas.log" 2>&1 &
+  done
+  wait
+  cat "$BUILD"/fp8_d*_ptxas.log >> "$LOG"
+  cat "$BUILD"/fp8_d*_ptxas.log | grep -A2 "Compiling entry function '_ZN8flashkit4cuda25flash_fwd_fp8" \
+    | grep -E "Potential|spill" | sed -E 's/ in the function.*//; s/^ *//' | sort | uniq -c | sed 's/^/ptxas fp8: /' \
+    | tee -a "$LOG"
+  grep -E "Potential|C75[0-9][0-9]" "$BUILD"/fp8_d*_ptxas.log | sed 's/^/ptxas fp8: /' | tee -a "$LOG"
+}
 for st in "${STAGES[@]}"; do
   case $st in
-    build)
-      run configure cmake -S . -B "$BUILD" -G Ninja -DFLASHKIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
-        -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 || exit 1
-      run build cmake --build "$BUILD" -j"$(nproc)" --target flashkit_core flashkit_fp8_cuda_tests || exit 1
-      run shim g++ -std=c++20 -O2 -shared -fPIC -Iinclude -Isrc -I/usr/local/cuda/include bench/cuda/fp8_shim.cpp \
-        -L"$BUILD/lib" -lflashkit_core -Wl,-rpath,"$PWD/$BUILD/lib" -L/usr/local/cuda/lib64 -lcudart -o "$SHIM" || exit 1
-      # Registers and spills of the fp8 kernel (168 per thread expected: the setmaxnreg budget).
-      cuobjdump --dump-resource-usage "$BUILD"/src/CMakeFiles/flashkit_core.dir/kernels/cuda/fp8/flash_fwd_fp8_sm90_d128.cu.o \
-        2>/dev/null | grep -E "Function|REG" | head -8 | tee -a "$LOG" ;;
+    build) build || exit 1 ;;
+    rescale)
+      build || exit 1
+      ptxas_fp8 &  # on the CPU beside the GPU steps; waited for at the end of the stage
+      ptxas_pid=$!
+      # Grid index 3 * case + RESCALE. 17 x 17 causal (masked tiles only) then 255 x 1000 (8 key tiles), both on
+      # RESCALE 2, first: a hang costs 60 s, not the whole run.
+      run fp8_smoke timeout 60 "$T" --gtest_filter='Grid/Fp8Cuda.MatchesTheRoundedPReference/8:Grid/Fp8Cuda.MatchesTheRoundedPReference/14'
+      if [ $? -eq 124 ]; then log "fp8 kernel hung on the smoke case: stopping"; status=1; break; fi
+      run fp8_tests timeout 150 "$T"
+      grep -E "^fp8 cuda|SKIPPED" "$LOG" | tail -30
+      grep -qE "SKIPPED.*Fp8Cuda" "$LOG" && { log "Fp8Cuda was skipped: no Hopper GPU visible?"; status=1; }
+      # 13 = 255 x 1000 keys on RESCALE 1, 11 = batch 2 x 255 keys, GQA, causal on RESCALE 2.
+      run memcheck_fp8_rescale timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$T" --gtest_brief=1 \
+        --gtest_filter='Grid/Fp8Cuda.MatchesTheRoundedPReference/13:Grid/Fp8Cuda.MatchesTheRoundedPReference/11'
+      run bench_fp8_rescale timeout 150 python3 bench/cuda/bench_attention_fp8.py --shim "$SHIM" --out "$OUT" \
+        --dims 128,256 ${QUICK:+--quick}
+      grep -E "^fp8 d|unavailable" "$LOG" | tail -12
+      wait $ptxas_pid ;;
     test)
       # One small case first: a kernel that hangs (an mbarrier protocol error) costs 60 s here, not the whole run.
-      run fp8_smoke timeout 60 "$T" --gtest_filter='Grid/Fp8Cuda.MatchesTheRoundedPReference/1'
+      # Grid index 3 * case + RESCALE: /3 is 17 x 17 keys on RESCALE 0.
+      run fp8_smoke timeout 60 "$T" --gtest_filter='Grid/Fp8Cuda.MatchesTheRoundedPReference/3'
       if [ $? -eq 124 ]; then log "fp8 kernel hung on the smoke case: stopping"; status=1; break; fi
       run fp8_tests timeout 180 "$T"
-      grep -E "^fp8 cuda|SKIPPED" "$LOG" | tail -12
+      grep -E "^fp8 cuda|SKIPPED" "$LOG" | tail -34
       grep -qE "SKIPPED.*Fp8Cuda" "$LOG" && { log "Fp8Cuda was skipped: no Hopper GPU visible?"; status=1; } ;;
     sanitize)
+      # 17 keys causal and batch 2, 255 keys, GQA, causal (RESCALE 0: Grid index 3 * case).
       run memcheck_fp8 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$T" --gtest_brief=1 \
-        --gtest_filter='Grid/Fp8Cuda.MatchesTheRoundedPReference/2:Grid/Fp8Cuda.MatchesTheRoundedPReference/3' ;;
+        --gtest_filter='Grid/Fp8Cuda.MatchesTheRoundedPReference/6:Grid/Fp8Cuda.MatchesTheRoundedPReference/9' ;;
     bench)
       run bench_fp8 timeout 200 python3 bench/cuda/bench_attention_fp8.py --shim "$SHIM" --out "$OUT" ${QUICK:+--quick}
       grep -E "^fp8 d|unavailable" "$LOG" | tail -14 ;;

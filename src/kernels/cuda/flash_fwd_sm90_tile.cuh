@@ -89,7 +89,12 @@ struct Sm90FwdRows {
   }
 
   // Scores of key tile n to log2 units (scale, softcap), mask, online softmax: leaves P in sacc and the factor O
-  // must be rescaled by in alpha.
+  // must be rescaled by in alpha. LAZY_TAU > 0 (the fp8 forward's lazy rescale, worklog attention-fp8-cuda v4): a
+  // row's running max m moves only when the tile's max exceeds it by more than LAZY_TAU (log2 units), so that
+  // p = 2^(s - m) <= 2^LAZY_TAU; a row that keeps m gets alpha = 1 exactly (a select: with the exp2 under a branch
+  // the d256 fp8 kernel spilled). l, O and the final LSE all use the same m: exact in real arithmetic. 0: today's
+  // eager max (the bf16 kernels).
+  template <int LAZY_TAU = 0>
   __device__ __forceinline__ void softmax(float (&sacc)[BN / 2], int n, float (&alpha)[2]) {
     const int n0 = n * BN;
     const bool full = n0 >= lo_max && n0 + BN <= hi_min;
@@ -118,10 +123,20 @@ struct Sm90FwdRows {
 #pragma unroll
       for (int nt = 0; nt < NTILE; ++nt) mx = fmaxf(mx, fmaxf(sacc[4 * nt + 2 * r], sacc[4 * nt + 2 * r + 1]));
       mx = quad_max(mx) * fold;
-      const float mnew = fmaxf(mrow[r], mx);
-      const float muse = mnew == -INFINITY ? 0.f : mnew;
-      alpha[r] = fast_exp2(mrow[r] - muse);
-      mrow[r] = mnew;
+      float muse;
+      if constexpr (LAZY_TAU > 0) {
+        const bool move = mx > mrow[r] + float(LAZY_TAU);  // m = -inf: the row's first visible tile moves it
+        const float mnew = move ? mx : mrow[r];
+        muse = mnew == -INFINITY ? 0.f : mnew;
+        const float e = fast_exp2(mrow[r] - muse);
+        alpha[r] = move ? e : 1.f;  // exactly 1 for a row that kept m (not left to ex2.approx of 0)
+        mrow[r] = mnew;
+      } else {
+        const float mnew = fmaxf(mrow[r], mx);
+        muse = mnew == -INFINITY ? 0.f : mnew;
+        alpha[r] = fast_exp2(mrow[r] - muse);
+        mrow[r] = mnew;
+      }
       float sum = 0.f;
 #pragma unroll
       for (int nt = 0; nt < NTILE; ++nt) {

@@ -1,5 +1,6 @@
 // The fp8 forward's f64 oracle: attention of the dequantized e4m3 inputs, with P rounded to e4m3 before P V against
-// the row max or the running max of key tiles (the contract of include/flashkit/attention_fp8.hpp), or not rounded.
+// the row max or the running max of key tiles, eager or lazy (the contract of include/flashkit/attention_fp8.hpp and
+// the CUDA kernel's RESCALE = 2), or not rounded.
 // Plain loops, parallel over heads.
 #include <algorithm>
 #include <cmath>
@@ -31,6 +32,7 @@ void attention_forward_fp8_reference(const AttentionFp8Args& args, Fp8PRounding 
   const AttentionShape& s = a.shape;
   const int64_t d = s.head_dim, G = s.group();
   constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+  const double kLog2e = 1.0 / std::log(2.0);
 #pragma omp parallel for collapse(2) schedule(dynamic) num_threads(num_threads())
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads; ++h) {
@@ -59,10 +61,13 @@ void attention_forward_fp8_reference(const AttentionFp8Args& args, Fp8PRounding 
             l += p;
             double pv = p;
             if (rounding == Fp8PRounding::row_max) pv = double(e4m3_to_f32(f32_to_e4m3(float(p))));
-            if (rounding == Fp8PRounding::tile_max) {
-              if (j >= tile_end) {  // a new tile: extend the running max over it
+            if (rounding == Fp8PRounding::tile_max || rounding == Fp8PRounding::tile_max_lazy) {
+              if (j >= tile_end) {  // a new tile: its max moves the running max (eagerly, or lazily past lazy_tau)
                 tile_end = std::min(hi, (j / args.p_tile + 1) * args.p_tile);
-                for (int64_t jj = j; jj < tile_end; ++jj) mt = std::max(mt, sc[size_t(jj)]);
+                double tmax = kNegInf;
+                for (int64_t jj = j; jj < tile_end; ++jj) tmax = std::max(tmax, sc[size_t(jj)]);
+                if (rounding == Fp8PRounding::tile_max) mt = std::max(mt, tmax);
+                else if (mt == kNegInf || (tmax - mt) * kLog2e > args.lazy_tau) mt = tmax;  // the kernel: log2 units
               }
               // e4m3(exp(s - mt)) scaled back to the row max, as the kernel's rescaling of O does.
               pv = double(e4m3_to_f32(f32_to_e4m3(float(std::exp(sc[size_t(j)] - mt))))) * std::exp(mt - m);

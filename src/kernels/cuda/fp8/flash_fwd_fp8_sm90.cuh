@@ -18,6 +18,7 @@
 #include <cstdio>
 
 #include "core/cuda_check.hpp"
+#include "kernels/attention_fp8_args.hpp"
 #include "kernels/cuda/flash_api.hpp"
 #include "kernels/cuda/flash_common.cuh"
 #include "kernels/cuda/flash_fwd_sm90_tile.cuh"
@@ -67,11 +68,27 @@ struct Fp8WsCfg {
 };
 
 // One consumer warpgroup's rows: the bf16 kernel's state, mask and online softmax (Sm90FwdRows, instantiated for
-// bf16 only for those), with the e4m3 products, the P packing and a register epilogue.
-template <int D, int BN, int BM>
+// bf16 only for those), with the e4m3 products, the P packing and a register epilogue. RESCALE (worklog v4): 0 O
+// rescaled after every tile; 1 a warp whose 16 rows all kept their max (alpha == 1 exactly) skips O's rescale
+// (x * 1.0f == x: bit-identical to 0); 2 also the lazy max (kFp8LazyRescaleTau), so that rows keep m far more often.
+template <int D, int BN, int BM, int RESCALE>
 struct Fp8Rows : Sm90FwdRows<__nv_bfloat16, D, BN, BM> {
   using Base = Sm90FwdRows<__nv_bfloat16, D, BN, BM>;
   using Base::Base;
+  static_assert(RESCALE >= 0 && RESCALE <= 2, "RESCALE: 0, 1 or 2");
+
+  __device__ __forceinline__ void softmax(float (&sacc)[BN / 2], int n, float (&alpha)[2]) {
+    Base::template softmax<RESCALE == 2 ? kernels::kFp8LazyRescaleTau : 0>(sacc, n, alpha);
+  }
+
+  // O *= alpha; RESCALE 1/2: not at all when every row of the warp has alpha == 1 (a warp-uniform branch).
+  __device__ __forceinline__ void rescale_o(const float (&alpha)[2]) {
+    if constexpr (RESCALE == 0) {
+      Base::rescale_o(alpha);
+    } else {
+      if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) Base::rescale_o(alpha);
+    }
+  }
 
   // S = Q K^T: k32 steps of 32 bytes inside 128-byte panels.
   __device__ __forceinline__ void issue_qk(float (&sacc)[BN / 2], uint32_t sQ, uint32_t sK) const {
@@ -154,13 +171,13 @@ __device__ __forceinline__ void fp8_load_q(uint32_t sQ, const uint8_t* qbase, co
   }
 }
 
-template <int D, int BN, int STAGES, bool PINGPONG>
+template <int D, int BN, int STAGES, bool PINGPONG, int RESCALE>
 __global__ void __launch_bounds__(Fp8WsCfg<D, BN, STAGES>::NT, 1)
     flash_fwd_fp8_sm90_kernel(const Fp8FwdParams p, const __grid_constant__ CUtensorMap tmap_k,
                               const __grid_constant__ CUtensorMap tmap_vt) {
 #if FK_SM90_ENABLED
   using Cfg = Fp8WsCfg<D, BN, STAGES>;
-  using Rows = Fp8Rows<D, BN, Cfg::BM>;
+  using Rows = Fp8Rows<D, BN, Cfg::BM, RESCALE>;
   constexpr int BM = Cfg::BM;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -355,11 +372,11 @@ inline bool encode_fp8_tmap_4d(CUtensorMap* map, const void* base, const cuuint6
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int D, int BN, int STAGES, bool PINGPONG>
+template <int D, int BN, int STAGES, bool PINGPONG, int RESCALE>
 Fp8LaunchResult launch_fwd_fp8_sm90_cfg(const Fp8FwdParams& p, const uint8_t* vt, cudaStream_t stream) {
   using Cfg = Fp8WsCfg<D, BN, STAGES>;
   static_assert(Cfg::smem <= 227 * 1024, "shared memory per CTA exceeds the opt-in limit");
-  auto kern = flash_fwd_fp8_sm90_kernel<D, BN, STAGES, PINGPONG>;
+  auto kern = flash_fwd_fp8_sm90_kernel<D, BN, STAGES, PINGPONG, RESCALE>;
   if (!sm90_kernel_usable(kern)) return {false, "the fp8 kernel has no sm_90a code for this device"};
   // setmaxnreg needs the launch's register count (kernel_has_regs, launch.hpp).
   const bool regs_ok = kernel_has_regs(kern, Cfg::kLaunchRegs);
@@ -399,12 +416,12 @@ Fp8LaunchResult launch_fwd_fp8_sm90_cfg(const Fp8FwdParams& p, const uint8_t* vt
   return {true, ""};
 }
 
-template <int D>
+template <int D, int RESCALE>
 Fp8LaunchResult launch_flash_fwd_fp8_sm90(const Fp8FwdParams& p, const uint8_t* vt, bool pingpong, cudaStream_t stream) {
   // d128: 16 KB of Q + 3 x (16 KB K + 16 KB V^T) = 112 KB; d256: 32 KB + 2 x (32 KB + 32 KB) = 160 KB.
   constexpr int BN = kFp8KeyTile, STAGES = D == 128 ? 3 : 2;
-  return pingpong ? launch_fwd_fp8_sm90_cfg<D, BN, STAGES, true>(p, vt, stream)
-                  : launch_fwd_fp8_sm90_cfg<D, BN, STAGES, false>(p, vt, stream);
+  return pingpong ? launch_fwd_fp8_sm90_cfg<D, BN, STAGES, true, RESCALE>(p, vt, stream)
+                  : launch_fwd_fp8_sm90_cfg<D, BN, STAGES, false, RESCALE>(p, vt, stream);
 }
 
 }  // namespace flashkit::cuda

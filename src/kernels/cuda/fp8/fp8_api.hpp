@@ -25,8 +25,10 @@ struct Fp8LaunchResult {
   const char* why_not;  // when not launched: a sentence for Status::unsupported
 };
 
-// The warp-specialized sm_90a kernel for head dim D (instantiated for 128); vt: the prep kernel's V^T.
-template <int D>
+// The warp-specialized sm_90a kernel for head dim D with O-rescale mode RESCALE (0 every tile, 1 skipped by warps
+// whose maxima all stayed, 2 lazy max; instantiated: d128 and d256 with 0, 1 and 2, one file each); vt: the prep
+// kernel's V^T. RESCALE is fp8_rescale()'s choice (ops/attention_fp8_choice.hpp).
+template <int D, int RESCALE>
 Fp8LaunchResult launch_flash_fwd_fp8_sm90(const Fp8FwdParams& p, const uint8_t* vt, bool pingpong, cudaStream_t stream);
 
 // V [batch, seqlen_k, kv_heads, head_dim] (e4m3, strided) -> vt [batch, kv_heads, head_dim, keys] with keys =
