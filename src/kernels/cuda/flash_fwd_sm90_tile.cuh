@@ -15,6 +15,7 @@
 #include "kernels/cuda/flash_common.cuh"
 #include "kernels/cuda/tma.cuh"
 #include "kernels/cuda/wgmma.cuh"
+#include "kernels/cuda/ws_schedule.hpp"
 
 namespace flashkit::cuda {
 
@@ -70,6 +71,23 @@ struct Sm90FwdRows {
         my_lo[r] = int(a.mask.lo(i, nq, nk));
         my_hi[r] = int(a.mask.hi(i, nq, nk));
       }
+      mrow[r] = -INFINITY, lrow[r] = 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  }
+
+  // DENSE (v27; ws_schedule.hpp): rows of one head's consecutive queries, under a causal mask or none. Every row
+  // sees keys from 0 up to ws_dense_hi: the same bounds as above without head_query or int64 mask arithmetic.
+  struct Dense {};
+  __device__ __forceinline__ Sm90FwdRows(Dense, const kernels::AttentionFwdArgs& args, const WsDenseGeom& geom,
+                                         bool causal, int m0, const WarpgroupKeys& wk)
+      : lo_max(wk.lo_max), hi_min(wk.hi_min), a(args) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int gr = m0 + wg() * 64 + wq() * 16 + g() + 8 * r;
+      my_lo[r] = 0;
+      my_hi[r] = gr < geom.seqlen_q ? ws_dense_hi(geom, causal, gr) : geom.seqlen_k;
       mrow[r] = -INFINITY, lrow[r] = 0.f;
     }
 #pragma unroll
