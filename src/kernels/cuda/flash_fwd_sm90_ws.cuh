@@ -140,7 +140,8 @@ struct WsConsumerRing {
 // with its wait for K and its turn (only when that slot is the work tile's first, wk.wb == r.nb_begin).
 // last_pv(): called once the warpgroup's last product is issued (every QK^T of its rows complete), before it is
 // waited for. Returns whether it was called (not when the warpgroup has no key tile of its own).
-template <int D, int BN, typename Rows, typename Ring, typename LastPv>
+// SET_O (DENSE): O was not zeroed; the first P V writes it (scale-d = 0).
+template <int D, int BN, bool SET_O = false, typename Rows, typename Ring, typename LastPv>
 __device__ __forceinline__ bool ws_consume_slots_with(Rows& w, const WarpgroupKeys& wk, const Ring& r, uint32_t sQ,
                                                       float (&s)[BN / 2], bool pre, LastPv&& last_pv) {
   float alpha[2];
@@ -171,7 +172,7 @@ __device__ __forceinline__ bool ws_consume_slots_with(Rows& w, const WarpgroupKe
       r.turn_begin();
       w.issue_qk(s, sQ, r.kbuf(k));
       r.wait_v(k - 1);
-      w.issue_pv(pa, r.vbuf(k - 1));
+      w.issue_pv(pa, r.vbuf(k - 1), SET_O ? int(k - 1 > wk.wb) : 1);
       r.turn_end(k);
       wgmma_wait<1>();
       wgmma_fence_regs<BN / 2>(s);
@@ -191,7 +192,7 @@ __device__ __forceinline__ bool ws_consume_slots_with(Rows& w, const WarpgroupKe
     }
     r.wait_v(k - 1);
     r.turn_begin();
-    w.issue_pv(pa, r.vbuf(k - 1));
+    w.issue_pv(pa, r.vbuf(k - 1), SET_O ? int(k - 1 > wk.wb) : 1);
     r.turn_end(k);
     last_pv();
     called = true;
@@ -203,10 +204,10 @@ __device__ __forceinline__ bool ws_consume_slots_with(Rows& w, const WarpgroupKe
   for (; k <= r.nb_end; ++k) r.idle_slot(k);
   return called;
 }
-template <int D, int BN, typename Rows, typename Ring>
+template <int D, int BN, bool SET_O = false, typename Rows, typename Ring>
 __device__ __forceinline__ void ws_consume_slots(Rows& w, const WarpgroupKeys& wk, const Ring& r, uint32_t sQ) {
   float s[BN / 2];
-  ws_consume_slots_with<D, BN>(w, wk, r, sQ, s, false, [] {});
+  ws_consume_slots_with<D, BN, SET_O>(w, wk, r, sQ, s, false, [] {});
 }
 
 // PERSISTENT: gridDim.x CTAs (one per SM) walk the work tiles in the static order of ws_schedule.hpp. Barrier init,
@@ -536,9 +537,9 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
           q_ready();
         }
         if constexpr (OVERLAP) {
-          found = ws_consume_slots_with<D, BN>(w, wk, r, sQ, s_pre, pre, plan_next);
+          found = ws_consume_slots_with<D, BN, DENSE>(w, wk, r, sQ, s_pre, pre, plan_next);
         } else {
-          ws_consume_slots<D, BN>(w, wk, r, sQ);
+          ws_consume_slots<D, BN, DENSE>(w, wk, r, sQ);
         }
       }
       n0 += uint32_t(ntiles);
