@@ -433,7 +433,7 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
     auto issue_q = [&](const FwdTile& u) {
       const T* qbase = static_cast<const T*>(a.q.data) + u.sr.bslot * a.q.stride_b;
       bool done = false;
-      if constexpr (OVERLAP) {
+      if constexpr (OVERLAP || DENSE) {  // (DENSE: the serial epilogue's tiles too)
         // One head's consecutive queries (the group not packed): each thread's chunks through one source pointer
         // stepped by 128 / CH rows (the general loader's per-chunk head_query and int64 products are ~45
         // instructions a chunk, on the warpgroup's path between tiles; v23). Rows past the end are zero-filled.
@@ -558,7 +558,8 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
       // panels) or past its reads of the previous tile's O (own_o): the named barrier in store().
       auto epilogue = [&]() {
         const FwdTile te = tile_at(opaque(cur));
-        w.template store<OVERLAP, TMA_O>(te.sr, te.trows, sO, te.m0, te.rows, te.dreal, kWsBarEpi + wg, &tmap_o);
+        w.template store<OVERLAP || DENSE, TMA_O>(te.sr, te.trows, sO, te.m0, te.rows, te.dreal, kWsBarEpi + wg,
+                                                  &tmap_o);
       };
       pre = false;
       if constexpr (OVERLAP) {
