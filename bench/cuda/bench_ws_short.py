@@ -11,7 +11,14 @@ picks by default):
     new_kernel=... new2_kernel=...tmastore auto=...
 --out DIR writes DIR/ws-short.json.
 
-    python3 bench/cuda/bench_ws_short.py [--out DIR] [--dims 64,128] [--seqlens 512,1024,2048,4096] [--reps 10]
+--ab dense: the persistent forward's DENSE variant (v27) instead: "general" (FLASHKIT_SM90_WS_DENSE=0) vs "dense"
+(FLASHKIT_SM90_WS_DENSE=1), both on the forced persistent grid with the default epilogue (TMA store up to 2k, v19's
+order from 4k); same=1: bit-identical O and LSE (the two run the same arithmetic per tile); DIR/ws-dense.json:
+    dense: d=128 causal=1 s=512 general=G dense=N (+x%) cudnn=C TFLOP/s same=1 sdpa_flash=F
+    general_kernel=...tmastore dense_kernel=...tmastore.dense auto=...
+
+    python3 bench/cuda/bench_ws_short.py [--out DIR] [--ab short|dense] [--dims 64,128] [--seqlens 512,1024,2048,4096]
+        [--reps 10]
 """
 
 import argparse
@@ -29,18 +36,23 @@ from bench_attention import flops_fwd, graph_time  # noqa: E402
 sys.path.insert(0, os.environ.get("FLASHKIT_PYDIR") or os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 from flashkit import torch as fkt  # noqa: E402
 
-SETTINGS = {"base": "0", "new": "1", "new2": "2"}
-FORCED = ("FLASHKIT_SM90_CFG", "FLASHKIT_SM90_WS_PERSIST", "FLASHKIT_SM90_WS_OVERLAP")
+# Per A/B mode: the settings compared (the first is the base) and the environment variable each sets.
+MODES = {
+    "short": ({"base": "0", "new": "1", "new2": "2"}, "FLASHKIT_SM90_WS_OVERLAP"),
+    "dense": ({"general": "0", "dense": "1"}, "FLASHKIT_SM90_WS_DENSE"),
+}
+FORCED = ("FLASHKIT_SM90_CFG", "FLASHKIT_SM90_WS_PERSIST", "FLASHKIT_SM90_WS_OVERLAP", "FLASHKIT_SM90_WS_DENSE")
 
 
-def use(name):
-    """The ws kernel on the persistent grid with the epilogue order `name`; None: the library's default choice."""
+def use(mode, name):
+    """The ws kernel on the persistent grid with setting `name` of `mode`; None: the library's default choice."""
     for var in FORCED:
         os.environ.pop(var, None)
     if name is not None:
+        settings, var = MODES[mode]
         os.environ["FLASHKIT_SM90_CFG"] = "3"
         os.environ["FLASHKIT_SM90_WS_PERSIST"] = str(1 << 20)
-        os.environ["FLASHKIT_SM90_WS_OVERLAP"] = SETTINGS[name]
+        os.environ[var] = settings[name]
     fkt._capi.core_lib.fk_tuning_from_env()
 
 
@@ -56,7 +68,10 @@ def main():
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--seqlens", default="512,1024,2048,4096")
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--ab", default="short", choices=sorted(MODES))
     args = ap.parse_args()
+    settings = MODES[args.ab][0]
+    names = list(settings)
     rows = []
     for d in [int(x) for x in args.dims.split(",")]:
         for causal in (False, True):
@@ -68,16 +83,15 @@ def main():
                 ff = flops_fwd(b, s, h, d, causal)
                 row = {"head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h}
                 outs = {}
-                for name in SETTINGS:
-                    use(name)
+                for name in names:
+                    use(args.ab, name)
                     outs[name], row[name + "_kernel"] = kernel_of(q, k, v, causal)
                     row[name] = ff / graph_time(lambda: fkt.attention_forward(q, k, v, causal=causal), args.reps,
                                                 calls=4) / 1e9
-                use(None)
+                use(args.ab, None)
                 _, row["auto_kernel"] = kernel_of(q, k, v, causal)
                 torch.cuda.synchronize()
-                row["same"] = all(torch.equal(a, c) for other in ("new", "new2")
-                                  for a, c in zip(outs["base"], outs[other]))
+                row["same"] = all(torch.equal(a, c) for other in names[1:] for a, c in zip(outs[names[0]], outs[other]))
                 for name, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
                     def fwd():
                         with sdpa_kernel(backend):
@@ -88,18 +102,25 @@ def main():
                         row[name + "_error"] = str(e).splitlines()[0][:200]
                         torch.cuda.synchronize()
                 rows.append(row)
-                gain = lambda key: 100.0 * (row[key] / row["base"] - 1.0)  # noqa: E731
+                gain = lambda key: 100.0 * (row[key] / row[names[0]] - 1.0)  # noqa: E731
                 fmt = lambda key: "%.0f" % row[key] if key in row else "n/a"  # noqa: E731
-                print("short: d=%d causal=%d s=%d base=%.0f new=%.0f (%+.1f%%) new2=%.0f (%+.1f%%) sdpa_flash=%s "
-                      "cudnn=%s TFLOP/s same=%d new_kernel=%s new2_kernel=%s auto=%s"
-                      % (d, causal, s, row["base"], row["new"], gain("new"), row["new2"], gain("new2"),
-                         fmt("sdpa_flash"), fmt("cudnn"), row["same"], row["new_kernel"], row["new2_kernel"],
-                         row["auto_kernel"]), flush=True)
+                if args.ab == "dense":
+                    print("dense: d=%d causal=%d s=%d general=%.0f dense=%.0f (%+.1f%%) cudnn=%s TFLOP/s same=%d "
+                          "sdpa_flash=%s general_kernel=%s dense_kernel=%s auto=%s"
+                          % (d, causal, s, row["general"], row["dense"], gain("dense"), fmt("cudnn"), row["same"],
+                             fmt("sdpa_flash"), row["general_kernel"], row["dense_kernel"], row["auto_kernel"]),
+                          flush=True)
+                else:
+                    print("short: d=%d causal=%d s=%d base=%.0f new=%.0f (%+.1f%%) new2=%.0f (%+.1f%%) sdpa_flash=%s "
+                          "cudnn=%s TFLOP/s same=%d new_kernel=%s new2_kernel=%s auto=%s"
+                          % (d, causal, s, row["base"], row["new"], gain("new"), row["new2"], gain("new2"),
+                             fmt("sdpa_flash"), fmt("cudnn"), row["same"], row["new_kernel"], row["new2_kernel"],
+                             row["auto_kernel"]), flush=True)
                 del q, k, v, qt, kt, vt, outs
                 torch.cuda.empty_cache()
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "ws-short.json"), "w") as f:
+        with open(os.path.join(args.out, "ws-%s.json" % args.ab), "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
 
 

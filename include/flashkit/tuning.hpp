@@ -52,6 +52,10 @@ struct Tuning {
                                     // thread (v23b) -- auto (-1): 2 up to 2k query rows, where it measured +1-4%
                                     // (run s15-5), v19's order (0) beyond (-3% to -9% from 4k); 1 and 2 force it
                                     // wherever the grid is persistent
+  int sm90_ws_dense = -1;           // FLASHKIT_SM90_WS_DENSE=auto|0|1: the persistent ws grid's DENSE variant (v27:
+                                    // the tile bookkeeping in 32-bit arithmetic) for fixed-length calls without
+                                    // window, softcap or padded head dim -- auto (-1) and 1: wherever such a call
+                                    // runs the persistent grid; 0: the general kernel
   int sm90_bwd_config = 0;          // FLASHKIT_SM90_BWD_CFG=1: the BM 64 Hopper backward at d64
   int sm90_bwd_ws = -1;             // FLASHKIT_SM90_BWD_WS=auto|0|1: the warp-specialized Hopper backward (v22;
                                     // d256: v24) at d128 and d256 (-1, auto; v6 at d64), 0 nowhere (the cp.async

@@ -103,6 +103,8 @@ Tuning tuning_from_env() {
   t.sm90_bwd_config = int(env::integer("FLASHKIT_SM90_BWD_CFG", 0, 0, 1));
   static constexpr int kWsOverlap[] = {-1, 0, 1, 2, 0, 1};  // auto|0|1|2|off|on
   t.sm90_ws_overlap = kWsOverlap[env::choice("FLASHKIT_SM90_WS_OVERLAP", {"auto", "0", "1", "2", "off", "on"}, 0)];
+  static constexpr int kWsDense[] = {-1, 0, 1, 0, 1};  // auto|0|1|off|on
+  t.sm90_ws_dense = kWsDense[env::choice("FLASHKIT_SM90_WS_DENSE", {"auto", "0", "1", "off", "on"}, 0)];
   static constexpr int kBwdWs[] = {-1, 0, 1, 0, 1};  // auto|0|1|off|on
   t.sm90_bwd_ws = kBwdWs[env::choice("FLASHKIT_SM90_BWD_WS", {"auto", "0", "1", "off", "on"}, 0)];
   // fp8 forward O rescale (worklog attention-fp8-cuda v4)

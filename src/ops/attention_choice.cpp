@@ -51,6 +51,24 @@ int ws_persist_ctas(const kernels::AttentionShape& sh, const DeviceInfo& dev, co
   return dpad == 128 && short_grid && dev.sms > 0 && tiles > dev.sms ? cuda::ws_persistent_ctas(tiles, dev.sms, 0) : 0;
 }
 
+bool ws_dense_shape(const kernels::AttentionShape& sh, const kernels::AttentionMask& m, float softcap) {
+  const bool no_window = m.window_left < 0 && (m.causal ? m.window_right == 0 : m.window_right < 0);
+  // int keys and rows in the kernel: i + seqlen_k - seqlen_q + 1 and the tile count must fit (ws_schedule.hpp).
+  constexpr int64_t kMaxLen = int64_t(1) << 30;
+  const bool lengths = sh.seqlen_q > 0 && sh.seqlen_k > 0 && sh.seqlen_q < kMaxLen && sh.seqlen_k < kMaxLen &&
+                       sh.heads > 0 && sh.kv_heads > 0 && sh.heads % sh.kv_heads == 0 && sh.batch > 0 &&
+                       (sh.seqlen_q + 127) / 128 * sh.heads * sh.batch < cuda::kWsMaxTiles;
+  return !sh.varlen() && no_window && !(softcap > 0.f) && sh.head_dim == cuda::padded_head_dim(sh.head_dim) &&
+         lengths;
+}
+
+bool ws_dense_fwd(const kernels::AttentionShape& sh, const kernels::AttentionMask& m, float softcap,
+                  const FwdChoice& c, const Tuning& t) {
+  // Automatic wherever it applies, pending its measurement (run s16-x, worklog v27); the lead sets it from there.
+  return t.sm90_ws_dense != 0 && c.kernel == CudaKernel::fwd_sm90_ws && c.persist_ctas > 0 && c.pingpong &&
+         (c.dpad == 64 || c.dpad == 128) && (!c.overlap_epilogue || c.tma_store_o) && ws_dense_shape(sh, m, softcap);
+}
+
 FwdChoice choose_fwd(const kernels::AttentionShape& sh, const kernels::AttentionMask& mask, const DeviceInfo& dev,
                      const Tuning& t, const ClusterResidency& decode_residency, bool allow_ws) {
   FwdChoice c;
@@ -172,7 +190,8 @@ std::string kernel_name(const FwdChoice& c, DType dt) {
              (c.tile_n == cuda::sm90_ws_wide_tile(c.dpad).bn ? ".bn" + std::to_string(c.tile_n) : "") +
              (c.pingpong ? "" : ".nopingpong") +
              (c.persist_ctas > 0 ? ".persistent" + std::to_string(c.persist_ctas) : "") +
-             (c.persist_ctas > 0 && !c.overlap_epilogue ? ".serialepi" : "") + (c.tma_store_o ? ".tmastore" : "");
+             (c.persist_ctas > 0 && !c.overlap_epilogue ? ".serialepi" : "") + (c.tma_store_o ? ".tmastore" : "") +
+             (c.dense ? ".dense" : "");
     case CudaKernel::decode: {
       const std::string plan = cuda::decode_plan_name(c.decode);  // "mma.splits16.combine", "one_warp", ...
       const size_t dot = plan.find('.');

@@ -35,6 +35,7 @@ struct FwdChoice {
   int persist_ctas = 0;   // fwd_sm90_ws: > 0 a persistent grid of this many CTAs (ws_persist_ctas); 0 one per tile
   bool overlap_epilogue = false;  // persist_ctas > 0: each warpgroup's epilogue under the next tile's first QK^T
   bool tma_store_o = false;       // overlap_epilogue: O written by TMA stores where the rows allow (v23b)
+  bool dense = false;             // persist_ctas > 0: the DENSE variant (ws_dense_fwd, set by the dispatch; v27)
   cuda::DecodePlan decode;  // kernel == decode
 };
 
@@ -61,6 +62,16 @@ BwdChoice choose_bwd(const kernels::AttentionShape& shape, float softcap, const 
 // grid needs more than one wave (v19); Tuning::sm90_ws_persist forces it on (at most N CTAs) or off.
 int ws_persist_ctas(const kernels::AttentionShape& shape, const DeviceInfo& dev, const Tuning& tuning, int dpad,
                     bool pingpong, int tile_n, bool causal);
+
+// A call the persistent ws forward's DENSE variant computes (v27): a fixed-length batch (no cu_seqlens), no window
+// (the causal mask or none), no softcap, head_dim equal to its instantiated (padded) dim, every length and tile
+// count small enough for its 32-bit bookkeeping. (The ws forward never packs the GQA group: only decode does.)
+bool ws_dense_shape(const kernels::AttentionShape& shape, const kernels::AttentionMask& mask, float softcap);
+// Whether the ws forward chosen in c runs as DENSE: a dense call on the persistent grid with the serial epilogue or
+// the TMA-store one (the instantiated variants), unless Tuning::sm90_ws_dense is 0. Set by the dispatch (choose_fwd
+// does not see the softcap).
+bool ws_dense_fwd(const kernels::AttentionShape& shape, const kernels::AttentionMask& mask, float softcap,
+                  const FwdChoice& c, const Tuning& tuning);
 
 // Whether choose_fwd would read decode_residency for this call (the dispatch skips the occupancy query otherwise).
 bool fwd_needs_decode_residency(const kernels::AttentionShape& shape, const DeviceInfo& dev, const Tuning& tuning);

@@ -205,6 +205,8 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
       p.ws_persist_ctas = choice.persist_ctas;
       p.ws_overlap_epilogue = choice.overlap_epilogue;
       p.ws_tma_store_o = choice.tma_store_o;
+      choice.dense = ws_dense_fwd(sh, a.mask, a.softcap, choice, tuning);
+      p.ws_dense = choice.dense;
       launched = cuda::launch_fwd_sm90_ws(a.dtype, D, choice.tile_n, choice.pingpong, p, stream);
       if (!launched) choice = choose_fwd(sh, a.mask, dev, tuning, res, /*allow_ws=*/false);
     }

@@ -400,6 +400,7 @@ std::vector<Path> paths() {
   t.sm90_fwd_config = 3;
   t.sm90_ws_persist = 1 << 20;
   t.sm90_ws_overlap = 1;  // v23's epilogue order on every case (auto takes it on short causal grids only)
+  t.sm90_ws_dense = 0;    // the general kernel on the dense cases too (the sm90ws_dense paths below run v27's)
   v.push_back({"sm90ws_persist", t, true});
   t.sm90_ws_persist = 3;
   v.push_back({"sm90ws_persist3", t, true});
@@ -417,6 +418,19 @@ std::vector<Path> paths() {
   v.push_back({"sm90ws_persist_tma", t, true});
   t.sm90_ws_persist = 3;
   v.push_back({"sm90ws_persist3_tma", t, true});
+  // v27's DENSE variant (FLASHKIT_SM90_WS_DENSE=1) on the same grids, TMA-store and serial epilogues: the grid's
+  // fixed-length cases without window, softcap or padded head dim take it; the others fall back to the general
+  // kernel and must pass as well.
+  t.sm90_ws_dense = 1;
+  t.sm90_ws_persist = 1 << 20;
+  v.push_back({"sm90ws_dense_tma", t, true});
+  t.sm90_ws_persist = 3;
+  v.push_back({"sm90ws_dense3_tma", t, true});
+  t.sm90_ws_overlap = 0;
+  t.sm90_ws_persist = 1 << 20;
+  v.push_back({"sm90ws_dense_serialepi", t, true});
+  t.sm90_ws_persist = 3;
+  v.push_back({"sm90ws_dense3_serialepi", t, true});
   t = Tuning{};
   t.sm90_fwd_config = 3;
   t.sm90_ws_bn = 176;
@@ -492,6 +506,73 @@ TEST(CudaAttention, ForwardDeterministic) {
   o1.download(&a);
   o2.download(&b);
   EXPECT_EQ(0, std::memcmp(a.bytes.data(), b.bytes.data(), a.bytes.size()));
+}
+
+// v27: the persistent ws forward's DENSE variant computes what the general kernel does, bit for bit (O and LSE), on
+// dense calls: causal with more keys than queries and rows that see none, GQA, non-causal with ragged last tiles,
+// d64 and d128, bf16 and f16, one CTA per SM and 3 CTAs (several tiles each), both epilogues. The cost record names
+// the variant (a Hopper device with sm_90a code; skipped elsewhere, where neither runs).
+TEST(CudaAttention, WsDenseBitIdenticalToGeneral) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  struct Shape {
+    int64_t b, sq, sk, h, hkv, d;
+    bool causal;
+    DType dt;
+  };
+  const Shape shapes[] = {{2, 300, 400, 4, 2, 128, true, DType::bf16}, {1, 257, 200, 6, 3, 64, true, DType::f16},
+                          {3, 131, 131, 4, 4, 128, false, DType::bf16}, {2, 200, 330, 2, 1, 64, false, DType::bf16},
+                          {1, 190, 70, 4, 2, 128, true, DType::f16}};
+  std::mt19937 rng(27);
+  int ran_dense = 0;
+  for (const Shape& sh : shapes) {
+    HostTensor q(sh.dt, {sh.b, sh.sq, sh.h, sh.d}), k(sh.dt, {sh.b, sh.sk, sh.hkv, sh.d}),
+        v(sh.dt, {sh.b, sh.sk, sh.hkv, sh.d});
+    q.fill_random(rng);
+    k.fill_random(rng);
+    v.fill_random(rng);
+    DevTensor dq, dk, dv;
+    dq.alloc(sh.dt, {sh.b, sh.sq, sh.h, sh.d});
+    dk.alloc(sh.dt, {sh.b, sh.sk, sh.hkv, sh.d});
+    dv.alloc(sh.dt, {sh.b, sh.sk, sh.hkv, sh.d});
+    dq.upload(q);
+    dk.upload(k);
+    dv.upload(v);
+    for (int overlap : {2, 0})
+      for (int ctas : {1 << 20, 3}) {
+        HostTensor o_host[2] = {HostTensor(sh.dt, {sh.b, sh.sq, sh.h, sh.d}), HostTensor(sh.dt, {sh.b, sh.sq, sh.h, sh.d})};
+        HostTensor l_host[2] = {HostTensor(DType::f32, {sh.b, sh.h, sh.sq}), HostTensor(DType::f32, {sh.b, sh.h, sh.sq})};
+        std::string kernels[2];
+        for (int dense = 0; dense < 2; ++dense) {
+          DevTensor o, l;
+          o.alloc(sh.dt, {sh.b, sh.sq, sh.h, sh.d});
+          l.alloc(DType::f32, {sh.b, sh.h, sh.sq});
+          o.poison();
+          l.poison();
+          Tuning t;
+          t.sm90_fwd_config = 3;
+          t.sm90_ws_persist = ctas;
+          t.sm90_ws_overlap = overlap;
+          t.sm90_ws_dense = dense;
+          AttentionOptions opts;
+          opts.causal = sh.causal;
+          opts.tuning = t;
+          OpCost cost;
+          attention_forward(dq.view, dk.view, dv.view, o.view, l.view, opts, &cost);
+          CK(cudaDeviceSynchronize());
+          o.download(&o_host[dense]);
+          l.download(&l_host[dense]);
+          kernels[dense] = cost.kernel;
+        }
+        SCOPED_TRACE(kernels[0] + " vs " + kernels[1]);
+        EXPECT_EQ(kernels[0].find(".dense"), std::string::npos);
+        if (kernels[1].find(".persistent") == std::string::npos) continue;  // not a Hopper device with sm_90a code
+        EXPECT_NE(kernels[1].find(".dense"), std::string::npos);
+        ++ran_dense;
+        EXPECT_EQ(0, std::memcmp(o_host[0].bytes.data(), o_host[1].bytes.data(), o_host[0].bytes.size()));
+        EXPECT_EQ(0, std::memcmp(l_host[0].bytes.data(), l_host[1].bytes.data(), l_host[0].bytes.size()));
+      }
+  }
+  std::printf("dense runs compared: %d\n", ran_dense);
 }
 
 // Decode with the split merge inside the kernel (batch 1, GQA, 5000 keys: many splits): captured into a CUDA graph

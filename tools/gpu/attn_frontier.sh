@@ -41,6 +41,13 @@
 #              and causal, d64 s512 causal; b32): $OUT/fwd-ncu.txt, $OUT/fwd-sass.csv.xz
 #   decodesrc  the same stall view of batch-1 decode at 32k keys (both goal shapes): $OUT/decode-src.txt,
 #              $OUT/decode-sass.csv.xz
+#   dense      the persistent ws forward's DENSE variant (v27; after build): the choice tests, the CUDA grid on the
+#              four sm90ws_dense paths (the grid's dense cases take it, the others fall back), dense vs general
+#              bit for bit (WsDenseBitIdenticalToGeneral), memcheck + racecheck on
+#              three small dense persistent cases (3 CTAs: several tiles each), then the A/B bench general vs dense on
+#              the forced persistent grid vs SDPA flash / cuDNN at d64/d128, causal and not, 512..4k
+#              (bench/cuda/bench_ws_short.py --ab dense; one "dense: d=.. causal=.. s=.. general=.. dense=.. (+x%)
+#              cudnn=.. TFLOP/s same=1 ..." line per point): $OUT/dense.txt, $OUT/ws-dense.json
 # Results in $OUT/attn_frontier.log (+ failed.txt). carry=[".fkdeps.tar.xz"] (tools/gpu/carried_deps.sh).
 set -u
 cd "$(dirname "$0")/../.."
@@ -152,6 +159,18 @@ for st in "${STAGES[@]}"; do
       ncu -i "$BUILD/$N.ncu-rep" --page source --csv --print-source sass 2> /dev/null | xz -6 > "$OUT/$N-sass.csv.xz"
       grep -E "^  [a-zA-Z_]|Duration|Throughput|Stall|Issued Warp|No Eligible|Eligible Warps|Registers|Achieved Occ" \
         "$OUT/$N-ncu.txt" | sed "s/^/$N ncu: /" | tee -a "$LOG" | head -120 ;;
+    dense)
+      A=$(bin flashkit_cuda_tests); T=$(bin flashkit_tests)
+      run dense_choice timeout 60 "$T" --gtest_filter='CudaChoice.*' --gtest_brief=1
+      run dense_paths timeout 240 "$A" --gtest_brief=1 \
+        --gtest_filter='Paths/*sm90ws_dense*:*WsDenseBitIdenticalToGeneral*'
+      grep -E "^\[  FAILED  \]" "$LOG" | sort -u | tail -40 > "$OUT/failed.txt"
+      F='*/sm90ws_dense3_tma_flash_B2_Sq129_Sk257_H4x2_D64_causal_bf16:*/sm90ws_dense3_tma_flash_B1_Sq200_Sk100_H4x4_D128_causal_bf16'
+      F="$F:*/sm90ws_dense3_serialepi_flash_B1_Sq300_Sk300_H8x1_D128_bf16"
+      run dense_memcheck timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$F" --gtest_brief=1
+      run dense_racecheck timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_filter="$F" --gtest_brief=1
+      run dense_bench timeout 150 python3 bench/cuda/bench_ws_short.py --ab dense --out "$OUT"
+      grep -E "^dense: d" "$LOG" | tee "$OUT/dense.txt" ;;
     *) log "unknown stage $st"; status=1 ;;
   esac
 done

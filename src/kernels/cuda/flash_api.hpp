@@ -12,6 +12,7 @@
 #include "kernels/attention_args.hpp"
 #include "kernels/cuda/decode/plan.hpp"
 #include "kernels/cuda/tiles.hpp"
+#include "kernels/cuda/ws_schedule.hpp"
 
 namespace flashkit::cuda {
 
@@ -40,6 +41,11 @@ struct FwdParams {
   bool ws_overlap_epilogue = false;
   // ... with that epilogue's O written by TMA stores where a warpgroup's rows allow (FwdChoice's tma_store_o; v23b).
   bool ws_tma_store_o = false;
+  // ... as its DENSE variant (FwdChoice's dense, ws_dense_fwd; v27): the tile bookkeeping of a fixed-length call
+  // without window, softcap, packed group or padded head dim in 32-bit arithmetic; ws_dense_geom is filled by the
+  // launcher (it knows the tiles).
+  bool ws_dense = false;
+  WsDenseGeom ws_dense_geom;
 };
 
 struct BwdParams {

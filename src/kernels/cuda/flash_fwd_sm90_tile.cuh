@@ -15,6 +15,7 @@
 #include "kernels/cuda/flash_common.cuh"
 #include "kernels/cuda/tma.cuh"
 #include "kernels/cuda/wgmma.cuh"
+#include "kernels/cuda/ws_schedule.hpp"
 
 namespace flashkit::cuda {
 
@@ -74,6 +75,27 @@ struct Sm90FwdRows {
     }
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  }
+
+  // DENSE (v27; ws_schedule.hpp): rows of one head's consecutive queries, under a causal mask or none. Every row
+  // sees keys from 0 up to ws_dense_hi: the same bounds as above without head_query or int64 mask arithmetic.
+  // O is zeroed only where the warpgroup has no key tile (its rows are stored as 0): otherwise the first P V
+  // writes it (issue_pv with accumulate = 0, wgmma's scale-d), which saves D / 2 moves a tile.
+  struct Dense {};
+  __device__ __forceinline__ Sm90FwdRows(Dense, const kernels::AttentionFwdArgs& args, const WsDenseGeom& geom,
+                                         bool causal, int m0, const WarpgroupKeys& wk)
+      : lo_max(wk.lo_max), hi_min(wk.hi_min), a(args) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int gr = m0 + wg() * 64 + wq() * 16 + g() + 8 * r;
+      my_lo[r] = 0;
+      my_hi[r] = gr < geom.seqlen_q ? ws_dense_hi(geom, causal, gr) : geom.seqlen_k;
+      mrow[r] = -INFINITY, lrow[r] = 0.f;
+    }
+    if (wk.wb == wk.we) {
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    }
   }
 
   // S = Q K^T for the warpgroup's 64 rows x BN keys (sQ: the CTA's BM-row Q panels; sK: one BN-row K buffer).
@@ -170,15 +192,16 @@ struct Sm90FwdRows {
     }
   }
 
-  // O += P V with V of one BN-row buffer read transposed (MN-major) from its panels.
-  __device__ __forceinline__ void issue_pv(uint32_t (&pa)[BN / 16][4], uint32_t sV) {
+  // O += P V with V of one BN-row buffer read transposed (MN-major) from its panels; accumulate = 0: O = P V (the
+  // first product of rows whose O was not zeroed: wgmma's scale-d ignores the accumulator's old contents).
+  __device__ __forceinline__ void issue_pv(uint32_t (&pa)[BN / 16][4], uint32_t sV, int accumulate = 1) {
     wgmma_fence_regs<D / 2>(o);
     wgmma_fence_regs<BN / 4>(&pa[0][0]);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       const uint64_t db = smem_desc(sV + kk * 2048, BN * 128, 1024);
-      Wgmma<T, D>::template rs<1>(o, pa[kk], db, 1);
+      Wgmma<T, D>::template rs<1>(o, pa[kk], db, kk > 0 ? 1 : accumulate);
     }
     wgmma_commit();
   }

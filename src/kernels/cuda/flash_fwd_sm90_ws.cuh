@@ -21,6 +21,11 @@
 // of between two of its turns (v23). TMA_O (with OVERLAP; Tuning::sm90_ws_overlap = 2): that store is a TMA store
 // from O's own buffer, issued by one thread and not waited for, where the warpgroup's rows are one head's
 // consecutive queries inside the sequence (v23b).
+// DENSE (persistent only; FwdParams::ws_dense, ws_dense_fwd in src/ops/attention_choice.cpp): the common prefill call
+// (fixed-length batch, no window, no softcap, the group not packed, head_dim == D). A tile's place, key range and
+// row bounds come from 32-bit arithmetic on divisors prepared on the host (ws_schedule.hpp) instead of the general
+// FwdTile walk (int64 divisions and products, per-row head_query), which ran on the consumers' path between tiles;
+// the constants (no packing, q0 = 0, dreal = D) fold the general loaders and store to their one-head paths (v27).
 // Scores, masking, softcap, online softmax, GQA packing, varlen and padded head dims follow flash_fwd_sm90.cuh.
 // Included by flash_fwd_sm90_*.cu only.
 #pragma once
@@ -135,7 +140,8 @@ struct WsConsumerRing {
 // with its wait for K and its turn (only when that slot is the work tile's first, wk.wb == r.nb_begin).
 // last_pv(): called once the warpgroup's last product is issued (every QK^T of its rows complete), before it is
 // waited for. Returns whether it was called (not when the warpgroup has no key tile of its own).
-template <int D, int BN, typename Rows, typename Ring, typename LastPv>
+// SET_O (DENSE): O was not zeroed; the first P V writes it (scale-d = 0).
+template <int D, int BN, bool SET_O = false, typename Rows, typename Ring, typename LastPv>
 __device__ __forceinline__ bool ws_consume_slots_with(Rows& w, const WarpgroupKeys& wk, const Ring& r, uint32_t sQ,
                                                       float (&s)[BN / 2], bool pre, LastPv&& last_pv) {
   float alpha[2];
@@ -166,7 +172,7 @@ __device__ __forceinline__ bool ws_consume_slots_with(Rows& w, const WarpgroupKe
       r.turn_begin();
       w.issue_qk(s, sQ, r.kbuf(k));
       r.wait_v(k - 1);
-      w.issue_pv(pa, r.vbuf(k - 1));
+      w.issue_pv(pa, r.vbuf(k - 1), SET_O ? int(k - 1 > wk.wb) : 1);
       r.turn_end(k);
       wgmma_wait<1>();
       wgmma_fence_regs<BN / 2>(s);
@@ -186,7 +192,7 @@ __device__ __forceinline__ bool ws_consume_slots_with(Rows& w, const WarpgroupKe
     }
     r.wait_v(k - 1);
     r.turn_begin();
-    w.issue_pv(pa, r.vbuf(k - 1));
+    w.issue_pv(pa, r.vbuf(k - 1), SET_O ? int(k - 1 > wk.wb) : 1);
     r.turn_end(k);
     last_pv();
     called = true;
@@ -198,10 +204,10 @@ __device__ __forceinline__ bool ws_consume_slots_with(Rows& w, const WarpgroupKe
   for (; k <= r.nb_end; ++k) r.idle_slot(k);
   return called;
 }
-template <int D, int BN, typename Rows, typename Ring>
+template <int D, int BN, bool SET_O = false, typename Rows, typename Ring>
 __device__ __forceinline__ void ws_consume_slots(Rows& w, const WarpgroupKeys& wk, const Ring& r, uint32_t sQ) {
   float s[BN / 2];
-  ws_consume_slots_with<D, BN>(w, wk, r, sQ, s, false, [] {});
+  ws_consume_slots_with<D, BN, SET_O>(w, wk, r, sQ, s, false, [] {});
 }
 
 // PERSISTENT: gridDim.x CTAs (one per SM) walk the work tiles in the static order of ws_schedule.hpp. Barrier init,
@@ -213,7 +219,7 @@ __device__ __forceinline__ void ws_consume_slots(Rows& w, const WarpgroupKeys& w
 // the turns and the slot loop above, and the persistent machinery is absent from the one-tile kernel (if constexpr).
 // tmap_o: O's TMA map (encode_o_tmap), read only with TMA_O.
 template <typename T, int D, int BN, int STAGES, bool PINGPONG, bool PERSISTENT, bool OVERLAP = false,
-          bool TMA_O = false>
+          bool TMA_O = false, bool DENSE = false>
 __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
     flash_fwd_sm90_ws_kernel(const FwdParams p, const __grid_constant__ CUtensorMap tmap_k,
                              const __grid_constant__ CUtensorMap tmap_v, const __grid_constant__ CUtensorMap tmap_o) {
@@ -225,6 +231,7 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
   static_assert(!OVERLAP || (PERSISTENT && PINGPONG && Cfg::own_o),
                 "the epilogue overlap needs the persistent grid's turns and O in a buffer of its own");
   static_assert(!TMA_O || OVERLAP, "the TMA store of O is a variant of the epilogue overlap");
+  static_assert(!DENSE || PERSISTENT, "the dense bookkeeping is the persistent grid's");
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   uint8_t* smem = smem_raw + (base - smem_u32(smem_raw));
@@ -319,7 +326,23 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
     // Work tiles by a linear tile index (ws_schedule.hpp; fewer than kWsMaxTiles tiles, the choice's condition).
     // Only the index is carried from tile to tile: the tile's place is recomputed from it where needed (carrying
     // FwdTile across the main loop spills the consumers' registers).
+    const WsDenseGeom& dg = p.ws_dense_geom;
     auto tile_at = [&](int i) -> FwdTile {
+      if constexpr (DENSE) {
+        // Every field a constant or 32-bit (widened where FwdTile is int64): pack, q0 and dreal fold downstream.
+        const WsDenseTile c = ws_dense_tile(dg, i);
+        FwdTile t;
+        t.sr = kernels::SeqRange{c.b, 0, dg.seqlen_q, 0, dg.seqlen_k};
+        const int m0 = c.mb * BM, r1 = (m0 + BM < dg.seqlen_q ? m0 + BM : dg.seqlen_q) - 1;
+        t.rows = dg.seqlen_q;
+        t.m0 = m0;
+        t.kvh = c.kvh;
+        t.dreal = D;
+        t.trows = TileRows{false, 1, dg.seqlen_q, c.h, c.kvh};
+        const WsDenseKeys k = ws_dense_keys(dg, a.mask.causal, m0, r1, BN);
+        t.keys = TileKeys{k.lo_max, k.hi_min, k.nb_begin, k.nb_end};
+        return t;
+      }
       const int hblocks = int(p.pack_gqa ? a.shape.kv_heads : a.shape.heads);
       const int64_t rows = p.pack_gqa ? a.shape.heads / a.shape.kv_heads * a.shape.max_seqlen_q : a.shape.max_seqlen_q;
       const WsTileCoord c = ws_tile_coord(i, int((rows + BM - 1) / BM), hblocks);
@@ -328,6 +351,17 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
     // The CTA's next work tile with rows (-1: none left). Every thread walks the same sequence.
     int round = 0;
     auto next_index = [&]() -> int {
+      if constexpr (DENSE) {  // every tile has rows (fixed length): the first of the CTA's rounds inside the grid
+        const int ctas = int(gridDim.x);
+        for (; round * ctas < dg.total; ++round) {
+          const int i = ws_tile_of(int(blockIdx.x), round, ctas);
+          if (i < dg.total) {
+            ++round;
+            return i;
+          }
+        }
+        return -1;
+      }
       const int64_t rows = p.pack_gqa ? a.shape.heads / a.shape.kv_heads * a.shape.max_seqlen_q : a.shape.max_seqlen_q;
       const int total = int((rows + BM - 1) / BM) * int(p.pack_gqa ? a.shape.kv_heads : a.shape.heads) *
                         int(a.shape.batch);
@@ -399,7 +433,7 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
     auto issue_q = [&](const FwdTile& u) {
       const T* qbase = static_cast<const T*>(a.q.data) + u.sr.bslot * a.q.stride_b;
       bool done = false;
-      if constexpr (OVERLAP) {
+      if constexpr (OVERLAP || DENSE) {  // (DENSE: the serial epilogue's tiles too)
         // One head's consecutive queries (the group not packed): each thread's chunks through one source pointer
         // stepped by 128 / CH rows (the general loader's per-chunk head_query and int64 products are ~45
         // instructions a chunk, on the warpgroup's path between tiles; v23). Rows past the end are zero-filled.
@@ -441,15 +475,35 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
     // rows are issued as soon as this warpgroup's last product is (its last QK^T is complete by then).
     float s_pre[BN / 2];
     bool pre = false;  // s_pre holds the current tile's first S, issued with its turn
+    // This warpgroup's own key tiles of a work tile [wb, we) and its rows' state (flash_fwd_sm90_tile.cuh); DENSE:
+    // the same from ws_dense_keys and the rows' causal bound, in int.
+    auto wg_keys = [&](const FwdTile& u) -> WarpgroupKeys {
+      if constexpr (DENSE) {
+        const int w0 = int(u.m0) + 64 * wg, nb_begin = u.keys.nb_begin, nb_end = u.keys.nb_end;
+        WarpgroupKeys k{nb_begin, nb_begin, 0, 0};
+        if (w0 >= dg.seqlen_q) return k;
+        const WsDenseKeys d =
+            ws_dense_keys(dg, a.mask.causal, w0, (w0 + 64 < dg.seqlen_q ? w0 + 64 : dg.seqlen_q) - 1, BN);
+        k.lo_max = d.lo_max, k.hi_min = d.hi_min;
+        k.wb = d.nb_begin > nb_begin ? d.nb_begin : nb_begin;
+        k.we = d.nb_end < nb_end ? d.nb_end : nb_end;
+        if (k.wb >= k.we) k.wb = k.we = nb_begin;
+        return k;
+      } else {
+        return warpgroup_keys(a.mask, u.trows, u.m0 + 64 * wg, u.rows, u.sr.nk, BN, u.keys.nb_begin, u.keys.nb_end);
+      }
+    };
+    auto make_rows = [&](const FwdTile& u, const WarpgroupKeys& wk) -> Rows {
+      if constexpr (DENSE) return Rows(typename Rows::Dense{}, a, dg, a.mask.causal, int(u.m0), wk);
+      else return Rows(a, u.trows, u.m0, u.rows, u.sr.nq, u.sr.nk, wk);
+    };
     while (cur >= 0) {
       t = tile_at(opaque(cur));
-      const int64_t nq = t.sr.nq, nk = t.sr.nk, rows = t.rows, m0 = t.m0;
-      const TileRows& trows = t.trows;
       // Key tiles of the work tile: the union of its rows' visible ranges (both warpgroups walk all of them).
       const int nb_begin = t.keys.nb_begin, nb_end = t.keys.nb_end, ntiles = nb_end - nb_begin;
       // This warpgroup's own key tiles [wk.wb, wk.we) and its rows' state (flash_fwd_sm90_tile.cuh).
-      const WarpgroupKeys wk = warpgroup_keys(a.mask, trows, m0 + 64 * wg, rows, nk, BN, nb_begin, nb_end);
-      Rows w(a, trows, m0, rows, nq, nk, wk);
+      const WarpgroupKeys wk = wg_keys(t);
+      Rows w = make_rows(t, wk);
       const Ring r{bar0, sK0, sV0, nb_begin, nb_end, lane, wg, n0};
       // The next work tile and whether it has key tiles; its Q rows are issued once this warpgroup's Q rows are
       // free: all its warps past their last QK^T of this tile and, when O is staged there, past reading it back.
@@ -471,8 +525,7 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
         q_barrier();
         if (next_q) {
           issue_q(nt);
-          const WarpgroupKeys nwk = warpgroup_keys(a.mask, nt.trows, nt.m0 + 64 * wg, nt.rows, nt.sr.nk, BN,
-                                                   nt.keys.nb_begin, nt.keys.nb_end);
+          const WarpgroupKeys nwk = wg_keys(nt);
           pre_next = nwk.wb == nt.keys.nb_begin && nwk.wb < nwk.we;
           nb_begin_next = nt.keys.nb_begin, nb_end_next = nt.keys.nb_end;
         }
@@ -484,9 +537,9 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
           q_ready();
         }
         if constexpr (OVERLAP) {
-          found = ws_consume_slots_with<D, BN>(w, wk, r, sQ, s_pre, pre, plan_next);
+          found = ws_consume_slots_with<D, BN, DENSE>(w, wk, r, sQ, s_pre, pre, plan_next);
         } else {
-          ws_consume_slots<D, BN>(w, wk, r, sQ);
+          ws_consume_slots<D, BN, DENSE>(w, wk, r, sQ);
         }
       }
       n0 += uint32_t(ntiles);
@@ -505,7 +558,8 @@ __global__ void __launch_bounds__(Sm90WsCfg<D, BN, STAGES, PERSISTENT>::NT, 1)
       // panels) or past its reads of the previous tile's O (own_o): the named barrier in store().
       auto epilogue = [&]() {
         const FwdTile te = tile_at(opaque(cur));
-        w.template store<OVERLAP, TMA_O>(te.sr, te.trows, sO, te.m0, te.rows, te.dreal, kWsBarEpi + wg, &tmap_o);
+        w.template store<OVERLAP || DENSE, TMA_O>(te.sr, te.trows, sO, te.m0, te.rows, te.dreal, kWsBarEpi + wg,
+                                                  &tmap_o);
       };
       pre = false;
       if constexpr (OVERLAP) {
@@ -567,10 +621,15 @@ inline void sm90_ws_note_fallback(const char* why) {
 }
 
 template <typename T, int D, int BN, int STAGES, bool PINGPONG, bool PERSISTENT = false, bool OVERLAP = false,
-          bool TMA_O = false>
-bool launch_fwd_sm90_ws_cfg(const FwdParams& p, cudaStream_t stream) {
+          bool TMA_O = false, bool DENSE = false>
+bool launch_fwd_sm90_ws_cfg(const FwdParams& p0, cudaStream_t stream) {
   using Cfg = Sm90WsCfg<D, BN, STAGES, PERSISTENT>;
   static_assert(Cfg::smem <= 227 * 1024, "shared memory per CTA exceeds the opt-in limit");
+  FwdParams p = p0;
+  if constexpr (DENSE) {  // the tile grid's divisors and key tiles (ws_schedule.hpp), once per call
+    const auto& sh = p.a.shape;
+    p.ws_dense_geom = make_ws_dense_geom(sh.batch, sh.heads, sh.kv_heads, sh.seqlen_q, sh.seqlen_k, Cfg::BM, BN);
+  }
   // O that TMA cannot describe (alignment, strides): the same kernel with its STG store (O is written either way);
   // said once, since the cost record still names the TMA store.
   CUtensorMap tmap_o{};
@@ -579,10 +638,11 @@ bool launch_fwd_sm90_ws_cfg(const FwdParams& p, cudaStream_t stream) {
       static std::atomic<bool> said{false};
       if (!said.exchange(true))
         std::fprintf(stderr, "flashkit: Hopper forward: no TMA map for O, written without TMA stores\n");
+      // (the general kernel, DENSE or not: one instantiation fewer per type and dim for a rare case)
       return launch_fwd_sm90_ws_cfg<T, D, BN, STAGES, PINGPONG, PERSISTENT, OVERLAP, false>(p, stream);
     }
   }
-  auto kern = flash_fwd_sm90_ws_kernel<T, D, BN, STAGES, PINGPONG, PERSISTENT, OVERLAP, TMA_O>;
+  auto kern = flash_fwd_sm90_ws_kernel<T, D, BN, STAGES, PINGPONG, PERSISTENT, OVERLAP, TMA_O, DENSE>;
   // No keys at all (every row's output is 0): no TMA map to build (K/V may be empty); the other kernel does it.
   if (!sm90_kernel_usable(kern) || p.a.shape.seqlen_k <= 0) return false;
   // setmaxnreg needs the launch's register count (kernel_has_regs, launch.hpp).
@@ -613,7 +673,8 @@ bool launch_fwd_sm90_ws_cfg(const FwdParams& p, cudaStream_t stream) {
 // pingpong = false (Tuning::sm90_ws_pingpong) lets the two consumer warpgroups issue freely (for measuring the
 // ping-pong). p.ws_persist_ctas > 0: the persistent grid (d64/d128 with ping-pong; the choice asks for no other),
 // with p.ws_overlap_epilogue its epilogue under the next tile's first product (v23), and with p.ws_tma_store_o that
-// epilogue's O written by TMA (v23b).
+// epilogue's O written by TMA (v23b); p.ws_dense the DENSE variant of the serial and the TMA-store epilogues
+// (ws_dense_fwd asks for no other; v27).
 template <typename T, int D>
 bool launch_flash_fwd_sm90_ws(const FwdParams& p, int bn, bool pingpong, cudaStream_t stream) {
   if (p.num_splits != 1) return false;
@@ -629,6 +690,12 @@ bool launch_flash_fwd_sm90_ws(const FwdParams& p, int bn, bool pingpong, cudaStr
     static_assert(w.bm == Sm90WsCfg<D, w.bn, w.stages>::BM, "tiles.hpp and the kernel agree on the row tile");
     if (bn != w.bn) return false;
     if constexpr (D != 256) {
+      if (p.ws_persist_ctas > 0 && pingpong && p.ws_dense) {
+        if (!p.ws_overlap_epilogue)
+          return launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, true, true, false, false, true>(p, stream);
+        if (p.ws_tma_store_o)
+          return launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, true, true, true, true, true>(p, stream);
+      }
       if (p.ws_persist_ctas > 0 && pingpong)
         return p.ws_overlap_epilogue
                    ? (p.ws_tma_store_o ? launch_fwd_sm90_ws_cfg<T, D, w.bn, w.stages, true, true, true, true>(p, stream)
