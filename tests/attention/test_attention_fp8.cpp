@@ -19,6 +19,7 @@
 #include "kernels/attention_fp8_args.hpp"
 #include "kernels/cuda/fp8/fp8_layout.hpp"
 #include "ops/attention_fp8_choice.hpp"
+#include "env_knob.hpp"
 
 using namespace flashkit;
 using fk_test::HostTensor;
@@ -479,38 +480,11 @@ TEST(Fp8Choice, RescaleFollowsTheKnob) {
   EXPECT_EQ(fp8_kernel_name(128, 0), "cuda.flash.fwd.sm90ws.e4m3.d128.r0");
 }
 
-// Sets an environment variable for a scope (restoring what was there).
-struct ScopedEnv {
-  const char* name;
-  std::string old;
-  bool had;
-  ScopedEnv(const char* n, const char* v) : name(n), had(std::getenv(n) != nullptr) {
-    if (had) old = std::getenv(n);
-    ::setenv(n, v, 1);
-  }
-  ~ScopedEnv() {
-    if (had) ::setenv(name, old.c_str(), 1);
-    else ::unsetenv(name);
-  }
-};
 
 // FLASHKIT_FP8_RESCALE through tuning_from_env(): auto|0|1|2; anything else warns once and keeps auto.
 TEST(Fp8Choice, RescaleKnobFromTheEnvironment) {
-  const std::pair<const char*, int> ok[] = {{"auto", -1}, {"0", 0}, {"1", 1}, {"2", 2}};
-  for (const auto& [v, want] : ok) {
-    ScopedEnv e("FLASHKIT_FP8_RESCALE", v);
-    EXPECT_EQ(tuning_from_env().fp8_rescale, want) << v;
-  }
-  {
-    ScopedEnv e("FLASHKIT_FP8_RESCALE", "lazy");
-    testing::internal::CaptureStderr();
-    EXPECT_EQ(tuning_from_env().fp8_rescale, -1);
-    EXPECT_EQ(tuning_from_env().fp8_rescale, -1);
-    const std::string err = testing::internal::GetCapturedStderr();
-    EXPECT_NE(err.find("ignoring FLASHKIT_FP8_RESCALE=lazy (expected one of auto, 0, 1, 2)"), std::string::npos) << err;
-    EXPECT_EQ(err.find("FLASHKIT_FP8_RESCALE", err.find("FLASHKIT_FP8_RESCALE") + 1), std::string::npos)
-        << "warned twice: " << err;
-  }
+  expect_env_knob("FLASHKIT_FP8_RESCALE", [] { return tuning_from_env().fp8_rescale; }, -1,
+                  {{"auto", -1}, {"0", 0}, {"1", 1}, {"2", 2}}, "lazy");
 }
 
 // The P-from-registers layout of the CUDA kernel: the permutation is one, and packing the S accumulator as the

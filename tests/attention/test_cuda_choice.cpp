@@ -15,6 +15,7 @@
 #include "kernels/cuda/bwd_ws_staging.hpp"
 #include "kernels/cuda/ws_schedule.hpp"
 #include "ops/attention_choice.hpp"
+#include "env_knob.hpp"
 
 namespace {
 
@@ -278,34 +279,9 @@ TEST(CudaChoice, WsTmaStoreO) {
 // FLASHKIT_SM90_WS_OVERLAP through tuning_from_env(): auto by default, auto/0/1/2 (and off/on), and an unparsable value
 // keeps the default (with one warning on stderr).
 TEST(CudaChoice, WsOverlapFromEnvironment) {
-  const char* name = "FLASHKIT_SM90_WS_OVERLAP";
-  const char* old = std::getenv(name);
-  const std::string saved = old ? old : "";
-  unsetenv(name);
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, -1);
-  setenv(name, "0", 1);
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, 0);
-  setenv(name, "on", 1);
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, 1);
-  setenv(name, "2", 1);
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, 2);
-  setenv(name, "auto", 1);
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, -1);
-  setenv(name, "off", 1);
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, 0);
-  setenv(name, "3", 1);  // not a value: the default (its warning is checked with the next one's)
-  testing::internal::CaptureStderr();
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, -1);
-  testing::internal::GetCapturedStderr();
-  setenv(name, "sometimes", 1);
-  testing::internal::CaptureStderr();
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, -1);
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_overlap, -1);
-  const std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("FLASHKIT_SM90_WS_OVERLAP=sometimes"), std::string::npos) << err;
-  EXPECT_EQ(err.find("FLASHKIT_SM90_WS_OVERLAP"), err.rfind("FLASHKIT_SM90_WS_OVERLAP")) << "warned twice: " << err;
-  if (old) setenv(name, saved.c_str(), 1);
-  else unsetenv(name);
+  expect_env_knob("FLASHKIT_SM90_WS_OVERLAP", [] { return flashkit::tuning_from_env().sm90_ws_overlap; }, -1,
+                  {{"0", 0}, {"on", 1}, {"2", 2}, {"auto", -1}, {"off", 0}}, "sometimes");
+  expect_env_knob("FLASHKIT_SM90_WS_OVERLAP", [] { return flashkit::tuning_from_env().sm90_ws_overlap; }, -1, {}, "3");
 }
 
 // FLASHKIT_SM90_WS_PERSIST through tuning_from_env(): -1 (auto) by default and for values out of range.
@@ -764,34 +740,8 @@ TEST(CudaChoice, BackwardWsLseStaging) {
 // FLASHKIT_SM90_BWD_WS through tuning_from_env(): auto (-1) by default, auto/0/1/off/on honoured, an unparsable
 // value warned about once and the default kept.
 TEST(CudaChoice, BackwardWsFromEnvironment) {
-  const char* name = "FLASHKIT_SM90_BWD_WS";
-  const char* old = std::getenv(name);
-  const std::string saved = old ? old : "";
-  unsetenv(name);
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_bwd_ws, -1);
-  setenv(name, "0", 1);
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_bwd_ws, 0);
-  setenv(name, "1", 1);
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_bwd_ws, 1);
-  setenv(name, "off", 1);
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_bwd_ws, 0);
-  setenv(name, "on", 1);
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_bwd_ws, 1);
-  setenv(name, "auto", 1);
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_bwd_ws, -1);
-  setenv(name, "sometimes", 1);
-  testing::internal::CaptureStderr();
-  const int first = flashkit::tuning_from_env().sm90_bwd_ws;
-  const int second = flashkit::tuning_from_env().sm90_bwd_ws;
-  const std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_EQ(first, -1);
-  EXPECT_EQ(second, -1);
-  const std::string warning = "ignoring FLASHKIT_SM90_BWD_WS=sometimes";
-  const size_t at = err.find(warning);
-  EXPECT_NE(at, std::string::npos) << err;
-  if (at != std::string::npos) EXPECT_EQ(err.find(warning, at + 1), std::string::npos) << "warned twice: " << err;
-  if (old) setenv(name, saved.c_str(), 1);
-  else unsetenv(name);
+  expect_env_knob("FLASHKIT_SM90_BWD_WS", [] { return flashkit::tuning_from_env().sm90_bwd_ws; }, -1,
+                  {{"0", 0}, {"1", 1}, {"off", 0}, {"on", 1}, {"auto", -1}}, "sometimes");
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attention_fixture.hpp"
+#include "env_knob.hpp"
 
 using namespace flashkit;
 using fk_test::HostTensor;
@@ -738,22 +739,6 @@ TEST(Errors, StandardRefusesHugeWorkspaceBeforeAllocating) {
   EXPECT_LT(peak_rss_kb() - rss0, 64 * 1024) << "peak RSS grew by " << (peak_rss_kb() - rss0) << " KB";
 }
 
-// Sets an environment variable for one scope, then restores its previous state (normally unset).
-struct ScopedEnv {
-  std::string name, old;
-  bool had = false;
-  ScopedEnv(const char* n, const std::string& value) : name(n) {
-    if (const char* o = std::getenv(n)) {
-      had = true;
-      old = o;
-    }
-    setenv(n, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (had) setenv(name.c_str(), old.c_str(), 1);
-    else unsetenv(name.c_str());
-  }
-};
 
 // The workspace limit comes with the call's Tuning (AttentionOptions::tuning); FLASHKIT_MAX_WORKSPACE_BYTES is how
 // the front ends' tuning_from_env() sets it.

@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/ws_schedule.hpp"
 #include "ops/attention_choice.hpp"
+#include "env_knob.hpp"
 
 namespace {
 
@@ -207,35 +208,9 @@ TEST(CudaChoice, WsDenseOnThePersistentPrefillGrid) {
 // FLASHKIT_SM90_WS_DENSE through tuning_from_env(): auto by default, auto/0/1 (and off/on), and an unparsable value
 // keeps the default with one warning.
 TEST(CudaChoice, WsDenseFromEnvironment) {
-  const char* name = "FLASHKIT_SM90_WS_DENSE";
-  const char* old = std::getenv(name);
-  const std::string saved = old ? old : "";
   EXPECT_EQ(Tuning{}.sm90_ws_dense, -1);
-  unsetenv(name);
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_dense, -1);
-  setenv(name, "0", 1);
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_dense, 0);
-  setenv(name, "1", 1);
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_dense, 1);
-  setenv(name, "off", 1);
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_dense, 0);
-  setenv(name, "on", 1);
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_dense, 1);
-  setenv(name, "auto", 1);
-  EXPECT_EQ(flashkit::tuning_from_env().sm90_ws_dense, -1);
-  setenv(name, "maybe", 1);
-  testing::internal::CaptureStderr();
-  const int first = flashkit::tuning_from_env().sm90_ws_dense;
-  const int second = flashkit::tuning_from_env().sm90_ws_dense;
-  const std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_EQ(first, -1);
-  EXPECT_EQ(second, -1);
-  const std::string warning = "FLASHKIT_SM90_WS_DENSE=maybe";
-  const size_t at = err.find(warning);
-  EXPECT_NE(at, std::string::npos) << err;
-  if (at != std::string::npos) EXPECT_EQ(err.find(warning, at + 1), std::string::npos) << "warned twice: " << err;
-  if (old) setenv(name, saved.c_str(), 1);
-  else unsetenv(name);
+  expect_env_knob("FLASHKIT_SM90_WS_DENSE", [] { return flashkit::tuning_from_env().sm90_ws_dense; }, -1,
+                  {{"0", 0}, {"1", 1}, {"off", 0}, {"on", 1}, {"auto", -1}}, "maybe");
 }
 
 }  // namespace

@@ -5,16 +5,12 @@
 #include <string>
 
 #include "core/env.hpp"
+#include "env_knob.hpp"
 
 namespace {
 
 namespace env = flashkit::env;
 
-struct ScopedEnv {
-  const char* name;
-  ScopedEnv(const char* n, const char* v) : name(n) { ::setenv(n, v, 1); }
-  ~ScopedEnv() { ::unsetenv(name); }
-};
 
 TEST(Env, FlagsAcceptTheUsualSpellingsAndWarnOnOthers) {
   const char* n = "FLASHKIT_TEST_FLAG";
