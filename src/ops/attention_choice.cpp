@@ -64,8 +64,8 @@ bool ws_dense_shape(const kernels::AttentionShape& sh, const kernels::AttentionM
 
 bool ws_dense_fwd(const kernels::AttentionShape& sh, const kernels::AttentionMask& m, float softcap,
                   const FwdChoice& c, const Tuning& t) {
-  // Automatic wherever it applies, pending its measurement (run s16-x, worklog v27); the lead sets it from there.
-  return t.sm90_ws_dense != 0 && c.kernel == CudaKernel::fwd_sm90_ws && c.persist_ctas > 0 && c.pingpong &&
+  const bool wanted = t.sm90_ws_dense == 1 || (t.sm90_ws_dense < 0 && kWsDenseAuto);
+  return wanted && c.kernel == CudaKernel::fwd_sm90_ws && c.persist_ctas > 0 && c.pingpong &&
          (c.dpad == 64 || c.dpad == 128) && (!c.overlap_epilogue || c.tma_store_o) && ws_dense_shape(sh, m, softcap);
 }
 

@@ -68,8 +68,10 @@ int ws_persist_ctas(const kernels::AttentionShape& shape, const DeviceInfo& dev,
 // count small enough for its 32-bit bookkeeping. (The ws forward never packs the GQA group: only decode does.)
 bool ws_dense_shape(const kernels::AttentionShape& shape, const kernels::AttentionMask& mask, float softcap);
 // Whether the ws forward chosen in c runs as DENSE: a dense call on the persistent grid with the serial epilogue or
-// the TMA-store one (the instantiated variants), unless Tuning::sm90_ws_dense is 0. Set by the dispatch (choose_fwd
-// does not see the softcap).
+// the TMA-store one (the instantiated variants), where Tuning::sm90_ws_dense is 1, or -1 (auto) and kWsDenseAuto.
+// Set by the dispatch (choose_fwd does not see the softcap).
+// kWsDenseAuto: off until an H200 run has checked the variant and measured it against the general kernel (v27).
+inline constexpr bool kWsDenseAuto = false;
 bool ws_dense_fwd(const kernels::AttentionShape& shape, const kernels::AttentionMask& mask, float softcap,
                   const FwdChoice& c, const Tuning& tuning);
 

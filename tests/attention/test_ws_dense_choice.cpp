@@ -137,14 +137,22 @@ AttentionMask causal() {
   return m;
 }
 // The dispatch's decision: choose_fwd, then ws_dense_fwd on it (attention_cuda.cpp).
-FwdChoice choose(const AttentionShape& s, const AttentionMask& m, float softcap = 0.f, const Tuning& t = {}) {
+Tuning dense_on() {
+  Tuning t;
+  t.sm90_ws_dense = 1;
+  return t;
+}
+
+FwdChoice choose(const AttentionShape& s, const AttentionMask& m, float softcap = 0.f, const Tuning& t = dense_on()) {
   FwdChoice c = flashkit::choose_fwd(s, m, h200(), t);
   c.dense = flashkit::ws_dense_fwd(s, m, softcap, c, t);
   return c;
 }
 
 TEST(CudaChoice, WsDenseOnThePersistentPrefillGrid) {
-  // The short prefill calls of issue 20 (d128, automatic persistent grid): dense, named so.
+  // Automatic: kWsDenseAuto decides where the knob is unset.
+  EXPECT_EQ(choose(shape(16, 16, 16, 128, 512, 512), causal(), 0.f, Tuning{}).dense, flashkit::kWsDenseAuto);
+  // The short prefill calls of issue 20 (d128, automatic persistent grid; the variant asked for): dense, named so.
   FwdChoice c = choose(shape(16, 16, 16, 128, 512, 512), causal());
   EXPECT_TRUE(c.dense);
   EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.fwd.sm90ws.bf16.d128.persistent132.tmastore.dense");
@@ -157,7 +165,7 @@ TEST(CudaChoice, WsDenseOnThePersistentPrefillGrid) {
   c = choose(shape(16, 16, 16, 128, 512, 700), causal());  // more keys than queries: the diagonal offset
   EXPECT_TRUE(c.dense);
   // d64 on the forced persistent grid.
-  Tuning t;
+  Tuning t = dense_on();
   t.sm90_fwd_config = 3;
   t.sm90_ws_persist = 1 << 20;
   EXPECT_TRUE(choose(shape(16, 16, 16, 64, 512, 512), causal(), 0.f, t).dense);
