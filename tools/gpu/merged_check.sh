@@ -3,7 +3,8 @@
 # share one build folder (a warm machine keeps it), steps in order of what matters most if a call is cut short.
 # Session 16's tree: the persistent ws forward's DENSE variant (attention-cuda.md v27), the fp8 forward's rescale
 # variants (attention-fp8-cuda.md v4), the decode kernel's 32-bit row math.
-#   tools/gpu/merged_check.sh ab        build; the two A/B stages (attn_frontier.sh dense, fp8.sh rescale)
+#   tools/gpu/merged_check.sh decode    the decode paths and grid cases, batch-1 decode per call (16 .. 32k keys)
+#   tools/gpu/merged_check.sh ab        the two A/B stages (attn_frontier.sh dense, fp8.sh rescale)
 #   tools/gpu/merged_check.sh regress   the kernel choice, the default CUDA grid, backward and ws paths, non-finite,
 #                                       fp8, SSM, sanitizers; batch-1 decode per call (16 .. 32k keys) and the
 #                                       ncu stall view of the 16-key call
@@ -29,6 +30,11 @@ run build cmake --build "$BUILD" -j"$(nproc)" --target flashkit flashkit_core fl
 A=$(bin flashkit_cuda_tests); T=$(bin flashkit_tests); F8=$(bin flashkit_fp8_cuda_tests); S=$(bin flashkit_ssm_cuda_tests)
 for part in "$@"; do
   case $part in
+    decode)
+      run test_decode timeout 120 "$A" --gtest_brief=1 --gtest_filter='Paths/*decode*:Grid/*Sq1_*:Grid/*Sq3_*'
+      run decode_fixed python3 bench/cuda/decode_fixed_cost.py default --out "$OUT/decode-fixed.jsonl"
+      grep -E "^decode_fixed" "$LOG" | tail -10
+      failed ;;
     ab)
       run dense bash tools/gpu/attn_frontier.sh dense
       grep -E "^dense: d|rc=[1-9]" "$OUT/attn_frontier.log" | tail -24
