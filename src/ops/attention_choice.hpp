@@ -70,8 +70,9 @@ bool ws_dense_shape(const kernels::AttentionShape& shape, const kernels::Attenti
 // Whether the ws forward chosen in c runs as DENSE: a dense call on the persistent grid with the serial epilogue or
 // the TMA-store one (the instantiated variants), where Tuning::sm90_ws_dense is 1, or -1 (auto) and kWsDenseAuto.
 // Set by the dispatch (choose_fwd does not see the softcap).
-// kWsDenseAuto: off until an H200 run has checked the variant and measured it against the general kernel (v27).
-inline constexpr bool kWsDenseAuto = false;
+// kWsDenseAuto: on since run s16-3 (H200: bit-identical to the general kernel on the CUDA grid, +5-40% at d128
+// 512-4k tokens, attention-cuda.md v27).
+inline constexpr bool kWsDenseAuto = true;
 bool ws_dense_fwd(const kernels::AttentionShape& shape, const kernels::AttentionMask& mask, float softcap,
                   const FwdChoice& c, const Tuning& tuning);
 
