@@ -15,6 +15,7 @@
 #include "kernels/cuda/bwd_ws_staging.hpp"
 #include "kernels/cuda/ws_schedule.hpp"
 #include "ops/attention_choice.hpp"
+#include "choice_fixture.hpp"
 #include "env_knob.hpp"
 
 namespace {
@@ -30,31 +31,10 @@ using flashkit::kernels::AttentionMask;
 using flashkit::kernels::AttentionShape;
 namespace cuda = flashkit::cuda;
 
-DeviceInfo h200() {
-  DeviceInfo d;
-  d.sms = 132, d.smem_per_block_optin = 232448, d.smem_per_sm = 233472, d.cc_major = 9, d.cc_minor = 0;
-  d.sm90a = true;
-  return d;
-}
-DeviceInfo a100() {
-  DeviceInfo d;
-  d.sms = 108, d.smem_per_block_optin = 166912, d.smem_per_sm = 167936, d.cc_major = 8, d.cc_minor = 0;
-  return d;
-}
-
-AttentionShape shape(int64_t b, int64_t h, int64_t hkv, int64_t d, int64_t sq, int64_t sk) {
-  AttentionShape s;
-  s.batch = b, s.heads = h, s.kv_heads = hkv, s.head_dim = d;
-  s.seqlen_q = s.max_seqlen_q = sq;
-  s.seqlen_k = s.max_seqlen_k = sk;
-  return s;
-}
-AttentionMask causal_mask() {
-  AttentionMask m;
-  m.causal = true;
-  m.window_right = 0;
-  return m;
-}
+using choice_fixture::a100;
+using choice_fixture::causal_mask;
+using choice_fixture::h200;
+using choice_fixture::shape;
 
 FwdChoice fwd(const char* what, const AttentionShape& s, const DeviceInfo& d, const Tuning& t = {},
               const AttentionMask& m = {}, const ClusterResidency& res = {}, bool allow_ws = true) {

@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/ws_schedule.hpp"
 #include "ops/attention_choice.hpp"
+#include "choice_fixture.hpp"
 #include "env_knob.hpp"
 
 namespace {
@@ -117,25 +118,9 @@ TEST(CudaChoice, WsDenseKeysMatchTheMask) {
   }
 }
 
-DeviceInfo h200() {
-  DeviceInfo d;
-  d.sms = 132, d.smem_per_block_optin = 232448, d.smem_per_sm = 233472, d.cc_major = 9, d.cc_minor = 0;
-  d.sm90a = true;
-  return d;
-}
-AttentionShape shape(int64_t b, int64_t h, int64_t hkv, int64_t d, int64_t sq, int64_t sk) {
-  AttentionShape s;
-  s.batch = b, s.heads = h, s.kv_heads = hkv, s.head_dim = d;
-  s.seqlen_q = s.max_seqlen_q = sq;
-  s.seqlen_k = s.max_seqlen_k = sk;
-  return s;
-}
-AttentionMask causal() {
-  AttentionMask m;
-  m.causal = true;
-  m.window_right = 0;
-  return m;
-}
+using choice_fixture::h200;
+using choice_fixture::shape;
+AttentionMask causal() { return choice_fixture::causal_mask(); }
 // The dispatch's decision: choose_fwd, then ws_dense_fwd on it (attention_cuda.cpp).
 Tuning dense_on() {
   Tuning t;
