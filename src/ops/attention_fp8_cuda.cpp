@@ -87,8 +87,7 @@ void cuda_attention_forward_fp8(const kernels::AttentionFp8Args& args, const Tun
   const cuda::Fp8LaunchResult r =
       rescale == 1 ? (d256 ? cuda::launch_flash_fwd_fp8_sm90<256, 1>(p, vtp, pp, stream)
                            : cuda::launch_flash_fwd_fp8_sm90<128, 1>(p, vtp, pp, stream))
-      : rescale == 2 ? (d256 ? cuda::launch_flash_fwd_fp8_sm90<256, 2>(p, vtp, pp, stream)
-                             : cuda::launch_flash_fwd_fp8_sm90<128, 2>(p, vtp, pp, stream))
+      : rescale == 2 ? cuda::launch_flash_fwd_fp8_sm90<128, 2>(p, vtp, pp, stream)  // d128 only (fp8_rescale)
                      : (d256 ? cuda::launch_flash_fwd_fp8_sm90<256, 0>(p, vtp, pp, stream)
                              : cuda::launch_flash_fwd_fp8_sm90<128, 0>(p, vtp, pp, stream));
   if (!r.launched) fail(Status::unsupported, std::string("attention_forward_fp8: ") + r.why_not);

@@ -26,8 +26,8 @@ struct Fp8LaunchResult {
 };
 
 // The warp-specialized sm_90a kernel for head dim D with O-rescale mode RESCALE (0 every tile, 1 skipped by warps
-// whose maxima all stayed, 2 lazy max; instantiated: d128 and d256 with 0, 1 and 2, one file each); vt: the prep
-// kernel's V^T. RESCALE is fp8_rescale()'s choice (ops/attention_fp8_choice.hpp).
+// whose maxima all stayed, 2 lazy max; instantiated: d128 with 0, 1 and 2, d256 with 0 and 1 -- fp8_rescale never
+// picks the lazy mode there -- one file each); vt: the prep kernel's V^T. RESCALE is fp8_rescale()'s choice (ops/attention_fp8_choice.hpp).
 template <int D, int RESCALE>
 Fp8LaunchResult launch_flash_fwd_fp8_sm90(const Fp8FwdParams& p, const uint8_t* vt, bool pingpong, cudaStream_t stream);
 

@@ -9,5 +9,4 @@ set(FLASHKIT_FP8_CUDA_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/flash_fwd_fp8_sm90_d128_r2.cu
   ${CMAKE_CURRENT_LIST_DIR}/flash_fwd_fp8_sm90_d256.cu
   ${CMAKE_CURRENT_LIST_DIR}/flash_fwd_fp8_sm90_d256_r1.cu
-  ${CMAKE_CURRENT_LIST_DIR}/flash_fwd_fp8_sm90_d256_r2.cu
 )
