@@ -68,6 +68,9 @@ struct Tuning {
   int decode_max_splits = 0;        // FLASHKIT_DECODE_MAX_SPLITS (1..512); 0: the kernel's own cap
   DecodeCombine decode_combine = DecodeCombine::automatic;  // FLASHKIT_DECODE_COMBINE=auto|kernel|cluster
   bool decode_pdl = true;           // FLASHKIT_DECODE_PDL=0: no programmatic dependent launch (sm_90)
+  int decode_narrow = -1;           // FLASHKIT_DECODE_NARROW=auto|0|1: the decode kernel's narrow CTA (4 warps,
+                                    // 2-3 CTAs an SM, a grid that fills every SM; head_dim <= 128): -1 (auto):
+                                    // decode_narrow_auto (decode/plan.hpp), 0 never, 1 wherever it applies
 
   // ---- CUDA engine backend
   bool cuda_graphs = true;          // FLASHKIT_CUDA_GRAPHS

@@ -112,6 +112,8 @@ Tuning tuning_from_env() {
   t.decode_max_splits = int(env::integer("FLASHKIT_DECODE_MAX_SPLITS", 0, 1, 512));
   t.decode_combine = DecodeCombine(env::choice("FLASHKIT_DECODE_COMBINE", {"auto", "kernel", "cluster"}, 0));
   t.decode_pdl = env::flag("FLASHKIT_DECODE_PDL", t.decode_pdl);
+  static constexpr int kDecodeNarrow[] = {-1, 0, 1, 0, 1};  // auto|0|1|off|on
+  t.decode_narrow = kDecodeNarrow[env::choice("FLASHKIT_DECODE_NARROW", {"auto", "0", "1", "off", "on"}, 0)];
 
   t.cuda_graphs = env::flag("FLASHKIT_CUDA_GRAPHS", t.cuda_graphs);
   t.cuda_fuse = env::flag("FLASHKIT_CUDA_FUSE", t.cuda_fuse);

@@ -455,6 +455,9 @@ std::vector<Path> paths() {
   t.decode_pdl = false;
   t.decode_max_splits = 64;
   v.push_back({"decode_nopdl_splits64", t});
+  t = Tuning{};
+  t.decode_narrow = 1;  // the narrow decode CTA (4 warps, 2-3 an SM) wherever it applies
+  v.push_back({"decode_narrow", t, true});
   return v;
 }
 

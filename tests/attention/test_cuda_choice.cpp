@@ -341,36 +341,40 @@ struct DecodeCase {
   const char* name;
   int64_t b, h, hkv, d, sq, sk;
   int h200_splits;
+  bool h200_narrow;  // the narrow CTA (decode_narrow_auto, where the wide plan splits in one wave)
   int a100_splits;
   bool a100_mma;  // the mma decode kernel fits A100's shared memory (d64 only)
 };
 
 TEST(CudaChoice, DecodeSplitsOnH200AndA100) {
   const DecodeCase cases[] = {
-      {"b1 32/8 d128 32k", 1, 32, 8, 128, 1, 32768, 16, 54, false},
-      {"b1 8/1 d256 32k", 1, 8, 1, 256, 1, 32768, 128, 128, false},
-      {"b16 32/8 d128 32k", 16, 32, 8, 128, 1, 32768, 1, 16, false},
-      {"b5 32/8 d128 32k", 5, 32, 8, 128, 1, 32768, 13, 10, false},
-      {"b1 32/8 d128 1k", 1, 32, 8, 128, 1, 1024, 16, 8, false},
-      {"b1 8/1 d256 128k", 1, 8, 1, 256, 1, 131072, 128, 128, false},
-      {"b1 32/8 d128 128k", 1, 32, 8, 128, 1, 131072, 16, 54, false},
-      {"b1 32/8 d64 4k", 1, 32, 8, 64, 1, 4096, 16, 13, true},
-      {"b4 16/16 d80 sq3 1000", 4, 16, 16, 80, 3, 1000, 2, 6, false},
+      {"b1 32/8 d128 32k", 1, 32, 8, 128, 1, 32768, 33, true, 54, false},
+      {"b1 8/1 d256 32k", 1, 8, 1, 256, 1, 32768, 128, false, 128, false},
+      {"b16 32/8 d128 32k", 16, 32, 8, 128, 1, 32768, 1, false, 16, false},
+      {"b5 32/8 d128 32k", 5, 32, 8, 128, 1, 32768, 13, false, 10, false},
+      {"b1 32/8 d128 1k", 1, 32, 8, 128, 1, 1024, 32, true, 8, false},  // (narrow: 64 blocks / 2)
+      {"b1 8/1 d256 128k", 1, 8, 1, 256, 1, 131072, 128, false, 128, false},
+      {"b1 32/8 d128 128k", 1, 32, 8, 128, 1, 131072, 33, true, 54, false},
+      {"b1 32/8 d64 4k", 1, 32, 8, 64, 1, 4096, 16, false, 13, true},
+      {"b1 32/8 d64 2k", 1, 32, 8, 64, 1, 2048, 49, true, 13, true},  // (A100: automatic on Hopper only)
+      {"b4 16/16 d80 sq3 1000", 4, 16, 16, 80, 3, 1000, 4, true, 6, false},
   };
   for (const DecodeCase& k : cases) {
     const FwdChoice h = fwd(k.name, shape(k.b, k.h, k.hkv, k.d, k.sq, k.sk), h200());
     ASSERT_EQ(h.kernel, CudaKernel::decode);
     EXPECT_EQ(h.decode.kernel, cuda::DecodeKernel::mma) << k.name;
     EXPECT_EQ(h.splits, k.h200_splits) << k.name;
+    EXPECT_EQ(h.decode.narrow, k.h200_narrow) << k.name;
     EXPECT_TRUE(h.decode.pdl) << k.name;
     EXPECT_EQ(h.decode.merge, k.h200_splits > 1 ? cuda::DecodeMergeKind::combine : cuda::DecodeMergeKind::none);
     const FwdChoice a = fwd(k.name, shape(k.b, k.h, k.hkv, k.d, k.sq, k.sk), a100());
     EXPECT_EQ(a.decode.kernel, k.a100_mma ? cuda::DecodeKernel::mma : cuda::DecodeKernel::one_warp) << k.name;
     EXPECT_EQ(a.splits, k.a100_splits) << k.name;
     EXPECT_FALSE(a.decode.pdl) << k.name;  // PDL is sm_90 only
+    EXPECT_FALSE(a.decode.narrow) << k.name;
   }
   EXPECT_EQ(flashkit::kernel_name(fwd("name", shape(1, 32, 8, 128, 1, 32768), h200()), DType::bf16),
-            "cuda.flash.decode.mma.bf16.d128.splits16.combine");
+            "cuda.flash.decode.mma.bf16.d128.narrow.splits33.combine");
   EXPECT_EQ(flashkit::kernel_name(fwd("name", shape(1, 32, 8, 128, 1, 32768), a100()), DType::bf16),
             "cuda.flash.decode.one_warp.bf16.d128.splits54.combine");
 }
@@ -402,6 +406,53 @@ TEST(CudaChoice, DecodeWindowTuningAndClusters) {
   EXPECT_EQ(c.splits, 16);
   EXPECT_EQ(c.cluster, 0);
   EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::combine);
+}
+
+// The narrow decode CTA (Tuning::decode_narrow; plan.hpp DecodePlan::narrow): 4 warps, 2 (d128) or 3 (d64) CTAs an
+// SM, as many splits as fill that one wave; never at d256, with the cluster merge, a window, or where the tiles
+// exceed a wave; automatic at d128, and at d64 up to 2k keys (decode_narrow_auto).
+TEST(CudaChoice, DecodeNarrow) {
+  Tuning on;
+  on.decode_narrow = 1;
+  FwdChoice c = fwd("b1 32/8 d128 32k narrow", shape(1, 32, 8, 128, 1, 32768), h200(), on);
+  ASSERT_EQ(c.kernel, CudaKernel::decode);
+  EXPECT_TRUE(c.decode.narrow);
+  EXPECT_EQ(c.splits, 33);  // 8 KV heads x 33 = 264 CTAs = 2 on each of 132 SMs
+  EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::combine);
+  EXPECT_TRUE(c.decode.pdl);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.narrow.splits33.combine");
+  EXPECT_EQ(fwd("b1 32/8 d64 32k narrow", shape(1, 32, 8, 64, 1, 32768), h200(), on).splits, 49);  // 3 an SM
+  EXPECT_EQ(fwd("b1 32/8 d128 4k narrow", shape(1, 32, 8, 128, 1, 4096), h200(), on).splits, 33);
+  EXPECT_EQ(fwd("b1 32/8 d128 256 keys narrow", shape(1, 32, 8, 128, 1, 256), h200(), on).splits, 8);  // blocks / 2
+  // Where it does not apply: d256, more tiles than a wave holds, a window, the cluster merge, the A100 at d128.
+  EXPECT_FALSE(fwd("d256", shape(1, 8, 1, 256, 1, 32768), h200(), on).decode.narrow);
+  EXPECT_FALSE(fwd("b64 x 8 KV heads", shape(64, 32, 8, 128, 1, 4096), h200(), on).decode.narrow);
+  AttentionMask win;
+  win.window_left = 1024, win.window_right = 0, win.causal = true;
+  EXPECT_FALSE(fwd("window", shape(1, 32, 8, 128, 1, 32768), h200(), on, win).decode.narrow);
+  Tuning cl = on;
+  cl.decode_combine = flashkit::DecodeCombine::cluster;
+  EXPECT_FALSE(fwd("cluster merge", shape(1, 32, 8, 128, 1, 32768), h200(), cl).decode.narrow);
+  EXPECT_FALSE(fwd("A100 d128", shape(1, 32, 8, 128, 1, 32768), a100(), on).decode.narrow);
+  // A split cap still holds.
+  on.decode_max_splits = 20;
+  EXPECT_EQ(fwd("cap 20", shape(1, 32, 8, 128, 1, 32768), h200(), on).splits, 20);
+  // Off, and automatic.
+  Tuning off;
+  off.decode_narrow = 0;
+  EXPECT_FALSE(fwd("off", shape(1, 32, 8, 128, 1, 32768), h200(), off).decode.narrow);
+  EXPECT_TRUE(fwd("auto d128 32k", shape(1, 32, 8, 128, 1, 32768), h200()).decode.narrow);
+  EXPECT_TRUE(fwd("auto d96 (padded to 128) 4k", shape(1, 32, 8, 96, 1, 4096), h200()).decode.narrow);
+  EXPECT_TRUE(fwd("auto d64 1k", shape(1, 32, 8, 64, 1, 1024), h200()).decode.narrow);
+  EXPECT_FALSE(fwd("auto d64 4k", shape(1, 32, 8, 64, 1, 4096), h200()).decode.narrow);
+  EXPECT_FALSE(fwd("auto d256", shape(1, 8, 1, 256, 1, 4096), h200()).decode.narrow);
+}
+
+// FLASHKIT_DECODE_NARROW through tuning_from_env(): auto by default, auto/0/1 (and off/on); anything else keeps the
+// default with one warning.
+TEST(CudaChoice, DecodeNarrowFromEnvironment) {
+  expect_env_knob("FLASHKIT_DECODE_NARROW", [] { return flashkit::tuning_from_env().decode_narrow; }, -1,
+                  {{"0", 0}, {"1", 1}, {"on", 1}, {"off", 0}, {"auto", -1}}, "wide");
 }
 
 TEST(CudaChoice, EngineDecodePlan) {

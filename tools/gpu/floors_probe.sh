@@ -7,6 +7,9 @@
 #            $OUT/fp8-ncu.txt, $OUT/fp8-sass.csv.xz; "fp8 ncu:" lines
 #   decode   batch-1 decode per call from 16 to 32k keys (CUDA graphs; default, PDL off, one split):
 #            "decode_fixed" lines, $OUT/decode-fixed.jsonl; then ncu per kernel at 16 and 32k keys ("decode ncu:")
+#   layout   the read ceiling of a 32k-key, 8-head d128 KV cache per layout and grid (bench/cuda/kv_read_ceiling.cu,
+#            "kv_read_ceiling" lines), then batch-1 decode at 4k/32k keys with K/V token-major (bshd) and head-major
+#            (bhsd), default plan and split caps 8/32/64 ("decode_fixed ... bshd|bhsd" lines, $OUT/decode-layout.jsonl)
 #   kbench   the engine's GEMVs incl. mamba-2.8b's in_proj/out_proj vs cuBLAS, graph-timed ("[kbench]" lines);
 #            the latency floor of a graph level (empty / PDL kernels)
 #   tools/gpu/floors_probe.sh [STAGES...]     default: build sfu fp8ncu decode kbench      carry=[".fkdeps.tar.xz"]
@@ -35,7 +38,19 @@ for st in "${STAGES[@]}"; do
       run shim g++ -std=c++20 -O2 -shared -fPIC -Iinclude -Isrc -I/usr/local/cuda/include bench/cuda/fp8_shim.cpp \
         -L"$BUILD/lib" -lflashkit_core -Wl,-rpath,"$PWD/$BUILD/lib" -L/usr/local/cuda/lib64 -lcudart -o "$SHIM"
       run sfu_build nvcc -O3 -std=c++17 -arch=sm_90a -o "$BUILD/sfu_rates" bench/cuda/sfu_rates.cu
-      run floor_build nvcc -O3 -std=c++17 -arch=sm_90a -o "$BUILD/latency_floor" bench/cuda/latency_floor.cu ;;
+      run floor_build nvcc -O3 -std=c++17 -arch=sm_90a -o "$BUILD/latency_floor" bench/cuda/latency_floor.cu
+      run kvread_build nvcc -O3 -std=c++17 -arch=sm_90a -o "$BUILD/kv_read_ceiling" bench/cuda/kv_read_ceiling.cu ;;
+    layout)
+      run kvread "$BUILD/kv_read_ceiling"
+      for cfg in "default:" "cap8:FLASHKIT_DECODE_MAX_SPLITS=8" "cap32:FLASHKIT_DECODE_MAX_SPLITS=32" \
+                 "cap64:FLASHKIT_DECODE_MAX_SPLITS=64"; do
+        label=${cfg%%:*}; envs=${cfg#*:}
+        for lay in bshd bhsd; do
+          run "decode_${label}_$lay" env $envs python3 bench/cuda/decode_fixed_cost.py "$label" --layout $lay \
+            --keys 4096,32768 --out "$P/decode-layout.jsonl"
+        done
+      done
+      grep -E "^kv_read_ceiling|^decode_fixed" "$LOG" | tail -60 ;;
     sfu)
       run sfu "$BUILD/sfu_rates"
       cuobjdump -sass "$BUILD/sfu_rates" > "$P/sfu-sass.txt" 2>&1

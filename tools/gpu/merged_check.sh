@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The merged tree of a session's work on the device machine (an H200), in two calls of under 10 minutes each that
 # share one build folder (a warm machine keeps it), steps in order of what matters most if a call is cut short.
-# Session 16's tree: the persistent ws forward's DENSE variant (attention-cuda.md v27), the fp8 forward's rescale
-# variants (attention-fp8-cuda.md v4), the decode kernel's 32-bit row math.
-#   tools/gpu/merged_check.sh decode    the decode paths and grid cases, batch-1 decode per call (16 .. 32k keys)
-#   tools/gpu/merged_check.sh ab        the two A/B stages (attn_frontier.sh dense, fp8.sh rescale)
+# Session 17's tree: the decode kernel's narrow CTA (attention-cuda.md v28).
+#   tools/gpu/merged_check.sh narrow    the decode choice tests, the decode paths (narrow included) and grid cases,
+#                                       memcheck + racecheck on narrow decode cases; then batch-1 decode per call,
+#                                       wide (FLASHKIT_DECODE_NARROW=0) and narrow (=1) alternated, 32/8 heads d128
+#                                       and d64 (and 8/1 d256, which stays wide), token- and head-major K/V
 #   tools/gpu/merged_check.sh regress   the kernel choice, the default CUDA grid, backward and ws paths, non-finite,
-#                                       fp8, SSM, sanitizers; batch-1 decode per call (16 .. 32k keys) and the
-#                                       ncu stall view of the 16-key call
+#                                       SSM, memcheck; batch-1 decode per call with the defaults
 # Results in $OUT (merged_check.log, failed.txt, the stages' own logs); carry=[".fkdeps.tar.xz"].
 set -u
 cd "$(dirname "$0")/../.."
@@ -30,17 +30,25 @@ run build cmake --build "$BUILD" -j"$(nproc)" --target flashkit flashkit_core fl
 A=$(bin flashkit_cuda_tests); T=$(bin flashkit_tests); F8=$(bin flashkit_fp8_cuda_tests); S=$(bin flashkit_ssm_cuda_tests)
 for part in "$@"; do
   case $part in
-    decode)
-      run test_decode timeout 120 "$A" --gtest_brief=1 --gtest_filter='Paths/*decode*:Grid/*Sq1_*:Grid/*Sq3_*'
-      run decode_fixed python3 bench/cuda/decode_fixed_cost.py default --out "$OUT/decode-fixed.jsonl"
-      grep -E "^decode_fixed" "$LOG" | tail -10
-      failed ;;
-    ab)
-      run dense bash tools/gpu/attn_frontier.sh dense
-      grep -E "^dense: d|rc=[1-9]" "$OUT/attn_frontier.log" | tail -24
-      run fp8_rescale bash tools/gpu/fp8.sh rescale
-      grep -E "^fp8 d|ptxas fp8|rc=[1-9]" "$OUT/fp8.log" | tail -16
-      failed ;;
+    narrow)
+      run test_choice_decode timeout 60 "$T" --gtest_filter='CudaChoice.*Decode*' --gtest_brief=1
+      run test_decode timeout 200 "$A" --gtest_brief=1 \
+        --gtest_filter='Paths/*decode*:Grid/*Sq1_*:Grid/*Sq3_*:Grid/*Sq4_*:Grid/*Sq16_*:*Decode*'
+      N='Paths/*decode_narrow*Sq1_Sk5000_H32x8_D128*:Paths/*decode_narrow*Sq16_Sk1024_H32x4_D64*'
+      run memcheck_narrow timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$N" --gtest_brief=1
+      run racecheck_narrow timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_filter="$N" --gtest_brief=1
+      failed
+      for rep in 1 2; do
+        for nw in 0 1; do
+          run "decode_narrow${nw}_r$rep" env FLASHKIT_DECODE_NARROW=$nw timeout 120 python3 bench/cuda/decode_fixed_cost.py \
+            "narrow$nw" --shapes 32/8/128,32/8/64,8/1/256 --out "$OUT/decode-narrow.jsonl"
+        done
+      done
+      for nw in 0 1; do
+        run "decode_narrow${nw}_bhsd" env FLASHKIT_DECODE_NARROW=$nw timeout 120 python3 bench/cuda/decode_fixed_cost.py \
+          "narrow$nw" --layout bhsd --keys 4096,32768 --shapes 32/8/128,32/8/64 --out "$OUT/decode-narrow.jsonl"
+      done
+      grep -E "^decode_fixed" "$LOG" | tail -80 ;;
     regress)
       run test_choice timeout 60 "$T" --gtest_filter='CudaChoice.*:Errors.Sm90WsBnFromEnv' --gtest_brief=1
       run test_grid timeout 240 "$A" --gtest_filter='Grid/*' --gtest_brief=1
@@ -52,13 +60,9 @@ for part in "$@"; do
       failed
       R='Grid/*Sq70_Sk190_H8x1_D128_causal_bf16:Grid/*H6x2_D128_causal_bf16_varlen:Grid/*Sq100_Sk333_H6x2_D256_causal_bf16'
       run memcheck_grid timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$R" --gtest_brief=1
-      run decode_fixed python3 bench/cuda/decode_fixed_cost.py default --out "$OUT/decode-fixed.jsonl"
-      grep -E "^decode_fixed" "$LOG" | tail -10
-      run decode16_ncu timeout 200 ncu --clock-control none -k 'regex:decode|combine' -c 8 --import-source yes \
-        --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section SourceCounters \
-        --section LaunchStats -f -o "$BUILD/decode16" python3 tools/gpu/decode_ncu.py 16
-      ncu -i "$BUILD/decode16.ncu-rep" --print-details all > "$OUT/decode16-ncu.txt" 2>&1
-      ncu -i "$BUILD/decode16.ncu-rep" --page source --csv --print-source sass 2> /dev/null | xz -6 > "$OUT/decode16-sass.csv.xz"
+      run decode_fixed python3 bench/cuda/decode_fixed_cost.py default --shapes 32/8/128,32/8/64,8/1/256 \
+        --out "$OUT/decode-fixed.jsonl"
+      grep -E "^decode_fixed" "$LOG" | tail -15
       failed ;;
     *) log "unknown part $part"; status=1 ;;
   esac

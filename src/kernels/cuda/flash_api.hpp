@@ -32,6 +32,7 @@ struct FwdParams {
   // decode kernel and the split combine are launched with programmatic dependent launch, so each grid's launch
   // overlaps the tail of the one before it in the stream.
   DecodeKernel decode_kernel = DecodeKernel::mma;
+  bool decode_narrow = false;  // mma: the narrow CTA (DecodeCfg::kNarrowWarps warps; head_dim <= 128)
   int cluster = 0;
   bool pdl = false;
   // The warp-specialized Hopper forward only: > 0 launches its persistent grid of this many CTAs (FwdChoice's

@@ -103,10 +103,17 @@ constexpr Sm90BwdD256Tile sm90_bwd_d256_tile() { return Sm90BwdD256Tile{64, 64, 
 template <int D>
 struct DecodeCfg {
   static constexpr int kWarps = D == 256 ? 4 : 8;
+  // The narrow CTA (DecodePlan::narrow, head_dim <= 128): the same warps' pipelines in CTAs of 4 warps, so that 2
+  // (d128) or 3 (d64) share an SM and a batch-1 grid can fill every SM (8 KV heads: 33 splits x 8 = 264 CTAs on
+  // 132 SMs, where 16 splits of the wide CTA leave 4 SMs idle).
+  static constexpr int kNarrowWarps = 4;
   static constexpr int kStages = D == 64 ? 4 : 3;
-  static constexpr size_t kSmem = size_t(16 * D * 2) * size_t(1 + 2 * kWarps * kStages);
+  static constexpr size_t smem(int warps) { return size_t(16 * D * 2) * size_t(1 + 2 * warps * kStages); }
+  static constexpr size_t kSmem = smem(kWarps);
 };
-constexpr size_t decode_smem_bytes(int dpad) {
+constexpr size_t decode_smem_bytes(int dpad, bool narrow = false) {
+  if (narrow && dpad <= 128)
+    return dpad == 64 ? DecodeCfg<64>::smem(DecodeCfg<64>::kNarrowWarps) : DecodeCfg<128>::smem(DecodeCfg<128>::kNarrowWarps);
   return dpad == 64 ? DecodeCfg<64>::kSmem : (dpad == 128 ? DecodeCfg<128>::kSmem : DecodeCfg<256>::kSmem);
 }
 // Most split-KV splits any library decode launch uses: the split combine keeps one weight per split in shared

@@ -16,7 +16,8 @@
 //    over its blocks (ST stages of 16 keys of K and V in its own shared memory; no CTA barrier in the main loop)
 //    and its own online softmax (mma.sync m16n8k16 for QK^T and PV, log2 units with the scale folded in, exactly
 //    as flash_fwd.cuh). One CTA per SM (130-200 KB of shared memory) keeps NW * (ST-1) stages = 96-128 KB per
-//    SM in flight;
+//    SM in flight. The narrow CTA (DecodePlan::narrow, head_dim <= 128: 4 warps, 66-100 KB, 3 or 2 an SM, the same
+//    stages per SM) lets a batch-1 grid fill every SM in one wave (v28: 264 CTAs of 33 splits at 8 KV heads);
 //  - at the end the warps meet in shared memory (an LSE-weighted merge: per row M = max_w m_w, each warp's O
 //    scaled by 2^(m_w - M), L = sum_w l_w 2^(m_w - M)); one split writes o/lse directly, several write f32
 //    partials (same layout as v1: [split, row, Dpad] and [split, row]);
@@ -60,18 +61,22 @@ namespace flashkit::cuda {
 
 
 
-template <typename T, int D>
-__global__ void __launch_bounds__(DecodeCfg<D>::kWarps * 32, 1) flash_decode_kernel(const FwdParams p) {
+// NW: warps a CTA (DecodeCfg<D>::kWarps, one CTA an SM; or kNarrowWarps, the narrow CTA: 2 an SM at d128, 3 at d64,
+// which the plan's slots assume and the launch bound holds the registers to: 180 / 160 used, nvcc 13).
+template <typename T, int D, int NW = DecodeCfg<D>::kWarps>
+__global__ void __launch_bounds__(NW * 32, NW == DecodeCfg<D>::kWarps ? 1 : (D == 64 ? 3 : 2))
+    flash_decode_kernel(const FwdParams p) {
   using Op = MmaOp<T>;
-  constexpr int NW = DecodeCfg<D>::kWarps, ST = DecodeCfg<D>::kStages, NT = NW * 32;
+  constexpr int ST = DecodeCfg<D>::kStages, NT = NW * 32;
+  constexpr size_t kSmemBytes = DecodeCfg<D>::smem(NW);
   constexpr int CH = D / 8, DTILE = D / 8, DP = D + 8;  // DP: f32 row pitch of the merge buffer (no bank conflicts)
   constexpr bool QREG = D <= 128;                         // Q fragments in registers (d256: re-read from smem)
   constexpr uint32_t kTile = 16 * D * 2;                  // a 16-row tile of Q, K or V
   constexpr uint32_t kStage = 2 * kTile;                  // K then V
-  static_assert(DecodeCfg<D>::kSmem == size_t(kTile) * (1 + NW * ST * 2), "the layout DecodeCfg<D> sizes");
-  static_assert(size_t(NW * 32 + NW * 16 * DP) * 4 <= DecodeCfg<D>::kSmem, "warp merge buffer must fit");
+  static_assert(kSmemBytes == size_t(kTile) * (1 + NW * ST * 2), "the layout DecodeCfg<D> sizes");
+  static_assert(size_t(NW * 32 + NW * 16 * DP) * 4 <= kSmemBytes, "warp merge buffer must fit");
   static_assert(CH <= 32 && 32 % CH == 0, "a warp copies whole rows");
-  static_assert(size_t(NW * 32 + NW * 16 * DP + 16 * D + 16) * 4 <= DecodeCfg<D>::kSmem, "cluster partial must fit");
+  static_assert(size_t(NW * 32 + NW * 16 * DP + 16 * D + 16) * 4 <= kSmemBytes, "cluster partial must fit");
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sQ = smem_u32(smem);
 
@@ -432,6 +437,22 @@ ClusterResidency decode_cluster_residency() {
 
 template <typename T, int D>
 void launch_decode_mma(const FwdParams& p, cudaStream_t stream) {
+  if constexpr (D <= 128) {
+    if (p.decode_narrow) {  // the narrow CTA (plan.hpp DecodePlan::narrow): no clusters, several CTAs an SM
+      constexpr int NW = DecodeCfg<D>::kNarrowWarps;
+      constexpr size_t smem = DecodeCfg<D>::smem(NW);
+      auto kern = flash_decode_kernel<T, D, NW>;
+      set_max_dynamic_smem(kern, smem, "cudaFuncSetAttribute(flash decode, narrow)");
+      if (p.num_splits < 1 || p.num_splits > kMaxDecodeSplits || p.cluster > 1)
+        fail(Status::internal, "flash decode (narrow): bad split count or cluster");
+      const auto& sh = p.a.shape;
+      const int64_t mtiles = (sh.heads / sh.kv_heads * sh.max_seqlen_q + 15) / 16;
+      if (mtiles == 0) return;
+      dim3 grid(unsigned(mtiles * p.num_splits), unsigned(sh.kv_heads), unsigned(sh.batch));
+      check_cuda(launch_ex(kern, grid, dim3(NW * 32), smem, stream, p.pdl, 1u, p), "flash decode launch (narrow)");
+      return;
+    }
+  }
   constexpr size_t smem = DecodeCfg<D>::kSmem;
   auto kern = flash_decode_kernel<T, D>;
   set_max_dynamic_smem(kern, smem, "cudaFuncSetAttribute(flash decode)");

@@ -114,6 +114,25 @@ DecodePlan plan_decode(const DecodeShape& s, const DeviceInfo& dev, const Tuning
       if (best_t == INT64_MAX || tm * 50 < best_t * 49) best_t = tm, best = sp;
     }
     p.splits = int(best);
+    // The narrow CTA (head_dim <= 128, never with the cluster merge, whose residency is the wide CTA's): when the
+    // tiles fit one wave of it, as many splits as fill that wave exactly (v28: a read kernel over a 32k-key, 8-head
+    // cache takes 32.0 us with 128 CTAs and 31.0 with 264 on the H200's 132 SMs, bench/cuda/kv_read_ceiling.cu).
+    // Automatic only where it was measured: Hopper, the wide plan splits and is one wave (batch 1, a few KV heads).
+    const bool wide_split_wave = dev.cc_major >= 9 && p.splits > 1 && base * p.splits <= slots;
+    const bool narrow_wanted =
+        t.decode_narrow == 1 || (t.decode_narrow < 0 && wide_split_wave && decode_narrow_auto(D, s.max_seqlen_k));
+    if (narrow_wanted && D <= 128 && t.decode_combine != DecodeCombine::cluster && dev.smem_per_sm > 0) {
+      const size_t nsmem = decode_smem_bytes(D, true);
+      const int64_t nslots = int64_t(dev.sms) * (int64_t(dev.smem_per_sm) / int64_t(nsmem + 1024));
+      const bool windowed = s.window_left >= 0;
+      if (nslots >= 2 * int64_t(dev.sms) && base <= nslots && !windowed && nblocks >= 2) {
+        p.narrow = true;
+        const int64_t ncap = std::min<int64_t>(std::max<int64_t>(1, nblocks / 2), library_max_splits(t, kMaxDecodeSplits));
+        p.splits = int(std::clamp<int64_t>(nslots / base, 1, ncap));
+        p.merge = p.splits == 1 ? DecodeMergeKind::none : DecodeMergeKind::combine;
+        return p;
+      }
+    }
     if (t.decode_combine == DecodeCombine::cluster && res[2] > 0) {
       // Cluster merge: the splits of a tile form one cluster, so s <= 16 and a wave holds res[s] tiles (clusters
       // are placed whole inside a GPC: res[s] * s can be well below the slots, e.g. clusters of 16 on a chip whose
@@ -151,6 +170,7 @@ std::string decode_plan_name(const DecodePlan& p) {
                   : p.kernel == DecodeKernel::one_warp ? "one_warp"
                   : p.kernel == DecodeKernel::paged    ? "paged"
                                                        : "fused_prologue";
+  if (p.narrow) s += ".narrow";
   if (p.splits > 1) s += ".splits" + std::to_string(p.splits);
   switch (p.merge) {
     case DecodeMergeKind::combine: s += ".combine"; break;

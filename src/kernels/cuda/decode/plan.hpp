@@ -30,6 +30,12 @@
 namespace flashkit::cuda {
 
 enum class DecodeKernel : int32_t { mma = 0, one_warp = 1, fused_prologue = 2, paged = 3 };
+
+// Where the mma member's narrow CTA (4 warps, 2-3 CTAs an SM, a grid of one full wave) is automatic
+// (Tuning::decode_narrow = -1), from run s17-2 (H200, batch 1, 32/8 heads, wide and narrow alternated twice in CUDA
+// graphs; attention-cuda.md v28): d128 3-7% faster from 256 to 4k keys and level at 32k; d64 4-11% faster at 256
+// and 1k keys, level to 2% slower at 4k and 32k. (dpad: the padded head dim; keys: the longest sequence's.)
+constexpr bool decode_narrow_auto(int dpad, int64_t keys) { return dpad == 128 || (dpad == 64 && keys <= 2048); }
 enum class DecodeMergeKind : int32_t { none = 0, combine = 1, cluster = 2, counter = 3 };
 
 struct DecodeShape {
@@ -65,6 +71,7 @@ struct DecodePlan {
   int cluster = 0;  // > 1: CTAs per cluster along the splits (mma: == splits; fused_prologue: a power of two)
   DecodeMergeKind merge = DecodeMergeKind::none;  // fused_prologue: the merge at full context
   bool pdl = false;     // programmatic dependent launch (sm_90)
+  bool narrow = false;  // mma: the narrow CTA (tiles.hpp DecodeCfg::kNarrowWarps), several an SM, one full wave
   int tile_m = 16;      // packed query rows per CTA
   int tile_n = 16;      // keys per pipeline block
   int64_t mtiles = 0;   // (m-tile, KV head, sequence) tiles the splits multiply
