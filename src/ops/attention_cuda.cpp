@@ -175,7 +175,9 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
   const int dpad = cuda::padded_head_dim(sh.head_dim);
   // The decode plan reads the decode kernel's cluster residency only when a cluster merge is in question.
   const ClusterResidency res =
-      fwd_needs_decode_residency(sh, dev, tuning) ? cuda::decode_cluster_residency(a.dtype, dpad) : ClusterResidency{};
+      fwd_needs_decode_residency(sh, dev, tuning)
+          ? cuda::decode_cluster_residency(a.dtype, dpad, cuda::decode_residency_is_narrow(dpad, tuning))
+          : ClusterResidency{};
   FwdChoice choice = choose_fwd(sh, a.mask, dev, tuning, res);
   const int D = choice.dpad;
 

@@ -450,6 +450,7 @@ std::vector<Path> paths() {
   v.push_back({"sm90bwd_ws", t});
   t = Tuning{};
   t.decode_combine = DecodeCombine::cluster;
+  t.decode_narrow = 0;  // the wide CTA's clusters (the narrow CTA clusters by default at small K/V, and below)
   v.push_back({"decode_cluster", t});
   t = Tuning{};
   t.decode_pdl = false;
@@ -458,6 +459,8 @@ std::vector<Path> paths() {
   t = Tuning{};
   t.decode_narrow = 1;  // the narrow decode CTA (4 warps, 2-3 an SM) wherever it applies
   v.push_back({"decode_narrow", t, true});
+  t.decode_combine = DecodeCombine::cluster;  // the narrow CTA with the cluster merge (one launch a call)
+  v.push_back({"decode_narrow_cluster", t, true});
   return v;
 }
 

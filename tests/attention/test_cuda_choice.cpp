@@ -355,7 +355,8 @@ TEST(CudaChoice, DecodeSplitsOnH200AndA100) {
       {"b1 32/8 d128 1k", 1, 32, 8, 128, 1, 1024, 32, true, 8, false},  // (narrow: 64 blocks / 2)
       {"b1 8/1 d256 128k", 1, 8, 1, 256, 1, 131072, 128, false, 128, false},
       {"b1 32/8 d128 128k", 1, 32, 8, 128, 1, 131072, 33, true, 54, false},
-      {"b1 32/8 d64 4k", 1, 32, 8, 64, 1, 4096, 16, false, 13, true},
+      {"b1 32/8 d64 4k", 1, 32, 8, 64, 1, 4096, 49, true, 13, true},  // (8 MiB of K/V: the cluster range)
+      {"b1 32/8 d64 8k", 1, 32, 8, 64, 1, 8192, 16, false, 13, true},
       {"b1 32/8 d64 2k", 1, 32, 8, 64, 1, 2048, 49, true, 13, true},  // (A100: automatic on Hopper only)
       {"b4 16/16 d80 sq3 1000", 4, 16, 16, 80, 3, 1000, 4, true, 6, false},
   };
@@ -389,13 +390,21 @@ TEST(CudaChoice, DecodeWindowTuningAndClusters) {
   t = Tuning{};
   t.decode_pdl = false;
   EXPECT_FALSE(fwd("pdl off", shape(1, 32, 8, 128, 1, 32768), h200(), t).decode.pdl);
-  // The cluster merge: taken when 8 clusters of 16 fit (one wave, as the combine path), not when only 6 do.
+  // The wide kernel's cluster merge (FLASHKIT_DECODE_NARROW=0): taken when 8 clusters of 16 fit (one wave, as the
+  // combine path), not when only 6 do. (The residency is queried for every sm_90 decode at head_dim <= 128, where
+  // the automatic narrow CTA may cluster; not with FLASHKIT_DECODE_COMBINE=kernel, at d256 or on the A100.)
   t = Tuning{};
   t.decode_combine = flashkit::DecodeCombine::cluster;
+  t.decode_narrow = 0;
   ClusterResidency res{};
   for (int c = 2; c <= 16; ++c) res[c] = 8;
   EXPECT_TRUE(flashkit::fwd_needs_decode_residency(shape(1, 32, 8, 128, 1, 32768), h200(), t));
-  EXPECT_FALSE(flashkit::fwd_needs_decode_residency(shape(1, 32, 8, 128, 1, 32768), h200(), Tuning{}));
+  EXPECT_TRUE(flashkit::fwd_needs_decode_residency(shape(1, 32, 8, 128, 1, 32768), h200(), Tuning{}));
+  Tuning kernel_merge;
+  kernel_merge.decode_combine = flashkit::DecodeCombine::kernel;
+  EXPECT_FALSE(flashkit::fwd_needs_decode_residency(shape(1, 32, 8, 128, 1, 32768), h200(), kernel_merge));
+  EXPECT_FALSE(flashkit::fwd_needs_decode_residency(shape(1, 8, 1, 256, 1, 32768), h200(), Tuning{}));
+  EXPECT_FALSE(flashkit::fwd_needs_decode_residency(shape(1, 32, 8, 128, 1, 32768), a100(), Tuning{}));
   FwdChoice c = fwd("cluster, 8 resident", shape(1, 32, 8, 128, 1, 32768), h200(), t, {}, res);
   EXPECT_EQ(c.splits, 16);
   EXPECT_EQ(c.cluster, 16);
@@ -408,9 +417,16 @@ TEST(CudaChoice, DecodeWindowTuningAndClusters) {
   EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::combine);
 }
 
+Tuning kernel_merge_tuning() {
+  Tuning t;
+  t.decode_combine = flashkit::DecodeCombine::kernel;
+  return t;
+}
+
 // The narrow decode CTA (Tuning::decode_narrow; plan.hpp DecodePlan::narrow): 4 warps, 2 (d128) or 3 (d64) CTAs an
-// SM, as many splits as fill that one wave; never at d256, with the cluster merge, a window, or where the tiles
-// exceed a wave; automatic at d128, and at d64 up to 2k keys (decode_narrow_auto).
+// SM, as many splits as fill that one wave; never at d256, with a window, or where the tiles exceed a wave; with the
+// cluster merge only when asked for (decode_narrow = 1); automatic at d128, and at d64 up to 2k keys
+// (decode_narrow_auto).
 TEST(CudaChoice, DecodeNarrow) {
   Tuning on;
   on.decode_narrow = 1;
@@ -430,13 +446,54 @@ TEST(CudaChoice, DecodeNarrow) {
   AttentionMask win;
   win.window_left = 1024, win.window_right = 0, win.causal = true;
   EXPECT_FALSE(fwd("window", shape(1, 32, 8, 128, 1, 32768), h200(), on, win).decode.narrow);
-  Tuning cl = on;
+  Tuning cl;  // the explicit cluster merge takes the narrow CTA (no clusters resident here: the combine)
   cl.decode_combine = flashkit::DecodeCombine::cluster;
-  EXPECT_FALSE(fwd("cluster merge", shape(1, 32, 8, 128, 1, 32768), h200(), cl).decode.narrow);
+  c = fwd("cluster merge, none resident", shape(1, 32, 8, 128, 1, 32768), h200(), cl);
+  EXPECT_TRUE(c.decode.narrow);
+  EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::combine);
   EXPECT_FALSE(fwd("A100 d128", shape(1, 32, 8, 128, 1, 32768), a100(), on).decode.narrow);
   // A split cap still holds.
   on.decode_max_splits = 20;
   EXPECT_EQ(fwd("cap 20", shape(1, 32, 8, 128, 1, 32768), h200(), on).splits, 20);
+  // With the cluster merge (opt-in, decode_residency_is_narrow: the residency passed is the narrow kernel's): the
+  // largest cluster of <= 16 splits whose 8 tiles all fit at once, one launch; else the wave-filling combine.
+  Tuning nc;
+  nc.decode_narrow = 1;
+  nc.decode_combine = flashkit::DecodeCombine::cluster;
+  EXPECT_TRUE(cuda::decode_residency_is_narrow(128, nc));
+  EXPECT_FALSE(cuda::decode_residency_is_narrow(256, nc));
+  EXPECT_TRUE(cuda::decode_residency_is_narrow(64, Tuning{}));
+  Tuning wide_clusters = cl;
+  wide_clusters.decode_narrow = 0;
+  EXPECT_FALSE(cuda::decode_residency_is_narrow(128, wide_clusters));
+  ClusterResidency res{};
+  for (int c = 2; c <= 16; ++c) res[c] = 8;
+  c = fwd("narrow clusters of 16", shape(1, 32, 8, 128, 1, 32768), h200(), nc, {}, res);
+  EXPECT_TRUE(c.decode.narrow);
+  EXPECT_EQ(c.splits, 16);
+  EXPECT_EQ(c.cluster, 16);
+  EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::cluster);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.narrow.splits16.cluster16");
+  res[15] = res[16] = 6;
+  EXPECT_EQ(fwd("narrow, 6 resident at 15-16", shape(1, 32, 8, 128, 1, 32768), h200(), nc, {}, res).cluster, 14);
+  c = fwd("narrow, no cluster fits", shape(1, 32, 8, 128, 1, 32768), h200(), nc, {}, ClusterResidency{});
+  EXPECT_TRUE(c.decode.narrow);
+  EXPECT_EQ(c.splits, 33);
+  EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::combine);
+  EXPECT_EQ(fwd("narrow clusters, 256 keys", shape(1, 32, 8, 128, 1, 256), h200(), nc, {}, res).cluster, 8);
+  // Automatic: the cluster merge up to 8 MiB of K and V (kDecodeClusterAutoBytes) where the clusters fit, else the
+  // wave-filling combine (d128) or the wide CTA (d64 past 2k keys and 8 MiB).
+  for (int cc = 2; cc <= 16; ++cc) res[cc] = 8;
+  c = fwd("auto d128 1k", shape(1, 32, 8, 128, 1, 1024), h200(), {}, {}, res);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.narrow.splits16.cluster16");
+  c = fwd("auto d128 4k (16 MiB)", shape(1, 32, 8, 128, 1, 4096), h200(), {}, {}, res);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.narrow.splits33.combine");
+  c = fwd("auto d64 4k (8 MiB)", shape(1, 32, 8, 64, 1, 4096), h200(), {}, {}, res);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d64.narrow.splits16.cluster16");
+  c = fwd("auto d64 32k", shape(1, 32, 8, 64, 1, 32768), h200(), {}, {}, res);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d64.splits16.combine");
+  c = fwd("auto d128 1k, merge kernel", shape(1, 32, 8, 128, 1, 1024), h200(), kernel_merge_tuning(), {}, res);
+  EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::combine);
   // Off, and automatic.
   Tuning off;
   off.decode_narrow = 0;
@@ -444,7 +501,8 @@ TEST(CudaChoice, DecodeNarrow) {
   EXPECT_TRUE(fwd("auto d128 32k", shape(1, 32, 8, 128, 1, 32768), h200()).decode.narrow);
   EXPECT_TRUE(fwd("auto d96 (padded to 128) 4k", shape(1, 32, 8, 96, 1, 4096), h200()).decode.narrow);
   EXPECT_TRUE(fwd("auto d64 1k", shape(1, 32, 8, 64, 1, 1024), h200()).decode.narrow);
-  EXPECT_FALSE(fwd("auto d64 4k", shape(1, 32, 8, 64, 1, 4096), h200()).decode.narrow);
+  EXPECT_TRUE(fwd("auto d64 4k (8 MiB)", shape(1, 32, 8, 64, 1, 4096), h200()).decode.narrow);
+  EXPECT_FALSE(fwd("auto d64 8k", shape(1, 32, 8, 64, 1, 8192), h200()).decode.narrow);
   EXPECT_FALSE(fwd("auto d256", shape(1, 8, 1, 256, 1, 4096), h200()).decode.narrow);
 }
 

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # The merged tree of a session's work on the device machine (an H200), in two calls of under 10 minutes each that
 # share one build folder (a warm machine keeps it), steps in order of what matters most if a call is cut short.
-# Session 17's tree: the decode kernel's narrow CTA (attention-cuda.md v28).
+# Session 17's tree: the decode kernel's narrow CTA (attention-cuda.md v28), and with the cluster merge (v29).
 #   tools/gpu/merged_check.sh narrow    the decode choice tests, the decode paths (narrow included) and grid cases,
 #                                       memcheck + racecheck on narrow decode cases; then batch-1 decode per call,
 #                                       wide (FLASHKIT_DECODE_NARROW=0) and narrow (=1) alternated, 32/8 heads d128
 #                                       and d64 (and 8/1 d256, which stays wide), token- and head-major K/V
+#   tools/gpu/merged_check.sh cluster   v29: the narrow CTA with the cluster merge (FLASHKIT_DECODE_NARROW=1
+#                                       FLASHKIT_DECODE_COMBINE=cluster): its path over the grid, memcheck + racecheck,
+#                                       then batch-1 decode per call against the default (narrow + combine), alternated
+#   tools/gpu/merged_check.sh auto      the automatic choice (narrow CTA, clusters up to 8 MiB of K/V): decode choice
+#                                       tests, decode paths and grid cases, memcheck + racecheck on default decode
+#                                       cases; batch-1 decode per call, default against FLASHKIT_DECODE_COMBINE=kernel
+#                                       (the same narrow grids with the combine launch), alternated
 #   tools/gpu/merged_check.sh regress   the kernel choice, the default CUDA grid, backward and ws paths, non-finite,
 #                                       SSM, memcheck; batch-1 decode per call with the defaults
 # Results in $OUT (merged_check.log, failed.txt, the stages' own logs); carry=[".fkdeps.tar.xz"].
@@ -49,6 +56,35 @@ for part in "$@"; do
           "narrow$nw" --layout bhsd --keys 4096,32768 --shapes 32/8/128,32/8/64 --out "$OUT/decode-narrow.jsonl"
       done
       grep -E "^decode_fixed" "$LOG" | tail -80 ;;
+    cluster)
+      run test_choice_decode timeout 60 "$T" --gtest_filter='CudaChoice.*Decode*' --gtest_brief=1
+      run test_decode_cluster timeout 200 "$A" --gtest_brief=1 --gtest_filter='Paths/*decode_narrow_cluster*:*Decode*'
+      N='Paths/*decode_narrow_cluster*Sq1_Sk5000_H32x8_D128*:Paths/*decode_narrow_cluster*Sq16_Sk1024_H32x4_D64*'
+      run memcheck_cluster timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$N" --gtest_brief=1
+      run racecheck_cluster timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_filter="$N" --gtest_brief=1
+      failed
+      for rep in 1 2; do
+        run "decode_default_r$rep" timeout 120 python3 bench/cuda/decode_fixed_cost.py default \
+          --shapes 32/8/128,32/8/64 --out "$OUT/decode-cluster.jsonl"
+        run "decode_cluster_r$rep" env FLASHKIT_DECODE_NARROW=1 FLASHKIT_DECODE_COMBINE=cluster timeout 120 \
+          python3 bench/cuda/decode_fixed_cost.py cluster --shapes 32/8/128,32/8/64 --out "$OUT/decode-cluster.jsonl"
+      done
+      grep -E "^decode_fixed" "$LOG" | tail -40 ;;
+    auto)
+      run test_choice_decode timeout 60 "$T" --gtest_filter='CudaChoice.*Decode*' --gtest_brief=1
+      run test_decode timeout 200 "$A" --gtest_brief=1 \
+        --gtest_filter='Paths/*decode*:Grid/*Sq1_*:Grid/*Sq3_*:Grid/*Sq4_*:Grid/*Sq16_*:*Decode*'
+      N='Grid/*Sq1_Sk5000_H32x8_D128*:Grid/*Sq16_Sk1024_H32x4_D64*:Grid/*Sq4_Sk2000_H8x8_D64*'
+      run memcheck_auto timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$N" --gtest_brief=1
+      run racecheck_auto timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_filter="$N" --gtest_brief=1
+      failed
+      for rep in 1 2; do
+        run "decode_auto_r$rep" timeout 120 python3 bench/cuda/decode_fixed_cost.py auto \
+          --shapes 32/8/128,32/8/64,8/1/256 --out "$OUT/decode-auto.jsonl"
+        run "decode_kernelmerge_r$rep" env FLASHKIT_DECODE_COMBINE=kernel timeout 120 \
+          python3 bench/cuda/decode_fixed_cost.py kernelmerge --shapes 32/8/128,32/8/64 --out "$OUT/decode-auto.jsonl"
+      done
+      grep -E "^decode_fixed" "$LOG" | tail -50 ;;
     regress)
       run test_choice timeout 60 "$T" --gtest_filter='CudaChoice.*:Errors.Sm90WsBnFromEnv' --gtest_brief=1
       run test_grid timeout 240 "$A" --gtest_filter='Grid/*' --gtest_brief=1

@@ -60,9 +60,9 @@ template <typename T, int D>
 void launch_flash_fwd(const FwdParams& p, cudaStream_t stream);
 template <typename T, int D>
 void launch_flash_decode(const FwdParams& p, cudaStream_t stream);
-// The mma decode kernel's cluster residency on the current device (decode/flash_decode.cuh). Cached per device;
-// safe to call first inside a graph capture.
-template <typename T, int D>
+// The mma decode kernel's cluster residency on the current device (decode/flash_decode.cuh), wide (NW = kWarps) or
+// narrow (kNarrowWarps). Cached per device; safe to call first inside a graph capture.
+template <typename T, int D, int NW = DecodeCfg<D>::kWarps>
 ClusterResidency decode_cluster_residency();
 
 // Hopper forward (flash_fwd_sm90.cuh), head_dim 64 and 128, num_splits == 1, configuration 1 or 2 (tiles.hpp).
@@ -113,7 +113,8 @@ void launch_fwd_sm80(DType dt, int dpad, const FwdParams& p, cudaStream_t stream
 bool launch_fwd_sm90(DType dt, int dpad, int config, const FwdParams& p, cudaStream_t stream);
 bool launch_fwd_sm90_ws(DType dt, int dpad, int bn, bool pingpong, const FwdParams& p, cudaStream_t stream);
 void launch_decode(DType dt, int dpad, const FwdParams& p, cudaStream_t stream);
-ClusterResidency decode_cluster_residency(DType dt, int dpad);
+// narrow: the narrow CTA's residency (plan.hpp decode_residency_is_narrow), at head_dim <= 128.
+ClusterResidency decode_cluster_residency(DType dt, int dpad, bool narrow);
 void launch_bwd_sm80(DType dt, int dpad, const BwdParams& p, cudaStream_t stream);
 bool launch_bwd_sm90(DType dt, int dpad, int config, const BwdParams& p, cudaStream_t stream);
 bool launch_bwd_sm90_ws(DType dt, int dpad, const BwdParams& p, cudaStream_t stream);

@@ -6,4 +6,5 @@ namespace flashkit::cuda {
 template void launch_flash_fwd<__half, 128>(const FwdParams&, cudaStream_t);
 template void launch_flash_decode<__half, 128>(const FwdParams&, cudaStream_t);
 template ClusterResidency decode_cluster_residency<__half, 128>();
+template ClusterResidency decode_cluster_residency<__half, 128, DecodeCfg<128>::kNarrowWarps>();
 }  // namespace flashkit::cuda

@@ -6,4 +6,5 @@ namespace flashkit::cuda {
 template void launch_flash_fwd<__half, 64>(const FwdParams&, cudaStream_t);
 template void launch_flash_decode<__half, 64>(const FwdParams&, cudaStream_t);
 template ClusterResidency decode_cluster_residency<__half, 64>();
+template ClusterResidency decode_cluster_residency<__half, 64, DecodeCfg<64>::kNarrowWarps>();
 }  // namespace flashkit::cuda

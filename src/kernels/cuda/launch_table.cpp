@@ -49,9 +49,14 @@ void launch_decode(DType dt, int dpad, const FwdParams& p, cudaStream_t stream) 
   by_type_and_dim(dt, dpad, [&](auto t, auto d) { launch_flash_decode<decltype(t), decltype(d)::value>(p, stream); });
 }
 
-ClusterResidency decode_cluster_residency(DType dt, int dpad) {
-  return by_type_and_dim(dt, dpad,
-                         [&](auto t, auto d) { return decode_cluster_residency<decltype(t), decltype(d)::value>(); });
+ClusterResidency decode_cluster_residency(DType dt, int dpad, bool narrow) {
+  return by_type_and_dim(dt, dpad, [&](auto t, auto d) {
+    constexpr int D = decltype(d)::value;
+    if constexpr (D <= 128) {
+      if (narrow) return decode_cluster_residency<decltype(t), D, DecodeCfg<D>::kNarrowWarps>();
+    }
+    return decode_cluster_residency<decltype(t), D>();
+  });
 }
 
 void launch_bwd_sm80(DType dt, int dpad, const BwdParams& p, cudaStream_t stream) {

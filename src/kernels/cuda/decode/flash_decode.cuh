@@ -425,14 +425,14 @@ __global__ void __launch_bounds__(NW * 32, NW == DecodeCfg<D>::kWarps ? 1 : (D =
   }
 }
 
-// For c = 2..kMaxDecodeCluster: how many clusters of c CTAs of flash_decode_kernel<T, D> can be resident at once on
-// the current device; all 0 where the cluster merge cannot run (core/cuda_device.hpp). Once per (kernel, device);
+// For c = 2..kMaxDecodeCluster: how many clusters of c CTAs of flash_decode_kernel<T, D, NW> can be resident at once
+// on the current device; all 0 where the cluster merge cannot run (core/cuda_device.hpp). Once per (kernel, device);
 // safe to call first inside a graph capture.
-template <typename T, int D>
+template <typename T, int D, int NW>
 ClusterResidency decode_cluster_residency() {
-  const void* k = reinterpret_cast<const void*>(flash_decode_kernel<T, D>);
+  const void* k = reinterpret_cast<const void*>(flash_decode_kernel<T, D, NW>);
   return once_per_kernel_device<ClusterResidency>(
-      k, [&](int) { return query_cluster_residency(k, DecodeCfg<D>::kWarps * 32, DecodeCfg<D>::kSmem); });
+      k, [&](int) { return query_cluster_residency(k, NW * 32, DecodeCfg<D>::smem(NW)); });
 }
 
 template <typename T, int D>
@@ -443,13 +443,18 @@ void launch_decode_mma(const FwdParams& p, cudaStream_t stream) {
       constexpr size_t smem = DecodeCfg<D>::smem(NW);
       auto kern = flash_decode_kernel<T, D, NW>;
       set_max_dynamic_smem(kern, smem, "cudaFuncSetAttribute(flash decode, narrow)");
-      if (p.num_splits < 1 || p.num_splits > kMaxDecodeSplits || p.cluster > 1)
-        fail(Status::internal, "flash decode (narrow): bad split count or cluster");
+      if (p.num_splits < 1 || p.num_splits > kMaxDecodeSplits)
+        fail(Status::internal, "flash decode (narrow): bad split count");
+      // Clusters as the wide kernel's, sized by the narrow kernel's own residency.
+      if (p.cluster > 1 && (p.cluster != p.num_splits || p.cluster > kMaxDecodeCluster ||
+                            decode_cluster_residency<T, D, NW>()[p.cluster] < 1))
+        fail(Status::internal, "flash decode (narrow): bad cluster size");
       const auto& sh = p.a.shape;
       const int64_t mtiles = (sh.heads / sh.kv_heads * sh.max_seqlen_q + 15) / 16;
       if (mtiles == 0) return;
       dim3 grid(unsigned(mtiles * p.num_splits), unsigned(sh.kv_heads), unsigned(sh.batch));
-      check_cuda(launch_ex(kern, grid, dim3(NW * 32), smem, stream, p.pdl, 1u, p), "flash decode launch (narrow)");
+      check_cuda(launch_ex(kern, grid, dim3(NW * 32), smem, stream, p.pdl, p.cluster > 1 ? unsigned(p.cluster) : 1u, p),
+                 p.cluster > 1 ? "flash decode launch (narrow, clusters)" : "flash decode launch (narrow)");
       return;
     }
   }

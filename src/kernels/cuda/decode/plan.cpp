@@ -78,8 +78,9 @@ DecodePlan plan_paged(const DecodeShape& s, const DeviceInfo& dev, const Tuning&
 bool decode_plan_needs_residency(const DecodeShape& s, const DeviceInfo& dev, const Tuning& t) {
   if (s.paged) return false;
   if (s.kv_len_on_device) return t.engine_decode_merge != EngineDecodeMerge::global;
-  return t.decode_combine == DecodeCombine::cluster &&
-         size_t(dev.smem_per_block_optin) >= decode_smem_bytes(padded_head_dim(s.head_dim));
+  const int D = padded_head_dim(s.head_dim);
+  return (t.decode_combine == DecodeCombine::cluster || (decode_residency_is_narrow(D, t) && dev.cc_major >= 9)) &&
+         size_t(dev.smem_per_block_optin) >= decode_smem_bytes(D);
 }
 
 DecodePlan plan_decode(const DecodeShape& s, const DeviceInfo& dev, const Tuning& t, const ClusterResidency& res) {
@@ -119,21 +120,34 @@ DecodePlan plan_decode(const DecodeShape& s, const DeviceInfo& dev, const Tuning
     // cache takes 32.0 us with 128 CTAs and 31.0 with 264 on the H200's 132 SMs, bench/cuda/kv_read_ceiling.cu).
     // Automatic only where it was measured: Hopper, the wide plan splits and is one wave (batch 1, a few KV heads).
     const bool wide_split_wave = dev.cc_major >= 9 && p.splits > 1 && base * p.splits <= slots;
+    const int64_t kv_bytes = 4 * s.batch * s.kv_heads * s.max_seqlen_k * s.head_dim;  // K and V, 2 bytes each
     const bool narrow_wanted =
-        t.decode_narrow == 1 || (t.decode_narrow < 0 && wide_split_wave && decode_narrow_auto(D, s.max_seqlen_k));
-    if (narrow_wanted && D <= 128 && t.decode_combine != DecodeCombine::cluster && dev.smem_per_sm > 0) {
+        t.decode_narrow == 1 || (t.decode_narrow < 0 && wide_split_wave && decode_narrow_auto(D, s.max_seqlen_k, kv_bytes));
+    if (narrow_wanted && D <= 128 && (t.decode_combine != DecodeCombine::cluster || decode_residency_is_narrow(D, t)) &&
+        dev.smem_per_sm > 0) {
       const size_t nsmem = decode_smem_bytes(D, true);
       const int64_t nslots = int64_t(dev.sms) * (int64_t(dev.smem_per_sm) / int64_t(nsmem + 1024));
       const bool windowed = s.window_left >= 0;
       if (nslots >= 2 * int64_t(dev.sms) && base <= nslots && !windowed && nblocks >= 2) {
         p.narrow = true;
         const int64_t ncap = std::min<int64_t>(std::max<int64_t>(1, nblocks / 2), library_max_splits(t, kMaxDecodeSplits));
+        if (t.decode_combine == DecodeCombine::cluster ||
+            (t.decode_combine == DecodeCombine::automatic && kv_bytes <= kDecodeClusterAutoBytes)) {
+          // One launch: the largest cluster (<= 16 splits, the caps) of which every tile's fits at once (res: the
+          // narrow kernel's residency, decode_residency_is_narrow); else the combine below.
+          for (int64_t c = std::min<int64_t>(kMaxDecodeCluster, ncap); c >= 2; --c)
+            if (res[c] >= base) {
+              p.splits = p.cluster = int(c);
+              p.merge = DecodeMergeKind::cluster;
+              return p;
+            }
+        }
         p.splits = int(std::clamp<int64_t>(nslots / base, 1, ncap));
         p.merge = p.splits == 1 ? DecodeMergeKind::none : DecodeMergeKind::combine;
         return p;
       }
     }
-    if (t.decode_combine == DecodeCombine::cluster && res[2] > 0) {
+    if (t.decode_combine == DecodeCombine::cluster && res[2] > 0 && !decode_residency_is_narrow(D, t)) {
       // Cluster merge: the splits of a tile form one cluster, so s <= 16 and a wave holds res[s] tiles (clusters
       // are placed whole inside a GPC: res[s] * s can be well below the slots, e.g. clusters of 16 on a chip whose
       // GPCs have 14-18 free SMs). Same model with that wave; taken when it is at most 1/8 above the unclustered

@@ -31,11 +31,26 @@ namespace flashkit::cuda {
 
 enum class DecodeKernel : int32_t { mma = 0, one_warp = 1, fused_prologue = 2, paged = 3 };
 
-// Where the mma member's narrow CTA (4 warps, 2-3 CTAs an SM, a grid of one full wave) is automatic
-// (Tuning::decode_narrow = -1), from run s17-2 (H200, batch 1, 32/8 heads, wide and narrow alternated twice in CUDA
-// graphs; attention-cuda.md v28): d128 3-7% faster from 256 to 4k keys and level at 32k; d64 4-11% faster at 256
-// and 1k keys, level to 2% slower at 4k and 32k. (dpad: the padded head dim; keys: the longest sequence's.)
-constexpr bool decode_narrow_auto(int dpad, int64_t keys) { return dpad == 128 || (dpad == 64 && keys <= 2048); }
+// The mma member's narrow CTA (4 warps, 2-3 CTAs an SM) and its merges, automatic (Tuning::decode_narrow = -1,
+// decode_combine = auto) from runs s17-2 and s17-3 (H200, batch 1, 32/8 heads, variants alternated in CUDA graphs;
+// attention-cuda.md v28, v29):
+//  - with the cluster merge (the splits of a tile, <= 16, one cluster merging through DSMEM: one launch a call) up to
+//    kDecodeClusterAutoBytes of K and V: d128 -11% / -7% at 256 / 1k keys and d64 -10% at 256 to 4k keys against
+//    the narrow combine; at 16 MB and more it loses (d128 4k +3%, 32k +32%: 128 CTAs of 16 splits, two an SM, read
+//    with half the SMs);
+//  - else with a grid of one full wave and the combine launch: d128 3-7% faster than the wide CTA from 256 to 4k
+//    keys and level at 32k; d64 4-11% faster at 256 and 1k keys, level to 2% slower at 4k and 32k.
+// (dpad: the padded head dim; keys: the longest sequence's; kv_bytes: the call's K and V.)
+inline constexpr int64_t kDecodeClusterAutoBytes = int64_t(8) << 20;
+constexpr bool decode_narrow_auto(int dpad, int64_t keys, int64_t kv_bytes) {
+  return dpad == 128 || (dpad == 64 && (keys <= 2048 || kv_bytes <= kDecodeClusterAutoBytes));
+}
+// Whether the narrow CTA may take the cluster merge (FLASHKIT_DECODE_COMBINE=cluster, or auto below
+// kDecodeClusterAutoBytes) -- then the residency the dispatch passes plan_decode is the narrow kernel's, and the
+// wide kernel's cluster merge is not considered. FLASHKIT_DECODE_NARROW=0 keeps the wide kernel's clusters.
+constexpr bool decode_residency_is_narrow(int dpad, const Tuning& t) {
+  return dpad <= 128 && t.decode_narrow != 0 && t.decode_combine != DecodeCombine::kernel;
+}
 enum class DecodeMergeKind : int32_t { none = 0, combine = 1, cluster = 2, counter = 3 };
 
 struct DecodeShape {
