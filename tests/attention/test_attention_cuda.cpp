@@ -296,6 +296,7 @@ std::vector<Case> grid() {
   // a window with 16 packed rows, two m-tiles with a padded head dim, batch > 1.
   g.push_back({1, 1, 4000, 8, 1, 256});
   g.push_back({1, 1, 4000, 8, 1, 256, false, -1, -1, 0, DType::f16});
+  g.push_back({1, 1, 1000, 8, 1, 256, false, -1, -1, 0, DType::f16});  // (d256 clusters on the decode_cluster path)
   g.push_back({1, 1, 5000, 32, 8, 128, false, -1, -1, 0, DType::f16});
   g.push_back({1, 2, 5000, 16, 2, 128, true, 1000, -1});
   g.push_back({1, 5, 2500, 8, 2, 200, true});

@@ -481,8 +481,9 @@ TEST(CudaChoice, DecodeNarrow) {
   EXPECT_EQ(c.splits, 33);
   EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::combine);
   EXPECT_EQ(fwd("narrow clusters, 256 keys", shape(1, 32, 8, 128, 1, 256), h200(), nc, {}, res).cluster, 8);
-  // Automatic: the cluster merge up to 8 MiB of K and V (kDecodeClusterAutoBytes) where the clusters fit, else the
-  // wave-filling combine (d128) or the wide CTA (d64 past 2k keys and 8 MiB).
+  // Automatic: the cluster merge where the clusters fit and each CTA reads at most 64 KiB of K and V
+  // (kDecodeClusterAutoBytesPerCta), else the wave-filling combine (d128) or the wide CTA (d64 past 2k keys and
+  // 8 MiB); never the wide CTA's clusters (d256; or with the narrow CTA off), which lost by the same rule.
   for (int cc = 2; cc <= 16; ++cc) res[cc] = 8;
   c = fwd("auto d128 1k", shape(1, 32, 8, 128, 1, 1024), h200(), {}, {}, res);
   EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.narrow.splits16.cluster16");
@@ -494,6 +495,14 @@ TEST(CudaChoice, DecodeNarrow) {
   EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d64.splits16.combine");
   c = fwd("auto d128 1k, merge kernel", shape(1, 32, 8, 128, 1, 1024), h200(), kernel_merge_tuning(), {}, res);
   EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::combine);
+  c = fwd("auto d256 256 keys", shape(1, 8, 1, 256, 1, 256), h200(), {}, {}, res);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d256.splits8.combine");
+  c = fwd("auto d256 1k", shape(1, 8, 1, 256, 1, 1024), h200(), {}, {}, res);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d256.splits32.combine");
+  Tuning no_narrow;
+  no_narrow.decode_narrow = 0;
+  c = fwd("auto d128 1k, narrow off", shape(1, 32, 8, 128, 1, 1024), h200(), no_narrow, {}, res);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.splits16.combine");
   // Off, and automatic.
   Tuning off;
   off.decode_narrow = 0;

@@ -9,7 +9,7 @@
 #   tools/gpu/merged_check.sh cluster   v29: the narrow CTA with the cluster merge (FLASHKIT_DECODE_NARROW=1
 #                                       FLASHKIT_DECODE_COMBINE=cluster): its path over the grid, memcheck + racecheck,
 #                                       then batch-1 decode per call against the default (narrow + combine), alternated
-#   tools/gpu/merged_check.sh auto      the automatic choice (narrow CTA, clusters up to 8 MiB of K/V): decode choice
+#   tools/gpu/merged_check.sh auto      the automatic choice (narrow CTA; clusters up to 64 KiB of K/V a CTA): decode choice
 #                                       tests, decode paths and grid cases, memcheck + racecheck on default decode
 #                                       cases; batch-1 decode per call, default against FLASHKIT_DECODE_COMBINE=kernel
 #                                       (the same narrow grids with the combine launch), alternated
@@ -74,7 +74,7 @@ for part in "$@"; do
       run test_choice_decode timeout 60 "$T" --gtest_filter='CudaChoice.*Decode*' --gtest_brief=1
       run test_decode timeout 200 "$A" --gtest_brief=1 \
         --gtest_filter='Paths/*decode*:Grid/*Sq1_*:Grid/*Sq3_*:Grid/*Sq4_*:Grid/*Sq16_*:*Decode*'
-      N='Grid/*Sq1_Sk5000_H32x8_D128*:Grid/*Sq16_Sk1024_H32x4_D64*:Grid/*Sq4_Sk2000_H8x8_D64*'
+      N='Grid/*Sq1_Sk5000_H32x8_D128*:Grid/*Sq16_Sk1024_H32x4_D64*:Grid/*Sq4_Sk2000_H8x8_D64*:Grid/*Sq1_Sk1000_H8x1_D256*'
       run memcheck_auto timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$N" --gtest_brief=1
       run racecheck_auto timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_filter="$N" --gtest_brief=1
       failed
@@ -82,7 +82,8 @@ for part in "$@"; do
         run "decode_auto_r$rep" timeout 120 python3 bench/cuda/decode_fixed_cost.py auto \
           --shapes 32/8/128,32/8/64,8/1/256 --out "$OUT/decode-auto.jsonl"
         run "decode_kernelmerge_r$rep" env FLASHKIT_DECODE_COMBINE=kernel timeout 120 \
-          python3 bench/cuda/decode_fixed_cost.py kernelmerge --shapes 32/8/128,32/8/64 --out "$OUT/decode-auto.jsonl"
+          python3 bench/cuda/decode_fixed_cost.py kernelmerge --shapes 32/8/128,32/8/64,8/1/256 \
+          --out "$OUT/decode-auto.jsonl"
       done
       grep -E "^decode_fixed" "$LOG" | tail -50 ;;
     regress)

@@ -15,6 +15,14 @@ int64_t library_max_splits(const Tuning& t, int64_t dflt) {
   return t.decode_max_splits > 0 ? std::min<int64_t>(t.decode_max_splits, kMaxDecodeSplits) : dflt;
 }
 
+// The largest cluster size c (2 .. min(16, cap)) of which all `tiles` clusters are resident at once, and (by_bytes,
+// the automatic choice) whose CTAs read at most kDecodeClusterAutoBytesPerCta of K and V each; 0 if none.
+int64_t pick_cluster(const ClusterResidency& res, int64_t tiles, int64_t cap, int64_t kv_bytes, bool by_bytes) {
+  for (int64_t c = std::min<int64_t>(kMaxDecodeCluster, cap); c >= 2; --c)
+    if (res[c] >= tiles && (!by_bytes || kv_bytes <= kDecodeClusterAutoBytesPerCta * tiles * c)) return c;
+  return 0;
+}
+
 // The engine's fused-prologue kernel: the grid's split count is fixed per launch site (graph capture) for the most
 // keys the site can see; the kernel uses as many splits as the current position needs.
 DecodePlan plan_fused_prologue(const DecodeShape& s, const DeviceInfo& dev, const Tuning& t, const ClusterResidency& res) {
@@ -115,10 +123,11 @@ DecodePlan plan_decode(const DecodeShape& s, const DeviceInfo& dev, const Tuning
       if (best_t == INT64_MAX || tm * 50 < best_t * 49) best_t = tm, best = sp;
     }
     p.splits = int(best);
-    // The narrow CTA (head_dim <= 128, never with the cluster merge, whose residency is the wide CTA's): when the
-    // tiles fit one wave of it, as many splits as fill that wave exactly (v28: a read kernel over a 32k-key, 8-head
-    // cache takes 32.0 us with 128 CTAs and 31.0 with 264 on the H200's 132 SMs, bench/cuda/kv_read_ceiling.cu).
-    // Automatic only where it was measured: Hopper, the wide plan splits and is one wave (batch 1, a few KV heads).
+    // The narrow CTA (head_dim <= 128): with the cluster merge where it applies (pick_cluster; the residency is the
+    // narrow kernel's then, decode_residency_is_narrow), else as many splits as fill one wave of it exactly (v28: a
+    // read kernel over a 32k-key, 8-head cache takes 32.0 us with 128 CTAs and 31.0 with 264 on the H200's 132 SMs,
+    // bench/cuda/kv_read_ceiling.cu) and the combine. Automatic only where it was measured: Hopper, the wide plan
+    // splits and is one wave (batch 1, a few KV heads).
     const bool wide_split_wave = dev.cc_major >= 9 && p.splits > 1 && base * p.splits <= slots;
     const int64_t kv_bytes = 4 * s.batch * s.kv_heads * s.max_seqlen_k * s.head_dim;  // K and V, 2 bytes each
     const bool narrow_wanted =
@@ -131,22 +140,19 @@ DecodePlan plan_decode(const DecodeShape& s, const DeviceInfo& dev, const Tuning
       if (nslots >= 2 * int64_t(dev.sms) && base <= nslots && !windowed && nblocks >= 2) {
         p.narrow = true;
         const int64_t ncap = std::min<int64_t>(std::max<int64_t>(1, nblocks / 2), library_max_splits(t, kMaxDecodeSplits));
-        if (t.decode_combine == DecodeCombine::cluster ||
-            (t.decode_combine == DecodeCombine::automatic && kv_bytes <= kDecodeClusterAutoBytes)) {
-          // One launch: the largest cluster (<= 16 splits, the caps) of which every tile's fits at once (res: the
-          // narrow kernel's residency, decode_residency_is_narrow); else the combine below.
-          for (int64_t c = std::min<int64_t>(kMaxDecodeCluster, ncap); c >= 2; --c)
-            if (res[c] >= base) {
-              p.splits = p.cluster = int(c);
-              p.merge = DecodeMergeKind::cluster;
-              return p;
-            }
-        }
+        if (t.decode_combine != DecodeCombine::kernel)
+          if (const int64_t c = pick_cluster(res, base, ncap, kv_bytes, t.decode_combine == DecodeCombine::automatic)) {
+            p.splits = p.cluster = int(c);  // one launch
+            p.merge = DecodeMergeKind::cluster;
+            return p;
+          }
         p.splits = int(std::clamp<int64_t>(nslots / base, 1, ncap));
         p.merge = p.splits == 1 ? DecodeMergeKind::none : DecodeMergeKind::combine;
         return p;
       }
     }
+    // (The wide CTA's clusters by the same rule lost at d256, 8/1 heads: 256 keys 7.49 -> 8.30 us, 1k 8.32 -> 9.27;
+    // run s17-5, attention-cuda.md v29. They stay opt-in: FLASHKIT_DECODE_COMBINE=cluster.)
     if (t.decode_combine == DecodeCombine::cluster && res[2] > 0 && !decode_residency_is_narrow(D, t)) {
       // Cluster merge: the splits of a tile form one cluster, so s <= 16 and a wave holds res[s] tiles (clusters
       // are placed whole inside a GPC: res[s] * s can be well below the slots, e.g. clusters of 16 on a chip whose

@@ -31,23 +31,25 @@ namespace flashkit::cuda {
 
 enum class DecodeKernel : int32_t { mma = 0, one_warp = 1, fused_prologue = 2, paged = 3 };
 
-// The mma member's narrow CTA (4 warps, 2-3 CTAs an SM) and its merges, automatic (Tuning::decode_narrow = -1,
-// decode_combine = auto) from runs s17-2 and s17-3 (H200, batch 1, 32/8 heads, variants alternated in CUDA graphs;
-// attention-cuda.md v28, v29):
-//  - with the cluster merge (the splits of a tile, <= 16, one cluster merging through DSMEM: one launch a call) up to
-//    kDecodeClusterAutoBytes of K and V: d128 -11% / -7% at 256 / 1k keys and d64 -10% at 256 to 4k keys against
-//    the narrow combine; at 16 MB and more it loses (d128 4k +3%, 32k +32%: 128 CTAs of 16 splits, two an SM, read
-//    with half the SMs);
-//  - else with a grid of one full wave and the combine launch: d128 3-7% faster than the wide CTA from 256 to 4k
-//    keys and level at 32k; d64 4-11% faster at 256 and 1k keys, level to 2% slower at 4k and 32k.
+// The mma member's merges and CTAs, automatic (Tuning::decode_combine = auto, decode_narrow = -1), from runs s17-2
+// and s17-3 (H200, batch 1, 32/8 heads, variants alternated in CUDA graphs; attention-cuda.md v28, v29):
+//  - the cluster merge (the splits of a tile, <= 16, one cluster merging through DSMEM: one launch a call) where every
+//    CTA reads at most kDecodeClusterAutoBytesPerCta of K and V: d128 -11% / -7% at 256 / 1k keys (32 KiB a CTA) and
+//    d64 -10% at 256 to 4k keys (<= 64 KiB) against the narrow combine; at 128 KiB a CTA it loses (d128 4k +3%; 32k
+//    +32%: 128 CTAs of 16 splits, two an SM, read with half the SMs). The wide CTA's clusters by the same rule lost
+//    (d256, 8/1 heads: +11% at 256 and 1k keys, run s17-5): opt-in only;
+//  - else the narrow CTA with a grid of one full wave and the combine launch: d128 3-7% faster than the wide CTA from
+//    256 to 4k keys and level at 32k; d64 4-11% faster at 256 and 1k keys, level to 2% slower at 4k and 32k, so at
+//    d64 only up to 2k keys or where its clusters take the call (8 MiB of K and V at 8 KV heads).
 // (dpad: the padded head dim; keys: the longest sequence's; kv_bytes: the call's K and V.)
-inline constexpr int64_t kDecodeClusterAutoBytes = int64_t(8) << 20;
+inline constexpr int64_t kDecodeClusterAutoBytesPerCta = int64_t(64) << 10;
+inline constexpr int64_t kDecodeNarrowD64Bytes = int64_t(8) << 20;
 constexpr bool decode_narrow_auto(int dpad, int64_t keys, int64_t kv_bytes) {
-  return dpad == 128 || (dpad == 64 && (keys <= 2048 || kv_bytes <= kDecodeClusterAutoBytes));
+  return dpad == 128 || (dpad == 64 && (keys <= 2048 || kv_bytes <= kDecodeNarrowD64Bytes));
 }
-// Whether the narrow CTA may take the cluster merge (FLASHKIT_DECODE_COMBINE=cluster, or auto below
-// kDecodeClusterAutoBytes) -- then the residency the dispatch passes plan_decode is the narrow kernel's, and the
-// wide kernel's cluster merge is not considered. FLASHKIT_DECODE_NARROW=0 keeps the wide kernel's clusters.
+// Whether the residency the dispatch passes plan_decode is the narrow kernel's (head_dim <= 128, the narrow CTA not
+// turned off, a merge other than FLASHKIT_DECODE_COMBINE=kernel): then the wide kernel's cluster merge is not
+// considered. FLASHKIT_DECODE_NARROW=0 keeps the wide kernel's clusters.
 constexpr bool decode_residency_is_narrow(int dpad, const Tuning& t) {
   return dpad <= 128 && t.decode_narrow != 0 && t.decode_combine != DecodeCombine::kernel;
 }
