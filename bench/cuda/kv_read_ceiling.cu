@@ -15,14 +15,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CHECK(x)                                                                                  \
-  do {                                                                                            \
-    cudaError_t e_ = (x);                                                                         \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
+#include "check_cuda.cuh"
 
 constexpr int kKeys = 32768, kHeads = 8, kD = 128, kChunks = kD / 8;  // 16-byte chunks a row
 constexpr int kThreads = 256, kRowsPerPass = kThreads / kChunks;      // 16 rows of one head per pass

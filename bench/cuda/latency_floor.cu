@@ -20,16 +20,9 @@
 #include <string>
 #include <vector>
 
-namespace cg = cooperative_groups;
+#include "check_cuda.cuh"
 
-#define CHECK(x)                                                                                  \
-  do {                                                                                            \
-    cudaError_t e_ = (x);                                                                         \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
+namespace cg = cooperative_groups;
 
 constexpr int kThreads = 256;
 constexpr int kVec = 640;  // gemma-3-270m's hidden size

@@ -35,56 +35,44 @@ run configure cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASH
 run build cmake --build "$BUILD" -j"$(nproc)" --target flashkit flashkit_core flashkit_cuda_tests flashkit_tests \
   flashkit_fp8_cuda_tests flashkit_ssm_cuda_tests -- -k 0 || exit 1
 A=$(bin flashkit_cuda_tests); T=$(bin flashkit_tests); F8=$(bin flashkit_fp8_cuda_tests); S=$(bin flashkit_ssm_cuda_tests)
+# The decode choice tests, the decode tests matching $2, memcheck and racecheck on those matching $3.
+decode_checks() {
+  run test_choice_decode timeout 60 "$T" --gtest_filter='CudaChoice.*Decode*' --gtest_brief=1
+  run "test_decode_$1" timeout 200 "$A" --gtest_brief=1 --gtest_filter="$2"
+  run "memcheck_$1" timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$3" --gtest_brief=1
+  run "racecheck_$1" timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_filter="$3" --gtest_brief=1
+  failed
+}
+# Batch-1 decode per call (bench/cuda/decode_fixed_cost.py, one process a setting), settings A and B alternated twice:
+#   decode_ab OUTFILE SHAPES LABEL_A "ENV_A" LABEL_B "ENV_B"      (ENV: space-separated VAR=value, may be empty)
+decode_ab() {
+  local out=$1 shapes=$2 rep
+  for rep in 1 2; do
+    run "decode_$3_r$rep" env $4 timeout 120 python3 bench/cuda/decode_fixed_cost.py "$3" --shapes "$shapes" --out "$OUT/$out"
+    run "decode_$5_r$rep" env $6 timeout 120 python3 bench/cuda/decode_fixed_cost.py "$5" --shapes "$shapes" --out "$OUT/$out"
+  done
+}
 for part in "$@"; do
   case $part in
     narrow)
-      run test_choice_decode timeout 60 "$T" --gtest_filter='CudaChoice.*Decode*' --gtest_brief=1
-      run test_decode timeout 200 "$A" --gtest_brief=1 \
-        --gtest_filter='Paths/*decode*:Grid/*Sq1_*:Grid/*Sq3_*:Grid/*Sq4_*:Grid/*Sq16_*:*Decode*'
-      N='Paths/*decode_narrow*Sq1_Sk5000_H32x8_D128*:Paths/*decode_narrow*Sq16_Sk1024_H32x4_D64*'
-      run memcheck_narrow timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$N" --gtest_brief=1
-      run racecheck_narrow timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_filter="$N" --gtest_brief=1
-      failed
-      for rep in 1 2; do
-        for nw in 0 1; do
-          run "decode_narrow${nw}_r$rep" env FLASHKIT_DECODE_NARROW=$nw timeout 120 python3 bench/cuda/decode_fixed_cost.py \
-            "narrow$nw" --shapes 32/8/128,32/8/64,8/1/256 --out "$OUT/decode-narrow.jsonl"
-        done
-      done
+      decode_checks narrow 'Paths/*decode*:Grid/*Sq1_*:Grid/*Sq3_*:Grid/*Sq4_*:Grid/*Sq16_*:*Decode*' \
+        'Paths/*decode_narrow*Sq1_Sk5000_H32x8_D128*:Paths/*decode_narrow*Sq16_Sk1024_H32x4_D64*'
+      decode_ab decode-narrow.jsonl 32/8/128,32/8/64,8/1/256 narrow0 FLASHKIT_DECODE_NARROW=0 narrow1 FLASHKIT_DECODE_NARROW=1
       for nw in 0 1; do
         run "decode_narrow${nw}_bhsd" env FLASHKIT_DECODE_NARROW=$nw timeout 120 python3 bench/cuda/decode_fixed_cost.py \
           "narrow$nw" --layout bhsd --keys 4096,32768 --shapes 32/8/128,32/8/64 --out "$OUT/decode-narrow.jsonl"
       done
       grep -E "^decode_fixed" "$LOG" | tail -80 ;;
     cluster)
-      run test_choice_decode timeout 60 "$T" --gtest_filter='CudaChoice.*Decode*' --gtest_brief=1
-      run test_decode_cluster timeout 200 "$A" --gtest_brief=1 --gtest_filter='Paths/*decode_narrow_cluster*:*Decode*'
-      N='Paths/*decode_narrow_cluster*Sq1_Sk5000_H32x8_D128*:Paths/*decode_narrow_cluster*Sq16_Sk1024_H32x4_D64*'
-      run memcheck_cluster timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$N" --gtest_brief=1
-      run racecheck_cluster timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_filter="$N" --gtest_brief=1
-      failed
-      for rep in 1 2; do
-        run "decode_default_r$rep" timeout 120 python3 bench/cuda/decode_fixed_cost.py default \
-          --shapes 32/8/128,32/8/64 --out "$OUT/decode-cluster.jsonl"
-        run "decode_cluster_r$rep" env FLASHKIT_DECODE_NARROW=1 FLASHKIT_DECODE_COMBINE=cluster timeout 120 \
-          python3 bench/cuda/decode_fixed_cost.py cluster --shapes 32/8/128,32/8/64 --out "$OUT/decode-cluster.jsonl"
-      done
+      decode_checks cluster 'Paths/*decode_narrow_cluster*:*Decode*' \
+        'Paths/*decode_narrow_cluster*Sq1_Sk5000_H32x8_D128*:Paths/*decode_narrow_cluster*Sq16_Sk1024_H32x4_D64*'
+      decode_ab decode-cluster.jsonl 32/8/128,32/8/64 default "" cluster \
+        "FLASHKIT_DECODE_NARROW=1 FLASHKIT_DECODE_COMBINE=cluster"
       grep -E "^decode_fixed" "$LOG" | tail -40 ;;
     auto)
-      run test_choice_decode timeout 60 "$T" --gtest_filter='CudaChoice.*Decode*' --gtest_brief=1
-      run test_decode timeout 200 "$A" --gtest_brief=1 \
-        --gtest_filter='Paths/*decode*:Grid/*Sq1_*:Grid/*Sq3_*:Grid/*Sq4_*:Grid/*Sq16_*:*Decode*'
-      N='Grid/*Sq1_Sk5000_H32x8_D128*:Grid/*Sq16_Sk1024_H32x4_D64*:Grid/*Sq4_Sk2000_H8x8_D64*:Grid/*Sq1_Sk1000_H8x1_D256*'
-      run memcheck_auto timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$A" --gtest_filter="$N" --gtest_brief=1
-      run racecheck_auto timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$A" --gtest_filter="$N" --gtest_brief=1
-      failed
-      for rep in 1 2; do
-        run "decode_auto_r$rep" timeout 120 python3 bench/cuda/decode_fixed_cost.py auto \
-          --shapes 32/8/128,32/8/64,8/1/256 --out "$OUT/decode-auto.jsonl"
-        run "decode_kernelmerge_r$rep" env FLASHKIT_DECODE_COMBINE=kernel timeout 120 \
-          python3 bench/cuda/decode_fixed_cost.py kernelmerge --shapes 32/8/128,32/8/64,8/1/256 \
-          --out "$OUT/decode-auto.jsonl"
-      done
+      decode_checks auto 'Paths/*decode*:Grid/*Sq1_*:Grid/*Sq3_*:Grid/*Sq4_*:Grid/*Sq16_*:*Decode*' \
+        'Grid/*Sq1_Sk5000_H32x8_D128*:Grid/*Sq16_Sk1024_H32x4_D64*:Grid/*Sq4_Sk2000_H8x8_D64*:Grid/*Sq1_Sk1000_H8x1_D256*'
+      decode_ab decode-auto.jsonl 32/8/128,32/8/64,8/1/256 auto "" kernelmerge FLASHKIT_DECODE_COMBINE=kernel
       grep -E "^decode_fixed" "$LOG" | tail -50 ;;
     regress)
       run test_choice timeout 60 "$T" --gtest_filter='CudaChoice.*:Errors.Sm90WsBnFromEnv' --gtest_brief=1
