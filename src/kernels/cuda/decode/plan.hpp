@@ -30,6 +30,7 @@
 namespace flashkit::cuda {
 
 enum class DecodeKernel : int32_t { mma = 0, one_warp = 1, fused_prologue = 2, paged = 3 };
+enum class DecodeMergeKind : int32_t { none = 0, combine = 1, cluster = 2, counter = 3 };
 
 // The mma member's merges and CTAs, automatic (Tuning::decode_combine = auto, decode_narrow = -1), from runs s17-2
 // and s17-3 (H200, batch 1, 32/8 heads, variants alternated in CUDA graphs; attention-cuda.md v28, v29):
@@ -53,7 +54,6 @@ constexpr bool decode_narrow_auto(int dpad, int64_t keys, int64_t kv_bytes) {
 constexpr bool decode_residency_is_narrow(int dpad, const Tuning& t) {
   return dpad <= 128 && t.decode_narrow != 0 && t.decode_combine != DecodeCombine::kernel;
 }
-enum class DecodeMergeKind : int32_t { none = 0, combine = 1, cluster = 2, counter = 3 };
 
 struct DecodeShape {
   int64_t batch = 1;  // sequences
