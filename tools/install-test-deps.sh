@@ -9,7 +9,8 @@ bash tools/install-deps.sh
 pkgs=(
   libgtest-dev libgmock-dev
   python3-pytest python3-torch python3-jinja2 python3-matplotlib
-  libtorch-dev  # torch's C++ headers: the torch.ops.flashkit extension (python/flashkit/csrc) built by the tests
+  libtorch-dev pybind11-dev  # torch's C++ headers and the pybind11 headers they include (libtorch-dev does not pull them):
+                             # the torch.ops.flashkit extension (python/flashkit/csrc) built by the tests
   python3-pip python3-setuptools python3-wheel  # tests/python/test_package.py: a real offline pip install
   clang libclang-rt-14-dev libomp-dev  # libFuzzer's runtime is only a Recommends of clang; -fopenmp under clang
 )
