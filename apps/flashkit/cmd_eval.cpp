@@ -1,6 +1,6 @@
 // flashkit eval (src/eval, docs/eval.md): RULER-style long-context tasks through the engine.
 //   flashkit eval -m DIR --task passkey,niah_single,... --lengths 256,512 [--depths 0,0.5,1] [--samples N]
-//                 [--seed S] [-o results.json] [--device D] [--dtype T] [--threads N]
+//                 [--seed S] [--batch N] [-o results.json] [--device D] [--dtype T] [--threads N]
 // Progress on stderr (one line per cell), the results JSON on stdout or in -o.
 #include <cstdio>
 #include <filesystem>
@@ -45,6 +45,7 @@ void add_eval(CLI::App& app) {
     std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
     int64_t samples = 4;
     uint64_t seed = 1;
+    int64_t batch = 8;
     int threads = 0;
   };
   auto a = std::make_shared<Args>();
@@ -65,6 +66,10 @@ void add_eval(CLI::App& app) {
   c->add_option("--samples", a->samples, "Samples per (task, length, depth) cell (default 4)")
       ->check(int_range(0, 1000000));
   c->add_option("--seed", a->seed, "Seed of the task generators (default 1)")->check(uint64_value());
+  c->add_option("--batch", a->batch,
+                "Text samples generated together through the serving engine (continuous batching, prefix cache; "
+                "default 8); 1: one session per sample")
+      ->check(int_range(1, 4096));
   c->add_option("-o,--output", a->output, "Write the results JSON here (default: standard output)");
   c->add_option("--device", a->device, "cpu | cuda | cuda:N");
   c->add_option("--dtype", a->dtype, "Weight storage (default auto)");
@@ -79,6 +84,7 @@ void add_eval(CLI::App& app) {
     cfg.depths = a->depths;
     cfg.samples = a->samples;
     cfg.seed = a->seed;
+    cfg.batch = a->batch;
     const std::filesystem::path mp(a->model);
     const std::filesystem::path dir = std::filesystem::is_directory(mp) ? mp : mp.parent_path();
     const bool has_tokenizer = std::filesystem::exists(dir / "tokenizer.json");
@@ -105,14 +111,22 @@ void add_eval(CLI::App& app) {
     std::fprintf(stderr, "eval: %s (%s, context %lld), %s tasks, %zu lengths, %lld samples per cell\n",
                  a->model.c_str(), model->info().backend.c_str(), static_cast<long long>(context),
                  has_tokenizer ? "text" : "token-id", cfg.lengths.size(), static_cast<long long>(cfg.samples));
-    const auto cells = eval::run_eval(*model, tok ? &*tok : nullptr, cfg, [](const eval::CellResult& r, int64_t done,
+    const auto run = eval::run_eval(*model, tok ? &*tok : nullptr, cfg, [](const eval::CellResult& r, int64_t done,
                                                                             int64_t total) {
-      std::fprintf(stderr, "[%lld/%lld] %-16s length %6lld depth %5s  accuracy %.3f  (n %lld, %.0f tok/s)\n",
+      std::fprintf(stderr,
+                   "[%lld/%lld] %-16s length %6lld depth %5s  accuracy %.3f  (n %lld, %.0f tok/s, %.0f%% cached)\n",
                    static_cast<long long>(done), static_cast<long long>(total), r.task.c_str(),
                    static_cast<long long>(r.length), r.depth < 0 ? "-" : std::to_string(r.depth).substr(0, 4).c_str(),
-                   r.accuracy(), static_cast<long long>(r.n), r.tokens_per_s());
+                   r.accuracy(), static_cast<long long>(r.n), r.tokens_per_s(),
+                   r.prompt_tokens ? 100.0 * double(r.cached_tokens) / double(r.prompt_tokens) : 0.0);
     });
-    const std::string doc = eval::results_json(a->model, cfg, cells).dump(2) + "\n";
+    int64_t prompt_tokens = 0;
+    for (const auto& cell : run.cells) prompt_tokens += cell.prompt_tokens;
+    if (run.batched)
+      std::fprintf(stderr, "eval: text samples batched through the serving engine (batch %lld), %.0f%% of prompt "
+                   "tokens from its prefix cache\n", static_cast<long long>(cfg.batch),
+                   prompt_tokens ? 100.0 * double(run.prefix_hit_tokens) / double(prompt_tokens) : 0.0);
+    const std::string doc = eval::results_json(a->model, cfg, run).dump(2) + "\n";
     if (a->output.empty()) {
       std::cout << doc;
     } else {

@@ -18,7 +18,7 @@
 // Models without a KV cache (model_type mamba: a constant-size recurrent state per sequence) run instead one engine
 // Session per running request, at most max_running of them, each advanced by one token per step in turn (no batching
 // across sequences, no prefix cache, no KV blocks: their stats are 0); the request API is the same.
-// Runs on backends with paged KV ops (the CPU backend; CUDA throws unsupported for now).
+// Runs on backends with paged KV ops (the CPU and CUDA backends; others throw unsupported).
 #pragma once
 #include <cstdint>
 #include <functional>

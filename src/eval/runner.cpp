@@ -8,6 +8,7 @@
 #include "eval/scoring.hpp"
 #include "flashkit/engine.hpp"
 #include "flashkit/error.hpp"
+#include "flashkit/serve.hpp"
 #include "flashkit/tokenizer.hpp"
 
 namespace flashkit::eval {
@@ -24,6 +25,18 @@ bool has_text_after_newline(const std::string& s) {
   const size_t nl = s.find('\n');
   if (nl == std::string::npos) return false;
   return s.find_first_not_of(" \t\r\n") < nl;  // a line with content has ended
+}
+
+// The answer is one line: generation stops once a line with content has ended.
+bool answer_ended(const Tokenizer& tokenizer, const std::vector<int32_t>& ids) {
+  return has_text_after_newline(tokenizer.decode(ids, /*skip_special=*/true));
+}
+
+void finish_text(const Tokenizer& tokenizer, const Sample& sample, const std::vector<int32_t>& ids,
+                 SampleOutcome& out) {
+  out.generated_tokens = int64_t(ids.size());
+  out.generation = tokenizer.decode(ids, /*skip_special=*/true);
+  out.score = score_text(sample, out.generation);
 }
 
 }  // namespace
@@ -50,6 +63,7 @@ void validate(const EvalConfig& c, int64_t context, bool has_tokenizer) {
   if (c.depths.empty()) bad("--depths: no depth given");
   for (double d : c.depths)
     if (!(d >= 0 && d <= 1)) bad("--depths: a depth must be in [0, 1], got " + std::to_string(d));
+  if (c.batch < 1 || c.batch > 4096) bad("--batch: must be in [1, 4096], got " + std::to_string(c.batch));
 }
 
 SampleOutcome run_sample(Model& model, const Tokenizer* tokenizer, const Sample& sample) {
@@ -73,50 +87,115 @@ SampleOutcome run_sample(Model& model, const Tokenizer* tokenizer, const Sample&
   std::vector<int32_t> ids;
   generate(*session, sample.ids, g, [&](int32_t id) {
     ids.push_back(id);
-    // The answer is one line: stop once a line with content has ended.
-    return !has_text_after_newline(tokenizer->decode(ids, /*skip_special=*/true));
+    return !answer_ended(*tokenizer, ids);
   });
-  out.generated_tokens = int64_t(ids.size());
-  out.generation = tokenizer->decode(ids, /*skip_special=*/true);
-  out.score = score_text(sample, out.generation);
+  finish_text(*tokenizer, sample, ids, out);
   return out;
 }
 
-std::vector<CellResult> run_eval(Model& model, const Tokenizer* tokenizer, const EvalConfig& c,
-                                 const Progress& progress) {
+std::vector<SampleOutcome> run_text_samples(serve::Engine& engine, const Tokenizer& tokenizer,
+                                            const std::vector<Sample>& samples) {
+  if (engine.options().background)
+    bad("eval: run_text_samples needs an engine created with background = false (it steps the engine itself)");
+  std::vector<SampleOutcome> out(samples.size());
+  std::vector<std::vector<int32_t>> ids(samples.size());
+  std::vector<std::string> errors(samples.size());
+  std::vector<bool> done(samples.size(), false);
+  auto submit = [&](size_t i) {
+    serve::Request r;
+    r.prompt = samples[i].ids;
+    r.max_tokens = samples[i].max_new_tokens;
+    r.sampling.temperature = 0;
+    r.on_token = [&, i](int32_t id) {
+      ids[i].push_back(id);
+      return !answer_ended(tokenizer, ids[i]);
+    };
+    r.on_done = [&, i](const serve::RequestResult& res) {
+      if (res.finish_reason == "error" || res.finish_reason == "cancelled")
+        errors[i] = res.finish_reason + (res.error.empty() ? "" : ": " + res.error);
+      out[i].cached_tokens = res.cached_tokens;
+      done[i] = true;
+    };
+    engine.submit(std::move(r));
+  };
+  if (samples.empty()) return out;
+  // The first sample alone until its prompt is computed: the prefix cache only holds computed blocks, so the others
+  // (the same filler up to their needle) find it there instead of all computing it side by side.
+  submit(0);
+  while (ids[0].empty() && !done[0] && engine.step()) {
+  }
+  for (size_t i = 1; i < samples.size(); ++i) submit(i);
+  while (engine.step()) {
+  }
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (!errors[i].empty())
+      fail(Status::internal, "eval: " + samples[i].task + " sample " + std::to_string(i) + " at length " +
+                                      std::to_string(samples[i].length) + " failed in the serving engine (" +
+                                      errors[i] + ")");
+    out[i].prompt_tokens = int64_t(samples[i].ids.size());
+    finish_text(tokenizer, samples[i], ids[i], out[i]);
+  }
+  return out;
+}
+
+EvalRun run_eval(Model& model, const Tokenizer* tokenizer, const EvalConfig& c, const Progress& progress) {
   validate(c, model.info().max_context, tokenizer != nullptr);
   const Encoder encode = [tokenizer](const std::string& text) { return tokenizer->encode(text, true); };
-  std::vector<CellResult> cells;
+  EvalRun run;
   for (const auto& t : c.tasks)
     for (int64_t l : c.lengths) {
       const std::vector<double> depths = task_has_depth(t) && tokenizer ? c.depths : std::vector<double>{-1};
-      for (double d : depths) cells.push_back(CellResult{t, l, d});
+      for (double d : depths) run.cells.push_back(CellResult{t, l, d});
     }
   auto make = [&](const SampleSpec& spec) {
     return tokenizer ? make_text_sample(spec, encode) : make_id_mqar_sample(spec, model.info().vocab_size);
   };
-  for (const auto& cell : cells) make({cell.task, cell.length, cell.depth, c.seed, 0});  // template fits the length
+  for (const auto& cell : run.cells) make({cell.task, cell.length, cell.depth, c.seed, 0});  // template fits
+  // Text tasks through one caller-stepped serving engine for the whole run, so that its prefix cache carries the
+  // shared filler from cell to cell. The model is borrowed: the engine ends before this function returns.
+  std::unique_ptr<serve::Engine> engine;
+  if (c.batch > 1 && tokenizer) {
+    serve::EngineOptions eo;
+    eo.max_running = c.batch;
+    // A whole prompt fits one step, so prefill runs in the shapes of the Session loop's (on the CPU, 256- to
+    // 2048-row chunks timed alike at 512 tokens); the rows of the others' decode steps ride along.
+    eo.max_step_tokens = std::clamp<int64_t>(*std::max_element(c.lengths.begin(), c.lengths.end()), 256, 65536);
+    eo.background = false;
+    try {
+      engine = serve::Engine::create(std::shared_ptr<Model>(std::shared_ptr<Model>(), &model), eo);
+    } catch (const Error& e) {
+      if (e.status() != Status::unsupported) throw;  // a backend without paged steps: the Session loop
+    }
+  }
+  run.batched = engine != nullptr;
   int64_t done = 0;
-  for (auto& cell : cells) {
-    for (int64_t i = 0; i < c.samples; ++i) {
-      const SampleSpec spec{cell.task, cell.length, cell.depth, c.seed, i};
-      const Sample s = make(spec);
-      const auto t0 = std::chrono::steady_clock::now();
-      const SampleOutcome o = run_sample(model, tokenizer, s);
-      cell.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (auto& cell : run.cells) {
+    std::vector<Sample> samples;
+    for (int64_t i = 0; i < c.samples; ++i) samples.push_back(make({cell.task, cell.length, cell.depth, c.seed, i}));
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<SampleOutcome> outcomes;
+    if (engine) {
+      outcomes = run_text_samples(*engine, *tokenizer, samples);
+    } else {
+      for (const auto& s : samples) outcomes.push_back(run_sample(model, tokenizer, s));
+    }
+    cell.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (const auto& o : outcomes) {
       cell.n += 1;
       cell.score_sum += o.score;
       cell.prompt_tokens += o.prompt_tokens;
       cell.generated_tokens += o.generated_tokens;
+      cell.cached_tokens += o.cached_tokens;
+      run.prefix_hit_tokens += o.cached_tokens;
     }
-    if (progress) progress(cell, ++done, int64_t(cells.size()));
+    if (progress) progress(cell, ++done, int64_t(run.cells.size()));
   }
-  return cells;
+  return run;
 }
 
-nlohmann::json results_json(const std::string& model_name, const EvalConfig& c, const std::vector<CellResult>& cells) {
+nlohmann::json results_json(const std::string& model_name, const EvalConfig& c, const EvalRun& run) {
   nlohmann::json arr = nlohmann::json::array();
-  for (const auto& cell : cells) {
+  for (const auto& cell : run.cells) {
     arr.push_back({{"task", cell.task},
                    {"length", cell.length},
                    {"depth", cell.depth < 0 ? nlohmann::json(nullptr) : nlohmann::json(cell.depth)},
@@ -124,9 +203,12 @@ nlohmann::json results_json(const std::string& model_name, const EvalConfig& c, 
                    {"n", cell.n},
                    {"tokens_per_s", cell.tokens_per_s()},
                    {"prompt_tokens_mean", cell.n ? double(cell.prompt_tokens) / double(cell.n) : 0.0},
+                   {"cached_tokens", cell.cached_tokens},
                    {"seconds", cell.seconds}});
   }
-  return {{"model", model_name}, {"seed", c.seed}, {"samples", c.samples}, {"cells", arr}};
+  return {{"model", model_name}, {"seed", c.seed},   {"samples", c.samples},
+          {"batch", c.batch},    {"batched", run.batched}, {"prefix_hit_tokens", run.prefix_hit_tokens},
+          {"cells", arr}};
 }
 
 }  // namespace flashkit::eval

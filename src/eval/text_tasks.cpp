@@ -211,7 +211,9 @@ Sample make_text_sample(const SampleSpec& spec, const Encoder& encode) {
     bad("--depths: a depth must be in [0, 1], got " + std::to_string(spec.depth));
   Rng rng(mix_seed(spec.seed, name_hash(spec.task), uint64_t(spec.length),
                    uint64_t(std::llround(spec.depth * 1e6)), uint64_t(spec.index)));
-  const uint64_t filler_seed = rng.next();
+  // One haystack per (seed, length), as RULER's: samples, depths and tasks differ in their needles, not in the text
+  // around them, so a serving engine's prefix cache computes the haystack before the needle once (docs/eval.md).
+  const uint64_t filler_seed = mix_seed(spec.seed, uint64_t(spec.length));
   std::vector<std::string> sentences;
   Builder build;
   int64_t cap = kMaxSentences;

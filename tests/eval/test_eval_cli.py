@@ -49,6 +49,7 @@ def test_eval_writes_results_and_the_heatmap(tmp_path):
     assert "[1/2] passkey" in p.stderr and "[2/2] cwe" in p.stderr  # progress, one line per cell
     doc = json.loads(out.read_text())
     assert doc["seed"] == 3 and doc["samples"] == 1
+    assert doc["batch"] == 8 and doc["batched"] is True  # the default: through the serving engine
     cells = doc["cells"]
     assert [(c["task"], c["length"], c["depth"]) for c in cells] == [("passkey", 240, 0.5), ("cwe", 240, None)]
     for c in cells:
@@ -59,6 +60,23 @@ def test_eval_writes_results_and_the_heatmap(tmp_path):
                         str(png)], capture_output=True, text=True, timeout=120)
     assert h.returncode == 0, h.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_batched_and_session_loop_agree(tmp_path):
+    cells = {}
+    for batch in (1, 4):
+        out = tmp_path / f"b{batch}.json"
+        p = run("eval", "-m", MODEL, "--task", "passkey", "--lengths", "300", "--depths", "0,1", "--samples", "3",
+                "--batch", batch, "-o", out)
+        assert p.returncode == 0, p.stderr
+        doc = json.loads(out.read_text())
+        assert doc["batched"] is (batch > 1)
+        cells[batch] = doc["cells"]
+        if batch > 1:
+            assert "of prompt tokens from its prefix cache" in p.stderr
+            assert doc["prefix_hit_tokens"] > 0 and cells[batch][1]["cached_tokens"] > 0  # depth 1: the haystack
+    strip = lambda cs: [(c["task"], c["length"], c["depth"], c["accuracy"], c["prompt_tokens_mean"]) for c in cs]
+    assert strip(cells[1]) == strip(cells[4])
 
 
 @pytest.mark.parametrize("args,needles", [
@@ -72,6 +90,7 @@ def test_eval_writes_results_and_the_heatmap(tmp_path):
     (["--task", "passkey", "--lengths", "256", "--samples", "-1"], ["--samples"]),
     (["--task", "passkey", "--lengths", "256", "--depths", "nan"], ["--depths"]),
     (["--task", "passkey", "--lengths", "256", "--seed", "-1"], ["--seed"]),
+    (["--task", "passkey", "--lengths", "256", "--batch", "0"], ["--batch"]),
     (["--task", "passkey", "--lengths", "256", "-o", "/nonexistent/dir/r.json"], ["-o/--output", "cannot write"]),
 ])
 def test_bad_input_is_one_line_and_status_2(args, needles):

@@ -119,6 +119,7 @@ TEST(EvalRunner, ValidateNamesTheOption) {
   EXPECT_NE(ctx.find("--lengths: 1024 tokens exceeds the model's context of 512"), std::string::npos) << ctx;
   EXPECT_NE(with([](EvalConfig& d) { d.depths = {0.5, -0.1}; }).find("--depths"), std::string::npos);
   EXPECT_NE(message_of([&] { validate(c, 512, false); }).find("no tokenizer"), std::string::npos);
+  EXPECT_NE(with([](EvalConfig& d) { d.batch = 0; }).find("--batch: must be in [1, 4096], got 0"), std::string::npos);
   EvalConfig ids = c;
   ids.tasks = {"mqar"};
   EXPECT_NO_THROW(validate(ids, 512, false));
@@ -131,18 +132,20 @@ TEST(EvalRunner, PerfectRecallModelScoresOneAndAWrongOneZero) {
   c.samples = 3;
   RecallModel good(64, false), bad(64, true);
   int64_t calls = 0;
-  const auto cells = run_eval(good, nullptr, c, [&](const CellResult&, int64_t done, int64_t total) {
+  const EvalRun run = run_eval(good, nullptr, c, [&](const CellResult&, int64_t done, int64_t total) {
     EXPECT_EQ(done, ++calls);
     EXPECT_EQ(total, 2);
   });
+  EXPECT_FALSE(run.batched);  // id-level mqar: a Session each
+  const auto& cells = run.cells;
   ASSERT_EQ(cells.size(), 2u);
   for (const auto& cell : cells) {
     EXPECT_EQ(cell.n, 3);
     EXPECT_DOUBLE_EQ(cell.accuracy(), 1.0);
     EXPECT_EQ(cell.depth, -1);
   }
-  for (const auto& cell : run_eval(bad, nullptr, c)) EXPECT_DOUBLE_EQ(cell.accuracy(), 0.0);
-  const auto j = results_json("fake", c, cells);
+  for (const auto& cell : run_eval(bad, nullptr, c).cells) EXPECT_DOUBLE_EQ(cell.accuracy(), 0.0);
+  const auto j = results_json("fake", c, run);
   EXPECT_EQ(j["cells"].size(), 2u);
   EXPECT_TRUE(j["cells"][0]["depth"].is_null());
   EXPECT_EQ(j["cells"][1]["length"], 101);

@@ -57,6 +57,28 @@ TEST(EvalTasks, SameSeedSameSampleOtherSeedOther) {
   }
 }
 
+TEST(EvalTasks, SamplesOfALengthShareTheHaystackBeforeTheirNeedles) {
+  auto common = [](const std::string& a, const std::string& b) {
+    size_t n = 0;
+    while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+    return n;
+  };
+  const Sample a = make_text_sample({"passkey", 900, 1.0, 7, 0}, byte_encoder());
+  const Sample b = make_text_sample({"passkey", 900, 1.0, 7, 1}, byte_encoder());
+  const Sample c = make_text_sample({"niah_single", 900, 0.5, 7, 0}, byte_encoder());
+  const size_t needle = a.prompt.find("The pass key is");
+  ASSERT_NE(needle, std::string::npos);
+  EXPECT_GT(needle, a.prompt.size() * 3 / 4);  // depth 1: the needle ends the haystack
+  EXPECT_GE(common(a.prompt, b.prompt), needle - 40);  // within the last sentence before it
+  EXPECT_NE(a.answers, b.answers);
+  // Another task at the same length: the same sentences after its own instruction.
+  const std::string first_sentence = a.prompt.substr(a.prompt.find('\n') + 1, 30);
+  EXPECT_NE(c.prompt.find(first_sentence), std::string::npos) << first_sentence;
+  // Another length: another haystack.
+  const Sample d = make_text_sample({"passkey", 901, 1.0, 7, 0}, byte_encoder());
+  EXPECT_LT(common(a.prompt, d.prompt), needle / 2);
+}
+
 TEST(EvalTasks, LengthIsMeasuredInTheModelsTokensAndFilled) {
   for (const auto& task : task_names())
     for (int64_t length : {256, 457}) {
