@@ -187,7 +187,15 @@ std::optional<Tokenizer> load_tokenizer(const std::string& model) {
   return Tokenizer::from_dir(d);
 }
 
-std::vector<int32_t> parse_ids(const std::string& s) {
+// "1,2,3", or "@FILE": the ids in FILE, separated by commas or white space (long prompts: a command-line argument
+// holds at most 128 KiB on Linux, ~30k ids).
+std::vector<int32_t> parse_ids(const std::string& arg) {
+  std::string s = arg;
+  if (!s.empty() && s[0] == '@') {
+    s = read_text_file(s.substr(1), "--prompt-ids");
+    for (char& ch : s)
+      if (ch == '\n' || ch == '\r' || ch == ' ' || ch == '\t') ch = ',';
+  }
   std::vector<int32_t> ids;
   std::stringstream ss(s);
   std::string item;
@@ -598,7 +606,7 @@ void add_generate_commands(CLI::App& app) {
   add_common(gen, a.get());
   gen->add_option("-p,--prompt", a->prompt, "Prompt text (needs tokenizer.json in the model directory)");
   gen->add_option("-f,--file,--prompt-file", a->prompt_file, "Read the prompt text from FILE (\"-\": standard input)");
-  gen->add_option("--prompt-ids", a->prompt_ids, "Prompt as comma-separated token ids, e.g. 2,106,1645");
+  gen->add_option("--prompt-ids", a->prompt_ids, "Prompt as comma-separated token ids, e.g. 2,106,1645; @FILE reads them from FILE");
   gen->add_flag("--ids", a->ids, "Print generated token ids instead of text");
   gen->add_flag("--no-bos", a->no_bos, "Do not add the tokenizer's special tokens (BOS) to -p text");
   gen->add_option("-o,--output", a->output, "Write the generated text to FILE instead of stdout");

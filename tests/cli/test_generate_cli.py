@@ -46,6 +46,23 @@ def test_generate_greedy_ids_match_transformers(model):
     assert "prefill" in p.stderr and "decode" in p.stderr and "tok/s" in p.stderr
 
 
+def test_generate_prompt_ids_from_a_file(tmp_path):
+    """--prompt-ids @FILE: commas or white space; the same tokens as the ids on the command line."""
+    e = expected(LLAMA)
+    f = tmp_path / "ids.txt"
+    ids = e["prompt_ids"]
+    f.write_text(" ".join(map(str, ids[:3])) + "\n" + ",".join(map(str, ids[3:])) + "\n")
+    p = run("generate", "-m", LLAMA, "--prompt-ids", f"@{f}", "-n", "64", "--temp", "0", "--ignore-eos", "--ids",
+            "--dtype", "f32")
+    assert p.returncode == 0, p.stderr
+    assert out_ids(p) == e["greedy_ids"]
+    assert_clean_failure(run("generate", "-m", LLAMA, "--prompt-ids", f"@{tmp_path / 'none.txt'}"),
+                         "--prompt-ids", "cannot read")
+    (tmp_path / "empty.txt").write_text("\n")
+    assert_clean_failure(run("generate", "-m", LLAMA, "--prompt-ids", f"@{tmp_path / 'empty.txt'}"),
+                         "--prompt-ids", "no ids")
+
+
 def test_generate_bf16_and_profile_and_stats_json(tmp_path):
     e = expected(GEMMA_BF16)
     stats = tmp_path / "stats.json"

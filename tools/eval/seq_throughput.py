@@ -5,7 +5,8 @@ For every model directory and length L: a seeded random prompt of L token ids, p
 tokens; prefill tokens/s and decode ms/token come from --stats-json, the peak resident memory of the process from
 /usr/bin/time. Models whose config bounds the positions (max_position_embeddings, e.g. the MQAR attention models
 trained at 16-32 tokens) run from a copy whose bound is raised to the longest length: throughput and memory do not
-depend on what the weights learnt, recall beyond the trained length is not measured here.
+depend on what the weights learnt, recall beyond the trained length is not measured here. Prompts go through a file
+(--prompt-ids @FILE): 64k ids do not fit one command-line argument.
 
   seq_throughput.py KIND=DIR [KIND=DIR ...] [--lengths 1024,2048,4096,8192,16384] [--decode 64] [--threads 2]
                     [--repeats 3] [--flashkit build/bin/flashkit] [-o bench/results/eval-seq-throughput-cpu]   (-> .json, .md)
@@ -22,9 +23,11 @@ import tempfile
 
 def run_one(fk, model, length, decode, threads, vocab, tmp):
     rng = random.Random(length)
-    ids = ",".join(str(rng.randrange(vocab)) for _ in range(length))
+    ids_file = os.path.join(tmp, "ids.txt")
+    with open(ids_file, "w") as f:
+        f.write(",".join(str(rng.randrange(vocab)) for _ in range(length)))
     stats, rss = os.path.join(tmp, "stats.json"), os.path.join(tmp, "rss.txt")
-    cmd = ["/usr/bin/time", "-f", "%M", "-o", rss, fk, "generate", "-m", model, "--prompt-ids", ids, "-n",
+    cmd = ["/usr/bin/time", "-f", "%M", "-o", rss, fk, "generate", "-m", model, "--prompt-ids", "@" + ids_file, "-n",
            str(decode), "--temp", "0", "--ignore-eos", "--ids", "-q", "-t", str(threads), "-c",
            str(length + decode), "--prefill-chunk", "512", "--stats-json", stats]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
