@@ -45,7 +45,7 @@ void add_eval(CLI::App& app) {
     std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
     int64_t samples = 4;
     uint64_t seed = 1;
-    int64_t batch = 8;
+    int64_t batch = 0;
     int threads = 0;
   };
   auto a = std::make_shared<Args>();
@@ -67,9 +67,9 @@ void add_eval(CLI::App& app) {
       ->check(int_range(0, 1000000));
   c->add_option("--seed", a->seed, "Seed of the task generators (default 1)")->check(uint64_value());
   c->add_option("--batch", a->batch,
-                "Text samples generated together through the serving engine (continuous batching, prefix cache; "
-                "default 8); 1: one session per sample")
-      ->check(int_range(1, 4096));
+                "Text samples generated together through the serving engine (continuous batching, prefix cache); "
+                "1: one session per sample; default: 8 on the CPU, 1 on CUDA and for Mamba")
+      ->check(int_range(0, 4096));
   c->add_option("-o,--output", a->output, "Write the results JSON here (default: standard output)");
   c->add_option("--device", a->device, "cpu | cuda | cuda:N");
   c->add_option("--dtype", a->dtype, "Weight storage (default auto)");
@@ -124,7 +124,7 @@ void add_eval(CLI::App& app) {
     for (const auto& cell : run.cells) prompt_tokens += cell.prompt_tokens;
     if (run.batched)
       std::fprintf(stderr, "eval: text samples batched through the serving engine (batch %lld), %.0f%% of prompt "
-                   "tokens from its prefix cache\n", static_cast<long long>(cfg.batch),
+                   "tokens from its prefix cache\n", static_cast<long long>(run.batch),
                    prompt_tokens ? 100.0 * double(run.prefix_hit_tokens) / double(prompt_tokens) : 0.0);
     const std::string doc = eval::results_json(a->model, cfg, run).dump(2) + "\n";
     if (a->output.empty()) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "engine/paged.hpp"
 #include "eval/scoring.hpp"
 #include "flashkit/engine.hpp"
 #include "flashkit/error.hpp"
@@ -63,7 +64,8 @@ void validate(const EvalConfig& c, int64_t context, bool has_tokenizer) {
   if (c.depths.empty()) bad("--depths: no depth given");
   for (double d : c.depths)
     if (!(d >= 0 && d <= 1)) bad("--depths: a depth must be in [0, 1], got " + std::to_string(d));
-  if (c.batch < 1 || c.batch > 4096) bad("--batch: must be in [1, 4096], got " + std::to_string(c.batch));
+  if (c.batch < 0 || c.batch > 4096)
+    bad("--batch: must be in [1, 4096] (or 0: by backend), got " + std::to_string(c.batch));
 }
 
 SampleOutcome run_sample(Model& model, const Tokenizer* tokenizer, const Sample& sample) {
@@ -138,6 +140,8 @@ std::vector<SampleOutcome> run_text_samples(serve::Engine& engine, const Tokeniz
   return out;
 }
 
+int64_t default_batch(bool has_kv_cache, bool on_device) { return has_kv_cache && !on_device ? 8 : 1; }
+
 EvalRun run_eval(Model& model, const Tokenizer* tokenizer, const EvalConfig& c, const Progress& progress) {
   validate(c, model.info().max_context, tokenizer != nullptr);
   const Encoder encode = [tokenizer](const std::string& text) { return tokenizer->encode(text, true); };
@@ -153,10 +157,15 @@ EvalRun run_eval(Model& model, const Tokenizer* tokenizer, const EvalConfig& c, 
   for (const auto& cell : run.cells) make({cell.task, cell.length, cell.depth, c.seed, 0});  // template fits
   // Text tasks through one caller-stepped serving engine for the whole run, so that its prefix cache carries the
   // shared filler from cell to cell. The model is borrowed: the engine ends before this function returns.
+  run.batch = c.batch > 0 ? c.batch : 1;
+  if (c.batch == 0 && tokenizer) {  // by backend; only text samples can go through the engine
+    const bool kv = engine::has_kv_cache(model);
+    run.batch = default_batch(kv, kv && engine::paged_device_free_bytes(model) >= 0);
+  }
   std::unique_ptr<serve::Engine> engine;
-  if (c.batch > 1 && tokenizer) {
+  if (run.batch > 1 && tokenizer) {
     serve::EngineOptions eo;
-    eo.max_running = c.batch;
+    eo.max_running = run.batch;
     // A whole prompt fits one step, so prefill runs in the shapes of the Session loop's (on the CPU, 256- to
     // 2048-row chunks timed alike at 512 tokens); the rows of the others' decode steps ride along.
     eo.max_step_tokens = std::clamp<int64_t>(*std::max_element(c.lengths.begin(), c.lengths.end()), 256, 65536);
@@ -207,7 +216,7 @@ nlohmann::json results_json(const std::string& model_name, const EvalConfig& c, 
                    {"seconds", cell.seconds}});
   }
   return {{"model", model_name}, {"seed", c.seed},   {"samples", c.samples},
-          {"batch", c.batch},    {"batched", run.batched}, {"prefix_hit_tokens", run.prefix_hit_tokens},
+          {"batch", run.batch},  {"batched", run.batched}, {"prefix_hit_tokens", run.prefix_hit_tokens},
           {"cells", arr}};
 }
 

@@ -30,8 +30,15 @@ struct EvalConfig {
   std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
   int64_t samples = 4;           // per cell
   uint64_t seed = 1;
-  int64_t batch = 8;             // text samples in flight at once (serve::Engine's max_running); 1: a Session each
+  int64_t batch = 0;             // text samples in flight at once (serve::Engine's max_running); 1: a Session
+                                 // each; 0: default_batch()
 };
+
+// The batch when none is given: 8 through the serving engine where its chunked prefill attends with the flash kernel
+// (the CPU backend), else 1, a Session per sample: CUDA's paged step attends a prompt chunk's rows with the decode
+// kernel, each row re-reading its keys (docs/serving.md), which at eval's long prompts costs more than batching saves;
+// and models without a KV cache (Mamba) gain nothing from the engine, which runs them one Session each anyway.
+int64_t default_batch(bool has_kv_cache, bool on_device);
 
 struct CellResult {
   std::string task;
@@ -47,7 +54,7 @@ struct CellResult {
 };
 
 // Checks the configuration against the model before any work: known tasks, samples >= 1, lengths >= 1 and within
-// `context` (the model's max_position_embeddings), depths in [0, 1], batch in [1, 4096], text tasks only with a
+// `context` (the model's max_position_embeddings), depths in [0, 1], batch in [0, 4096], text tasks only with a
 // tokenizer. Throws invalid_argument naming the option (--task, --samples, --lengths, --depths, --batch).
 void validate(const EvalConfig& config, int64_t context, bool has_tokenizer);
 
@@ -72,6 +79,7 @@ std::vector<SampleOutcome> run_text_samples(serve::Engine& engine, const Tokeniz
 using Progress = std::function<void(const CellResult& cell, int64_t done, int64_t total)>;
 struct EvalRun {
   std::vector<CellResult> cells;
+  int64_t batch = 1;                // the batch used (EvalConfig::batch, or default_batch())
   bool batched = false;             // text cells went through serve::Engine
   int64_t prefix_hit_tokens = 0;    // prompt tokens whose KV came from the engine's prefix cache
 };

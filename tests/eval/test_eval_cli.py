@@ -49,7 +49,7 @@ def test_eval_writes_results_and_the_heatmap(tmp_path):
     assert "[1/2] passkey" in p.stderr and "[2/2] cwe" in p.stderr  # progress, one line per cell
     doc = json.loads(out.read_text())
     assert doc["seed"] == 3 and doc["samples"] == 1
-    assert doc["batch"] == 8 and doc["batched"] is True  # the default: through the serving engine
+    assert doc["batch"] == 8 and doc["batched"] is True  # the CPU's default: through the serving engine
     cells = doc["cells"]
     assert [(c["task"], c["length"], c["depth"]) for c in cells] == [("passkey", 240, 0.5), ("cwe", 240, None)]
     for c in cells:
@@ -90,7 +90,8 @@ def test_batched_and_session_loop_agree(tmp_path):
     (["--task", "passkey", "--lengths", "256", "--samples", "-1"], ["--samples"]),
     (["--task", "passkey", "--lengths", "256", "--depths", "nan"], ["--depths"]),
     (["--task", "passkey", "--lengths", "256", "--seed", "-1"], ["--seed"]),
-    (["--task", "passkey", "--lengths", "256", "--batch", "0"], ["--batch"]),
+    (["--task", "passkey", "--lengths", "256", "--batch", "-1"], ["--batch"]),
+    (["--task", "passkey", "--lengths", "256", "--batch", "4097"], ["--batch"]),
     (["--task", "passkey", "--lengths", "256", "-o", "/nonexistent/dir/r.json"], ["-o/--output", "cannot write"]),
 ])
 def test_bad_input_is_one_line_and_status_2(args, needles):

@@ -119,10 +119,19 @@ TEST(EvalRunner, ValidateNamesTheOption) {
   EXPECT_NE(ctx.find("--lengths: 1024 tokens exceeds the model's context of 512"), std::string::npos) << ctx;
   EXPECT_NE(with([](EvalConfig& d) { d.depths = {0.5, -0.1}; }).find("--depths"), std::string::npos);
   EXPECT_NE(message_of([&] { validate(c, 512, false); }).find("no tokenizer"), std::string::npos);
-  EXPECT_NE(with([](EvalConfig& d) { d.batch = 0; }).find("--batch: must be in [1, 4096], got 0"), std::string::npos);
+  EXPECT_NE(with([](EvalConfig& d) { d.batch = -1; }).find("--batch: must be in [1, 4096] (or 0: by backend), got -1"),
+            std::string::npos);
+  EXPECT_NO_THROW(validate([&] { EvalConfig d = c; d.batch = 0; return d; }(), 512, true));
   EvalConfig ids = c;
   ids.tasks = {"mqar"};
   EXPECT_NO_THROW(validate(ids, 512, false));
+}
+
+TEST(EvalRunner, DefaultBatchIsTheEngineOnlyWhereItsPrefillIsFlash) {
+  EXPECT_EQ(default_batch(/*has_kv_cache=*/true, /*on_device=*/false), 8);  // CPU: chunks through the flash kernel
+  EXPECT_EQ(default_batch(true, true), 1);    // CUDA: chunk rows through the paged decode kernel
+  EXPECT_EQ(default_batch(false, false), 1);  // Mamba: the engine runs a Session per sequence anyway
+  EXPECT_EQ(default_batch(false, true), 1);
 }
 
 TEST(EvalRunner, PerfectRecallModelScoresOneAndAWrongOneZero) {

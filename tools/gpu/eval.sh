@@ -7,8 +7,9 @@
 #   build   cmake + ninja (sm_90a): the CLI and flashkit_eval_tests
 #   test    flashkit_eval_tests and the eval CLI tests (tests/eval, pytest)
 #   parity  flashkit eval on models/target, all tasks at 256/512 (cwe needs >= 224 tokens), on the CPU and on
-#           CUDA (same prompts; the accuracies agree unless bf16 flips a greedy token)
-#           -> eval-target-{cpu,cuda}.json, eval-target-cuda.png
+#           CUDA (same prompts; the accuracies agree unless bf16 flips a greedy token), and on CUDA again with
+#           --batch 8 (through the serving engine; CUDA's default is a Session per sample): the same accuracies, and
+#           the wall time of each -> eval-target-{cpu,cuda,cuda-batch8}.json, eval-target-cuda.png
 #   mqar    tools/eval/mqar_sweep.sh with DEVICE=cuda: attention and sliding window, widths 64/128, lengths 32/120
 #           (7 and 29 pairs), 3000 steps of batch 64 (the CPU runs' 3k-64k sequences never got past 1/pairs;
 #           this is 192k per run); the stage is cut at 150 s and summarises what finished -> eval-mqar-h200.*
@@ -49,14 +50,23 @@ for st in "${STAGES[@]}"; do
         run "eval_target_$dev" timeout 120 "$FK" eval -m models/target --task all --lengths 256,512 \
           --depths 0,0.5,1 --samples 2 --device "$dev" -o "$RES/eval-target-$dev.json"
       done
+      run eval_target_cuda_batch8 timeout 120 "$FK" eval -m models/target --task all --lengths 256,512 \
+        --depths 0,0.5,1 --samples 8 --device cuda --batch 8 -o "$RES/eval-target-cuda-batch8.json"
+      run eval_target_cuda_batch1 timeout 120 "$FK" eval -m models/target --task all --lengths 256,512 \
+        --depths 0,0.5,1 --samples 8 --device cuda --batch 1 -o "$RES/eval-target-cuda-batch1.json"
       "$PY" tools/plots/eval_heatmap.py "$RES/eval-target-cuda.json" -o "$RES/eval-target-cuda.png" \
         --title "models/target on CUDA" >> "$LOG" 2>&1
-      "$PY" - "$RES/eval-target-cpu.json" "$RES/eval-target-cuda.json" <<'PY' | tee -a "$LOG"
+      "$PY" - "$RES/eval-target-cpu.json" "$RES/eval-target-cuda.json" "$RES/eval-target-cuda-batch8.json" \
+        "$RES/eval-target-cuda-batch1.json" <<'PY' | tee -a "$LOG"
 import json, sys
-a, b = (json.load(open(p))["cells"] for p in sys.argv[1:])
+a, b, b8, c = (json.load(open(p))["cells"] for p in sys.argv[1:])
 same = sum(x["accuracy"] == y["accuracy"] for x, y in zip(a, b))
 tps = lambda cells: sum(c["tokens_per_s"] for c in cells) / len(cells)
 print(f"eval parity: {same}/{len(a)} cells with equal accuracy; mean tokens/s cpu {tps(a):.0f} cuda {tps(b):.0f}")
+same1 = sum(x["accuracy"] == y["accuracy"] and x["prompt_tokens_mean"] == y["prompt_tokens_mean"] for x, y in zip(b8, c))
+secs = lambda cells: sum(c["seconds"] for c in cells)
+print(f"eval on cuda, 8 samples a cell: {same1}/{len(c)} cells equal between --batch 8 ({secs(b8):.2f} s, the "
+      f"serving engine) and --batch 1 ({secs(c):.2f} s, a Session each)")
 PY
       ;;
     mqar)
