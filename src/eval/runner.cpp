@@ -140,7 +140,9 @@ std::vector<SampleOutcome> run_text_samples(serve::Engine& engine, const Tokeniz
   return out;
 }
 
-int64_t default_batch(bool has_kv_cache, bool on_device) { return has_kv_cache && !on_device ? 8 : 1; }
+int64_t default_batch(bool has_kv_cache, bool on_device, int64_t longest) {
+  return has_kv_cache && (!on_device || longest <= 512) ? 8 : 1;
+}
 
 EvalRun run_eval(Model& model, const Tokenizer* tokenizer, const EvalConfig& c, const Progress& progress) {
   validate(c, model.info().max_context, tokenizer != nullptr);
@@ -160,7 +162,8 @@ EvalRun run_eval(Model& model, const Tokenizer* tokenizer, const EvalConfig& c, 
   run.batch = c.batch > 0 ? c.batch : 1;
   if (c.batch == 0 && tokenizer) {  // by backend; only text samples can go through the engine
     const bool kv = engine::has_kv_cache(model);
-    run.batch = default_batch(kv, kv && engine::paged_device_free_bytes(model) >= 0);
+    run.batch = default_batch(kv, kv && engine::paged_device_free_bytes(model) >= 0,
+                              *std::max_element(c.lengths.begin(), c.lengths.end()));
   }
   std::unique_ptr<serve::Engine> engine;
   if (run.batch > 1 && tokenizer) {

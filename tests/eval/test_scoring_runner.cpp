@@ -127,11 +127,16 @@ TEST(EvalRunner, ValidateNamesTheOption) {
   EXPECT_NO_THROW(validate(ids, 512, false));
 }
 
-TEST(EvalRunner, DefaultBatchIsTheEngineOnlyWhereItsPrefillIsFlash) {
-  EXPECT_EQ(default_batch(/*has_kv_cache=*/true, /*on_device=*/false), 8);  // CPU: chunks through the flash kernel
-  EXPECT_EQ(default_batch(true, true), 1);    // CUDA: chunk rows through the paged decode kernel
-  EXPECT_EQ(default_batch(false, false), 1);  // Mamba: the engine runs a Session per sequence anyway
-  EXPECT_EQ(default_batch(false, true), 1);
+TEST(EvalRunner, DefaultBatchIsTheEngineWhereItsPrefillIsFlashOrThePromptsShort) {
+  // CPU: prompt chunks through the flash kernel, at any length.
+  EXPECT_EQ(default_batch(/*has_kv_cache=*/true, /*on_device=*/false, /*longest=*/65536), 8);
+  EXPECT_EQ(default_batch(true, false, 256), 8);
+  // CUDA: chunk rows through the paged decode kernel; batching wins only at short prompts.
+  EXPECT_EQ(default_batch(true, true, 512), 8);
+  EXPECT_EQ(default_batch(true, true, 513), 1);
+  // Mamba: the engine runs a Session per sequence anyway.
+  EXPECT_EQ(default_batch(false, false, 256), 1);
+  EXPECT_EQ(default_batch(false, true, 256), 1);
 }
 
 TEST(EvalRunner, PerfectRecallModelScoresOneAndAWrongOneZero) {
