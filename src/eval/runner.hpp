@@ -88,7 +88,7 @@ struct EvalRun {
 EvalRun run_eval(Model& model, const Tokenizer* tokenizer, const EvalConfig& config, const Progress& progress = {});
 
 // The results document: {"model", "seed", "samples", "batch", "batched", "prefix_hit_tokens", "cells": [{task,
-// length, depth (null without), accuracy, n, tokens_per_s, prompt_tokens_mean, seconds}]}.
+// length, depth (null without), accuracy, n, tokens_per_s, prompt_tokens_mean, cached_tokens, seconds}]}.
 nlohmann::json results_json(const std::string& model_name, const EvalConfig& config, const EvalRun& run);
 
 }  // namespace flashkit::eval
