@@ -181,24 +181,27 @@ EvalRun run_eval(Model& model, const Tokenizer* tokenizer, const EvalConfig& c, 
   }
   run.batched = engine != nullptr;
   int64_t done = 0;
+  // A cell's samples go in groups (16 batches through the engine, one at a time on a Session), so that a large
+  // --samples never holds every prompt at once.
+  const int64_t group = engine ? 16 * run.batch : 1;
   for (auto& cell : run.cells) {
-    std::vector<Sample> samples;
-    for (int64_t i = 0; i < c.samples; ++i) samples.push_back(make({cell.task, cell.length, cell.depth, c.seed, i}));
-    const auto t0 = std::chrono::steady_clock::now();
-    std::vector<SampleOutcome> outcomes;
-    if (engine) {
-      outcomes = run_text_samples(*engine, *tokenizer, samples);
-    } else {
-      for (const auto& s : samples) outcomes.push_back(run_sample(model, tokenizer, s));
-    }
-    cell.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    for (const auto& o : outcomes) {
-      cell.n += 1;
-      cell.score_sum += o.score;
-      cell.prompt_tokens += o.prompt_tokens;
-      cell.generated_tokens += o.generated_tokens;
-      cell.cached_tokens += o.cached_tokens;
-      run.prefix_hit_tokens += o.cached_tokens;
+    for (int64_t first = 0; first < c.samples; first += group) {
+      std::vector<Sample> samples;
+      for (int64_t i = first; i < std::min(c.samples, first + group); ++i)
+        samples.push_back(make({cell.task, cell.length, cell.depth, c.seed, i}));
+      const auto t0 = std::chrono::steady_clock::now();
+      std::vector<SampleOutcome> outcomes;
+      if (engine) outcomes = run_text_samples(*engine, *tokenizer, samples);
+      else outcomes.push_back(run_sample(model, tokenizer, samples[0]));
+      cell.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      for (const auto& o : outcomes) {
+        cell.n += 1;
+        cell.score_sum += o.score;
+        cell.prompt_tokens += o.prompt_tokens;
+        cell.generated_tokens += o.generated_tokens;
+        cell.cached_tokens += o.cached_tokens;
+        run.prefix_hit_tokens += o.cached_tokens;
+      }
     }
     if (progress) progress(cell, ++done, int64_t(run.cells.size()));
   }

@@ -100,3 +100,27 @@ TEST(EvalBatched, RunEvalCellsAgreeBetweenBatchOneAndFour) {
   EXPECT_EQ(j["batched"], true);
   EXPECT_EQ(j["prefix_hit_tokens"], batched.prefix_hit_tokens);
 }
+
+TEST(EvalBatched, ACellLargerThanAGroupRunsInGroupsWithTheSameResult) {
+  if (!have_model()) GTEST_SKIP() << "models/target is not present";
+  auto& m = shipped();
+  EvalConfig c;
+  c.tasks = {"passkey"};
+  c.lengths = {200};
+  c.depths = {1.0};
+  c.samples = 34;  // batch 2: groups of 32, so two groups
+  c.seed = 5;
+  c.batch = 2;
+  const EvalRun batched = run_eval(*m.model, &m.tokenizer, c);
+  c.batch = 1;
+  const EvalRun loop = run_eval(*m.model, &m.tokenizer, c);
+  ASSERT_EQ(batched.cells.size(), 1u);
+  const auto &a = loop.cells[0], &b = batched.cells[0];
+  EXPECT_EQ(b.n, 34);
+  EXPECT_EQ(a.n, 34);
+  EXPECT_DOUBLE_EQ(a.score_sum, b.score_sum);
+  EXPECT_EQ(a.prompt_tokens, b.prompt_tokens);
+  EXPECT_EQ(a.generated_tokens, b.generated_tokens);
+  // The second group's leader finds the haystack that the first group computed.
+  EXPECT_GT(b.cached_tokens, (b.prompt_tokens / 34) * 33 / 2);
+}
