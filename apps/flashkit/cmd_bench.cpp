@@ -565,7 +565,7 @@ void add_bench_command(CLI::App& app) {
   bench->require_subcommand(0, 1);
   bench->callback([bench] {
     if (bench->get_subcommands().empty())
-      throw CLI::RequiredError("bench: a benchmark (attention)");
+      throw CLI::RequiredError("bench: a benchmark (attention, ssm, spec, serve)");
   });
   auto* attn = bench->add_subcommand(
       "attention",

@@ -80,6 +80,7 @@ int main(int argc, char** argv) {
   flashkit::cli::add_info_command(app);
   flashkit::cli::add_bench_command(app);
   flashkit::cli::add_spec_bench_command(app);
+  flashkit::cli::add_bench_ssm_command(app);
   flashkit::cli::add_analysis_commands(app);
   flashkit::cli::add_tokenize_commands(app);
   flashkit::cli::add_generate_commands(app);

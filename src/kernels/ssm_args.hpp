@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "flashkit/tuning.hpp"
+
 namespace flashkit::kernels {
 
 struct ScanArgs {
@@ -40,8 +42,22 @@ struct ConvArgs {
 void selective_scan_reference(const ScanArgs& a);
 void selective_scan_backward_reference(const ScanArgs& a, const ScanGradArgs& g);
 void causal_conv1d_reference(const ConvArgs& a);
-void selective_scan_cpu(const ScanArgs& a);
+// The f32 CPU kernels at the widest instruction set this CPU has within `cap` (kernels/cpu/ssm_cpu.cpp).
+void selective_scan_cpu(const ScanArgs& a, CpuIsaCap cap);
 void selective_scan_backward_cpu(const ScanArgs& a, const ScanGradArgs& g);
-void causal_conv1d_cpu(const ConvArgs& a);
+void causal_conv1d_cpu(const ConvArgs& a, CpuIsaCap cap);
+// One instruction set each (kernels/cpu/ssm_cpu.inc).
+namespace scalar {
+void selective_scan(const ScanArgs& a);
+void causal_conv1d(const ConvArgs& a);
+}  // namespace scalar
+namespace avx2 {
+void selective_scan(const ScanArgs& a);
+void causal_conv1d(const ConvArgs& a);
+}  // namespace avx2
+namespace avx512 {
+void selective_scan(const ScanArgs& a);
+void causal_conv1d(const ConvArgs& a);
+}  // namespace avx512
 
 }  // namespace flashkit::kernels

@@ -129,7 +129,7 @@ void run_scan(const SelectiveScanArgs& a, bool step, OpCost* cost) {
     kernels::selective_scan_reference(k);
     kernel = "reference.f64";
   } else if (impl == SsmImpl::cpu) {
-    kernels::selective_scan_cpu(k);
+    kernels::selective_scan_cpu(k, default_tuning().cpu_isa);
     kernel = "cpu.scan.f32";
   } else {
 #ifdef FLASHKIT_WITH_CUDA
@@ -196,7 +196,7 @@ void run_conv(const CausalConv1dArgs& a, bool step) {
     fail(Status::unsupported, "impl: the chosen conv1d implementation does not run on this device's tensors");
   k.threads = threads_for(a.threads);
   if (impl == SsmImpl::reference) kernels::causal_conv1d_reference(k);
-  else if (impl == SsmImpl::cpu) kernels::causal_conv1d_cpu(k);
+  else if (impl == SsmImpl::cpu) kernels::causal_conv1d_cpu(k, default_tuning().cpu_isa);
   else {
 #ifdef FLASHKIT_WITH_CUDA
     kernels::causal_conv1d_cuda(k);

@@ -239,6 +239,28 @@ def test_inputs_too_large_fail_before_allocating():
     assert "GB" in p.stderr
 
 
+def test_bench_ssm_rows_per_isa_and_json(tmp_path):
+    out = tmp_path / "ssm.json"
+    p = run("bench", "ssm", "--seqlen", "70", "--d-inner", "40", "--d-state", "5", "--repeats", "2", "--reference",
+            "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    rows = doc["rows"]
+    assert doc["shape"] == {"batch": 1, "seqlen": 70, "d_inner": 40, "d_state": 5, "width": 4}
+    for op in ("scan", "conv1d"):
+        impls = [r["impl"] for r in rows if r["op"] == op]
+        assert impls[0] == "ref.f64" and "cpu.scalar" in impls, impls
+        assert all(r["median_ms"] > 0 and r["gwork_per_s"] > 0 for r in rows if r["op"] == op)
+    assert "scan    cpu.scalar" in p.stdout
+
+
+@pytest.mark.parametrize("args,name", [(["--d-state", "0"], "--d-state"), (["--width", "17"], "--width"),
+                                       (["--seqlen", "x"], "--seqlen"),
+                                       (["--json", "/nonexistent/dir/x.json"], "--json")])
+def test_bench_ssm_bad_input(args, name):
+    assert_clean_failure(run("bench", "ssm", "--seqlen", "8", "--d-inner", "8", "--repeats", "1", *args), name)
+
+
 def test_unknown_subcommand():
     assert_clean_failure(run("frobnicate"))
     assert_clean_failure(run("bench", "frobnicate"), "frobnicate")

@@ -1,0 +1,14 @@
+// The CPU selective scan and causal conv1d compiled for one instruction set (avx2); see ssm_cpu.inc.
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <vector>
+
+#include <omp.h>
+
+#include "kernels/ssm_args.hpp"
+
+namespace flashkit::kernels::avx2 {
+constexpr int64_t kLanes = 16;
+#include "kernels/cpu/ssm_cpu.inc"
+}  // namespace flashkit::kernels::avx2
