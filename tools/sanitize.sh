@@ -9,7 +9,7 @@
 # (-O1-ish RelWithDebInfo, instrumented) of the library and the gtest/C binaries is the bulk of the cost, so it
 # builds only those targets (not the CLI or the analysis tool) and runs the labels whose code is ours end to end:
 #   cpp (tests/attention: grid, errors, gradcheck, dtypes, non-finite rules, also the scalar/avx2 ISA entries;
-#   tests/common: the environment reader),
+#   tests/common: the environment reader; tests/ssm: the CPU scan and conv1d at every ISA build),
 #   capi (the C API, attention and engine), engine (engine core, sampler, stop, fidelity, threads), model (readers,
 #   bad files, fuzz corpus), tokenizer (unit tests).
 # Python and CLI tests are not run: they would need the sanitizer runtime preloaded into python3.
@@ -33,7 +33,7 @@ cmake -S . -B "$BUILD" -G Ninja -DFLASHKIT_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDe
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
   >"$BUILD/configure.log" 2>&1 || { cat "$BUILD/configure.log"; exit 1; }
 targets=(flashkit_tests flashkit_common_tests flashkit_capi_test flashkit_capi_engine_test flashkit_capi_spec_test
-         flashkit_engine_tests
+         flashkit_engine_tests flashkit_ssm_tests
          flashkit_model_tests flashkit_tokenizer_tests)
 cmake --build "$BUILD" -j "$(nproc)" --target "${targets[@]}"
 built=$(date +%s)
