@@ -141,7 +141,9 @@ std::vector<SampleOutcome> run_text_samples(serve::Engine& engine, const Tokeniz
 }
 
 int64_t default_batch(bool has_kv_cache, bool on_device, int64_t longest) {
-  return has_kv_cache && (!on_device || longest <= 512) ? 8 : 1;
+  constexpr int64_t kBatch = 8;                // 1.65x on the CPU, 1.46x on the H200 (runner.hpp)
+  constexpr int64_t kLongestOnDevice = 512;    // the longest length measured batched on CUDA
+  return has_kv_cache && (!on_device || longest <= kLongestOnDevice) ? kBatch : 1;
 }
 
 EvalRun run_eval(Model& model, const Tokenizer* tokenizer, const EvalConfig& c, const Progress& progress) {
