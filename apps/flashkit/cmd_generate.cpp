@@ -192,6 +192,7 @@ std::optional<Tokenizer> load_tokenizer(const std::string& model) {
 std::vector<int32_t> parse_ids(const std::string& arg) {
   std::string s = arg;
   if (!s.empty() && s[0] == '@') {
+    if (s.size() == 1) bad("--prompt-ids: @ needs a file name (@FILE, or @- for standard input)");
     s = read_text_file(s.substr(1), "--prompt-ids");
     for (char& ch : s)
       if (ch == '\n' || ch == '\r' || ch == ' ' || ch == '\t') ch = ',';

@@ -58,6 +58,7 @@ def test_generate_prompt_ids_from_a_file(tmp_path):
     assert out_ids(p) == e["greedy_ids"]
     assert_clean_failure(run("generate", "-m", LLAMA, "--prompt-ids", f"@{tmp_path / 'none.txt'}"),
                          "--prompt-ids", "cannot read")
+    assert_clean_failure(run("generate", "-m", LLAMA, "--prompt-ids", "@"), "--prompt-ids", "file name")
     (tmp_path / "empty.txt").write_text("\n")
     assert_clean_failure(run("generate", "-m", LLAMA, "--prompt-ids", f"@{tmp_path / 'empty.txt'}"),
                          "--prompt-ids", "no ids")
