@@ -161,11 +161,11 @@ EvalRun run_eval(Model& model, const Tokenizer* tokenizer, const EvalConfig& c, 
   for (const auto& cell : run.cells) make({cell.task, cell.length, cell.depth, c.seed, 0});  // template fits
   // Text tasks through one caller-stepped serving engine for the whole run, so that its prefix cache carries the
   // shared filler from cell to cell. The model is borrowed: the engine ends before this function returns.
+  const int64_t longest = *std::max_element(c.lengths.begin(), c.lengths.end());
   run.batch = c.batch > 0 ? c.batch : 1;
   if (c.batch == 0 && tokenizer) {  // by backend; only text samples can go through the engine
     const bool kv = engine::has_kv_cache(model);
-    run.batch = default_batch(kv, kv && engine::paged_device_free_bytes(model) >= 0,
-                              *std::max_element(c.lengths.begin(), c.lengths.end()));
+    run.batch = default_batch(kv, kv && engine::paged_device_free_bytes(model) >= 0, longest);
   }
   std::unique_ptr<serve::Engine> engine;
   if (run.batch > 1 && tokenizer) {
@@ -173,7 +173,7 @@ EvalRun run_eval(Model& model, const Tokenizer* tokenizer, const EvalConfig& c, 
     eo.max_running = run.batch;
     // A whole prompt fits one step, so prefill runs in the shapes of the Session loop's (on the CPU, 256- to
     // 2048-row chunks timed alike at 512 tokens); the rows of the others' decode steps ride along.
-    eo.max_step_tokens = std::clamp<int64_t>(*std::max_element(c.lengths.begin(), c.lengths.end()), 256, 65536);
+    eo.max_step_tokens = std::clamp<int64_t>(longest, 256, 65536);
     eo.background = false;
     try {
       engine = serve::Engine::create(std::shared_ptr<Model>(std::shared_ptr<Model>(), &model), eo);
