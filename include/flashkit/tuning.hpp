@@ -81,6 +81,8 @@ struct Tuning {
   bool gemv_streaming_loads = true; // FLASHKIT_CUDA_LDCS
   EngineDecodeMerge engine_decode_merge = EngineDecodeMerge::automatic;  // FLASHKIT_CUDA_ATTN_CLUSTER=0: global
   bool device_argmax = true;        // FLASHKIT_DEVICE_ARGMAX (greedy decoding's argmax on the backend)
+  bool paged_flash_chunks = true;   // FLASHKIT_PAGED_FLASH=0: a paged step's prompt chunks attend with the paged
+                                    // decode kernel row by row instead of flash over gathered keys (A/B runs)
   int cuda_mamba_channels = 0;      // FLASHKIT_CUDA_MAMBA_CHANNELS=64|32|16|8: channels per block of the fused Mamba
                                     // mixer step (A/B runs); 0 (auto): engine/mamba_fusion.hpp's choice
   int cuda_gemv_plan = 0;           // FLASHKIT_CUDA_GEMV_PLAN=auto|legacy|balanced: the one-row GEMV's grid and

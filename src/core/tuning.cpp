@@ -123,6 +123,7 @@ Tuning tuning_from_env() {
   t.gemv_streaming_loads = env::flag("FLASHKIT_CUDA_LDCS", t.gemv_streaming_loads);
   if (!env::flag("FLASHKIT_CUDA_ATTN_CLUSTER", true)) t.engine_decode_merge = EngineDecodeMerge::global;
   t.device_argmax = env::flag("FLASHKIT_DEVICE_ARGMAX", t.device_argmax);
+  t.paged_flash_chunks = env::flag("FLASHKIT_PAGED_FLASH", t.paged_flash_chunks);
   static constexpr int kMambaWidths[] = {0, 64, 32, 16, 8};
   t.cuda_mamba_channels =
       kMambaWidths[env::choice("FLASHKIT_CUDA_MAMBA_CHANNELS", {"auto", "64", "32", "16", "8"}, 0)];

@@ -277,6 +277,72 @@ TEST(CudaPagedKernel, AMinusInfScoreWeighsZero) {
 #endif
 }
 
+// A prompt chunk's keys gathered for the flash kernel (paged_gather_kv): positions [first, first + n) of one
+// sequence through a scrambled block table, each element the pool's rounded to bf16; the rows past n untouched.
+TEST(CudaPagedKernel, GatherFollowsTheBlockTable) {
+#ifdef FLASHKIT_WITH_CUDA
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  struct G {
+    PagedElem pool;
+    int block_size;
+    int64_t kvd, first, n;
+  };
+  uint64_t seed = 7;
+  for (const G& g : {G{PagedElem::bf16, 16, 1024, 0, 700}, G{PagedElem::f32, 16, 72, 33, 150},
+                     G{PagedElem::f16, 32, 256, 95, 1}, G{PagedElem::bf16, 5, 8, 3, 61}}) {
+    std::mt19937_64 rng(seed++);
+    std::uniform_real_distribution<float> U(-2.0f, 2.0f);
+    const int64_t bs = g.block_size, blocks = (g.first + g.n + bs - 1) / bs, num_blocks = blocks + 4;
+    std::vector<int32_t> perm(static_cast<size_t>(num_blocks));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int32_t> table(perm.begin(), perm.begin() + blocks);
+    std::vector<float> kp(size_t(num_blocks * bs * g.kvd)), vp(kp.size());
+    for (auto& x : kp) x = U(rng);
+    for (auto& x : vp) x = U(rng);
+    const auto kb = encode(g.pool, kp), vb = encode(g.pool, vp);
+    Dev dk(kb.size()), dv(vb.size()), dt(table.size() * 4);
+    put(dk, kb.data(), kb.size());
+    put(dv, vb.data(), vb.size());
+    put(dt, table.data(), table.size() * 4);
+    const size_t out_elems = size_t((g.n + 1) * g.kvd);  // one row past the end must stay poisoned
+    Dev ko(out_elems * 2), vo(out_elems * 2);
+    ASSERT_EQ(cudaMemset(ko.p, 0xff, out_elems * 2), cudaSuccess);  // 0xffff: a bf16 NaN
+    ASSERT_EQ(cudaMemset(vo.p, 0xff, out_elems * 2), cudaSuccess);
+    fc::PagedGatherArgs a;
+    a.k_pool = dk.p, a.v_pool = dv.p, a.pool_type = g.pool, a.block_size = g.block_size, a.table = dt.as<int32_t>();
+    a.first = g.first, a.n = g.n, a.kvd = g.kvd, a.k_out = ko.as<uint16_t>(), a.v_out = vo.as<uint16_t>();
+    fc::paged_gather_kv(a, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto kg = decode(PagedElem::bf16, get(ko, out_elems * 2)), vg = decode(PagedElem::bf16, get(vo, out_elems * 2));
+    int64_t bad = 0;
+    for (int64_t r = 0; r < g.n; ++r) {
+      const int64_t j = g.first + r, row = int64_t(table[size_t(j / bs)]) * bs + j % bs;
+      for (int64_t c = 0; c < g.kvd; ++c) {
+        const float ek = round_to(PagedElem::bf16, round_to(g.pool, kp[size_t(row * g.kvd + c)]));
+        const float ev = round_to(PagedElem::bf16, round_to(g.pool, vp[size_t(row * g.kvd + c)]));
+        bad += kg[size_t(r * g.kvd + c)] != ek || vg[size_t(r * g.kvd + c)] != ev;
+      }
+    }
+    EXPECT_EQ(bad, 0) << "pool " << int(g.pool) << " kvd " << g.kvd << " first " << g.first << " n " << g.n;
+    for (int64_t c = 0; c < g.kvd; ++c)
+      EXPECT_TRUE(std::isnan(kg[size_t(g.n * g.kvd + c)]) && std::isnan(vg[size_t(g.n * g.kvd + c)])) << "row n written";
+  }
+  fc::PagedGatherArgs a;
+  int dummy = 0;
+  a.k_pool = &dummy, a.v_pool = &dummy, a.table = &dummy, a.block_size = 16, a.n = 4, a.kvd = 60;
+  a.k_out = reinterpret_cast<uint16_t*>(&dummy), a.v_out = a.k_out;
+  try {
+    fc::paged_gather_kv(a, nullptr);
+    ADD_FAILURE() << "kvd 60 accepted";
+  } catch (const flashkit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kvd"), std::string::npos) << e.what();
+  }
+#else
+  GTEST_SKIP() << "CPU-only build";
+#endif
+}
+
 TEST(CudaPagedKernel, RejectsBadArguments) {
 #ifdef FLASHKIT_WITH_CUDA
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";

@@ -44,58 +44,84 @@ std::shared_ptr<Model> load(const std::string& dir, const char* device, const ch
   return Model::load(dir, o);
 }
 
-// Two sequences with scrambled blocks: a's prompt alone, then a's decode row with b's whole prompt (a chunk) in one
-// step; the logits of each against sessions on the CUDA backend and on the CPU backend. Gemma 3's fixture has
-// sliding-window layers, q/k norms and softcaps; the bf16 models keep a bf16 pool and bf16 activations.
+std::shared_ptr<Model> load_tuned(const std::string& dir, const char* dtype, int64_t ctx, bool flash_chunks) {
+  flashkit::LoadOptions o;
+  o.device = "cuda";
+  o.dtype = dtype;
+  o.threads = 1;
+  o.max_context = ctx;
+  flashkit::Tuning t = flashkit::default_tuning();
+  t.paged_flash_chunks = flash_chunks;
+  o.tuning = t;
+  return Model::load(dir, o);
+}
+
+// Three sequences with scrambled blocks: a's prompt and c's (two chunks) in one step, then a's decode row, b's whole
+// prompt (a chunk) and c's decode row in one step (decode rows on both sides of a chunk); the logits of each
+// against sessions on the CUDA backend and on the CPU backend. Chunks take the flash kernel over their gathered keys
+// (engine/paged_spans.hpp), and with FLASHKIT_PAGED_FLASH=0 the paged decode kernel row by row: both are checked.
+// Gemma 3's fixture has sliding-window layers, q/k norms and softcaps; the bf16 models keep a bf16 pool and bf16
+// activations.
 TEST(CudaServe, PagedStepLogitsMatchSessions) {
   NEED_CUDA();
   const std::string data = std::string(FLASHKIT_TEST_DATA) + "/models/";
   for (const char* name : {"tiny-gemma3", "tiny-llama"})
-    for (const char* dtype : {"f32", "bf16"}) {
-      auto model = load(data + name, "cuda", dtype, 256);
-      auto cpu = load(data + name, "cpu", "f32", 256);
-      const int64_t V = model->info().vocab_size, bs = 16;
-      auto runner = make_paged_runner(*model, {.block_size = bs, .num_blocks = 40, .max_rows = 160, .max_seqs = 4});
-      const int64_t MB = runner->max_blocks_per_seq();
-      std::mt19937 rng(3);
-      std::vector<int32_t> a(71), b(130);
-      for (auto& t : a) t = int32_t(rng() % uint32_t(V));
-      for (auto& t : b) t = int32_t(rng() % uint32_t(V));
-      std::vector<int32_t> table(size_t(2 * MB), 0);
-      for (int64_t i = 0; i < 5; ++i) table[size_t(i)] = int32_t(39 - 2 * i);
-      for (int64_t i = 0; i < 9; ++i) table[size_t(MB + i)] = int32_t(38 - 2 * i);
-      std::vector<float> l1(static_cast<size_t>(V)), l2(static_cast<size_t>(2 * V));
-      {
-        std::vector<int32_t> pos(70), seq(70, 0), rows = {69};
-        std::iota(pos.begin(), pos.end(), 0);
-        PagedStep st;
-        st.tokens = std::span<const int32_t>(a).subspan(0, 70);
-        st.positions = pos, st.row_seq = seq, st.logit_rows = rows;
-        st.block_tables = std::span<const int32_t>(table).subspan(0, size_t(MB));
-        st.num_seqs = 1, st.max_blocks = MB;
-        runner->step(st, l1.data());
+    for (const char* dtype : {"f32", "bf16"})
+      for (bool flash_chunks : {true, false}) {
+        auto model = load_tuned(data + name, dtype, 256, flash_chunks);
+        auto cpu = load(data + name, "cpu", "f32", 256);
+        const int64_t V = model->info().vocab_size, bs = 16;
+        auto runner = make_paged_runner(*model, {.block_size = bs, .num_blocks = 40, .max_rows = 160, .max_seqs = 4});
+        const int64_t MB = runner->max_blocks_per_seq();
+        std::mt19937 rng(3);
+        std::vector<int32_t> a(71), b(130), c(21);
+        for (auto& t : a) t = int32_t(rng() % uint32_t(V));
+        for (auto& t : b) t = int32_t(rng() % uint32_t(V));
+        for (auto& t : c) t = int32_t(rng() % uint32_t(V));
+        std::vector<int32_t> table(size_t(3 * MB), 0);
+        for (int64_t i = 0; i < 5; ++i) table[size_t(i)] = int32_t(39 - 2 * i);
+        for (int64_t i = 0; i < 9; ++i) table[size_t(MB + i)] = int32_t(38 - 2 * i);
+        for (int64_t i = 0; i < 2; ++i) table[size_t(2 * MB + i)] = int32_t(2 + 3 * i);
+        std::vector<float> l1(static_cast<size_t>(2 * V)), l2(static_cast<size_t>(3 * V));
+        {
+          std::vector<int32_t> tokens, pos, seq, rows = {69, 89};
+          for (int64_t i = 0; i < 70; ++i) tokens.push_back(a[size_t(i)]), pos.push_back(int32_t(i)), seq.push_back(0);
+          for (int64_t i = 0; i < 20; ++i) tokens.push_back(c[size_t(i)]), pos.push_back(int32_t(i)), seq.push_back(1);
+          std::vector<int32_t> t2(size_t(2 * MB));
+          std::copy(table.begin(), table.begin() + MB, t2.begin());
+          std::copy(table.begin() + 2 * MB, table.end(), t2.begin() + MB);
+          PagedStep st;
+          st.tokens = tokens, st.positions = pos, st.row_seq = seq, st.logit_rows = rows, st.block_tables = t2;
+          st.num_seqs = 2, st.max_blocks = MB;
+          runner->step(st, l1.data());
+        }
+        {
+          std::vector<int32_t> tokens = {a[70]}, pos = {70}, seq = {0}, rows = {0, 130, 131};
+          for (int64_t i = 0; i < 130; ++i) tokens.push_back(b[size_t(i)]), pos.push_back(int32_t(i)), seq.push_back(1);
+          tokens.push_back(c[20]), pos.push_back(20), seq.push_back(2);
+          PagedStep st;
+          st.tokens = tokens, st.positions = pos, st.row_seq = seq, st.block_tables = table, st.logit_rows = rows;
+          st.num_seqs = 3, st.max_blocks = MB;
+          runner->step(st, l2.data());
+        }
+        const std::string what = std::string(name) + " " + dtype + (flash_chunks ? " (flash chunks)" : " (decode chunks)");
+        for (Model* m : {model.get(), cpu.get()}) {
+          const std::string on = m == cpu.get() ? " vs the CPU session" : " vs the CUDA session";
+          auto sa = m->new_session();
+          sa->prefill(std::span<const int32_t>(a).subspan(0, 70));
+          EXPECT_LT(rel(l1.data(), sa->logits().data(), V), 3e-2) << what << on << ": a after its prompt";
+          sa->decode(a[70]);
+          EXPECT_LT(rel(l2.data(), sa->logits().data(), V), 3e-2) << what << on << ": a's decode row";
+          auto sb = m->new_session();
+          sb->prefill(b);
+          EXPECT_LT(rel(l2.data() + V, sb->logits().data(), V), 3e-2) << what << on << ": b's chunk";
+          auto sc = m->new_session();
+          sc->prefill(std::span<const int32_t>(c).subspan(0, 20));
+          EXPECT_LT(rel(l1.data() + V, sc->logits().data(), V), 3e-2) << what << on << ": c after its prompt";
+          sc->decode(c[20]);
+          EXPECT_LT(rel(l2.data() + 2 * V, sc->logits().data(), V), 3e-2) << what << on << ": c's decode row after b's chunk";
+        }
       }
-      {
-        std::vector<int32_t> tokens = {a[70]}, pos = {70}, seq = {0}, rows = {0, 130};
-        for (int64_t i = 0; i < 130; ++i) tokens.push_back(b[size_t(i)]), pos.push_back(int32_t(i)), seq.push_back(1);
-        PagedStep st;
-        st.tokens = tokens, st.positions = pos, st.row_seq = seq, st.block_tables = table, st.logit_rows = rows;
-        st.num_seqs = 2, st.max_blocks = MB;
-        runner->step(st, l2.data());
-      }
-      const std::string what = std::string(name) + " " + dtype;
-      for (Model* m : {model.get(), cpu.get()}) {
-        const std::string on = m == cpu.get() ? " vs the CPU session" : " vs the CUDA session";
-        auto sa = m->new_session();
-        sa->prefill(std::span<const int32_t>(a).subspan(0, 70));
-        EXPECT_LT(rel(l1.data(), sa->logits().data(), V), 3e-2) << what << on << ": a after its prompt";
-        sa->decode(a[70]);
-        EXPECT_LT(rel(l2.data(), sa->logits().data(), V), 3e-2) << what << on << ": a's decode row";
-        auto sb = m->new_session();
-        sb->prefill(b);
-        EXPECT_LT(rel(l2.data() + V, sb->logits().data(), V), 3e-2) << what << on << ": b's chunk";
-      }
-    }
 }
 
 // The greedy step on CUDA: the device's per-row argmax (argmax_rows) against the host argmax of the logits of the same

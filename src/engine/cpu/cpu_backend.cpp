@@ -21,6 +21,7 @@
 #include "engine/cpu/gemv_quant.hpp"
 #include "model/quant.hpp"
 #include "engine/cpu/paged_attention.hpp"
+#include "engine/paged_spans.hpp"
 #include "engine/cpu/ssm_ops.hpp"
 #include "engine/sampler.hpp"
 #include "flashkit/attention.hpp"
@@ -341,32 +342,27 @@ class CpuBackend final : public Backend {
       std::memcpy(frow(cache.k, s), frow(k, t), size_t(kvd) * 4);
       std::memcpy(frow(cache.v, s), frow(v, t), size_t(kvd) * 4);
     }
-    // A sequence with one row in the step (decode) reads its blocks in place (the paged decode kernel, all such rows
-    // at once); a chunk of several rows (a prompt) gathers its visible keys in position order and runs the flash
-    // kernel, as a session's prefill does.
+    // Decode rows read their blocks in place (the paged decode kernel, all such rows at once); a chunk of several
+    // rows (a prompt) gathers its visible keys in position order and runs the flash kernel, as a session's prefill
+    // does (engine/paged_spans.hpp).
     single_.clear();
     const int64_t wl = p.window > 0 ? p.window - 1 : -1;
-    for (int64_t t0 = 0; t0 < T;) {
-      int64_t t1 = t0 + 1;
-      while (t1 < T && row_seq_[size_t(t1)] == row_seq_[size_t(t0)]) ++t1;
-      if (t1 - t0 == 1) {
-        single_.push_back(int32_t(t0));
-      } else {
-        const int64_t first = positions_[size_t(t0)], last = positions_[size_t(t1 - 1)];
-        const int64_t lo = p.window > 0 ? std::max<int64_t>(0, first - (p.window - 1)) : 0;
-        const int64_t L = last - lo + 1;
-        ktmp_.resize(size_t(L * kvd));
-        vtmp_.resize(size_t(L * kvd));
-        const int32_t* table = tables_.data() + row_seq_[size_t(t0)] * max_blocks_;
-        for (int64_t j = lo; j <= last; ++j) {
-          const int64_t sl = int64_t(table[j / bs]) * bs + j % bs;
-          std::memcpy(ktmp_.data() + (j - lo) * kvd, frow(cache.k, sl), size_t(kvd) * 4);
-          std::memcpy(vtmp_.data() + (j - lo) * kvd, frow(cache.v, sl), size_t(kvd) * 4);
-        }
-        run_attention(q.row_slice(t0, t1 - t0), ktmp_.data(), vtmp_.data(), kvd, L, out.row_slice(t0, t1 - t0),
-                      t1 - t0, p, wl);
+    for (const PagedSpan& sp : plan_paged_spans(positions_, row_seq_, 2)) {
+      if (!sp.chunk) {
+        for (int64_t t = sp.row0; t < sp.row0 + sp.rows; ++t) single_.push_back(int32_t(t));
+        continue;
       }
-      t0 = t1;
+      const int64_t lo = sp.key_lo(p.window), L = sp.keys(p.window);
+      ktmp_.resize(size_t(L * kvd));
+      vtmp_.resize(size_t(L * kvd));
+      const int32_t* table = tables_.data() + sp.seq * max_blocks_;
+      for (int64_t j = lo; j < lo + L; ++j) {
+        const int64_t sl = int64_t(table[j / bs]) * bs + j % bs;
+        std::memcpy(ktmp_.data() + (j - lo) * kvd, frow(cache.k, sl), size_t(kvd) * 4);
+        std::memcpy(vtmp_.data() + (j - lo) * kvd, frow(cache.v, sl), size_t(kvd) * 4);
+      }
+      run_attention(q.row_slice(sp.row0, sp.rows), ktmp_.data(), vtmp_.data(), kvd, L, out.row_slice(sp.row0, sp.rows),
+                    sp.rows, p, wl);
     }
     if (!single_.empty()) {
       cpu::PagedDecodeArgs a;

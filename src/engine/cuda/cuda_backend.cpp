@@ -49,6 +49,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -368,6 +369,9 @@ class CudaBackend final : public Backend {
                                          std::to_string(step_rows_));
     ck(cudaSetDevice(dev_), "cudaSetDevice");
     if (pstep_.set(st, stream_)) drop_graphs();  // a new device buffer: captured paged steps point at the old one
+    pspans_ = plan_paged_spans(st.positions, st.row_seq,
+                               tuning_.paged_flash_chunks ? kCudaPagedChunkMinRows : std::numeric_limits<int64_t>::max());
+    pchunks_ = std::any_of(pspans_.begin(), pspans_.end(), [](const PagedSpan& sp) { return sp.chunk; });
     paged_ = true;
     exact_ = false;
   }
@@ -412,7 +416,7 @@ class CudaBackend final : public Backend {
     return kc::device_free_bytes();
   }
   bool graph_replay(uint64_t key) override {
-    if (!graphs_on_) return false;
+    if (!graphs_on_ || chunk_step()) return false;
     auto it = graphs_.find(key);
     if (it == graphs_.end()) return false;
     flush();
@@ -438,8 +442,10 @@ class CudaBackend final : public Backend {
     bool safe = graphs_on_ && !no_graph_.count(key);
     for (const Op& op : ops)
       if (op.kind == OpKind::attention && op.T != 1 && !op.exact) safe = false;  // (paged steps read everything per step on the device)
-    if (!safe) {
-      if (graphs_on_) no_graph_.insert(key);
+    if (!safe || chunk_step()) {
+      // A paged step with prompt chunks launches per chunk (host-side shapes): eager this time, without marking
+      // the key, whose decode-only steps of the same shape capture as usual.
+      if (graphs_on_ && !chunk_step()) no_graph_.insert(key);
       ++stats_.graph_eager;
       run(ops);
       return;
@@ -801,6 +807,15 @@ class CudaBackend final : public Backend {
       } else if (o.kind == OpKind::paged_attention) {
         const int64_t floats = kc::paged_attention_part_floats(o.T, o.ap.heads, o.ap.head_dim, paged_splits(o));
         if (floats > 0) ensure(ppart_, size_t(floats) * 4);
+        const int64_t H = o.ap.heads, D = o.ap.head_dim, kvd = o.ap.kv_heads * D;
+        for (const PagedSpan& sp : pspans_) {
+          if (!sp.chunk) continue;
+          ensure(kt_, size_t(sp.keys(o.ap.window) * kvd) * 2);
+          ensure(vt_, size_t(sp.keys(o.ap.window) * kvd) * 2);
+          if (!bf(o.a)) ensure(q16_, size_t(sp.rows * H * D) * 2);
+          if (!bf(o.d)) ensure(o16_, size_t(sp.rows * H * D) * 2);
+          ensure(lse_, size_t(sp.rows * H) * 4);
+        }
       } else if (o.kind == OpKind::attention) {
         const int64_t H = o.ap.heads, D = o.ap.head_dim, kvd = o.ap.kv_heads * D;
         if (o.T == 1 || o.exact) {
@@ -1199,6 +1214,69 @@ class CudaBackend final : public Backend {
     return n_old;
   }
 
+  // flashkit's flash attention forward over T query rows (bf16 [T, heads * D] at row stride ldq / ldo) and nk keys
+  // (bf16 [nk, kvd], contiguous), causal with the diagonal bottom-right (the rows are the last T positions), the
+  // layer's window and softcap; lse into lse_ (>= T * heads floats).
+  void flash_rows(const void* qp, int64_t ldq, const void* kp, const void* vp, int64_t nk, int64_t kvd, void* outp,
+                  int64_t ldo, int64_t T, const AttentionParams& ap) {
+    const int64_t H = ap.heads, KVH = ap.kv_heads, D = ap.head_dim;
+    // [1, rows, heads, D] over rows of stride ld
+    auto view = [&](const void* p, DType dt, int64_t rows, int64_t heads, int64_t ld) {
+      TensorView t = TensorView::contiguous(const_cast<void*>(p), dt, {1, rows, heads, D}, Device::cuda);
+      t.strides = {rows * ld, ld, D, 1};
+      t.device_index = dev_;
+      return t;
+    };
+    AttentionOptions opt;
+    opt.tuning = tuning_;
+    opt.scale = ap.scale > 0 ? ap.scale : 0.0f;
+    opt.causal = true;
+    opt.window_left = ap.window > 0 ? ap.window - 1 : -1;
+    opt.softcap = ap.softcap;
+    opt.check_finite = false;
+    TensorView lse = TensorView::contiguous(lse_.p, DType::f32, {1, H, T}, Device::cuda);
+    lse.device_index = dev_;
+    void* prev = flashkit::cuda_stream();
+    flashkit::set_cuda_stream(stream_);
+    try {
+      attention_forward(view(qp, DType::bf16, T, H, ldq), view(kp, DType::bf16, nk, KVH, kvd),
+                        view(vp, DType::bf16, nk, KVH, kvd), view(outp, DType::bf16, T, H, ldo), lse, opt);
+    } catch (...) {
+      flashkit::set_cuda_stream(prev);
+      throw;
+    }
+    flashkit::set_cuda_stream(prev);
+  }
+
+  // A batched paged step's attention (engine/paged_spans.hpp): the step's k/v rows into their slots, then each
+  // decode span through the paged decode kernel and each prompt chunk through the flash kernel over its gathered
+  // keys (q / out through bf16 scratch when the step's activations are f32).
+  void paged_attention_op(const Op& o) {
+    kc::paged_store(o.b, o.c, o.pkv, o.T, o.ap, pstep_, stream_);
+    const int64_t H = o.ap.heads, D = o.ap.head_dim, kvd = o.ap.kv_heads * D;
+    for (const PagedSpan& sp : pspans_) {
+      if (!sp.chunk) {
+        kc::paged_decode_rows(o.a, o.pkv, o.d, sp.row0, sp.rows, o.ap, pstep_, paged_splits(o),
+                              static_cast<float*>(ppart_.p), stream_);
+        continue;
+      }
+      const Tensor q = o.a.row_slice(sp.row0, sp.rows), out = o.d.row_slice(sp.row0, sp.rows);
+      kc::paged_gather_chunk(o.pkv, o.ap, pstep_, sp, static_cast<uint16_t*>(kt_.p), static_cast<uint16_t*>(vt_.p),
+                             stream_);
+      const void* qp = q.data;
+      int64_t ldq = q.ld;
+      if (!bf(q)) {
+        kc::convert_rows(q.data, false, q.ld, q16_.p, true, H * D, sp.rows, H * D, stream_);
+        qp = q16_.p, ldq = H * D;
+      }
+      void* outp = bf(out) ? out.data : o16_.p;
+      const int64_t ldo = bf(out) ? out.ld : H * D;
+      flash_rows(qp, ldq, kt_.p, vt_.p, sp.keys(o.ap.window), kvd, outp, ldo, sp.rows, o.ap);
+      if (!bf(out)) kc::convert_rows(o16_.p, true, H * D, out.data, false, out.ld, sp.rows, H * D, stream_);
+    }
+  }
+  bool chunk_step() const { return paged_ && pchunks_; }
+
   void prefill_attention(const Op& o) {
     const int64_t T = o.T, H = o.ap.heads, KVH = o.ap.kv_heads, D = o.ap.head_dim, kvd = KVH * D;
     const int64_t P = host_pos0_;
@@ -1229,32 +1307,7 @@ class CudaBackend final : public Backend {
                     T, d_step_, stream_);
       kp = kv.k.data, vp = kv.v.data, nk = P + T;
     }
-    // [1, rows, heads, D] over rows of stride ld
-    auto view = [&](const void* p, DType dt, int64_t rows, int64_t heads, int64_t ld) {
-      TensorView t = TensorView::contiguous(const_cast<void*>(p), dt, {1, rows, heads, D}, Device::cuda);
-      t.strides = {rows * ld, ld, D, 1};
-      t.device_index = dev_;
-      return t;
-    };
-    AttentionOptions opt;
-    opt.tuning = tuning_;
-    opt.scale = o.ap.scale > 0 ? o.ap.scale : 0.0f;
-    opt.causal = true;
-    opt.window_left = o.ap.window > 0 ? o.ap.window - 1 : -1;
-    opt.softcap = o.ap.softcap;
-    opt.check_finite = false;
-    TensorView lse = TensorView::contiguous(lse_.p, DType::f32, {1, H, T}, Device::cuda);
-    lse.device_index = dev_;
-    void* prev = flashkit::cuda_stream();
-    flashkit::set_cuda_stream(stream_);
-    try {
-      attention_forward(view(qp, DType::bf16, T, H, ldq), view(kp, DType::bf16, nk, KVH, kvd),
-                        view(vp, DType::bf16, nk, KVH, kvd), view(outp, DType::bf16, T, H, ldo), lse, opt);
-    } catch (...) {
-      flashkit::set_cuda_stream(prev);
-      throw;
-    }
-    flashkit::set_cuda_stream(prev);
+    flash_rows(qp, ldq, kp, vp, nk, kvd, outp, ldo, T, o.ap);
     if (!bf(o.d)) kc::convert_rows(o16_.p, true, H * D, o.d.data, false, o.d.ld, T, H * D, stream_);
     if (gather)
       kc::kv_append(o.b.data, o.b.ld, o.c.data, o.c.ld, bf(o.b), kv.k.data, kv.v.data, cbf, kvd, kv.capacity, kv.ring,
@@ -1312,10 +1365,7 @@ class CudaBackend final : public Backend {
           kc::rope(o.a.data, o.a.ld, bf(o.a), o.T, o.heads, o.head_dim, static_cast<const float*>(o.b.data), o.f,
                    d_step_, stream_);
         break;
-      case OpKind::paged_attention:
-        kc::paged_attention(o.a, o.b, o.c, o.pkv, o.d, o.T, o.ap, pstep_, paged_splits(o),
-                            static_cast<float*>(ppart_.p), stream_);
-        break;
+      case OpKind::paged_attention: paged_attention_op(o); break;
       case OpKind::gather_rows: kc::gather_rows(o.a, o.c, o.T, pstep_, stream_); break;
       case OpKind::argmax_rows:
         kc::argmax_rows_f32(static_cast<const float*>(o.a.data), o.a.ld, o.T, o.a.cols,
@@ -1398,6 +1448,8 @@ class CudaBackend final : public Backend {
   Scratch part_, bfx_, q16_, o16_, lse_, kt_, vt_, f32tmp_, argpart_, hshadow_, ppart_, argrows_;
   std::vector<int32_t> argrows_host_;  // argmax_rows_result's download (pageable: 8 bytes a row)
   kc::PagedStepBuffer pstep_;  // the current batched paged step's tables (set_paged_step)
+  std::vector<PagedSpan> pspans_;  // its rows as decode spans and prompt chunks (paged_attention_op)
+  bool pchunks_ = false;           // some span is a chunk: the step runs eagerly (graph_end)
   bool paged_ = false;         // set_paged_step was the last step input: queued ops read pstep_
   Scratch deq_;      // bf16 row panel of a dequantized matrix (prefill GEMM); sized at load
   Scratch xq_, yq_;  // f32 x / y of a quantized GEMV whose operands are bf16 (multi-row steps)

@@ -86,13 +86,12 @@ int64_t paged_attention_part_floats(int64_t rows, int64_t heads, int64_t head_di
   return splits > 1 ? fc::paged_decode_part_floats(rows, heads, head_dim, splits) : 0;
 }
 
-void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKVLayer& cache, const Tensor& out,
-                     int64_t T, const AttentionParams& p, const PagedStepBuffer& step, int splits, float* part,
-                     cudaStream_t stream) {
+void paged_store(const Tensor& k, const Tensor& v, const PagedKVLayer& cache, int64_t T, const AttentionParams& p,
+                 const PagedStepBuffer& step, cudaStream_t stream) {
   if (T != step.rows()) fail(Status::internal, "cuda paged attention: T differs from the step's rows");
+  if (v.dtype != k.dtype) fail(Status::internal, "cuda paged attention: k and v of different dtypes");
   fc::PagedStoreArgs s;
   s.k = k.data, s.ldk = k.ld, s.v = v.data, s.ldv = v.ld, s.src_type = elem(k.dtype);
-  if (v.dtype != k.dtype) fail(Status::internal, "cuda paged attention: k and v of different dtypes");
   s.k_pool = cache.k.data, s.v_pool = cache.v.data, s.pool_type = elem(cache.k.dtype);
   s.block_size = int32_t(cache.block_size);
   s.block_tables = step.tables(), s.max_blocks = step.max_blocks();
@@ -100,19 +99,39 @@ void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Pa
   s.rows = int32_t(T);
   s.kvd = p.kv_heads * p.head_dim;
   fc::paged_kv_store(s, stream);
+}
 
+void paged_decode_rows(const Tensor& q, const PagedKVLayer& cache, const Tensor& out, int64_t row0, int64_t rows,
+                       const AttentionParams& p, const PagedStepBuffer& step, int splits, float* part,
+                       cudaStream_t stream) {
+  if (row0 < 0 || rows < 0 || row0 + rows > step.rows()) fail(Status::internal, "cuda paged attention: rows outside the step");
   fc::PagedDecodeArgs a;
-  a.q = q.data, a.ldq = q.ld, a.q_type = elem(q.dtype);
-  a.out = out.data, a.ldo = out.ld, a.out_type = elem(out.dtype);
-  a.k_pool = cache.k.data, a.v_pool = cache.v.data, a.pool_type = s.pool_type;
-  a.block_size = s.block_size, a.block_tables = s.block_tables, a.max_blocks = s.max_blocks;
-  a.positions = s.positions, a.row_seq = s.row_seq, a.rows = int32_t(T);
+  // Rows row0.. of q, out and the step's per-row tables: the kernel's row 0 is step row row0.
+  a.q = static_cast<const char*>(q.data) + row0 * q.ld * dtype_size(q.dtype), a.ldq = q.ld, a.q_type = elem(q.dtype);
+  a.out = static_cast<char*>(out.data) + row0 * out.ld * dtype_size(out.dtype), a.ldo = out.ld;
+  a.out_type = elem(out.dtype);
+  a.k_pool = cache.k.data, a.v_pool = cache.v.data, a.pool_type = elem(cache.k.dtype);
+  a.block_size = int32_t(cache.block_size), a.block_tables = step.tables(), a.max_blocks = step.max_blocks();
+  a.positions = step.positions() + row0, a.row_seq = step.row_seq() + row0, a.rows = int32_t(rows);
   a.heads = int32_t(p.heads), a.kv_heads = int32_t(p.kv_heads), a.head_dim = int32_t(p.head_dim);
   a.window = p.window;
   a.scale = p.scale > 0 ? p.scale : 1.0f / std::sqrt(float(p.head_dim));
   a.softcap = p.softcap;
   a.splits = splits, a.part = part;
   fc::paged_decode_attention(a, stream);
+}
+
+void paged_gather_chunk(const PagedKVLayer& cache, const AttentionParams& p, const PagedStepBuffer& step,
+                        const PagedSpan& span, uint16_t* k_out, uint16_t* v_out, cudaStream_t stream) {
+  if (!span.chunk) fail(Status::internal, "cuda paged attention: gather of a decode span");
+  fc::PagedGatherArgs g;
+  g.k_pool = cache.k.data, g.v_pool = cache.v.data, g.pool_type = elem(cache.k.dtype);
+  g.block_size = int32_t(cache.block_size);
+  g.table = step.tables() + int64_t(span.seq) * step.max_blocks();
+  g.first = span.key_lo(p.window), g.n = span.keys(p.window);
+  g.kvd = p.kv_heads * p.head_dim;
+  g.k_out = k_out, g.v_out = v_out;
+  fc::paged_gather_kv(g, stream);
 }
 
 void gather_rows(const Tensor& x, const Tensor& out, int64_t n, const PagedStepBuffer& step, cudaStream_t stream) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "engine/backend.hpp"
+#include "engine/paged_spans.hpp"
 
 typedef struct CUstream_st* cudaStream_t;
 typedef struct CUevent_st* cudaEvent_t;
@@ -47,11 +48,18 @@ int paged_attention_splits(int64_t rows, int64_t heads, int64_t kv_heads, int64_
                            int64_t window, const Tuning& tuning);
 int64_t paged_attention_part_floats(int64_t rows, int64_t heads, int64_t head_dim, int splits);
 
-// Stores k/v rows [T, kv_heads * head_dim] into the pool, then attends each row over its sequence (q, out
-// [T, heads * head_dim]). `part`: paged_attention_part_floats(...) floats when splits > 1.
-void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKVLayer& cache, const Tensor& out,
-                     int64_t T, const AttentionParams& p, const PagedStepBuffer& step, int splits, float* part,
-                     cudaStream_t stream);
+// Stores the step's k/v rows [T, kv_heads * head_dim] into their pool slots (before any row attends).
+void paged_store(const Tensor& k, const Tensor& v, const PagedKVLayer& cache, int64_t T, const AttentionParams& p,
+                 const PagedStepBuffer& step, cudaStream_t stream);
+// Attends step rows [row0, row0 + rows) over their sequences' keys in the pool (the paged decode kernel; q, out
+// [T, heads * head_dim]). `part`: paged_attention_part_floats(rows, ...) floats when splits > 1.
+void paged_decode_rows(const Tensor& q, const PagedKVLayer& cache, const Tensor& out, int64_t row0, int64_t rows,
+                       const AttentionParams& p, const PagedStepBuffer& step, int splits, float* part,
+                       cudaStream_t stream);
+// A chunk's visible keys (span.keys(window) positions from span.key_lo(window)) into bf16 [keys, kv_heads *
+// head_dim] k_out / v_out, in position order.
+void paged_gather_chunk(const PagedKVLayer& cache, const AttentionParams& p, const PagedStepBuffer& step,
+                        const PagedSpan& span, uint16_t* k_out, uint16_t* v_out, cudaStream_t stream);
 // out[i, :] = x[logit_rows[i], :] for i < n (x and out of one dtype: f32 or bf16).
 void gather_rows(const Tensor& x, const Tensor& out, int64_t n, const PagedStepBuffer& step, cudaStream_t stream);
 // Free device memory now (cudaMemGetInfo), bytes.

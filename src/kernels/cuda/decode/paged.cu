@@ -281,6 +281,28 @@ __global__ void paged_store_kernel(const PagedStoreArgs a) {
   st_elem(a.v_pool, a.pool_type, row * a.kvd + c, ld_elem(a.v, a.src_type, int64_t(t) * a.ldv + c));
 }
 
+// One thread per 8 elements of a gathered row (16 bytes of bf16 out), grid-stride over (row, 8-element column).
+template <int PT>
+__global__ void paged_gather_kernel(const PagedGatherArgs a) {
+  const int64_t per_row = a.kvd / 8, total = a.n * per_row, bs = a.block_size;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / per_row, c = (i % per_row) * 8, j = a.first + r;
+    const int64_t e = (int64_t(a.table[j / bs]) * bs + j % bs) * a.kvd + c;
+    uint4 k0, k1, v0, v1;
+    load8<PT>(a.k_pool, e, k0, k1);
+    load8<PT>(a.v_pool, e, v0, v1);
+    if constexpr (PT != int(PagedElem::bf16)) {
+      float kf[8], vf[8];
+      unpack<PT>(k0, k1, kf);
+      unpack<PT>(v0, v1, vf);
+      k0 = make_uint4(pack2(kf[0], kf[1]), pack2(kf[2], kf[3]), pack2(kf[4], kf[5]), pack2(kf[6], kf[7]));
+      v0 = make_uint4(pack2(vf[0], vf[1]), pack2(vf[2], vf[3]), pack2(vf[4], vf[5]), pack2(vf[6], vf[7]));
+    }
+    *reinterpret_cast<uint4*>(a.k_out + r * a.kvd + c) = k0;
+    *reinterpret_cast<uint4*>(a.v_out + r * a.kvd + c) = v0;
+  }
+}
+
 template <typename E>
 __global__ void gather_rows_kernel(const E* x, int64_t ldx, E* out, int64_t ldo, int64_t cols, const int32_t* index) {
   const int64_t i = blockIdx.y, src = index[i];
@@ -345,6 +367,24 @@ void paged_kv_store(const PagedStoreArgs& a, cudaStream_t stream) {
   const int th = 128;
   const dim3 grid(unsigned((a.kvd + th - 1) / th), unsigned(a.rows));
   check_cuda(launch_ex(paged_store_kernel, grid, dim3(th), 0, stream, false, 1u, a), "paged_kv_store launch");
+}
+
+void paged_gather_kv(const PagedGatherArgs& a, cudaStream_t stream) {
+  if (a.n <= 0) return;
+  if (a.kvd <= 0 || a.kvd % 8) fail(Status::invalid_argument, "paged_gather_kv: kvd must be a positive multiple of 8");
+  if (a.block_size < 1 || a.first < 0) fail(Status::invalid_argument, "paged_gather_kv: block_size >= 1, first >= 0");
+  if (!elem_ok(a.pool_type)) fail(Status::invalid_argument, "paged_gather_kv: pool elements must be f32, bf16 or f16");
+  if (!a.k_pool || !a.v_pool || !a.table || !a.k_out || !a.v_out) fail(Status::invalid_argument, "paged_gather_kv: null pointer");
+  const int th = 256;
+  const int64_t items = a.n * (a.kvd / 8);
+  const dim3 grid(unsigned(std::min<int64_t>((items + th - 1) / th, 132 * 16)));
+  cudaError_t e;
+  switch (a.pool_type) {
+    case PagedElem::f32: e = launch_ex(paged_gather_kernel<0>, grid, dim3(th), 0, stream, false, 1u, a); break;
+    case PagedElem::bf16: e = launch_ex(paged_gather_kernel<1>, grid, dim3(th), 0, stream, false, 1u, a); break;
+    default: e = launch_ex(paged_gather_kernel<2>, grid, dim3(th), 0, stream, false, 1u, a); break;
+  }
+  check_cuda(e, "paged_gather_kv launch");
 }
 
 void gather_rows(const void* x, int64_t ldx, void* out, int64_t ldo, int64_t cols, int elem_bytes,

@@ -77,6 +77,22 @@ struct PagedStoreArgs {
 };
 void paged_kv_store(const PagedStoreArgs& a, cudaStream_t stream);
 
+// A prompt chunk's keys for the flash kernel (engine/paged_spans.hpp): positions [first, first + n) of one sequence
+// (`table`: its row of the block tables, on the device) gathered from the pools, in position order, into bf16
+// [n, kvd] k_out / v_out (pool elements f32, bf16 or f16; f32 rounds to bf16 as a session's prefill does).
+struct PagedGatherArgs {
+  const void* k_pool = nullptr;
+  const void* v_pool = nullptr;
+  PagedElem pool_type = PagedElem::bf16;
+  int32_t block_size = 0;
+  const int32_t* table = nullptr;
+  int64_t first = 0, n = 0;
+  int64_t kvd = 0;  // a multiple of 8
+  uint16_t* k_out = nullptr;
+  uint16_t* v_out = nullptr;
+};
+void paged_gather_kv(const PagedGatherArgs& a, cudaStream_t stream);
+
 // out[i, :] = x[index[i], :] for i < n (index on the device); elem_bytes 2 or 4, row strides in elements.
 void gather_rows(const void* x, int64_t ldx, void* out, int64_t ldo, int64_t cols, int elem_bytes,
                  const int32_t* index, int64_t n, cudaStream_t stream);
