@@ -114,6 +114,7 @@ Tuning tuning_from_env() {
   t.decode_pdl = env::flag("FLASHKIT_DECODE_PDL", t.decode_pdl);
   static constexpr int kDecodeNarrow[] = {-1, 0, 1, 0, 1};  // auto|0|1|off|on
   t.decode_narrow = kDecodeNarrow[env::choice("FLASHKIT_DECODE_NARROW", {"auto", "0", "1", "off", "on"}, 0)];
+  t.decode_prefetch = env::flag("FLASHKIT_DECODE_PREFETCH", t.decode_prefetch);
 
   t.cuda_graphs = env::flag("FLASHKIT_CUDA_GRAPHS", t.cuda_graphs);
   t.cuda_fuse = env::flag("FLASHKIT_CUDA_FUSE", t.cuda_fuse);

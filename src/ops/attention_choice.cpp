@@ -19,6 +19,7 @@ cuda::DecodeShape decode_shape(const kernels::AttentionShape& sh, const kernels:
   d.max_seqlen_k = sh.max_seqlen_k;
   d.window_left = m.window_left;
   d.window_right = m.window_right;
+  d.varlen = sh.varlen();
   return d;
 }
 

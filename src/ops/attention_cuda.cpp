@@ -192,6 +192,7 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
     p.cluster = choice.decode.cluster;
     p.pdl = choice.decode.pdl;
     p.decode_narrow = choice.decode.narrow;
+    p.decode_prefetch = choice.decode.prefetch;
     if (choice.decode.merge == cuda::DecodeMergeKind::combine) {
       const size_t part_bytes = size_t(p.num_splits) * size_t(p.num_rows) * (D * 4 + 4);
       part = std::make_unique<Workspace>(part_bytes, stream);

@@ -380,6 +380,25 @@ TEST(CudaChoice, DecodeSplitsOnH200AndA100) {
             "cuda.flash.decode.one_warp.bf16.d128.splits54.combine");
 }
 
+// FLASHKIT_DECODE_PREFETCH=1: the mma member with PDL asks its first K/V blocks into L2 before its wait, never for
+// varlen batches (their offsets are device memory the previous grid may write) nor without PDL; off by default.
+TEST(CudaChoice, DecodePrefetch) {
+  EXPECT_FALSE(fwd("default", shape(1, 32, 8, 128, 1, 32768), h200()).decode.prefetch);
+  Tuning t;
+  t.decode_prefetch = true;
+  const FwdChoice c = fwd("prefetch", shape(1, 32, 8, 128, 1, 32768), h200(), t);
+  EXPECT_TRUE(c.decode.prefetch);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.narrow.prefetch.splits33.combine");
+  EXPECT_TRUE(fwd("prefetch d256", shape(1, 8, 1, 256, 1, 4096), h200(), t).decode.prefetch);
+  flashkit::kernels::AttentionShape v = shape(1, 32, 8, 128, 1, 32768);
+  const int32_t cu[2] = {0, 1};
+  v.cu_seqlens_q = cu, v.cu_seqlens_k = cu;
+  EXPECT_FALSE(fwd("prefetch varlen", v, h200(), t).decode.prefetch);
+  EXPECT_FALSE(fwd("prefetch on the A100 (no PDL)", shape(1, 32, 8, 128, 1, 32768), a100(), t).decode.prefetch);
+  t.decode_pdl = false;
+  EXPECT_FALSE(fwd("prefetch without PDL", shape(1, 32, 8, 128, 1, 32768), h200(), t).decode.prefetch);
+}
+
 TEST(CudaChoice, DecodeWindowTuningAndClusters) {
   AttentionMask win;
   win.window_left = 1024, win.window_right = 0, win.causal = true;

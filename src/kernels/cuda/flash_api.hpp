@@ -33,6 +33,7 @@ struct FwdParams {
   // overlaps the tail of the one before it in the stream.
   DecodeKernel decode_kernel = DecodeKernel::mma;
   bool decode_narrow = false;  // mma: the narrow CTA (DecodeCfg::kNarrowWarps warps; head_dim <= 128)
+  bool decode_prefetch = false;  // mma: K/V's first blocks into L2 before the PDL wait (DecodePlan::prefetch)
   int cluster = 0;
   bool pdl = false;
   // The warp-specialized Hopper forward only: > 0 launches its persistent grid of this many CTAs (FwdChoice's

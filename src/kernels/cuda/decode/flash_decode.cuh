@@ -81,9 +81,12 @@ __global__ void __launch_bounds__(NW * 32, NW == DecodeCfg<D>::kWarps ? 1 : (D =
   const uint32_t sQ = smem_u32(smem);
 
   // Launched with PDL (p.pdl): wait for the previous grid (it may write Q or the cache), then let the split
-  // combine start launching; it waits for this whole grid before it reads a partial.
-  pdl_wait();
-  pdl_trigger();
+  // combine start launching; it waits for this whole grid before it reads a partial. With p.decode_prefetch the
+  // wait comes later, after this warp's first blocks of K and V are asked into L2 (below).
+  if (!p.decode_prefetch) {
+    pdl_wait();
+    pdl_trigger();
+  }
   const kernels::AttentionFwdArgs& a = p.a;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
@@ -159,20 +162,6 @@ __global__ void __launch_bounds__(NW * 32, NW == DecodeCfg<D>::kWarps ? 1 : (D =
   const T* kbase = static_cast<const T*>(a.k.data) + sr.bslot * a.k.stride_b + kvh * a.k.stride_h + sr.k0 * a.k.stride_s;
   const T* vbase = static_cast<const T*>(a.v.data) + sr.bslot * a.v.stride_b + kvh * a.v.stride_h + sr.k0 * a.v.stride_s;
 
-  // Q tile (rows past nrows and columns past head_dim zero-filled), one cp.async group of its own.
-  for (int idx = tid; idx < 16 * CH; idx += NT) {
-    const int r = idx / CH, c = idx % CH;
-    const bool ok = r < nrows && c * 8 < dreal;
-    const T* src = qbase;
-    if (ok) {
-      int64_t h, i;
-      row_hi(r, h, i);
-      src = qbase + (sr.q0 + i) * a.q.stride_s + h * a.q.stride_h + c * 8;
-    }
-    cp_async16(sQ + swz<D>(r, c), src, ok);
-  }
-  cp_async_commit();
-
   // This warp's stages, and its share of a 16-key block copy: lane copies chunk lc of rows lr0, lr0 + RS, ...
   const uint32_t sW = sQ + kTile + uint32_t(warp) * ST * kStage;
   constexpr int RS = 32 / CH;  // rows per step of the warp: d64 4, d128 2, d256 1
@@ -195,6 +184,41 @@ __global__ void __launch_bounds__(NW * 32, NW == DecodeCfg<D>::kWarps ? 1 : (D =
       vp += vstep;
     }
   };
+  // p.decode_prefetch (PDL, fixed-length batches: everything above is arithmetic on the launch's parameters): before
+  // waiting for the previous grid, ask this warp's first ST-1 blocks of K and V into L2, one prefetch per 128-byte
+  // line, so their HBM round trip overlaps the previous grid's tail and its memory flush. Safe whatever that grid
+  // writes: L2 is the point of coherence, a prefetch fills neither L1 nor shared memory, and every load below comes
+  // after the wait.
+  if (p.decode_prefetch) {
+    if ((lc & 7) == 0 && cok) {
+#pragma unroll
+      for (int s = 0; s < ST - 1; ++s) {
+        if (s >= nblk) break;
+        int64_t j = (wb0 + int64_t(s) * NW) * 16 + lr0;
+#pragma unroll
+        for (int k = 0; k < 16 / RS; ++k, j += RS) {
+          if (j >= nk) break;
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(kbase + j * a.k.stride_s + lc * 8));
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(vbase + j * a.v.stride_s + lc * 8));
+        }
+      }
+    }
+    pdl_wait();
+    pdl_trigger();
+  }
+  // Q tile (rows past nrows and columns past head_dim zero-filled), one cp.async group of its own.
+  for (int idx = tid; idx < 16 * CH; idx += NT) {
+    const int r = idx / CH, c = idx % CH;
+    const bool ok = r < nrows && c * 8 < dreal;
+    const T* src = qbase;
+    if (ok) {
+      int64_t h, i;
+      row_hi(r, h, i);
+      src = qbase + (sr.q0 + i) * a.q.stride_s + h * a.q.stride_h + c * 8;
+    }
+    cp_async16(sQ + swz<D>(r, c), src, ok);
+  }
+  cp_async_commit();
   // Prologue: ST-1 blocks in flight per warp (a group is committed even when empty, so counts stay uniform).
 #pragma unroll
   for (int s = 0; s < ST - 1; ++s) {

@@ -104,6 +104,7 @@ DecodePlan plan_decode(const DecodeShape& s, const DeviceInfo& dev, const Tuning
   p.kernel = size_t(dev.smem_per_block_optin) >= smem ? DecodeKernel::mma : DecodeKernel::one_warp;
   if (p.kernel == DecodeKernel::mma) {
     p.pdl = t.decode_pdl && dev.cc_major >= 9;
+    p.prefetch = p.pdl && t.decode_prefetch && !s.varlen;  // (varlen: the offsets are memory the previous grid may write)
     // One CTA per SM (its shared memory). Splits s minimize a wave model of the time: ceil(base*s / slots) waves
     // of ceil(blocks/s) 16-key blocks per CTA plus a fixed cost c0 per CTA (prologue, merge: ~64 KB worth of
     // loads, 1024/D blocks); more splits must gain 2% (partials, merge). E.g. H200 (132 slots), 32k keys (2048
@@ -191,6 +192,7 @@ std::string decode_plan_name(const DecodePlan& p) {
                   : p.kernel == DecodeKernel::paged    ? "paged"
                                                        : "fused_prologue";
   if (p.narrow) s += ".narrow";
+  if (p.prefetch) s += ".prefetch";
   if (p.splits > 1) s += ".splits" + std::to_string(p.splits);
   switch (p.merge) {
     case DecodeMergeKind::combine: s += ".combine"; break;

@@ -68,6 +68,7 @@ struct DecodeShape {
   // The paged member: `batch` query rows, each of its own sequence through a block table, max_seqlen_q = 1 per
   // row (chunk rows of one sequence are separate rows); max_seqlen_k the most keys a row of the step sees.
   bool paged = false;
+  bool varlen = false;  // sequence offsets read from device memory (cu_seqlens)
 };
 
 // The paged member's constants (paged.cu and its planner): a split takes at least kPagedMinKeys keys (fewer keys
@@ -89,6 +90,9 @@ struct DecodePlan {
   DecodeMergeKind merge = DecodeMergeKind::none;  // fused_prologue: the merge at full context
   bool pdl = false;     // programmatic dependent launch (sm_90)
   bool narrow = false;  // mma: the narrow CTA (tiles.hpp DecodeCfg::kNarrowWarps), several an SM, one full wave
+  // mma with PDL, fixed-length batches (Tuning::decode_prefetch): each warp asks its first blocks of K and V into L2
+  // before waiting for the previous grid (flash_decode.cuh)
+  bool prefetch = false;
   int tile_m = 16;      // packed query rows per CTA
   int tile_n = 16;      // keys per pipeline block
   int64_t mtiles = 0;   // (m-tile, KV head, sequence) tiles the splits multiply
