@@ -776,9 +776,10 @@ class CudaBackend final : public Backend {
   // The paged attention's splits: a function of the row count and the longest sequence the block tables can hold
   // (not of this step's positions), so a captured paged step replays for any positions; each row uses as many of
   // them as its own keys need (paged.hpp).
-  int paged_splits(const Op& o) const {
+  // (A decode span of a step with prompt chunks plans for its own rows: such steps are never captured.)
+  int paged_splits(const Op& o, int64_t rows) const {
     const int64_t most = pstep_.max_blocks() * o.pkv.block_size;
-    return kc::paged_attention_splits(o.T, o.ap.heads, o.ap.kv_heads, o.ap.head_dim, most, o.ap.window, tuning_);
+    return kc::paged_attention_splits(rows, o.ap.heads, o.ap.kv_heads, o.ap.head_dim, most, o.ap.window, tuning_);
   }
   bool gemv_ok(const Op& lin) const {
     const int64_t K = lin.M.cols;
@@ -805,11 +806,13 @@ class CudaBackend final : public Backend {
       } else if (o.kind == OpKind::argmax_rows) {
         ensure(argrows_, size_t(std::max<int64_t>(o.T, 1)) * 8);
       } else if (o.kind == OpKind::paged_attention) {
-        const int64_t floats = kc::paged_attention_part_floats(o.T, o.ap.heads, o.ap.head_dim, paged_splits(o));
-        if (floats > 0) ensure(ppart_, size_t(floats) * 4);
         const int64_t H = o.ap.heads, D = o.ap.head_dim, kvd = o.ap.kv_heads * D;
         for (const PagedSpan& sp : pspans_) {
-          if (!sp.chunk) continue;
+          if (!sp.chunk) {
+            const int64_t floats = kc::paged_attention_part_floats(sp.rows, H, D, paged_splits(o, sp.rows));
+            if (floats > 0) ensure(ppart_, size_t(floats) * 4);
+            continue;
+          }
           ensure(kt_, size_t(sp.keys(o.ap.window) * kvd) * 2);
           ensure(vt_, size_t(sp.keys(o.ap.window) * kvd) * 2);
           if (!bf(o.a)) ensure(q16_, size_t(sp.rows * H * D) * 2);
@@ -1256,7 +1259,7 @@ class CudaBackend final : public Backend {
     const int64_t H = o.ap.heads, D = o.ap.head_dim, kvd = o.ap.kv_heads * D;
     for (const PagedSpan& sp : pspans_) {
       if (!sp.chunk) {
-        kc::paged_decode_rows(o.a, o.pkv, o.d, sp.row0, sp.rows, o.ap, pstep_, paged_splits(o),
+        kc::paged_decode_rows(o.a, o.pkv, o.d, sp.row0, sp.rows, o.ap, pstep_, paged_splits(o, sp.rows),
                               static_cast<float*>(ppart_.p), stream_);
         continue;
       }
