@@ -68,7 +68,7 @@ void add_eval(CLI::App& app) {
   c->add_option("--seed", a->seed, "Seed of the task generators (default 1)")->check(uint64_value());
   c->add_option("--batch", a->batch,
                 "Text samples generated together through the serving engine (continuous batching, prefix cache); "
-                "1: one session per sample; default: 8 on the CPU and on CUDA up to 512 tokens, else 1")
+                "1: one session per sample; default: 8 for models with a KV cache, 1 for Mamba")
       ->check(int_range(0, 4096));
   c->add_option("-o,--output", a->output, "Write the results JSON here (default: standard output)");
   c->add_option("--device", a->device, "cpu | cuda | cuda:N");

@@ -71,8 +71,8 @@ struct Tuning {
   int decode_narrow = -1;           // FLASHKIT_DECODE_NARROW=auto|0|1: the decode kernel's narrow CTA (4 warps,
                                     // 2-3 CTAs an SM, a grid that fills every SM; head_dim <= 128): -1 (auto):
                                     // decode_narrow_auto (decode/plan.hpp), 0 never, 1 wherever it applies
-  bool decode_prefetch = false;     // FLASHKIT_DECODE_PREFETCH=1: the decode kernel asks its first K/V blocks into L2
-                                    // before waiting for the previous grid (PDL; DecodePlan::prefetch)
+  bool decode_prefetch = true;      // FLASHKIT_DECODE_PREFETCH=0: the decode kernel no longer asks its first K/V blocks
+                                    // into L2 before waiting for the previous grid (DecodePlan::prefetch; A/B runs)
 
   // ---- CUDA engine backend
   bool cuda_graphs = true;          // FLASHKIT_CUDA_GRAPHS

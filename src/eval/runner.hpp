@@ -34,13 +34,12 @@ struct EvalConfig {
                                  // each; 0: default_batch()
 };
 
-// The batch when none is given (`longest`: the longest length asked): 8, through the serving engine, where its chunked
-// prefill attends with the flash kernel (the CPU backend), and on CUDA up to 512 tokens (measured there, H200:
-// 1.46x over a Session each, bench/results/eval-batched-cuda-h200); else 1, a Session per sample. CUDA's paged step
-// attends each row of a prompt chunk with the decode kernel, re-reading the chunk's keys per row (docs/serving.md):
-// a 2k-token prompt takes ~5x a Session's flash prefill there, and eval is prefill-bound. Models without a KV cache
-// (Mamba) gain nothing from the engine, which runs them one Session each anyway.
-int64_t default_batch(bool has_kv_cache, bool on_device, int64_t longest);
+// The batch when none is given: 8 for models with a KV cache, through the serving engine, whose chunked prefill
+// attends with the flash kernel on every backend (engine/paged_spans.hpp). Measured: 1.65x over a Session each on
+// the CPU (bench/results/eval-batched-cpu), 1.46x on the H200 at 256/512 tokens (bench/results/eval-batched-cuda-h200)
+// and 1.95x at 4k (bench/results/paged-prefill-h200). Models without a KV cache (Mamba) gain nothing from the engine,
+// which runs them one Session each anyway: 1.
+int64_t default_batch(bool has_kv_cache);
 
 struct CellResult {
   std::string task;

@@ -380,23 +380,36 @@ TEST(CudaChoice, DecodeSplitsOnH200AndA100) {
             "cuda.flash.decode.one_warp.bf16.d128.splits54.combine");
 }
 
-// FLASHKIT_DECODE_PREFETCH=1: the mma member with PDL asks its first K/V blocks into L2 before its wait, never for
-// varlen batches (their offsets are device memory the previous grid may write) nor without PDL; off by default.
+// The L2 prefetch before the PDL wait (v30): automatic for the mma member with PDL where no combine launch follows
+// (one split, or the cluster merge), never for varlen batches (their offsets are device memory the previous grid may
+// write) nor without PDL; FLASHKIT_DECODE_PREFETCH=0 turns it off.
 TEST(CudaChoice, DecodePrefetch) {
-  EXPECT_FALSE(fwd("default", shape(1, 32, 8, 128, 1, 32768), h200()).decode.prefetch);
-  Tuning t;
-  t.decode_prefetch = true;
-  const FwdChoice c = fwd("prefetch", shape(1, 32, 8, 128, 1, 32768), h200(), t);
-  EXPECT_TRUE(c.decode.prefetch);
-  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.narrow.prefetch.splits33.combine");
-  EXPECT_TRUE(fwd("prefetch d256", shape(1, 8, 1, 256, 1, 4096), h200(), t).decode.prefetch);
-  flashkit::kernels::AttentionShape v = shape(1, 32, 8, 128, 1, 32768);
+  ClusterResidency res{};
+  for (int c = 2; c <= 16; ++c) res[c] = 8;
+  const FwdChoice one = fwd("16 keys: one split", shape(1, 32, 8, 128, 1, 16), h200());
+  EXPECT_EQ(one.decode.splits, 1);
+  EXPECT_TRUE(one.decode.prefetch);
+  const FwdChoice cl = fwd("1k keys: cluster merge", shape(1, 32, 8, 128, 1, 1024), h200(), {}, {}, res);
+  ASSERT_GT(cl.decode.cluster, 1);
+  EXPECT_TRUE(cl.decode.prefetch);
+  EXPECT_EQ(flashkit::kernel_name(cl, DType::bf16),
+            "cuda.flash.decode.mma.bf16.d128.narrow.prefetch.splits" + std::to_string(cl.decode.splits) + ".cluster" +
+                std::to_string(cl.decode.cluster));
+  const FwdChoice comb = fwd("32k keys: combine", shape(1, 32, 8, 128, 1, 32768), h200(), {}, {}, res);
+  EXPECT_EQ(comb.decode.merge, flashkit::cuda::DecodeMergeKind::combine);
+  EXPECT_FALSE(comb.decode.prefetch);
+  EXPECT_FALSE(fwd("d256 4k: combine", shape(1, 8, 1, 256, 1, 4096), h200()).decode.prefetch);
+  flashkit::kernels::AttentionShape v = shape(1, 32, 8, 128, 1, 16);
   const int32_t cu[2] = {0, 1};
   v.cu_seqlens_q = cu, v.cu_seqlens_k = cu;
-  EXPECT_FALSE(fwd("prefetch varlen", v, h200(), t).decode.prefetch);
-  EXPECT_FALSE(fwd("prefetch on the A100 (no PDL)", shape(1, 32, 8, 128, 1, 32768), a100(), t).decode.prefetch);
+  EXPECT_FALSE(fwd("varlen", v, h200()).decode.prefetch);
+  EXPECT_FALSE(fwd("A100 (no PDL)", shape(1, 32, 8, 128, 1, 16), a100()).decode.prefetch);
+  Tuning t;
   t.decode_pdl = false;
-  EXPECT_FALSE(fwd("prefetch without PDL", shape(1, 32, 8, 128, 1, 32768), h200(), t).decode.prefetch);
+  EXPECT_FALSE(fwd("PDL off", shape(1, 32, 8, 128, 1, 16), h200(), t).decode.prefetch);
+  t = Tuning{};
+  t.decode_prefetch = false;
+  EXPECT_FALSE(fwd("FLASHKIT_DECODE_PREFETCH=0", shape(1, 32, 8, 128, 1, 16), h200(), t).decode.prefetch);
 }
 
 TEST(CudaChoice, DecodeWindowTuningAndClusters) {
@@ -428,7 +441,7 @@ TEST(CudaChoice, DecodeWindowTuningAndClusters) {
   EXPECT_EQ(c.splits, 16);
   EXPECT_EQ(c.cluster, 16);
   EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::cluster);
-  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.splits16.cluster16");
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.prefetch.splits16.cluster16");
   res[15] = res[16] = 6;
   c = fwd("cluster, 6 resident at 15-16", shape(1, 32, 8, 128, 1, 32768), h200(), t, {}, res);
   EXPECT_EQ(c.splits, 16);
@@ -492,7 +505,7 @@ TEST(CudaChoice, DecodeNarrow) {
   EXPECT_EQ(c.splits, 16);
   EXPECT_EQ(c.cluster, 16);
   EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::cluster);
-  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.narrow.splits16.cluster16");
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.narrow.prefetch.splits16.cluster16");
   res[15] = res[16] = 6;
   EXPECT_EQ(fwd("narrow, 6 resident at 15-16", shape(1, 32, 8, 128, 1, 32768), h200(), nc, {}, res).cluster, 14);
   c = fwd("narrow, no cluster fits", shape(1, 32, 8, 128, 1, 32768), h200(), nc, {}, ClusterResidency{});
@@ -505,11 +518,11 @@ TEST(CudaChoice, DecodeNarrow) {
   // 8 MiB); never the wide CTA's clusters (d256; or with the narrow CTA off), which lost by the same rule.
   for (int cc = 2; cc <= 16; ++cc) res[cc] = 8;
   c = fwd("auto d128 1k", shape(1, 32, 8, 128, 1, 1024), h200(), {}, {}, res);
-  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.narrow.splits16.cluster16");
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.narrow.prefetch.splits16.cluster16");
   c = fwd("auto d128 4k (16 MiB)", shape(1, 32, 8, 128, 1, 4096), h200(), {}, {}, res);
   EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.narrow.splits33.combine");
   c = fwd("auto d64 4k (8 MiB)", shape(1, 32, 8, 64, 1, 4096), h200(), {}, {}, res);
-  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d64.narrow.splits16.cluster16");
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d64.narrow.prefetch.splits16.cluster16");
   c = fwd("auto d64 32k", shape(1, 32, 8, 64, 1, 32768), h200(), {}, {}, res);
   EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d64.splits16.combine");
   c = fwd("auto d128 1k, merge kernel", shape(1, 32, 8, 128, 1, 1024), h200(), kernel_merge_tuning(), {}, res);

@@ -127,16 +127,11 @@ TEST(EvalRunner, ValidateNamesTheOption) {
   EXPECT_NO_THROW(validate(ids, 512, false));
 }
 
-TEST(EvalRunner, DefaultBatchIsTheEngineWhereItsPrefillIsFlashOrThePromptsShort) {
-  // CPU: prompt chunks through the flash kernel, at any length.
-  EXPECT_EQ(default_batch(/*has_kv_cache=*/true, /*on_device=*/false, /*longest=*/65536), 8);
-  EXPECT_EQ(default_batch(true, false, 256), 8);
-  // CUDA: chunk rows through the paged decode kernel; batching wins only at short prompts.
-  EXPECT_EQ(default_batch(true, true, 512), 8);
-  EXPECT_EQ(default_batch(true, true, 513), 1);
+TEST(EvalRunner, DefaultBatchIsTheEngineForModelsWithAKVCache) {
+  // Prompt chunks through the flash kernel on the CPU and CUDA alike, at any length.
+  EXPECT_EQ(default_batch(/*has_kv_cache=*/true), 8);
   // Mamba: the engine runs a Session per sequence anyway.
-  EXPECT_EQ(default_batch(false, false, 256), 1);
-  EXPECT_EQ(default_batch(false, true, 256), 1);
+  EXPECT_EQ(default_batch(false), 1);
 }
 
 TEST(EvalRunner, PerfectRecallModelScoresOneAndAWrongOneZero) {

@@ -14,8 +14,9 @@
 #                                       cases; batch-1 decode per call, default against FLASHKIT_DECODE_COMBINE=kernel
 #                                       (the same narrow grids with the combine launch), alternated
 #   tools/gpu/merged_check.sh prefetch  v30: the decode kernel's first K/V blocks asked into L2 before its PDL wait
-#                                       (FLASHKIT_DECODE_PREFETCH=1): decode choice tests, decode paths and grid cases,
-#                                       memcheck + racecheck, with it on; batch-1 decode per call, default against it
+#                                       (automatic without a combine launch): decode choice tests, decode paths and grid
+#                                       cases, memcheck + racecheck; batch-1 decode per call, default against
+#                                       FLASHKIT_DECODE_PREFETCH=0, alternated
 #   tools/gpu/merged_check.sh regress   the kernel choice, the default CUDA grid, backward and ws paths, non-finite,
 #                                       SSM, memcheck; batch-1 decode per call with the defaults
 # Results in $OUT (merged_check.log, failed.txt, the stages' own logs); carry=[".fkdeps.tar.xz"].
@@ -78,9 +79,9 @@ for part in "$@"; do
       decode_ab decode-auto.jsonl 32/8/128,32/8/64,8/1/256 auto "" kernelmerge FLASHKIT_DECODE_COMBINE=kernel
       grep -E "^decode_fixed" "$LOG" | tail -50 ;;
     prefetch)
-      FLASHKIT_DECODE_PREFETCH=1 decode_checks prefetch 'Paths/*decode*:Grid/*Sq1_*:Grid/*Sq16_*:*Decode*' \
-        'Grid/*Sq1_Sk5000_H32x8_D128*:Grid/*Sq16_Sk1024_H32x4_D64*:Grid/*Sq1_Sk1000_H8x1_D256*'
-      decode_ab decode-prefetch.jsonl 32/8/128,32/8/64,8/1/256 default "" prefetch FLASHKIT_DECODE_PREFETCH=1
+      decode_checks prefetch 'Paths/*decode*:Grid/*Sq1_*:Grid/*Sq16_*:*Decode*' \
+        'Grid/*Sq1_Sk5000_H32x8_D128*:Grid/*Sq16_Sk1024_H32x4_D64*:Grid/*Sq1_Sk1_*:Grid/*Sq1_Sk200_*:Grid/*Sq1_Sk777_*'
+      decode_ab decode-prefetch.jsonl 32/8/128,32/8/64,8/1/256 default "" noprefetch FLASHKIT_DECODE_PREFETCH=0
       grep -E "^decode_fixed" "$LOG" | tail -50 ;;
     regress)
       run test_choice timeout 60 "$T" --gtest_filter='CudaChoice.*:Errors.Sm90WsBnFromEnv' --gtest_brief=1

@@ -91,9 +91,10 @@ bool decode_plan_needs_residency(const DecodeShape& s, const DeviceInfo& dev, co
          size_t(dev.smem_per_block_optin) >= decode_smem_bytes(D);
 }
 
-DecodePlan plan_decode(const DecodeShape& s, const DeviceInfo& dev, const Tuning& t, const ClusterResidency& res) {
-  if (s.paged) return plan_paged(s, dev, t);
-  if (s.kv_len_on_device) return plan_fused_prologue(s, dev, t, res);
+namespace {
+
+// The library op's members: mma (its CTA, splits and merge) or one_warp.
+DecodePlan plan_library(const DecodeShape& s, const DeviceInfo& dev, const Tuning& t, const ClusterResidency& res) {
   DecodePlan p;
   const int D = padded_head_dim(s.head_dim);
   const int64_t group = s.kv_heads > 0 ? s.heads / s.kv_heads : 1;
@@ -104,7 +105,6 @@ DecodePlan plan_decode(const DecodeShape& s, const DeviceInfo& dev, const Tuning
   p.kernel = size_t(dev.smem_per_block_optin) >= smem ? DecodeKernel::mma : DecodeKernel::one_warp;
   if (p.kernel == DecodeKernel::mma) {
     p.pdl = t.decode_pdl && dev.cc_major >= 9;
-    p.prefetch = p.pdl && t.decode_prefetch && !s.varlen;  // (varlen: the offsets are memory the previous grid may write)
     // One CTA per SM (its shared memory). Splits s minimize a wave model of the time: ceil(base*s / slots) waves
     // of ceil(blocks/s) 16-key blocks per CTA plus a fixed cost c0 per CTA (prologue, merge: ~64 KB worth of
     // loads, 1024/D blocks); more splits must gain 2% (partials, merge). E.g. H200 (132 slots), 32k keys (2048
@@ -183,6 +183,20 @@ DecodePlan plan_decode(const DecodeShape& s, const DeviceInfo& dev, const Tuning
     p.splits = int(std::max<int64_t>(1, splits));
   }
   p.merge = p.splits == 1 ? DecodeMergeKind::none : p.cluster > 1 ? DecodeMergeKind::cluster : DecodeMergeKind::combine;
+  return p;
+}
+
+}  // namespace
+
+DecodePlan plan_decode(const DecodeShape& s, const DeviceInfo& dev, const Tuning& t, const ClusterResidency& res) {
+  if (s.paged) return plan_paged(s, dev, t);
+  if (s.kv_len_on_device) return plan_fused_prologue(s, dev, t, res);
+  DecodePlan p = plan_library(s, dev, t, res);
+  // The L2 prefetch before the PDL wait (v30, run s19-2): -9 to -26% a call where no combine launch sits between two
+  // calls (one split, or the cluster merge), +2 to +8% behind a combine; never with varlen offsets (device memory
+  // the previous grid may write).
+  p.prefetch = p.kernel == DecodeKernel::mma && p.pdl && t.decode_prefetch && !s.varlen &&
+               p.merge != DecodeMergeKind::combine;
   return p;
 }
 

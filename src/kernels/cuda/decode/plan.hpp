@@ -90,8 +90,8 @@ struct DecodePlan {
   DecodeMergeKind merge = DecodeMergeKind::none;  // fused_prologue: the merge at full context
   bool pdl = false;     // programmatic dependent launch (sm_90)
   bool narrow = false;  // mma: the narrow CTA (tiles.hpp DecodeCfg::kNarrowWarps), several an SM, one full wave
-  // mma with PDL, fixed-length batches (Tuning::decode_prefetch): each warp asks its first blocks of K and V into L2
-  // before waiting for the previous grid (flash_decode.cuh)
+  // mma with PDL, fixed-length batches, no combine launch (Tuning::decode_prefetch): each warp asks its first blocks
+  // of K and V into L2 before waiting for the previous grid (flash_decode.cuh)
   bool prefetch = false;
   int tile_m = 16;      // packed query rows per CTA
   int tile_n = 16;      // keys per pipeline block
