@@ -21,6 +21,7 @@ enum class DecodeCombine : int32_t {
   automatic = 0,  // the separate combine launch (measured fastest, attention-cuda.md v10)
   kernel = 1,     // the separate combine launch, always
   cluster = 2,    // thread-block clusters merging in distributed shared memory where the wave model allows (sm_90)
+  last = 3,       // where the automatic choice launches the combine: the last CTA of each tile merges in the kernel
 };
 
 // Split-merge placement of the engine's fused decode attention.
@@ -66,7 +67,7 @@ struct Tuning {
                                     // (moves past 2^8 only); -1 (auto): fp8_rescale()'s choice per head dim
   // -- end fp8 forward O rescale --
   int decode_max_splits = 0;        // FLASHKIT_DECODE_MAX_SPLITS (1..512); 0: the kernel's own cap
-  DecodeCombine decode_combine = DecodeCombine::automatic;  // FLASHKIT_DECODE_COMBINE=auto|kernel|cluster
+  DecodeCombine decode_combine = DecodeCombine::automatic;  // FLASHKIT_DECODE_COMBINE=auto|kernel|cluster|last
   bool decode_pdl = true;           // FLASHKIT_DECODE_PDL=0: no programmatic dependent launch (sm_90)
   int decode_narrow = -1;           // FLASHKIT_DECODE_NARROW=auto|0|1: the decode kernel's narrow CTA (4 warps,
                                     // 2-3 CTAs an SM, a grid that fills every SM; head_dim <= 128): -1 (auto):

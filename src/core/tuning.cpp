@@ -110,7 +110,7 @@ Tuning tuning_from_env() {
   // fp8 forward O rescale (worklog attention-fp8-cuda v4)
   t.fp8_rescale = env::choice("FLASHKIT_FP8_RESCALE", {"auto", "0", "1", "2"}, 0) - 1;  // auto: -1
   t.decode_max_splits = int(env::integer("FLASHKIT_DECODE_MAX_SPLITS", 0, 1, 512));
-  t.decode_combine = DecodeCombine(env::choice("FLASHKIT_DECODE_COMBINE", {"auto", "kernel", "cluster"}, 0));
+  t.decode_combine = DecodeCombine(env::choice("FLASHKIT_DECODE_COMBINE", {"auto", "kernel", "cluster", "last"}, 0));
   t.decode_pdl = env::flag("FLASHKIT_DECODE_PDL", t.decode_pdl);
   static constexpr int kDecodeNarrow[] = {-1, 0, 1, 0, 1};  // auto|0|1|off|on
   t.decode_narrow = kDecodeNarrow[env::choice("FLASHKIT_DECODE_NARROW", {"auto", "0", "1", "off", "on"}, 0)];

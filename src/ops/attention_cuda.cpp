@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -70,6 +71,46 @@ DeviceInfo prepare_device() {
     }
   }
   return cuda_device_info();
+}
+
+// The counter merge's arrival counters (FwdParams::decode_counters): slices of one zeroed arena per device, kept for
+// the process. Every launch puts its tiles' counters back to 0, so a slice stays zero between launches and no memset
+// node sits between two PDL-launched calls. A slice is never used by two launches that may run at once: eager calls
+// take their stream's slice (calls on one stream are ordered), and each call captured into a graph takes a slice of
+// its own (a graph's launches are ordered; two executables instantiated from one graph must not run at once).
+// nullptr when the arena is missing during a capture (creating it there would put nodes into the graph) or full:
+// the caller merges with the combine launch instead.
+unsigned int* decode_counters(cudaStream_t stream, int64_t n) {
+  constexpr int64_t kArena = int64_t(1) << 18;  // counters per device (1 MiB)
+  struct Arena {
+    unsigned int* base = nullptr;
+    int64_t used = 0;
+    std::map<cudaStream_t, std::pair<int64_t, int64_t>> eager;  // stream -> (offset, size)
+  };
+  static std::mutex mu;
+  static std::map<int, Arena> arenas;
+  const int dev = cuda_current_device();
+  std::lock_guard<std::mutex> lock(mu);
+  Arena& ar = arenas[dev];
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(stream, &capturing), "cudaStreamIsCapturing(decode counters)");
+  const bool captured = capturing != cudaStreamCaptureStatusNone;
+  if (!ar.base) {
+    if (captured) return nullptr;
+    check_cuda(cudaMalloc(&ar.base, size_t(kArena) * sizeof(unsigned int)), "cudaMalloc(decode counters)");
+    check_cuda(cudaMemsetAsync(ar.base, 0, size_t(kArena) * sizeof(unsigned int), stream), "cudaMemset(decode counters)");
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize(decode counters)");  // zero for every stream
+  }
+  if (!captured) {
+    const auto it = ar.eager.find(stream);
+    if (it != ar.eager.end() && it->second.second >= n) return ar.base + it->second.first;
+  }
+  const int64_t take = (std::max<int64_t>(n, captured ? 1 : 256) + 31) / 32 * 32;
+  if (ar.used + take > kArena) return nullptr;
+  const int64_t at = ar.used;
+  ar.used += take;
+  if (!captured) ar.eager[stream] = {at, take};
+  return ar.base + at;
 }
 
 // The flash kernels put sequences on grid.z and heads on grid.y (at most 65535 each).
@@ -193,7 +234,16 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
     p.pdl = choice.decode.pdl;
     p.decode_narrow = choice.decode.narrow;
     p.decode_prefetch = choice.decode.prefetch;
-    if (choice.decode.merge == cuda::DecodeMergeKind::combine) {
+    if (choice.decode.merge == cuda::DecodeMergeKind::counter) {
+      p.decode_counters = decode_counters(stream, choice.decode.mtiles);
+      if (!p.decode_counters) {  // a graph capture without this stream's counters: the combine launch merges
+        choice.decode.merge = cuda::DecodeMergeKind::combine;
+        choice.decode.prefetch = p.decode_prefetch = false;
+      }
+    }
+    const bool hbm_partials =
+        choice.decode.merge == cuda::DecodeMergeKind::combine || choice.decode.merge == cuda::DecodeMergeKind::counter;
+    if (hbm_partials) {
       const size_t part_bytes = size_t(p.num_splits) * size_t(p.num_rows) * (D * 4 + 4);
       part = std::make_unique<Workspace>(part_bytes, stream);
       p.o_part = static_cast<float*>(part->p);
@@ -234,7 +284,8 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
                    : 4.0 * pairs * sh.heads * choice.tile_m * choice.tile_n * D;
   c.bytes_read = qb + 2 * kvb;
   c.bytes_written = qb + rows * 4;
-  const bool hbm_partials = decode && choice.decode.merge == cuda::DecodeMergeKind::combine;
+  const bool hbm_partials = decode && (choice.decode.merge == cuda::DecodeMergeKind::combine ||
+                                       choice.decode.merge == cuda::DecodeMergeKind::counter);
   if (hbm_partials) {
     const double pb = double(p.num_splits) * rows * (D * 4 + 4);
     c.bytes_written += pb;

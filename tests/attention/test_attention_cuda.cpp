@@ -462,6 +462,11 @@ std::vector<Path> paths() {
   v.push_back({"decode_narrow", t, true});
   t.decode_combine = DecodeCombine::cluster;  // the narrow CTA with the cluster merge (one launch a call)
   v.push_back({"decode_narrow_cluster", t, true});
+  // The counter merge (v31) where the default launches the combine: the narrow CTA wherever it applies, and the wide.
+  t.decode_combine = DecodeCombine::last;
+  v.push_back({"decode_narrow_last", t, true});
+  t.decode_narrow = 0;
+  v.push_back({"decode_wide_last", t, true});
   return v;
 }
 
@@ -586,8 +591,7 @@ TEST(CudaAttention, WsDenseBitIdenticalToGeneral) {
 // on a side stream and replayed twice, then run eagerly on two streams at once. Every output must equal the eager
 // run's bit for bit: the merge's arrival counters belong to each call, so no replay or concurrent call can make a
 // tile merge early or never.
-TEST(CudaAttention, DecodeGraphReplayAndConcurrentStreams) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+void decode_graph_replay_and_concurrent_streams(const Tuning& tuning, const char* merge) {
   std::mt19937 rng(11);
   const int64_t Sk = 5000, H = 32, Hkv = 8, D = 128;
   HostTensor q(DType::bf16, {1, 1, H, D}), k(DType::bf16, {1, Sk, Hkv, D}), v(DType::bf16, {1, Sk, Hkv, D});
@@ -605,10 +609,12 @@ TEST(CudaAttention, DecodeGraphReplayAndConcurrentStreams) {
   dv.upload(v);
   AttentionOptions opts;
   opts.check_finite = false;
+  opts.tuning = tuning;
   OpCost cost;
   attention_forward(dq.view, dk.view, dv.view, o_ref.view, l_ref.view, opts, &cost);
   CK(cudaDeviceSynchronize());
   EXPECT_NE(cost.kernel.find("splits"), std::string::npos) << cost.kernel;  // the split path is what this tests
+  EXPECT_NE(cost.kernel.find(merge), std::string::npos) << cost.kernel;
   std::printf("decode path: %s\n", cost.kernel.c_str());  // e.g. .cluster16 with Tuning::decode_combine = cluster
   HostTensor ref(DType::bf16, {1, 1, H, D}), got(DType::bf16, {1, 1, H, D});
   o_ref.download(&ref);
@@ -647,6 +653,21 @@ TEST(CudaAttention, DecodeGraphReplayAndConcurrentStreams) {
   CK(cudaGraphDestroy(graph));
   CK(cudaStreamDestroy(s1));
   CK(cudaStreamDestroy(s2));
+}
+
+TEST(CudaAttention, DecodeGraphReplayAndConcurrentStreams) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  decode_graph_replay_and_concurrent_streams(Tuning{}, ".splits");
+}
+
+// The counter merge (FLASHKIT_DECODE_COMBINE=last, v31): its arrival counters are slices of a zeroed arena, one per
+// stream for eager calls and one per captured call; a wrong slice or a counter left non-zero merges a tile early or
+// never (a wrong or poisoned output).
+TEST(CudaAttention, DecodeCounterMergeGraphReplayAndConcurrentStreams) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  Tuning t;
+  t.decode_combine = DecodeCombine::last;
+  decode_graph_replay_and_concurrent_streams(t, ".counter");
 }
 
 // A forward on q = k = v of this dtype and shape must fail with Status::unsupported and a message containing `words`.

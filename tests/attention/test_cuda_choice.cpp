@@ -348,11 +348,11 @@ struct DecodeCase {
 
 TEST(CudaChoice, DecodeSplitsOnH200AndA100) {
   const DecodeCase cases[] = {
-      {"b1 32/8 d128 32k", 1, 32, 8, 128, 1, 32768, 33, true, 54, false},
+      {"b1 32/8 d128 32k", 1, 32, 8, 128, 1, 32768, 16, false, 54, false},  // (the wide CTA, counter merge)
       {"b1 8/1 d256 32k", 1, 8, 1, 256, 1, 32768, 128, false, 128, false},
       {"b16 32/8 d128 32k", 16, 32, 8, 128, 1, 32768, 1, false, 16, false},
       {"b5 32/8 d128 32k", 5, 32, 8, 128, 1, 32768, 13, false, 10, false},
-      {"b1 32/8 d128 1k", 1, 32, 8, 128, 1, 1024, 32, true, 8, false},  // (narrow: 64 blocks / 2)
+      {"b1 32/8 d128 1k", 1, 32, 8, 128, 1, 1024, 16, false, 8, false},  // (no residency: no clusters)
       {"b1 8/1 d256 128k", 1, 8, 1, 256, 1, 131072, 128, false, 128, false},
       {"b1 32/8 d128 128k", 1, 32, 8, 128, 1, 131072, 33, true, 54, false},
       {"b1 32/8 d64 4k", 1, 32, 8, 64, 1, 4096, 49, true, 13, true},  // (8 MiB of K/V: the cluster range)
@@ -367,7 +367,12 @@ TEST(CudaChoice, DecodeSplitsOnH200AndA100) {
     EXPECT_EQ(h.splits, k.h200_splits) << k.name;
     EXPECT_EQ(h.decode.narrow, k.h200_narrow) << k.name;
     EXPECT_TRUE(h.decode.pdl) << k.name;
-    EXPECT_EQ(h.decode.merge, k.h200_splits > 1 ? cuda::DecodeMergeKind::combine : cuda::DecodeMergeKind::none);
+    // (the wide CTA at d64 and d128, batch 1, up to 32k keys: the counter merge, DecodeCounterMerge)
+    const bool counter = k.b == 1 && !k.h200_narrow && k.sk <= 32768 && (k.d == 64 || k.d == 128);
+    EXPECT_EQ(h.decode.merge, k.h200_splits == 1 ? cuda::DecodeMergeKind::none
+                              : counter          ? cuda::DecodeMergeKind::counter
+                                                 : cuda::DecodeMergeKind::combine)
+        << k.name;
     const FwdChoice a = fwd(k.name, shape(k.b, k.h, k.hkv, k.d, k.sq, k.sk), a100());
     EXPECT_EQ(a.decode.kernel, k.a100_mma ? cuda::DecodeKernel::mma : cuda::DecodeKernel::one_warp) << k.name;
     EXPECT_EQ(a.splits, k.a100_splits) << k.name;
@@ -375,7 +380,7 @@ TEST(CudaChoice, DecodeSplitsOnH200AndA100) {
     EXPECT_FALSE(a.decode.narrow) << k.name;
   }
   EXPECT_EQ(flashkit::kernel_name(fwd("name", shape(1, 32, 8, 128, 1, 32768), h200()), DType::bf16),
-            "cuda.flash.decode.mma.bf16.d128.narrow.splits33.combine");
+            "cuda.flash.decode.mma.bf16.d128.splits16.counter");
   EXPECT_EQ(flashkit::kernel_name(fwd("name", shape(1, 32, 8, 128, 1, 32768), a100()), DType::bf16),
             "cuda.flash.decode.one_warp.bf16.d128.splits54.combine");
 }
@@ -395,9 +400,12 @@ TEST(CudaChoice, DecodePrefetch) {
   EXPECT_EQ(flashkit::kernel_name(cl, DType::bf16),
             "cuda.flash.decode.mma.bf16.d128.narrow.prefetch.splits" + std::to_string(cl.decode.splits) + ".cluster" +
                 std::to_string(cl.decode.cluster));
-  const FwdChoice comb = fwd("32k keys: combine", shape(1, 32, 8, 128, 1, 32768), h200(), {}, {}, res);
+  const FwdChoice comb = fwd("128k keys: combine", shape(1, 32, 8, 128, 1, 131072), h200(), {}, {}, res);
   EXPECT_EQ(comb.decode.merge, flashkit::cuda::DecodeMergeKind::combine);
   EXPECT_FALSE(comb.decode.prefetch);
+  const FwdChoice cnt = fwd("32k keys: counter", shape(1, 32, 8, 128, 1, 32768), h200(), {}, {}, res);
+  EXPECT_EQ(cnt.decode.merge, flashkit::cuda::DecodeMergeKind::counter);
+  EXPECT_FALSE(cnt.decode.prefetch);
   EXPECT_FALSE(fwd("d256 4k: combine", shape(1, 8, 1, 256, 1, 4096), h200()).decode.prefetch);
   flashkit::kernels::AttentionShape v = shape(1, 32, 8, 128, 1, 16);
   const int32_t cu[2] = {0, 1};
@@ -410,6 +418,61 @@ TEST(CudaChoice, DecodePrefetch) {
   t = Tuning{};
   t.decode_prefetch = false;
   EXPECT_FALSE(fwd("FLASHKIT_DECODE_PREFETCH=0", shape(1, 32, 8, 128, 1, 16), h200(), t).decode.prefetch);
+}
+
+// The counter merge (v31): automatic for the wide CTA at d64 in one wave past the narrow CTA's range (measured -2 to
+// -6% at 8k-32k keys, batch 1, 8 KV heads); FLASHKIT_DECODE_COMBINE=last takes it wherever the combine would run, up
+// to kDecodeCounterMaxSplits partials, and keeps the automatic clusters. Never with the L2 prefetch (it lost there).
+TEST(CudaChoice, DecodeCounterMerge) {
+  ClusterResidency res{};
+  for (int c = 2; c <= 16; ++c) res[c] = 8;
+  using flashkit::cuda::DecodeMergeKind;
+  const FwdChoice d64 = fwd("d64 32k: the wide CTA, counter", shape(1, 32, 8, 64, 1, 32768), h200(), {}, {}, res);
+  EXPECT_FALSE(d64.decode.narrow);
+  EXPECT_EQ(d64.decode.merge, DecodeMergeKind::counter);
+  EXPECT_EQ(d64.decode.splits, 16);
+  EXPECT_FALSE(d64.decode.prefetch);
+  EXPECT_EQ(flashkit::kernel_name(d64, DType::bf16), "cuda.flash.decode.mma.bf16.d64.splits16.counter");
+  EXPECT_EQ(fwd("d64 8k", shape(1, 32, 8, 64, 1, 8192), h200(), {}, {}, res).decode.merge, DecodeMergeKind::counter);
+  EXPECT_EQ(fwd("d64 4k: narrow clusters", shape(1, 32, 8, 64, 1, 4096), h200(), {}, {}, res).decode.merge,
+            DecodeMergeKind::cluster);
+  EXPECT_EQ(fwd("d64 32k batch 8 (unmeasured)", shape(8, 32, 8, 64, 1, 32768), h200(), {}, {}, res).decode.merge,
+            DecodeMergeKind::combine);
+  const FwdChoice d128 = fwd("d128 32k: the wide CTA, counter", shape(1, 32, 8, 128, 1, 32768), h200(), {}, {}, res);
+  EXPECT_FALSE(d128.decode.narrow);
+  EXPECT_EQ(d128.decode.merge, DecodeMergeKind::counter);
+  EXPECT_EQ(flashkit::kernel_name(d128, DType::bf16), "cuda.flash.decode.mma.bf16.d128.splits16.counter");
+  const FwdChoice d128l = fwd("d128 128k (unmeasured): narrow, combine", shape(1, 32, 8, 128, 1, 131072), h200(), {}, {}, res);
+  EXPECT_TRUE(d128l.decode.narrow);
+  EXPECT_EQ(d128l.decode.merge, DecodeMergeKind::combine);
+  EXPECT_EQ(fwd("d128 1k: narrow clusters", shape(1, 32, 8, 128, 1, 1024), h200(), {}, {}, res).decode.merge,
+            DecodeMergeKind::cluster);
+  Tuning narrow_on;
+  narrow_on.decode_narrow = 1;
+  EXPECT_EQ(fwd("d128 32k, narrow forced: combine", shape(1, 32, 8, 128, 1, 32768), h200(), narrow_on, {}, res).decode.merge,
+            DecodeMergeKind::combine);
+  EXPECT_EQ(fwd("d256 1k: combine", shape(1, 8, 1, 256, 1, 1024), h200()).decode.merge, DecodeMergeKind::combine);
+  Tuning kernel;
+  kernel.decode_combine = flashkit::DecodeCombine::kernel;
+  EXPECT_EQ(fwd("d64 32k, =kernel", shape(1, 32, 8, 64, 1, 32768), h200(), kernel).decode.merge,
+            DecodeMergeKind::combine);
+
+  Tuning t;
+  t.decode_combine = flashkit::DecodeCombine::last;
+  const FwdChoice c32k = fwd("=last, d128 32k: counter", shape(1, 32, 8, 128, 1, 32768), h200(), t, {}, res);
+  EXPECT_EQ(c32k.decode.merge, DecodeMergeKind::counter);
+  EXPECT_EQ(c32k.decode.splits, 33);
+  EXPECT_TRUE(c32k.decode.narrow);
+  EXPECT_FALSE(c32k.decode.prefetch);
+  EXPECT_EQ(flashkit::kernel_name(c32k, DType::bf16), "cuda.flash.decode.mma.bf16.d128.narrow.splits33.counter");
+  const FwdChoice cl = fwd("=last, 1k keys: the automatic cluster", shape(1, 32, 8, 128, 1, 1024), h200(), t, {}, res);
+  EXPECT_EQ(cl.decode.merge, DecodeMergeKind::cluster);
+  EXPECT_EQ(cl.decode.cluster, fwd("1k keys, auto", shape(1, 32, 8, 128, 1, 1024), h200(), {}, {}, res).decode.cluster);
+  EXPECT_EQ(fwd("=last, d256 1k", shape(1, 8, 1, 256, 1, 1024), h200(), t).decode.merge, DecodeMergeKind::counter);
+  const FwdChoice d256 = fwd("=last, d256 32k: 128 splits, combine", shape(1, 8, 1, 256, 1, 32768), h200(), t);
+  EXPECT_GT(d256.decode.splits, flashkit::cuda::kDecodeCounterMaxSplits);
+  EXPECT_EQ(d256.decode.merge, DecodeMergeKind::combine);
+  EXPECT_EQ(fwd("=last, one split", shape(1, 32, 8, 128, 1, 16), h200(), t).decode.merge, DecodeMergeKind::none);
 }
 
 TEST(CudaChoice, DecodeWindowTuningAndClusters) {
@@ -519,12 +582,14 @@ TEST(CudaChoice, DecodeNarrow) {
   for (int cc = 2; cc <= 16; ++cc) res[cc] = 8;
   c = fwd("auto d128 1k", shape(1, 32, 8, 128, 1, 1024), h200(), {}, {}, res);
   EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.narrow.prefetch.splits16.cluster16");
-  c = fwd("auto d128 4k (16 MiB)", shape(1, 32, 8, 128, 1, 4096), h200(), {}, {}, res);
+  c = fwd("auto d128 4k (16 MiB): the wide CTA, counter", shape(1, 32, 8, 128, 1, 4096), h200(), {}, {}, res);
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.splits16.counter");
+  c = fwd("d128 4k, merge kernel: narrow, combine", shape(1, 32, 8, 128, 1, 4096), h200(), kernel_merge_tuning(), {}, res);
   EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.narrow.splits33.combine");
   c = fwd("auto d64 4k (8 MiB)", shape(1, 32, 8, 64, 1, 4096), h200(), {}, {}, res);
   EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d64.narrow.prefetch.splits16.cluster16");
   c = fwd("auto d64 32k", shape(1, 32, 8, 64, 1, 32768), h200(), {}, {}, res);
-  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d64.splits16.combine");
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d64.splits16.counter");
   c = fwd("auto d128 1k, merge kernel", shape(1, 32, 8, 128, 1, 1024), h200(), kernel_merge_tuning(), {}, res);
   EXPECT_EQ(c.decode.merge, cuda::DecodeMergeKind::combine);
   c = fwd("auto d256 256 keys", shape(1, 8, 1, 256, 1, 256), h200(), {}, {}, res);
@@ -534,13 +599,14 @@ TEST(CudaChoice, DecodeNarrow) {
   Tuning no_narrow;
   no_narrow.decode_narrow = 0;
   c = fwd("auto d128 1k, narrow off", shape(1, 32, 8, 128, 1, 1024), h200(), no_narrow, {}, res);
-  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.splits16.combine");
+  EXPECT_EQ(flashkit::kernel_name(c, DType::bf16), "cuda.flash.decode.mma.bf16.d128.splits16.counter");
   // Off, and automatic.
   Tuning off;
   off.decode_narrow = 0;
   EXPECT_FALSE(fwd("off", shape(1, 32, 8, 128, 1, 32768), h200(), off).decode.narrow);
-  EXPECT_TRUE(fwd("auto d128 32k", shape(1, 32, 8, 128, 1, 32768), h200()).decode.narrow);
-  EXPECT_TRUE(fwd("auto d96 (padded to 128) 4k", shape(1, 32, 8, 96, 1, 4096), h200()).decode.narrow);
+  EXPECT_FALSE(fwd("auto d128 32k (the wide CTA, counter)", shape(1, 32, 8, 128, 1, 32768), h200()).decode.narrow);
+  EXPECT_TRUE(fwd("auto d128 128k", shape(1, 32, 8, 128, 1, 131072), h200()).decode.narrow);
+  EXPECT_TRUE(fwd("auto d96 (padded to 128) 4k, batch 2", shape(2, 32, 8, 96, 1, 4096), h200()).decode.narrow);
   EXPECT_TRUE(fwd("auto d64 1k", shape(1, 32, 8, 64, 1, 1024), h200()).decode.narrow);
   EXPECT_TRUE(fwd("auto d64 4k (8 MiB)", shape(1, 32, 8, 64, 1, 4096), h200()).decode.narrow);
   EXPECT_FALSE(fwd("auto d64 8k", shape(1, 32, 8, 64, 1, 8192), h200()).decode.narrow);
@@ -552,6 +618,11 @@ TEST(CudaChoice, DecodeNarrow) {
 TEST(CudaChoice, DecodeNarrowFromEnvironment) {
   expect_env_knob("FLASHKIT_DECODE_NARROW", [] { return flashkit::tuning_from_env().decode_narrow; }, -1,
                   {{"0", 0}, {"1", 1}, {"on", 1}, {"off", 0}, {"auto", -1}}, "wide");
+}
+
+TEST(CudaChoice, DecodeCombineFromEnvironment) {
+  expect_env_knob("FLASHKIT_DECODE_COMBINE", [] { return int(flashkit::tuning_from_env().decode_combine); }, 0,
+                  {{"auto", 0}, {"kernel", 1}, {"cluster", 2}, {"last", 3}}, "counter");
 }
 
 TEST(CudaChoice, EngineDecodePlan) {

@@ -17,6 +17,13 @@
 #                                       (automatic without a combine launch): decode choice tests, decode paths and grid
 #                                       cases, memcheck + racecheck; batch-1 decode per call, default against
 #                                       FLASHKIT_DECODE_PREFETCH=0, alternated
+#   tools/gpu/merged_check.sh last      v31: the counter merge (the last CTA of a tile merges: automatic for the wide CTA
+#                                       at d64, batch 1; FLASHKIT_DECODE_COMBINE=last wherever the combine would run):
+#                                       its paths over the grid, the graph and concurrent-stream tests, memcheck +
+#                                       racecheck; batch-1 decode per call, the default against =kernel (the narrow
+#                                       CTA and the combine launch at d128) and =last, alternated
+#   tools/gpu/merged_check.sh widelast  v31: the wide CTA with the counter merge at d128 (4k-32k keys) and d256 (256-2k keys)
+#                                       against the default and the wide CTA with the combine launch, alternated
 #   tools/gpu/merged_check.sh regress   the kernel choice, the default CUDA grid, backward and ws paths, non-finite,
 #                                       SSM, memcheck; batch-1 decode per call with the defaults
 # Results in $OUT (merged_check.log, failed.txt, the stages' own logs); carry=[".fkdeps.tar.xz"].
@@ -83,6 +90,27 @@ for part in "$@"; do
         'Grid/*Sq1_Sk5000_H32x8_D128*:Grid/*Sq16_Sk1024_H32x4_D64*:Grid/*Sq1_Sk1_*:Grid/*Sq1_Sk200_*:Grid/*Sq1_Sk777_*'
       decode_ab decode-prefetch.jsonl 32/8/128,32/8/64,8/1/256 default "" noprefetch FLASHKIT_DECODE_PREFETCH=0
       grep -E "^decode_fixed" "$LOG" | tail -50 ;;
+    last)
+      decode_checks last 'Paths/*decode*:Grid/*Sq1_*:Grid/*Sq16_*:*Decode*' \
+        'Grid/*Sq1_Sk5000_H32x8_D128*:Paths/*decode_narrow_last*Sq1_Sk5000_H32x8_D128*:Paths/*decode_wide_last*Sq16_Sk1024_H32x4_D64*:*DecodeCounterMerge*'
+      for rep in 1 2; do
+        for setting in "default:" "kernelmerge:FLASHKIT_DECODE_COMBINE=kernel" "last:FLASHKIT_DECODE_COMBINE=last"; do
+          run "decode_${setting%%:*}_r$rep" env ${setting#*:} timeout 120 python3 bench/cuda/decode_fixed_cost.py \
+            "${setting%%:*}" --shapes 32/8/64,32/8/128 --keys 4096,8192,16384,32768 --out "$OUT/decode-last.jsonl"
+        done
+      done
+      grep -E "^decode_fixed" "$LOG" | tail -60 ;;
+    widelast)
+      for rep in 1 2; do
+        for setting in "default:" "widelast:FLASHKIT_DECODE_NARROW=0 FLASHKIT_DECODE_COMBINE=last" \
+                       "widekernel:FLASHKIT_DECODE_NARROW=0 FLASHKIT_DECODE_COMBINE=kernel"; do
+          run "decode_${setting%%:*}_d128_r$rep" env ${setting#*:} timeout 120 python3 bench/cuda/decode_fixed_cost.py \
+            "${setting%%:*}" --shapes 32/8/128 --keys 4096,8192,32768 --out "$OUT/decode-wide-last.jsonl"
+          run "decode_${setting%%:*}_d256_r$rep" env ${setting#*:} timeout 120 python3 bench/cuda/decode_fixed_cost.py \
+            "${setting%%:*}" --shapes 8/1/256 --keys 256,1024,2048 --out "$OUT/decode-wide-last.jsonl"
+        done
+      done
+      grep -E "^decode_fixed" "$LOG" | tail -40 ;;
     regress)
       run test_choice timeout 60 "$T" --gtest_filter='CudaChoice.*:Errors.Sm90WsBnFromEnv' --gtest_brief=1
       run test_grid timeout 240 "$A" --gtest_filter='Grid/*' --gtest_brief=1

@@ -34,6 +34,10 @@ struct FwdParams {
   DecodeKernel decode_kernel = DecodeKernel::mma;
   bool decode_narrow = false;  // mma: the narrow CTA (DecodeCfg::kNarrowWarps warps; head_dim <= 128)
   bool decode_prefetch = false;  // mma: K/V's first blocks into L2 before the PDL wait (DecodePlan::prefetch)
+  // mma with the counter merge (DecodeMergeKind::counter): one arrival counter per (m-tile, KV head, sequence) tile,
+  // [batch][kv_heads][m-tiles], 0 before the launch and put back to 0 by it; the last CTA of a tile merges the
+  // o_part/lse_part partials in the kernel (no combine launch). nullptr: the combine launch merges.
+  unsigned int* decode_counters = nullptr;
   int cluster = 0;
   bool pdl = false;
   // The warp-specialized Hopper forward only: > 0 launches its persistent grid of this many CTAs (FwdChoice's

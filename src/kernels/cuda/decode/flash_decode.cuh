@@ -21,8 +21,10 @@
 //  - at the end the warps meet in shared memory (an LSE-weighted merge: per row M = max_w m_w, each warp's O
 //    scaled by 2^(m_w - M), L = sum_w l_w 2^(m_w - M)); one split writes o/lse directly, several write f32
 //    partials (same layout as v1: [split, row, Dpad] and [split, row]);
-//  - split merge (merge.cuh): launch_split_combine runs after the kernel (PDL), spread over rows and columns. (An
-//    in-kernel merge by the last CTA of each tile lost to it at every measured shape and was retired, v10.)
+//  - split merge (merge.cuh): launch_split_combine runs after the kernel (PDL), spread over rows and columns; or
+//    (p.decode_counters, DecodeMergeKind::counter, v31) the last CTA of each tile to write its partial, found with an
+//    arrival counter, merges the tile's partials in the kernel: one launch a call (v10's version of it lost to the
+//    combine launch, before PDL and the L2 prefetch);
 //  - cluster split merge (sm_90, p.cluster = num_splits <= kMaxDecodeCluster, Tuning::decode_combine = cluster): the
 //    S splits of one (m-tile, KV head, sequence) are one thread-block cluster along grid.x (x = m-tile * S + split,
 //    rank = split). Each CTA keeps its partial (per row the natural-log LSE and the normalized O, f32) in its own
@@ -446,6 +448,73 @@ __global__ void __launch_bounds__(NW * 32, NW == DecodeCfg<D>::kWarps ? 1 : (D =
     __trap();  // the host never launches clusters with code before sm_90 (decode_cluster_residency is all 0)
 #endif
     return;
+  }
+  if (p.decode_counters == nullptr) return;  // the combine launch merges
+  // ---- counter merge (v31): the last CTA of the tile to write its partial merges all S (<= kDecodeCounterMaxSplits)
+  // in the kernel. Every split of a tile gets here (the early exit above is uniform over the tile).
+  if (!merge::arrive_last(p.decode_counters + (int64_t(blockIdx.z) * gridDim.y + kvh) * mtiles + mt, S)) return;
+  float* wsm = reinterpret_cast<float*>(smem);  // [16][kDecodeCounterMaxSplits] split weights (the stages are free)
+  float* rsum = wsm + 16 * kDecodeCounterMaxSplits;  // [16] the weights' sum per row
+  float* rmax = rsum + 16;                           // [16] the largest lse per row
+  // Items (row, 4 columns), thread tid takes tid, tid + NT, ...; its partials in chunks of at most KC loads in
+  // flight. The first chunk of the first item is issued before the weights (it does not depend on them), so its L2
+  // round trip overlaps the lse round trip.
+  constexpr int KC = 17;
+  const int C4 = dreal / 4, nitems = nrows * C4;
+  const int nch = (S + KC - 1) / KC, cs = (S + nch - 1) / nch;  // balanced chunks (33 splits: 17 + 16)
+  const int64_t pstride = p.num_rows * int64_t(D);
+  float4 x[KC];
+  auto issue = [&](int item, int s0) {
+    const int row = item / C4, c4 = item % C4;
+    int64_t h, i;
+    row_hi(row, h, i);
+    const float* src = p.o_part + (int64_t(s0) * p.num_rows + a.lse_index(sr, h, i)) * D + c4 * 4;
+#pragma unroll
+    for (int j = 0; j < KC; ++j)
+      if (j < cs && s0 + j < S) x[j] = __ldcg(reinterpret_cast<const float4*>(src + j * pstride));
+  };
+  if (tid < nitems) issue(tid, 0);
+  // The weights, a warp per row: e^(lse_s - M) as merge::split_weights (an empty split weighs 0, a NaN lse makes the
+  // row NaN); S <= 64, two splits a lane.
+  for (int row = warp; row < nrows; row += NW) {
+    int64_t h, i;
+    row_hi(row, h, i);
+    const float* l = p.lse_part + a.lse_index(sr, h, i);
+    const float l0 = lane < S ? __ldcg(l + int64_t(lane) * p.num_rows) : -INFINITY;
+    const float l1 = lane + 32 < S ? __ldcg(l + int64_t(lane + 32) * p.num_rows) : -INFINITY;
+    float m = fmaxf(l0, l1);
+#pragma unroll
+    for (int o2 = 16; o2 > 0; o2 >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o2));
+    const float w0 = m == -INFINITY ? (isnan(l0) ? l0 : 0.f) : __expf(l0 - m);
+    const float w1 = m == -INFINITY ? (isnan(l1) ? l1 : 0.f) : __expf(l1 - m);
+    float sum = w0 + w1;
+#pragma unroll
+    for (int o2 = 16; o2 > 0; o2 >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o2);
+    if (lane < S) wsm[row * kDecodeCounterMaxSplits + lane] = w0;
+    if (lane + 32 < S) wsm[row * kDecodeCounterMaxSplits + lane + 32] = w1;
+    if (lane == 0) rsum[row] = sum, rmax[row] = m;
+  }
+  __syncthreads();
+  for (int item = tid; item < nitems; item += NT) {
+    const int row = item / C4, c4 = item % C4;
+    const float* w = wsm + row * kDecodeCounterMaxSplits;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s0 = 0; s0 < S; s0 += cs) {
+      if (item != tid || s0 != 0) issue(item, s0);
+#pragma unroll
+      for (int j = 0; j < KC; ++j)
+        if (j < cs && s0 + j < S) merge::axpy(w[s0 + j], x[j], acc);
+    }
+    const float2 m_sum = make_float2(rmax[row], rsum[row]);
+    int64_t h, i;
+    row_hi(row, h, i);
+    if (m_sum.x == -INFINITY && m_sum.y == 0.f) acc = make_float4(0.f, 0.f, 0.f, 0.f);  // every split empty
+    else acc = make_float4(acc.x / m_sum.y, acc.y / m_sum.y, acc.z / m_sum.y, acc.w / m_sum.y);  // NaN sum: NaN row
+    uint2 v;
+    v.x = Op::pack(acc.x, acc.y);
+    v.y = Op::pack(acc.z, acc.w);
+    *reinterpret_cast<uint2*>(obase + (sr.q0 + i) * a.o.stride_s + h * a.o.stride_h + c4 * 4) = v;
+    if (c4 == 0) a.lse[a.lse_index(sr, h, i)] = merge::merged_lse(m_sum);
   }
 }
 

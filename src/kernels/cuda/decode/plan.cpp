@@ -97,6 +97,7 @@ namespace {
 DecodePlan plan_library(const DecodeShape& s, const DeviceInfo& dev, const Tuning& t, const ClusterResidency& res) {
   DecodePlan p;
   const int D = padded_head_dim(s.head_dim);
+  bool counter_auto = false;  // the counter merge's automatic case (below)
   const int64_t group = s.kv_heads > 0 ? s.heads / s.kv_heads : 1;
   const int64_t mtiles = (group * s.max_seqlen_q + 15) / 16;
   const int64_t base = mtiles * s.kv_heads * s.batch;  // (m-tile, KV head, sequence) tiles
@@ -131,6 +132,12 @@ DecodePlan plan_library(const DecodeShape& s, const DeviceInfo& dev, const Tunin
     // splits and is one wave (batch 1, a few KV heads).
     const bool wide_split_wave = dev.cc_major >= 9 && p.splits > 1 && base * p.splits <= slots;
     const int64_t kv_bytes = 4 * s.batch * s.kv_heads * s.max_seqlen_k * s.head_dim;  // K and V, 2 bytes each
+    // The counter merge's automatic case (v31, runs s20-3/s20-4; batch 1, 8 KV heads): the wide CTA in one wave at
+    // d64 past the narrow CTA's range (8k-32k keys: -1 to -9% against the combine launch) and at d128 where no
+    // cluster takes the call (4k-32k keys: -1 to -3% against the narrow grid and its combine launch).
+    counter_auto = s.batch == 1 && wide_split_wave && t.decode_combine == DecodeCombine::automatic &&
+                   s.max_seqlen_k <= 32768 &&
+                   ((D == 64 && !decode_narrow_auto(D, s.max_seqlen_k, kv_bytes)) || D == 128);
     const bool narrow_wanted =
         t.decode_narrow == 1 || (t.decode_narrow < 0 && wide_split_wave && decode_narrow_auto(D, s.max_seqlen_k, kv_bytes));
     if (narrow_wanted && D <= 128 && (t.decode_combine != DecodeCombine::cluster || decode_residency_is_narrow(D, t)) &&
@@ -142,14 +149,21 @@ DecodePlan plan_library(const DecodeShape& s, const DeviceInfo& dev, const Tunin
         p.narrow = true;
         const int64_t ncap = std::min<int64_t>(std::max<int64_t>(1, nblocks / 2), library_max_splits(t, kMaxDecodeSplits));
         if (t.decode_combine != DecodeCombine::kernel)
-          if (const int64_t c = pick_cluster(res, base, ncap, kv_bytes, t.decode_combine == DecodeCombine::automatic)) {
+          if (const int64_t c = pick_cluster(res, base, ncap, kv_bytes,
+                                             t.decode_combine == DecodeCombine::automatic ||
+                                                 t.decode_combine == DecodeCombine::last)) {
             p.splits = p.cluster = int(c);  // one launch
             p.merge = DecodeMergeKind::cluster;
             return p;
           }
-        p.splits = int(std::clamp<int64_t>(nslots / base, 1, ncap));
-        p.merge = p.splits == 1 ? DecodeMergeKind::none : DecodeMergeKind::combine;
-        return p;
+        if (counter_auto && t.decode_narrow < 0) {
+          p.narrow = false;  // d128 past the clusters' range: the wide CTA and the counter merge (below)
+        } else {
+          p.splits = int(std::clamp<int64_t>(nslots / base, 1, ncap));
+          const bool counter = t.decode_combine == DecodeCombine::last && p.splits <= kDecodeCounterMaxSplits;
+          p.merge = p.splits == 1 ? DecodeMergeKind::none : counter ? DecodeMergeKind::counter : DecodeMergeKind::combine;
+          return p;
+        }
       }
     }
     // (The wide CTA's clusters by the same rule lost at d256, 8/1 heads: 256 keys 7.49 -> 8.30 us, 1k 8.32 -> 9.27;
@@ -183,6 +197,13 @@ DecodePlan plan_library(const DecodeShape& s, const DeviceInfo& dev, const Tunin
     p.splits = int(std::max<int64_t>(1, splits));
   }
   p.merge = p.splits == 1 ? DecodeMergeKind::none : p.cluster > 1 ? DecodeMergeKind::cluster : DecodeMergeKind::combine;
+  // The counter merge instead of the combine launch (v31): automatic where counter_auto says; it lost with the narrow
+  // CTA (d128: +2 to +6%, 33 partials for the last CTA's 128 threads) and at d256 (+3 to +9 us: 8 rows x 32-64
+  // partials). FLASHKIT_DECODE_COMBINE=last takes it wherever the combine would run (up to kDecodeCounterMaxSplits
+  // partials).
+  if (p.kernel == DecodeKernel::mma && p.merge == DecodeMergeKind::combine && p.splits <= kDecodeCounterMaxSplits &&
+      (counter_auto || t.decode_combine == DecodeCombine::last))
+    p.merge = DecodeMergeKind::counter;
   return p;
 }
 
@@ -194,9 +215,10 @@ DecodePlan plan_decode(const DecodeShape& s, const DeviceInfo& dev, const Tuning
   DecodePlan p = plan_library(s, dev, t, res);
   // The L2 prefetch before the PDL wait (v30, run s19-2): -9 to -26% a call where no combine launch sits between two
   // calls (one split, or the cluster merge), +2 to +8% behind a combine; never with varlen offsets (device memory
-  // the previous grid may write).
+  // the previous grid may write). With the counter merge it lost too (v31, run s20-2: d128 4k +1.4 us, d64 32k
+  // +0.2-1 us): the next call's prefetches compete with the last CTAs' merge.
   p.prefetch = p.kernel == DecodeKernel::mma && p.pdl && t.decode_prefetch && !s.varlen &&
-               p.merge != DecodeMergeKind::combine;
+               (p.merge == DecodeMergeKind::none || p.merge == DecodeMergeKind::cluster);
   return p;
 }
 

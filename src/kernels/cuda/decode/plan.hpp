@@ -16,7 +16,8 @@
 // Merges: none (one split), combine (a second, PDL-launched kernel over f32 partials in HBM; the library),
 // cluster (the splits of a tile form one thread-block cluster and merge through distributed shared memory, sm_90),
 // counter (the last CTA of a tile to arrive merges the HBM partials: one launch fewer, which the engine's graphs
-// measured worth it, engine-cuda.md v6; the library's in-kernel version lost to the combine launch and is retired).
+// measured worth it, engine-cuda.md v6; the library's mma member on request, FLASHKIT_DECODE_COMBINE=last, v31: its
+// v10 version lost to the combine launch, before PDL and the L2 prefetch that a one-launch call allows).
 //
 // plan_decode is pure (no CUDA call): the dispatch passes what it queried (DeviceInfo, the kernel's cluster
 // residency), so the choice is unit-tested in the CPU-only build.
@@ -41,10 +42,16 @@ enum class DecodeMergeKind : int32_t { none = 0, combine = 1, cluster = 2, count
 //    (d256, 8/1 heads: +11% at 256 and 1k keys, run s17-5): opt-in only;
 //  - else the narrow CTA with a grid of one full wave and the combine launch: d128 3-7% faster than the wide CTA from
 //    256 to 4k keys and level at 32k; d64 4-11% faster at 256 and 1k keys, level to 2% slower at 4k and 32k, so at
-//    d64 only up to 2k keys or where its clusters take the call (8 MiB of K and V at 8 KV heads).
+//    d64 only up to 2k keys or where its clusters take the call (8 MiB of K and V at 8 KV heads);
+//  - but at batch 1 up to 32k keys, where no cluster takes a d128 call and past the narrow CTA's range at d64: the
+//    wide CTA with the counter merge (runs s20-2..4, attention-cuda.md v31: d128 4k-32k -1 to -3% against the
+//    narrow CTA and its combine, d64 8k-32k -1 to -9% against the combine).
 // (dpad: the padded head dim; keys: the longest sequence's; kv_bytes: the call's K and V.)
 inline constexpr int64_t kDecodeClusterAutoBytesPerCta = int64_t(64) << 10;
 inline constexpr int64_t kDecodeNarrowD64Bytes = int64_t(8) << 20;
+// The mma member's counter merge: the last CTA of a tile reads every split's partial, so at most this many (d128,
+// 4 rows: 64 x 2 KB).
+inline constexpr int kDecodeCounterMaxSplits = 64;
 constexpr bool decode_narrow_auto(int dpad, int64_t keys, int64_t kv_bytes) {
   return dpad == 128 || (dpad == 64 && (keys <= 2048 || kv_bytes <= kDecodeNarrowD64Bytes));
 }
