@@ -236,14 +236,12 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
     p.decode_prefetch = choice.decode.prefetch;
     if (choice.decode.merge == cuda::DecodeMergeKind::counter) {
       p.decode_counters = decode_counters(stream, choice.decode.mtiles);
-      if (!p.decode_counters) {  // a graph capture without this stream's counters: the combine launch merges
+      if (!p.decode_counters) {  // no counters (a capture before the arena exists, or a full arena): the combine
         choice.decode.merge = cuda::DecodeMergeKind::combine;
         choice.decode.prefetch = p.decode_prefetch = false;
       }
     }
-    const bool hbm_partials =
-        choice.decode.merge == cuda::DecodeMergeKind::combine || choice.decode.merge == cuda::DecodeMergeKind::counter;
-    if (hbm_partials) {
+    if (cuda::decode_merge_uses_hbm_partials(choice.decode.merge)) {
       const size_t part_bytes = size_t(p.num_splits) * size_t(p.num_rows) * (D * 4 + 4);
       part = std::make_unique<Workspace>(part_bytes, stream);
       p.o_part = static_cast<float*>(part->p);
@@ -284,8 +282,7 @@ void cuda_attention_forward(const AttentionFwdArgs& a0, const std::vector<int32_
                    : 4.0 * pairs * sh.heads * choice.tile_m * choice.tile_n * D;
   c.bytes_read = qb + 2 * kvb;
   c.bytes_written = qb + rows * 4;
-  const bool hbm_partials = decode && (choice.decode.merge == cuda::DecodeMergeKind::combine ||
-                                       choice.decode.merge == cuda::DecodeMergeKind::counter);
+  const bool hbm_partials = decode && cuda::decode_merge_uses_hbm_partials(choice.decode.merge);
   if (hbm_partials) {
     const double pb = double(p.num_splits) * rows * (D * 4 + 4);
     c.bytes_written += pb;

@@ -473,6 +473,11 @@ TEST(CudaChoice, DecodeCounterMerge) {
   EXPECT_GT(d256.decode.splits, flashkit::cuda::kDecodeCounterMaxSplits);
   EXPECT_EQ(d256.decode.merge, DecodeMergeKind::combine);
   EXPECT_EQ(fwd("=last, one split", shape(1, 32, 8, 128, 1, 16), h200(), t).decode.merge, DecodeMergeKind::none);
+  // The merges that read f32 partials from HBM (the op allocates them for these).
+  EXPECT_TRUE(flashkit::cuda::decode_merge_uses_hbm_partials(DecodeMergeKind::combine));
+  EXPECT_TRUE(flashkit::cuda::decode_merge_uses_hbm_partials(DecodeMergeKind::counter));
+  EXPECT_FALSE(flashkit::cuda::decode_merge_uses_hbm_partials(DecodeMergeKind::cluster));
+  EXPECT_FALSE(flashkit::cuda::decode_merge_uses_hbm_partials(DecodeMergeKind::none));
 }
 
 TEST(CudaChoice, DecodeWindowTuningAndClusters) {

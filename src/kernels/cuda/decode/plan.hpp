@@ -90,6 +90,11 @@ constexpr int paged_row_splits(int splits, int64_t n) {
   return int(by_keys < 1 ? 1 : by_keys < splits ? by_keys : splits);
 }
 
+// Whether a merge reads f32 partials from HBM (o_part / lse_part): the combine launch and the counter merge.
+constexpr bool decode_merge_uses_hbm_partials(DecodeMergeKind m) {
+  return m == DecodeMergeKind::combine || m == DecodeMergeKind::counter;
+}
+
 struct DecodePlan {
   DecodeKernel kernel = DecodeKernel::mma;
   int splits = 1;   // grid splits (fused_prologue: the most a launch uses; the kernel uses fewer at short contexts)
