@@ -6,6 +6,8 @@ accuracy against flashkit's bf16 output on the unquantized inputs (max abs and r
 At d128 and d256 the kernel also runs with each O-rescale mode side by side (RESCALE_VALUES: Tuning::fp8_rescale, 0
 every tile, 1 skipped by warps whose maxima all stayed, 2 lazy max; docs/worklog/attention-fp8-cuda.md v4): columns
 [r0 .. r1 .. r2 ..] in TFLOP/s, each one's output against bf16, r1 byte for byte against r0 and r2's rel_rms to r0.
+--key-tiles 128,192,224: at d128 the key tiles (Tuning::fp8_key_tile, worklog v5) side by side on the automatic
+rescale mode, columns {bn128 .. bn192 .. bn224 ..} in TFLOP/s and each one's rel_rms against bf16.
 
     python3 bench/cuda/bench_attention_fp8.py --shim build/libfk_fp8_shim.so --out DIR [--quick]
 Writes DIR/attention-fp8.json; prints one line per point.
@@ -32,6 +34,7 @@ def load_shim(path):
     lib.fkb_fp8_forward.argtypes = [vp] * 5 + [i64] * 6 + [f32] * 3 + [ctypes.c_int]
     lib.fkb_fp8_forward_rescale.argtypes = [vp] * 5 + [i64] * 6 + [f32] * 3 + [ctypes.c_int] * 2
     lib.fkb_fp8_kernel.restype = ctypes.c_char_p
+    lib.fkb_fp8_forward_cfg.argtypes = [vp] * 5 + [i64] * 6 + [f32] * 3 + [ctypes.c_int] * 3
     lib.fkb_bf16_forward.argtypes = [vp] * 5 + [i64] * 6 + [ctypes.c_int]
     lib.fkb_quantize_bf16.argtypes = [vp, i64, vp, ctypes.POINTER(f32)]
     lib.fkb_vt_bytes.argtypes = [i64] * 4
@@ -63,6 +66,9 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--dims", default="128,256")
     ap.add_argument("--seqlens", default="", help="comma-separated (default 1k,4k,16k; --quick 1k,4k)")
+    ap.add_argument("--modes", default="0,1,2", help="the rescale modes timed side by side ('' none)")
+    ap.add_argument("--key-tiles", default="", help="d128: key tiles timed side by side, e.g. 128,192,224")
+    ap.add_argument("--masks", default="full,causal")
     args = ap.parse_args()
     lib = load_shim(args.shim)
     reps = 5 if args.quick else 20
@@ -71,7 +77,7 @@ def main():
         seqlens = [int(x) for x in args.seqlens.split(",")]
     rows = []
     for d in [int(x) for x in args.dims.split(",")]:
-        for causal in (False, True):
+        for causal in [m == "causal" for m in args.masks.split(",")]:
             for s in seqlens:
                 b, h = max(1, 32768 // s), 16
                 torch.manual_seed(0)
@@ -92,6 +98,13 @@ def main():
                         check(lib, lib.fkb_fp8_forward_rescale(q8.data_ptr(), k8.data_ptr(), v8.data_ptr(), o8.data_ptr(),
                                                            lse8.data_ptr(), b, s, s, h, h, d, qs, ks, vs, int(causal),
                                                                mode))
+                    return f
+
+                def fp8_key_tile(bn):
+                    def f():
+                        check(lib, lib.fkb_fp8_forward_cfg(q8.data_ptr(), k8.data_ptr(), v8.data_ptr(), o8.data_ptr(),
+                                                           lse8.data_ptr(), b, s, s, h, h, d, qs, ks, vs, int(causal),
+                                                           -1, bn))
                     return f
 
                 ob = torch.empty(b, s, h, d, device="cuda", dtype=torch.bfloat16)
@@ -116,15 +129,18 @@ def main():
                 r = {"head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h}
                 t = {"fp8": timeit(fp8, reps), "prep": timeit(prep, reps),
                      "flashkit_bf16": timeit(bf16, reps)}
-                modes = RESCALE_VALUES.get(d, [])
-                outs = {}
-                for e in modes:  # side by side; each one's output is checked against bf16 below
-                    name = "r%d" % e
-                    t["fp8_" + name] = timeit(fp8_rescale(e), reps)
+                modes = [m for m in RESCALE_VALUES.get(d, []) if str(m) in args.modes.split(",")]
+                tiles = [int(x) for x in args.key_tiles.split(",") if x] if d == 128 else []
+                # Side by side: the rescale modes (rN) and the key tiles on the automatic mode (bnN); each one's
+                # output is checked against bf16 below.
+                variants = [("r%d" % e, fp8_rescale(e)) for e in modes] + [("bn%d" % bn, fp8_key_tile(bn)) for bn in tiles]
+                outs, touts = {}, {}
+                for name, call in variants:
+                    t["fp8_" + name] = timeit(call, reps)
                     r["kernel_" + name] = lib.fkb_fp8_kernel().decode()
-                    fp8_rescale(e)()
+                    call()
                     torch.cuda.synchronize()
-                    outs[name] = o8.clone()
+                    (outs if name.startswith("r") else touts)[name] = o8.clone()
                 for name, be in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
                     try:
                         t[name] = timeit(sdpa(be), reps)
@@ -142,11 +158,12 @@ def main():
                 r["max_abs"] = diff.abs().max().item()
                 r["rel_rms"] = (diff.norm() / o_bf16.float().norm()).item()
                 r["finite"] = bool(torch.isfinite(o8).all().item())
-                for name, o_e in outs.items():  # r1: O *= 1 skipped, the same bytes; r2: P rounded against another max
+                for name, o_e in list(outs.items()) + list(touts.items()):
                     de = o_e.float() - o_bf16.float()
                     r["rel_rms_" + name] = (de.norm() / o_bf16.float().norm()).item()
                     r["finite_" + name] = bool(torch.isfinite(o_e).all().item())
-                    if name != "r0" and "r0" in outs:
+                    # r1: O *= 1 skipped, the same bytes; r2: P rounded against another max
+                    if name.startswith("r") and name != "r0" and "r0" in outs:
                         r[name + "_vs_r0_rel_rms"] = ((o_e.float() - outs["r0"].float()).norm() /
                                                      outs["r0"].float().norm()).item()
                         r[name + "_equals_r0"] = bool(torch.equal(o_e, outs["r0"]))
@@ -154,6 +171,10 @@ def main():
                 others = "  ".join("%s %.3f ms %.0f TFLOP/s" % (n, r[n + "_ms"], r[n + "_tflops"])
                                    for n in ("flashkit_bf16", "sdpa_cudnn", "sdpa_flash") if n + "_ms" in r)
                 cfgs = " [%s]" % "  ".join("r%d %.0f" % (e, r["fp8_r%d_tflops" % e]) for e in modes) if modes else ""
+                if tiles:
+                    cfgs += " {%s}" % "  ".join("bn%d %.0f (rel_rms %.3g%s)" % (
+                        bn, r["fp8_bn%d_tflops" % bn], r["rel_rms_bn%d" % bn],
+                        "" if r["finite_bn%d" % bn] else ", NOT FINITE") for bn in tiles)
                 vs_r0 = "".join("  r%d vs r0 rel_rms %.3g%s finite %s" % (
                     e, r["r%d_vs_r0_rel_rms" % e], " (same bytes)" if r["r%d_equals_r0" % e] else "",
                     r["finite_r%d" % e]) for e in modes if e != 0)
@@ -162,7 +183,7 @@ def main():
                           d, "causal" if causal else "full", s, b, h, r["fp8_ms"], r["fp8_tflops"], cfgs, r["prep_ms"],
                           100 * r["prep_ms"] / r["fp8_ms"], others, r["max_abs"], r["rel_rms"], r["finite"], vs_r0),
                       flush=True)
-                del q, k, v, q8, k8, v8, o8, lse8, vt, qt, kt, vt_, ob, lseb, o_bf16, diff, outs
+                del q, k, v, q8, k8, v8, o8, lse8, vt, qt, kt, vt_, ob, lseb, o_bf16, diff, outs, touts
                 torch.cuda.empty_cache()
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "attention-fp8.json"), "w") as f:

@@ -47,16 +47,19 @@ int fkb_fp8_forward(void* q, void* k, void* v, void* o, void* lse, int64_t B, in
   });
 }
 
-// The same with the O-rescale mode chosen (Tuning::fp8_rescale: 0, 1, 2; -1 the automatic choice), so one process
-// can time the modes side by side; fkb_fp8_kernel() names the kernel the last such call ran.
-int fkb_fp8_forward_rescale(void* q, void* k, void* v, void* o, void* lse, int64_t B, int64_t Sq, int64_t Sk, int64_t H,
-                        int64_t Hkv, int64_t D, float q_descale, float k_descale, float v_descale, int causal, int rescale) {
+// The same with the O-rescale mode and the key tile chosen (Tuning::fp8_rescale: 0, 1, 2; Tuning::fp8_key_tile: 128,
+// 192, 224; -1 / 0 the automatic choices), so one process can time them side by side; fkb_fp8_kernel() names the
+// kernel the last such call ran.
+int fkb_fp8_forward_cfg(void* q, void* k, void* v, void* o, void* lse, int64_t B, int64_t Sq, int64_t Sk, int64_t H,
+                        int64_t Hkv, int64_t D, float q_descale, float k_descale, float v_descale, int causal, int rescale,
+                        int key_tile) {
   return guarded([&] {
     using flashkit::DType;
     flashkit::AttentionOptions opts;
     opts.causal = causal != 0;
     flashkit::Tuning t = flashkit::default_tuning();
     t.fp8_rescale = rescale;
+    t.fp8_key_tile = key_tile;
     opts.tuning = t;
     flashkit::OpCost cost;
     flashkit::attention_forward_fp8(view(q, DType::e4m3, B, Sq, H, D), view(k, DType::e4m3, B, Sk, Hkv, D),
@@ -66,7 +69,13 @@ int fkb_fp8_forward_rescale(void* q, void* k, void* v, void* o, void* lse, int64
     g_kernel = cost.kernel;
   });
 }
+int fkb_fp8_forward_rescale(void* q, void* k, void* v, void* o, void* lse, int64_t B, int64_t Sq, int64_t Sk, int64_t H,
+                            int64_t Hkv, int64_t D, float q_descale, float k_descale, float v_descale, int causal,
+                            int rescale) {
+  return fkb_fp8_forward_cfg(q, k, v, o, lse, B, Sq, Sk, H, Hkv, D, q_descale, k_descale, v_descale, causal, rescale, 0);
+}
 const char* fkb_fp8_kernel() { return g_kernel.c_str(); }
+
 
 // flashkit's bf16 forward on the same layouts (so the benchmark needs only libflashkit_core.so).
 int fkb_bf16_forward(void* q, void* k, void* v, void* o, void* lse, int64_t B, int64_t Sq, int64_t Sk, int64_t H,
@@ -101,7 +110,7 @@ int fkb_vt_prep(void* v, int64_t B, int64_t Sk, int64_t Hkv, int64_t D, void* vt
     flashkit::kernels::AttentionShape sh;
     sh.batch = B, sh.seqlen_q = Sk, sh.seqlen_k = Sk, sh.heads = Hkv, sh.kv_heads = Hkv, sh.head_dim = D;
     sh.max_seqlen_q = Sk, sh.max_seqlen_k = Sk;
-    flashkit::cuda::launch_fp8_vt_prep(op, sh, static_cast<uint8_t*>(vt), nullptr);
+    flashkit::cuda::launch_fp8_vt_prep(op, sh, flashkit::cuda::kFp8KeyTile, static_cast<uint8_t*>(vt), nullptr);
   });
 }
 }

@@ -25,8 +25,18 @@ int fp8_rescale(int64_t head_dim, const Tuning& tuning) {
   return head_dim == 256 ? kFp8RescaleAutoD256 : kFp8RescaleAutoD128;
 }
 
-std::string fp8_kernel_name(int64_t head_dim, int rescale) {
-  return "cuda.flash.fwd.sm90ws.e4m3.d" + std::to_string(head_dim) + ".r" + std::to_string(rescale);
+int fp8_key_tile(int64_t head_dim, int rescale, bool causal, int64_t seqlen_k, const Tuning& tuning) {
+  const bool wide_ok = head_dim == 128 && rescale == 1;  // the instantiated wide tiles
+  const int knob = tuning.fp8_key_tile;
+  if (knob == 128) return 128;
+  if ((knob == 192 || knob == 224) && wide_ok) return knob;
+  if (wide_ok && kFp8WideKeyTileAuto != 0 && !causal && seqlen_k >= kFp8WideKeyTileMinKeys) return kFp8WideKeyTileAuto;
+  return 128;
+}
+
+std::string fp8_kernel_name(int64_t head_dim, int rescale, int key_tile) {
+  return "cuda.flash.fwd.sm90ws.e4m3.d" + std::to_string(head_dim) + ".r" + std::to_string(rescale) +
+         (key_tile == 128 ? "" : ".bn" + std::to_string(key_tile));
 }
 
 }  // namespace flashkit

@@ -72,29 +72,32 @@ void cuda_attention_forward_fp8(const kernels::AttentionFp8Args& args, const Tun
                                      "the batch/seq/head strides must be multiples of 16 bytes (elements)");
   keep_pool(cuda_current_device());
   const cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream());
-  const int64_t keys = cuda::fp8_vt_keys(sh.seqlen_k, cuda::kFp8KeyTile);
+  const int rescale = fp8_rescale(sh.head_dim, tuning);
+  const int bn = fp8_key_tile(sh.head_dim, rescale, args.fwd.mask.causal, sh.seqlen_k, tuning);
+  const int64_t keys = cuda::fp8_vt_keys(sh.seqlen_k, bn);
   const size_t vt_bytes = size_t(sh.batch * sh.kv_heads * sh.head_dim * keys);
   DeviceBuffer vt(vt_bytes, stream, "cudaMallocAsync(fp8 V^T workspace)");
-  cuda::launch_fp8_vt_prep(args.fwd.v, sh, static_cast<uint8_t*>(vt.p), stream);
+  cuda::launch_fp8_vt_prep(args.fwd.v, sh, bn, static_cast<uint8_t*>(vt.p), stream);
   cuda::Fp8FwdParams p;
   p.a = args.fwd;
   p.a.scale = args.fwd.scale * args.q_descale * args.k_descale;
   p.v_descale = args.v_descale;
   const auto* vtp = static_cast<const uint8_t*>(vt.p);
   const bool pp = tuning.sm90_ws_pingpong;
-  const int rescale = fp8_rescale(sh.head_dim, tuning);
   const bool d256 = sh.head_dim == 256;
   const cuda::Fp8LaunchResult r =
-      rescale == 1 ? (d256 ? cuda::launch_flash_fwd_fp8_sm90<256, 1>(p, vtp, pp, stream)
-                           : cuda::launch_flash_fwd_fp8_sm90<128, 1>(p, vtp, pp, stream))
-      : rescale == 2 ? cuda::launch_flash_fwd_fp8_sm90<128, 2>(p, vtp, pp, stream)  // d128 only (fp8_rescale)
-                     : (d256 ? cuda::launch_flash_fwd_fp8_sm90<256, 0>(p, vtp, pp, stream)
-                             : cuda::launch_flash_fwd_fp8_sm90<128, 0>(p, vtp, pp, stream));
+      bn == 192   ? cuda::launch_flash_fwd_fp8_sm90<128, 1, 192>(p, vtp, pp, stream)  // d128 r1 only (fp8_key_tile)
+      : bn == 224 ? cuda::launch_flash_fwd_fp8_sm90<128, 1, 224>(p, vtp, pp, stream)
+      : rescale == 1 ? (d256 ? cuda::launch_flash_fwd_fp8_sm90<256, 1, 128>(p, vtp, pp, stream)
+                             : cuda::launch_flash_fwd_fp8_sm90<128, 1, 128>(p, vtp, pp, stream))
+      : rescale == 2 ? cuda::launch_flash_fwd_fp8_sm90<128, 2, 128>(p, vtp, pp, stream)  // d128 only (fp8_rescale)
+                     : (d256 ? cuda::launch_flash_fwd_fp8_sm90<256, 0, 128>(p, vtp, pp, stream)
+                             : cuda::launch_flash_fwd_fp8_sm90<128, 0, 128>(p, vtp, pp, stream));
   if (!r.launched) fail(Status::unsupported, std::string("attention_forward_fp8: ") + r.why_not);
   if (!cost) return;
   OpCost c = kernels::attention_forward_fp8_cost(args, "");
-  c.kernel = fp8_kernel_name(sh.head_dim, rescale);
-  c.flops = 4.0 * kernels::attention_tiled_pairs(sh, args.fwd.mask, 128, cuda::kFp8KeyTile) * double(sh.head_dim);
+  c.kernel = fp8_kernel_name(sh.head_dim, rescale, bn);
+  c.flops = 4.0 * kernels::attention_tiled_pairs(sh, args.fwd.mask, 128, bn) * double(sh.head_dim);
   c.bytes_read += double(vt_bytes);     // the kernel reads V^T (the prep read V: bytes_read already has it)
   c.bytes_written += double(vt_bytes);  // the prep writes it
   c.workspace_bytes = double(vt_bytes);

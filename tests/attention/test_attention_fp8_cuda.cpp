@@ -69,7 +69,7 @@ constexpr double kTol = 1e-2;
 
 // The f64 reference of the e4m3 inputs (host) with P rounded as `rounding` says.
 void reference(const HostTensor& q, const HostTensor& k, const HostTensor& v, const AttentionFp8Scales& s, bool causal,
-               kernels::Fp8PRounding rounding, HostTensor* o, HostTensor* lse) {
+               kernels::Fp8PRounding rounding, HostTensor* o, HostTensor* lse, int64_t key_tile = 128) {
   const auto& qs = q.view.shape;
   const auto& ks = k.view.shape;
   kernels::AttentionFp8Args a;
@@ -89,14 +89,14 @@ void reference(const HostTensor& q, const HostTensor& k, const HostTensor& v, co
   a.q_descale = s.q_descale;
   a.k_descale = s.k_descale;
   a.v_descale = s.v_descale;
-  a.p_tile = 128;
+  a.p_tile = key_tile;  // the kernel's key tile: P is rounded against the running max of its tiles
   kernels::attention_forward_fp8_reference(a, rounding);
 }
 
-// The fp8 forward on the device inputs with O-rescale mode `rescale` (Tuning::fp8_rescale) into (o, lse), poisoned
-// first; checks the kernel name.
+// The fp8 forward on the device inputs with O-rescale mode `rescale` (Tuning::fp8_rescale) and key tile `key_tile`
+// (Tuning::fp8_key_tile) into (o, lse), poisoned first; checks the kernel name.
 void run_kernel(const Dev& dq, const Dev& dk, const Dev& dv, const AttentionFp8Scales& s, const Case& c, int64_t D,
-                int rescale, HostTensor* o, HostTensor* lse) {
+                int rescale, HostTensor* o, HostTensor* lse, int key_tile = 128) {
   Dev dout(DType::bf16, {c.B, c.Sq, c.H, D}), dlse(DType::f32, {c.B, c.H, c.Sq});
   dout.poison();
   dlse.poison();
@@ -104,18 +104,21 @@ void run_kernel(const Dev& dq, const Dev& dk, const Dev& dv, const AttentionFp8S
   opts.causal = c.causal;
   Tuning t = default_tuning();
   t.fp8_rescale = rescale;
+  t.fp8_key_tile = key_tile;
   opts.tuning = t;
   OpCost cost;
   attention_forward_fp8(dq.view, dk.view, dv.view, dout.view, dlse.view, s, opts, &cost);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(cost.kernel, "cuda.flash.fwd.sm90ws.e4m3.d" + std::to_string(D) + ".r" + std::to_string(rescale));
+  EXPECT_EQ(cost.kernel, "cuda.flash.fwd.sm90ws.e4m3.d" + std::to_string(D) + ".r" + std::to_string(rescale) +
+                             (key_tile == 128 ? "" : ".bn" + std::to_string(key_tile)));
   dout.down(o);
   dlse.down(lse);
 }
 
 // rescale: Tuning::fp8_rescale. 0 and 1 against the eager tile_max reference (1 also byte for byte against 0, run
-// here too), 2 against the lazy one (tile_max_lazy, the kernel's rule and kFp8LazyRescaleTau), with the same bounds.
-void run_case(const Case& c, int64_t D, int rescale) {
+// here too, at key tile 128), 2 against the lazy one (tile_max_lazy, the kernel's rule and kFp8LazyRescaleTau), with
+// the same bounds. key_tile: Tuning::fp8_key_tile (192, 224: d128 with rescale 1), the reference's p_tile.
+void run_case(const Case& c, int64_t D, int rescale, int key_tile = 128) {
   std::mt19937 rng(uint32_t(c.Sq * 31 + c.Sk * 7 + c.H + c.causal));
   HostTensor q32(DType::bf16, {c.B, c.Sq, c.H, D}), k32(DType::bf16, {c.B, c.Sk, c.Hkv, D}),
       v32(DType::bf16, {c.B, c.Sk, c.Hkv, D});
@@ -147,8 +150,8 @@ void run_case(const Case& c, int64_t D, int rescale) {
   EXPECT_EQ(q.bytes, qc.bytes);
 
   HostTensor o(DType::bf16, {c.B, c.Sq, c.H, D}), lse(DType::f32, {c.B, c.H, c.Sq});
-  run_kernel(dq, dk, dv, s, c, D, rescale, &o, &lse);
-  if (rescale == 1) {  // skipping O *= 1 changes no bit
+  run_kernel(dq, dk, dv, s, c, D, rescale, &o, &lse, key_tile);
+  if (rescale == 1 && key_tile == 128) {  // skipping O *= 1 changes no bit (RESCALE 0 has only the 128-key tile)
     HostTensor o0(DType::bf16, {c.B, c.Sq, c.H, D}), lse0(DType::f32, {c.B, c.H, c.Sq});
     run_kernel(dq, dk, dv, s, c, D, 0, &o0, &lse0);
     EXPECT_TRUE(o.bytes == o0.bytes) << "RESCALE 1's O differs from RESCALE 0's";
@@ -160,13 +163,14 @@ void run_case(const Case& c, int64_t D, int rescale) {
   o_ref.poison();
   lse_ref.poison();
   reference(q, k, v, s, c.causal,
-            rescale == 2 ? kernels::Fp8PRounding::tile_max_lazy : kernels::Fp8PRounding::tile_max, &o_ref, &lse_ref);
+            rescale == 2 ? kernels::Fp8PRounding::tile_max_lazy : kernels::Fp8PRounding::tile_max, &o_ref, &lse_ref,
+            key_tile);
   reference(q, k, v, s, c.causal, kernels::Fp8PRounding::row_max, &o_row, &lse_row);
   const double err = fk_test::rel_error(o, o_ref), lse_err = fk_test::rel_error(lse, lse_ref);
   const double err_row = fk_test::rel_error(o, o_row);
-  std::printf("fp8 cuda r%d d%lld B=%lld Sq=%lld Sk=%lld H=%lld Hkv=%lld causal=%d: o rel err %.2e (vs row-max "
+  std::printf("fp8 cuda r%d bn%d d%lld B=%lld Sq=%lld Sk=%lld H=%lld Hkv=%lld causal=%d: o rel err %.2e (vs row-max "
               "rounding %.2e), lse rel err %.2e\n",
-              rescale, (long long)D, (long long)c.B, (long long)c.Sq, (long long)c.Sk, (long long)c.H, (long long)c.Hkv,
+              rescale, key_tile, (long long)D, (long long)c.B, (long long)c.Sq, (long long)c.Sk, (long long)c.H, (long long)c.Hkv,
               int(c.causal), err, err_row, lse_err);
   EXPECT_LT(err, kTol);
   EXPECT_LT(err_row, 0.05);  // the contract's looser statement: P rounded against some running max
@@ -185,15 +189,29 @@ TEST_P(Fp8Cuda, MatchesTheRoundedPReference) {
   run_case(std::get<0>(GetParam()), 128, std::get<1>(GetParam()));
 }
 
+// The cases of both grids: odd lengths, partial last key tiles, one key, GQA, causal with fewer or more keys than
+// queries.
+const auto kFp8Cases = ::testing::Values(Case{1, 1, 1, 1, 1, false}, Case{1, 17, 17, 2, 1, false},
+                                         Case{1, 17, 17, 2, 1, true}, Case{2, 255, 255, 4, 2, true},
+                                         Case{1, 255, 1000, 2, 2, false}, Case{1, 1000, 1000, 4, 1, true},
+                                         Case{1, 1000, 255, 2, 1, true}, Case{2, 300, 300, 2, 2, false},
+                                         Case{1, 130, 449, 2, 1, false});
+
 // Grid indices (tools/gpu/fp8.sh picks from them): 3 * case + RESCALE.
-INSTANTIATE_TEST_SUITE_P(Grid, Fp8Cuda,
-                         ::testing::Combine(::testing::Values(Case{1, 1, 1, 1, 1, false}, Case{1, 17, 17, 2, 1, false},
-                                                              Case{1, 17, 17, 2, 1, true}, Case{2, 255, 255, 4, 2, true},
-                                                              Case{1, 255, 1000, 2, 2, false},
-                                                              Case{1, 1000, 1000, 4, 1, true},
-                                                              Case{1, 1000, 255, 2, 1, true},
-                                                              Case{2, 300, 300, 2, 2, false}),
-                                            ::testing::Values(0, 1, 2)));
+INSTANTIATE_TEST_SUITE_P(Grid, Fp8Cuda, ::testing::Combine(kFp8Cases, ::testing::Values(0, 1, 2)));
+
+// The wide key tiles of d128 (worklog v5: two V^T panels a tile, the second loaded whole) on every case (130 x 449
+// keys: a one-key last tile at 224); RESCALE 1. KeyTiles indices: 2 * case + (0:
+// 192, 1: 224).
+class Fp8CudaKeyTile : public ::testing::TestWithParam<std::tuple<Case, int>> {};
+
+TEST_P(Fp8CudaKeyTile, MatchesTheRoundedPReference) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!is_hopper()) GTEST_SKIP() << "not a Hopper GPU";
+  run_case(std::get<0>(GetParam()), 128, 1, std::get<1>(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(KeyTiles, Fp8CudaKeyTile, ::testing::Combine(kFp8Cases, ::testing::Values(192, 224)));
 
 // d256 with each O-rescale mode.
 TEST(Fp8Cuda, HeadDim256) {

@@ -12,6 +12,10 @@
 #             verdict on the 10 fp8 kernels (spills, wgmma serialization), a smoke case, the fp8 tests (every Grid
 #             case with RESCALE 0, 1, 2: 1 byte for byte against 0, 2 against the lazy reference; d256 with 0 and 1),
 #             memcheck on two cases of RESCALE 1 and 2, the bench at d128 and d256 ([r0 .. r1 .. r2 ..])
+#   keytile   v5 (the wide key tiles of d128, Tuning::fp8_key_tile; worklog v5), in ~5 minutes: build, ptxas's
+#             verdict on the 14 fp8 kernels, a smoke case per tile, all fp8 tests (KeyTiles: every Grid case at BN
+#             192 and 224 against the reference with p_tile = BN), memcheck on two wide-tile cases, the bench at d128
+#             ({bn128 .. bn192 .. bn224 ..}, both masks, 1k-16k) and d256's default beside it
 #   python    tools/gpu/fp8_python_check.py (not a default stage; after build): flashkit.torch.quantize_e4m3 and
 #             attention_forward_fp8 on CUDA float8_e4m3fn tensors against the CPU path on the same bytes (~30 s);
 #             prints "python fp8: ok rel_rms X"
@@ -41,18 +45,19 @@ build() {
   run shim g++ -std=c++20 -O2 -shared -fPIC -Iinclude -Isrc -I/usr/local/cuda/include bench/cuda/fp8_shim.cpp \
     -L"$BUILD/lib" -lflashkit_core -Wl,-rpath,"$PWD/$BUILD/lib" -L/usr/local/cuda/lib64 -lcudart -o "$SHIM" || exit 1
   # Registers and spills of the fp8 kernels (REG:168 STACK:0 LOCAL:0 expected: the setmaxnreg budget, no spills).
-  for f in d128 d128_r1 d128_r2 d256 d256_r1; do
+  for f in d128 d128_r1 d128_r2 d128_r1_bn192 d128_r1_bn224 d256 d256_r1; do
     cuobjdump --dump-resource-usage "$BUILD"/src/CMakeFiles/flashkit_core.dir/kernels/cuda/fp8/flash_fwd_fp8_sm90_$f.cu.o \
       2>/dev/null | grep -E "REG" | sed -E 's/^ *//' | tee -a "$LOG"
   done
   return 0
 }
-# ptxas's own verdict with this machine's nvcc on the 10 fp8 kernels (d128 with RESCALE 0/1/2, d256 with 0/1; ping-pong on/off),
-# compiled in parallel: spills and wgmma serialization (C7510/C7514/C7520 "Potential Performance Loss"). Expected:
-# one line "ptxas fp8: 10 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" and no other.
+# ptxas's own verdict with this machine's nvcc on the 14 fp8 kernels (d128 with RESCALE 0/1/2 and with 1 at BN 192
+# and 224, d256 with 0/1; ping-pong on/off), compiled in parallel: spills and wgmma serialization (C7510/C7514/C7520
+# "Potential Performance Loss"). Expected: one line "ptxas fp8: 14 0 bytes stack frame, 0 bytes spill stores, 0
+# bytes spill loads" and no other.
 ptxas_fp8() {
   local f
-  for f in d128 d128_r1 d128_r2 d256 d256_r1; do
+  for f in d128 d128_r1 d128_r2 d128_r1_bn192 d128_r1_bn224 d256 d256_r1; do
     nvcc -std=c++20 --expt-relaxed-constexpr -O3 -DNDEBUG -DFLASHKIT_HAVE_SM90A -DFLASHKIT_WITH_CUDA -Iinclude -Isrc \
       --generate-code=arch=compute_90a,code=sm_90a -Xptxas -v -c src/kernels/cuda/fp8/flash_fwd_fp8_sm90_$f.cu \
       -o "$BUILD/fp8_${f}_ptxas.o" > "$BUILD/fp8_${f}_ptxas.log" 2>&1 &
@@ -64,27 +69,41 @@ ptxas_fp8() {
     | tee -a "$LOG"
   grep -E "Potential|C75[0-9][0-9]" "$BUILD"/fp8_d*_ptxas.log | sed 's/^/ptxas fp8: /' | tee -a "$LOG"
 }
+# A kernel variant's checks: build, ptxas beside the GPU steps, smoke cases first (a hang costs 60 s, not the run;
+# returns 1 then), all fp8 tests (lines matching $3 shown), memcheck on $4, the bench with the remaining arguments.
+variant_checks() {
+  local name=$1 smoke=$2 shown=$3 memcheck=$4
+  shift 4
+  build || exit 1
+  ptxas_fp8 &
+  local ptxas_pid=$!
+  run fp8_smoke timeout 60 "$T" --gtest_filter="$smoke"
+  if [ $? -eq 124 ]; then log "fp8 kernel hung on the smoke case: stopping"; status=1; wait $ptxas_pid; return 1; fi
+  run fp8_tests timeout 200 "$T"
+  grep -E "$shown|SKIPPED" "$LOG" | tail -30
+  grep -qE "SKIPPED.*Fp8Cuda" "$LOG" && { log "Fp8Cuda was skipped: no Hopper GPU visible?"; status=1; }
+  run memcheck_fp8_$name timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$T" --gtest_brief=1 \
+    --gtest_filter="$memcheck"
+  run bench_fp8_$name timeout 200 python3 bench/cuda/bench_attention_fp8.py --shim "$SHIM" --out "$OUT" "$@" \
+    ${QUICK:+--quick}
+  grep -E "^fp8 d|unavailable" "$LOG" | tail -12
+  wait $ptxas_pid
+}
 for st in "${STAGES[@]}"; do
   case $st in
     build) build || exit 1 ;;
     rescale)
-      build || exit 1
-      ptxas_fp8 &  # on the CPU beside the GPU steps; waited for at the end of the stage
-      ptxas_pid=$!
-      # Grid index 3 * case + RESCALE. 17 x 17 causal (masked tiles only) then 255 x 1000 (8 key tiles), both on
-      # RESCALE 2, first: a hang costs 60 s, not the whole run.
-      run fp8_smoke timeout 60 "$T" --gtest_filter='Grid/Fp8Cuda.MatchesTheRoundedPReference/8:Grid/Fp8Cuda.MatchesTheRoundedPReference/14'
-      if [ $? -eq 124 ]; then log "fp8 kernel hung on the smoke case: stopping"; status=1; break; fi
-      run fp8_tests timeout 150 "$T"
-      grep -E "^fp8 cuda|SKIPPED" "$LOG" | tail -30
-      grep -qE "SKIPPED.*Fp8Cuda" "$LOG" && { log "Fp8Cuda was skipped: no Hopper GPU visible?"; status=1; }
-      # 13 = 255 x 1000 keys on RESCALE 1, 11 = batch 2 x 255 keys, GQA, causal on RESCALE 2.
-      run memcheck_fp8_rescale timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$T" --gtest_brief=1 \
-        --gtest_filter='Grid/Fp8Cuda.MatchesTheRoundedPReference/13:Grid/Fp8Cuda.MatchesTheRoundedPReference/11'
-      run bench_fp8_rescale timeout 150 python3 bench/cuda/bench_attention_fp8.py --shim "$SHIM" --out "$OUT" \
-        --dims 128,256 ${QUICK:+--quick}
-      grep -E "^fp8 d|unavailable" "$LOG" | tail -12
-      wait $ptxas_pid ;;
+      # Grid index 3 * case + RESCALE. Smoke: 17 x 17 causal (masked tiles only) then 255 x 1000 (8 key tiles), both
+      # on RESCALE 2. memcheck: 13 = 255 x 1000 keys on RESCALE 1, 11 = batch 2 x 255 keys, GQA, causal on RESCALE 2.
+      variant_checks rescale 'Grid/Fp8Cuda.MatchesTheRoundedPReference/8:Grid/Fp8Cuda.MatchesTheRoundedPReference/14' \
+        "^fp8 cuda" 'Grid/Fp8Cuda.MatchesTheRoundedPReference/13:Grid/Fp8Cuda.MatchesTheRoundedPReference/11' \
+        --dims 128,256 || break ;;
+    keytile)
+      # KeyTiles index 2 * case + (0: 192, 1: 224). Smoke: one key at 224, 255 x 1000 keys at 192 and 224. memcheck:
+      # 130 x 449 keys (a 1-key last tile at 224) at 192 and 224, batch 2 x 255 keys GQA causal at 224.
+      K=KeyTiles/Fp8CudaKeyTile.MatchesTheRoundedPReference
+      variant_checks keytile "$K/1:$K/8:$K/9" "^fp8 cuda r1 bn(192|224)" "$K/16:$K/17:$K/7" \
+        --dims 128 --modes "" --key-tiles 128,192,224 || break ;;
     test)
       # One small case first: a kernel that hangs (an mbarrier protocol error) costs 60 s here, not the whole run.
       # Grid index 3 * case + RESCALE: /3 is 17 x 17 keys on RESCALE 0.

@@ -59,10 +59,14 @@ struct Fp8WsCfg {
   static constexpr int kLaunchRegs = 168, kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumers <= kLaunchRegs * NT, "register budgets exceed the pool");
   static constexpr int kPanel = 128;                               // elements (bytes) per panel row
-  static constexpr uint32_t q_bytes = BM * D, k_bytes = BN * D, vt_bytes = D * BN;
+  // V^T panels per key tile: D rows x 128 keys each. A wide tile (192, 224 keys) takes two, the second loaded whole
+  // (its last 64 / 32 keys belong to the next tile and are never read): one TMA box and one swizzle for every panel.
+  static constexpr int kVtPanels = (BN + kPanel - 1) / kPanel;
+  static constexpr uint32_t q_bytes = BM * D, k_bytes = BN * D, vt_bytes = D * kPanel * kVtPanels;
   static constexpr uint32_t bar_off = q_bytes + STAGES * (k_bytes + vt_bytes);
   static constexpr size_t smem = size_t(bar_off) + 4 * STAGES * 8 + 1024;
-  static_assert(D % kPanel == 0 && BN == kPanel, "one V^T panel per key tile: BN = 128 keys, D a multiple of 128");
+  static_assert(D % kPanel == 0, "D a multiple of 128 (whole Q/K panels)");
+  static_assert(BN % 32 == 0, "P V runs k32 steps: BN a multiple of 32 keys");
   static_assert(q_bytes % 1024 == 0 && k_bytes % 1024 == 0, "panels stay 1024-byte aligned");
   static_assert(D <= 256 && BN <= 256, "a TMA box has at most 256 rows");
 };
@@ -113,14 +117,15 @@ struct Fp8Rows : Sm90FwdRows<__nv_bfloat16, D, BN, BM> {
       }
   }
 
-  // O += P V^T-tile: B is the D x BN V^T tile (keys contiguous, one 128-byte panel), K-major.
+  // O += P V^T-tile: B is the D x BN V^T tile (keys contiguous, 128-key panels of D rows), K-major; chunk c of 32
+  // keys is in panel c / 4 at byte c % 4 * 32.
   __device__ __forceinline__ void issue_pv(uint32_t (&pa)[BN / 32][4], uint32_t sVt) {
     wgmma_fence_regs<D / 2>(this->o);
     wgmma_fence_regs<BN / 8>(&pa[0][0]);
     wgmma_fence();
 #pragma unroll
     for (int c = 0; c < BN / 32; ++c) {
-      const uint64_t db = smem_desc(sVt + c * 32, 16, 1024);
+      const uint64_t db = smem_desc(sVt + (c >> 2) * (D * 128) + (c & 3) * 32, 16, 1024);
       WgmmaE4m3<D>::rs(this->o, pa[c], db, 1);
     }
     wgmma_commit();
@@ -237,11 +242,14 @@ __global__ void __launch_bounds__(Fp8WsCfg<D, BN, STAGES>::NT, 1)
           for (int pnl = 0; pnl < D / 128; ++pnl)
             tma_load_4d(dst + pnl * (BN * 128), &tmap_k, full_k(st), 128 * pnl, k * BN, kvh, bslot);
         }
-        if (k > nb_begin) {  // V^T tile k-1: one box of BN keys x D rows
+        if (k > nb_begin) {  // V^T tile k-1: one box of 128 keys x D rows per panel (starts < keys: fp8_vt_keys)
           const int st = stage_of(k - 1);
           wait_free(empty_v(st), k - 1);
           mbar_arrive_expect_tx(full_v(st), Cfg::vt_bytes);
-          tma_load_4d(sV0 + uint32_t(st) * Cfg::vt_bytes, &tmap_vt, full_v(st), (k - 1) * BN, 0, kvh, bslot);
+          const uint32_t dst = sV0 + uint32_t(st) * Cfg::vt_bytes;
+#pragma unroll
+          for (int pnl = 0; pnl < Cfg::kVtPanels; ++pnl)
+            tma_load_4d(dst + pnl * (D * 128), &tmap_vt, full_v(st), (k - 1) * BN + 128 * pnl, 0, kvh, bslot);
         }
       }
     }
@@ -402,7 +410,7 @@ Fp8LaunchResult launch_fwd_fp8_sm90_cfg(const Fp8FwdParams& p, const uint8_t* vt
   const int64_t keys = fp8_vt_keys(sh.seqlen_k, BN);
   const cuuint64_t vdims[4] = {cuuint64_t(keys), cuuint64_t(D), cuuint64_t(sh.kv_heads), cuuint64_t(sh.batch)};
   const cuuint64_t vstr[3] = {cuuint64_t(keys), cuuint64_t(keys) * D, cuuint64_t(keys) * D * cuuint64_t(sh.kv_heads)};
-  const cuuint32_t vbox[4] = {cuuint32_t(BN), cuuint32_t(D), 1, 1};
+  const cuuint32_t vbox[4] = {cuuint32_t(Cfg::kPanel), cuuint32_t(D), 1, 1};
   CUtensorMap tmap_k, tmap_vt;
   if (!encode_fp8_tmap_4d(&tmap_k, p.a.k.data, kdims, kstr, kbox))
     return {false, "k: no TMA map (the base address and the seq/head/batch strides must be multiples of 16 bytes)"};
@@ -416,10 +424,11 @@ Fp8LaunchResult launch_fwd_fp8_sm90_cfg(const Fp8FwdParams& p, const uint8_t* vt
   return {true, ""};
 }
 
-template <int D, int RESCALE>
+template <int D, int RESCALE, int BN>
 Fp8LaunchResult launch_flash_fwd_fp8_sm90(const Fp8FwdParams& p, const uint8_t* vt, bool pingpong, cudaStream_t stream) {
-  // d128: 16 KB of Q + 3 x (16 KB K + 16 KB V^T) = 112 KB; d256: 32 KB + 2 x (32 KB + 32 KB) = 160 KB.
-  constexpr int BN = kFp8KeyTile, STAGES = D == 128 ? 3 : 2;
+  // d128: 16 KB of Q + 3 x (16 KB K + 16 KB V^T) = 112 KB (BN 192: 3 x (24 + 32 KB) + 16 = 184 KB; BN 224: 196 KB);
+  // d256: 32 KB + 2 x (32 KB + 32 KB) = 160 KB.
+  constexpr int STAGES = D == 128 ? 3 : 2;
   return pingpong ? launch_fwd_fp8_sm90_cfg<D, BN, STAGES, true, RESCALE>(p, vt, stream)
                   : launch_fwd_fp8_sm90_cfg<D, BN, STAGES, false, RESCALE>(p, vt, stream);
 }

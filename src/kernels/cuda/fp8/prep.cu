@@ -81,10 +81,11 @@ unsigned grid_for(int64_t n) {
 
 }  // namespace
 
-void launch_fp8_vt_prep(const kernels::AttnOperand& v, const kernels::AttentionShape& sh, uint8_t* vt,
+void launch_fp8_vt_prep(const kernels::AttnOperand& v, const kernels::AttentionShape& sh, int key_tile, uint8_t* vt,
                         cudaStream_t stream) {
-  const int64_t keys = fp8_vt_keys(sh.seqlen_k, kFp8KeyTile);
-  const dim3 grid(unsigned(keys / kPrepKeys), unsigned((sh.head_dim + kPrepDims - 1) / kPrepDims),
+  // keys: a multiple of 32 (every tile is), not always of 64 (224): the last block stops at keys.
+  const int64_t keys = fp8_vt_keys(sh.seqlen_k, key_tile);
+  const dim3 grid(unsigned((keys + kPrepKeys - 1) / kPrepKeys), unsigned((sh.head_dim + kPrepDims - 1) / kPrepDims),
                   unsigned(sh.batch * sh.kv_heads));
   fp8_vt_prep_kernel<<<grid, kPrepThreads, 0, stream>>>(v, sh.seqlen_k, sh.kv_heads, sh.head_dim, keys, vt);
   check_cuda(cudaGetLastError(), "fp8 V^T prep launch");
