@@ -6,8 +6,8 @@ accuracy against flashkit's bf16 output on the unquantized inputs (max abs and r
 At d128 and d256 the kernel also runs with each O-rescale mode side by side (RESCALE_VALUES: Tuning::fp8_rescale, 0
 every tile, 1 skipped by warps whose maxima all stayed, 2 lazy max; docs/worklog/attention-fp8-cuda.md v4): columns
 [r0 .. r1 .. r2 ..] in TFLOP/s, each one's output against bf16, r1 byte for byte against r0 and r2's rel_rms to r0.
---key-tiles 128,192,224: at d128 the key tiles (Tuning::fp8_key_tile, worklog v5) side by side on the automatic
-rescale mode, columns {bn128 .. bn192 .. bn224 ..} in TFLOP/s and each one's rel_rms against bf16.
+--key-tiles 128,192: at d128 the key tiles (Tuning::fp8_key_tile, worklog v5) side by side on the automatic
+rescale mode, columns {bn128 .. bn192 ..} in TFLOP/s and each one's rel_rms against bf16 (--rounds N alternates them).
 
     python3 bench/cuda/bench_attention_fp8.py --shim build/libfk_fp8_shim.so --out DIR [--quick]
 Writes DIR/attention-fp8.json; prints one line per point.
@@ -67,8 +67,9 @@ def main():
     ap.add_argument("--dims", default="128,256")
     ap.add_argument("--seqlens", default="", help="comma-separated (default 1k,4k,16k; --quick 1k,4k)")
     ap.add_argument("--modes", default="0,1,2", help="the rescale modes timed side by side ('' none)")
-    ap.add_argument("--key-tiles", default="", help="d128: key tiles timed side by side, e.g. 128,192,224")
+    ap.add_argument("--key-tiles", default="", help="d128: key tiles timed side by side, e.g. 128,192")
     ap.add_argument("--masks", default="full,causal")
+    ap.add_argument("--rounds", type=int, default=1, help="alternations of the side-by-side variants")
     args = ap.parse_args()
     lib = load_shim(args.shim)
     reps = 5 if args.quick else 20
@@ -79,7 +80,7 @@ def main():
     for d in [int(x) for x in args.dims.split(",")]:
         for causal in [m == "causal" for m in args.masks.split(",")]:
             for s in seqlens:
-                b, h = max(1, 32768 // s), 16
+                b, h = max(1, 32768 // s), 16  # 32k tokens a call (s = 32k: one sequence)
                 torch.manual_seed(0)
                 q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
                 q8, qs = quantize(lib, q)
@@ -134,12 +135,20 @@ def main():
                 # Side by side: the rescale modes (rN) and the key tiles on the automatic mode (bnN); each one's
                 # output is checked against bf16 below.
                 variants = [("r%d" % e, fp8_rescale(e)) for e in modes] + [("bn%d" % bn, fp8_key_tile(bn)) for bn in tiles]
+                # --rounds N: the variants alternate N times (each a median of reps calls); the median of the rounds
+                # (one measurement of a long fp8 call drifts by 5-10% with the clock, run s21-1).
+                rounds = {name: [] for name, _ in variants}
+                for _ in range(args.rounds if variants else 0):
+                    for name, call in variants:
+                        rounds[name].append(timeit(call, reps))
                 outs, touts = {}, {}
                 for name, call in variants:
-                    t["fp8_" + name] = timeit(call, reps)
-                    r["kernel_" + name] = lib.fkb_fp8_kernel().decode()
+                    ms = sorted(rounds[name])
+                    t["fp8_" + name] = ms[len(ms) // 2]
+                    r["fp8_%s_rounds_ms" % name] = rounds[name]
                     call()
                     torch.cuda.synchronize()
+                    r["kernel_" + name] = lib.fkb_fp8_kernel().decode()
                     (outs if name.startswith("r") else touts)[name] = o8.clone()
                 for name, be in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
                     try:

@@ -48,7 +48,7 @@ int fkb_fp8_forward(void* q, void* k, void* v, void* o, void* lse, int64_t B, in
 }
 
 // The same with the O-rescale mode and the key tile chosen (Tuning::fp8_rescale: 0, 1, 2; Tuning::fp8_key_tile: 128,
-// 192, 224; -1 / 0 the automatic choices), so one process can time them side by side; fkb_fp8_kernel() names the
+// 192; -1 / 0 the automatic choices), so one process can time them side by side; fkb_fp8_kernel() names the
 // kernel the last such call ran.
 int fkb_fp8_forward_cfg(void* q, void* k, void* v, void* o, void* lse, int64_t B, int64_t Sq, int64_t Sk, int64_t H,
                         int64_t Hkv, int64_t D, float q_descale, float k_descale, float v_descale, int causal, int rescale,

@@ -29,8 +29,8 @@ int fp8_key_tile(int64_t head_dim, int rescale, bool causal, int64_t seqlen_k, c
   const bool wide_ok = head_dim == 128 && rescale == 1;  // the instantiated wide tiles
   const int knob = tuning.fp8_key_tile;
   if (knob == 128) return 128;
-  if ((knob == 192 || knob == 224) && wide_ok) return knob;
-  if (wide_ok && kFp8WideKeyTileAuto != 0 && !causal && seqlen_k >= kFp8WideKeyTileMinKeys) return kFp8WideKeyTileAuto;
+  if (knob == 192 && wide_ok) return knob;
+  if (wide_ok && seqlen_k >= kFp8WideKeyTileMinKeys) return kFp8WideKeyTile;
   return 128;
 }
 

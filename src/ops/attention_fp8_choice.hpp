@@ -25,17 +25,18 @@ std::string fp8_cuda_unsupported_reason(const DeviceInfo& dev, int64_t head_dim)
 inline constexpr int kFp8RescaleAutoD128 = 1, kFp8RescaleAutoD256 = 1;
 int fp8_rescale(int64_t head_dim, const Tuning& tuning);
 
-// The kernel's key tile (BN, worklog v5): 128 keys (one V^T panel) everywhere; at d128 with the exact skip
-// (rescale 1) also the wide tiles 192 and 224 (two V^T panels; fewer per-tile softmax chains per tensor-core FLOP,
-// 12 more registers of S per 24 keys). Tuning::fp8_key_tile (128, 192, 224) forces one where it is instantiated,
-// otherwise (0, auto; or a tile the call has no kernel for) the automatic choice: kFp8WideKeyTileAuto from
-// kFp8WideKeyTileMinKeys keys, not causal (0: never, pending the GPU run).
-inline constexpr int kFp8WideKeyTileAuto = 0;
-inline constexpr int64_t kFp8WideKeyTileMinKeys = 4096;
+// The kernel's key tile (BN, worklog v5): 128 keys (one V^T panel); at d128 with the exact skip (rescale 1) also the
+// wide tile of 192 (two V^T panels; the per-tile softmax chains spread over 1.5x the tensor work). Tuning::fp8_key_tile
+// (128, 192) forces one where it is instantiated, otherwise (0, auto; or a tile without a kernel) the automatic
+// choice: 192 from kFp8WideKeyTileMinKeys keys, causal or not. Run s21-2 (H200, 32k tokens a call, 7 alternations):
+// 192 against 128 +3-5% at 8k, +4-5% at 16k-32k, level at 4k, -4 to -13% at 1k-2k (fewer tiles a CTA to hide
+// its prologue); 224 never beat 192 (removed).
+inline constexpr int kFp8WideKeyTile = 192;
+inline constexpr int64_t kFp8WideKeyTileMinKeys = 8192;
 int fp8_key_tile(int64_t head_dim, int rescale, bool causal, int64_t seqlen_k, const Tuning& tuning);
 
 // OpCost's kernel name for the choice, e.g. "cuda.flash.fwd.sm90ws.e4m3.d128.r1" (key tile 128) or
-// "cuda.flash.fwd.sm90ws.e4m3.d128.r1.bn224".
+// "cuda.flash.fwd.sm90ws.e4m3.d128.r1.bn192".
 std::string fp8_kernel_name(int64_t head_dim, int rescale, int key_tile = 128);
 
 }  // namespace flashkit

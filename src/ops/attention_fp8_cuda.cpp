@@ -86,8 +86,7 @@ void cuda_attention_forward_fp8(const kernels::AttentionFp8Args& args, const Tun
   const bool pp = tuning.sm90_ws_pingpong;
   const bool d256 = sh.head_dim == 256;
   const cuda::Fp8LaunchResult r =
-      bn == 192   ? cuda::launch_flash_fwd_fp8_sm90<128, 1, 192>(p, vtp, pp, stream)  // d128 r1 only (fp8_key_tile)
-      : bn == 224 ? cuda::launch_flash_fwd_fp8_sm90<128, 1, 224>(p, vtp, pp, stream)
+      bn == 192 ? cuda::launch_flash_fwd_fp8_sm90<128, 1, 192>(p, vtp, pp, stream)  // d128 r1 only (fp8_key_tile)
       : rescale == 1 ? (d256 ? cuda::launch_flash_fwd_fp8_sm90<256, 1, 128>(p, vtp, pp, stream)
                              : cuda::launch_flash_fwd_fp8_sm90<128, 1, 128>(p, vtp, pp, stream))
       : rescale == 2 ? cuda::launch_flash_fwd_fp8_sm90<128, 2, 128>(p, vtp, pp, stream)  // d128 only (fp8_rescale)

@@ -480,22 +480,22 @@ TEST(Fp8Choice, RescaleFollowsTheKnob) {
   EXPECT_EQ(fp8_kernel_name(128, 0), "cuda.flash.fwd.sm90ws.e4m3.d128.r0");
 }
 
-// The key tile (worklog v5): the wide tiles only where they are instantiated (d128 with the exact skip, rescale 1),
-// forced by the knob; everything else (d256, rescale 0 / 2, a tile without a kernel) runs 128; the automatic choice
-// only for long non-causal calls, and only once kFp8WideKeyTileAuto names a wide tile.
+// The key tile (worklog v5): the wide tile only where it is instantiated (d128 with the exact skip, rescale 1),
+// automatic from kFp8WideKeyTileMinKeys keys (causal or not) or forced by the knob; everything else (d256, rescale
+// 0 / 2, a tile without a kernel) runs 128.
 TEST(Fp8Choice, KeyTileFollowsTheKnobWhereInstantiated) {
   Tuning t;
   EXPECT_EQ(t.fp8_key_tile, 0);
-  for (int64_t keys : {1, 4095, 4096, 16384})
+  EXPECT_EQ(kFp8WideKeyTile, 192);
+  EXPECT_EQ(kFp8WideKeyTileMinKeys, 8192);  // run s21-2: 192 level with 128 at 4k, behind below, ahead from 8k
+  for (int64_t keys : {1, 4096, 8191, 8192, 16384, 1 << 20})
     for (bool causal : {false, true}) {
-      const bool wide = kFp8WideKeyTileAuto != 0 && !causal && keys >= kFp8WideKeyTileMinKeys;
-      EXPECT_EQ(fp8_key_tile(128, 1, causal, keys, t), wide ? kFp8WideKeyTileAuto : 128) << keys << causal;
+      EXPECT_EQ(fp8_key_tile(128, 1, causal, keys, t), keys >= 8192 ? 192 : 128) << keys << causal;
       EXPECT_EQ(fp8_key_tile(128, 0, causal, keys, t), 128);
       EXPECT_EQ(fp8_key_tile(128, 2, causal, keys, t), 128);
       EXPECT_EQ(fp8_key_tile(256, 1, causal, keys, t), 128);
     }
-  EXPECT_TRUE(kFp8WideKeyTileAuto == 0 || kFp8WideKeyTileAuto == 192 || kFp8WideKeyTileAuto == 224);
-  for (int bn : {192, 224}) {
+  for (int bn : {192}) {
     t.fp8_key_tile = bn;
     EXPECT_EQ(fp8_key_tile(128, 1, false, 1000, t), bn);
     EXPECT_EQ(fp8_key_tile(128, 1, true, 17, t), bn);  // forced: also causal and short
@@ -505,20 +505,20 @@ TEST(Fp8Choice, KeyTileFollowsTheKnobWhereInstantiated) {
   }
   t.fp8_key_tile = 128;
   EXPECT_EQ(fp8_key_tile(128, 1, false, 1 << 20, t), 128);
-  for (int bn : {64, 176, 256, -1}) {  // no kernel (a Tuning built in code): the automatic choice
+  EXPECT_EQ(fp8_key_tile(128, 1, true, 1 << 20, t), 128);
+  for (int bn : {64, 176, 224, 256, -1}) {  // no kernel (a Tuning built in code): the automatic choice
     t.fp8_key_tile = bn;
     Tuning a;
     EXPECT_EQ(fp8_key_tile(128, 1, false, 16384, t), fp8_key_tile(128, 1, false, 16384, a)) << bn;
   }
   EXPECT_EQ(fp8_kernel_name(128, 1, 128), "cuda.flash.fwd.sm90ws.e4m3.d128.r1");
   EXPECT_EQ(fp8_kernel_name(128, 1, 192), "cuda.flash.fwd.sm90ws.e4m3.d128.r1.bn192");
-  EXPECT_EQ(fp8_kernel_name(128, 1, 224), "cuda.flash.fwd.sm90ws.e4m3.d128.r1.bn224");
 }
 
-// FLASHKIT_FP8_KEY_TILE through tuning_from_env(): auto|128|192|224; anything else warns once and keeps auto.
+// FLASHKIT_FP8_KEY_TILE through tuning_from_env(): auto|128|192; anything else warns once and keeps auto.
 TEST(Fp8Choice, KeyTileKnobFromTheEnvironment) {
   expect_env_knob("FLASHKIT_FP8_KEY_TILE", [] { return tuning_from_env().fp8_key_tile; }, 0,
-                  {{"auto", 0}, {"128", 128}, {"192", 192}, {"224", 224}}, "176");
+                  {{"auto", 0}, {"128", 128}, {"192", 192}}, "224");
 }
 
 // FLASHKIT_FP8_RESCALE through tuning_from_env(): auto|0|1|2; anything else warns once and keeps auto.
@@ -557,7 +557,7 @@ TEST(Fp8Layout, PFragmentPermutationMatchesTheAccumulator) {
   EXPECT_EQ(fp8_vt_keys(1, 128), 128);
   EXPECT_EQ(fp8_vt_keys(128, 128), 128);
   EXPECT_EQ(fp8_vt_keys(129, 128), 256);
-  // The wide tiles: every tile's second 128-key V^T box starts inside the padded keys (the kernel loads it whole;
+  // The wide tiles (192; 224 was measured): every tile's second 128-key V^T box starts inside the padded keys (the kernel loads it whole;
   // TMA fills what lies past them with zeros).
   for (int bn : {192, 224})
     for (long long sk : {1LL, 31LL, 128LL, 129LL, 192LL, 200LL, 224LL, 225LL, 449LL, 1000LL, 16384LL}) {

@@ -14,8 +14,9 @@
 #             memcheck on two cases of RESCALE 1 and 2, the bench at d128 and d256 ([r0 .. r1 .. r2 ..])
 #   keytile   v5 (the wide key tiles of d128, Tuning::fp8_key_tile; worklog v5), in ~5 minutes: build, ptxas's
 #             verdict on the 14 fp8 kernels, a smoke case per tile, all fp8 tests (KeyTiles: every Grid case at BN
-#             192 and 224 against the reference with p_tile = BN), memcheck on two wide-tile cases, the bench at d128
-#             ({bn128 .. bn192 .. bn224 ..}, both masks, 1k-16k) and d256's default beside it
+#             192 against the reference with p_tile = BN), memcheck on three wide-tile cases, the bench at d128
+#             ({bn128 .. bn192 ..}, alternated 3 times, both masks, 1k-16k)
+#   keybench  the key tiles' bench alone (after build): alternated 7 times a point, d128, both masks, 1k-32k
 #   python    tools/gpu/fp8_python_check.py (not a default stage; after build): flashkit.torch.quantize_e4m3 and
 #             attention_forward_fp8 on CUDA float8_e4m3fn tensors against the CPU path on the same bytes (~30 s);
 #             prints "python fp8: ok rel_rms X"
@@ -45,19 +46,19 @@ build() {
   run shim g++ -std=c++20 -O2 -shared -fPIC -Iinclude -Isrc -I/usr/local/cuda/include bench/cuda/fp8_shim.cpp \
     -L"$BUILD/lib" -lflashkit_core -Wl,-rpath,"$PWD/$BUILD/lib" -L/usr/local/cuda/lib64 -lcudart -o "$SHIM" || exit 1
   # Registers and spills of the fp8 kernels (REG:168 STACK:0 LOCAL:0 expected: the setmaxnreg budget, no spills).
-  for f in d128 d128_r1 d128_r2 d128_r1_bn192 d128_r1_bn224 d256 d256_r1; do
+  for f in d128 d128_r1 d128_r2 d128_r1_bn192 d256 d256_r1; do
     cuobjdump --dump-resource-usage "$BUILD"/src/CMakeFiles/flashkit_core.dir/kernels/cuda/fp8/flash_fwd_fp8_sm90_$f.cu.o \
       2>/dev/null | grep -E "REG" | sed -E 's/^ *//' | tee -a "$LOG"
   done
   return 0
 }
-# ptxas's own verdict with this machine's nvcc on the 14 fp8 kernels (d128 with RESCALE 0/1/2 and with 1 at BN 192
-# and 224, d256 with 0/1; ping-pong on/off), compiled in parallel: spills and wgmma serialization (C7510/C7514/C7520
-# "Potential Performance Loss"). Expected: one line "ptxas fp8: 14 0 bytes stack frame, 0 bytes spill stores, 0
+# ptxas's own verdict with this machine's nvcc on the 12 fp8 kernels (d128 with RESCALE 0/1/2 and with 1 at BN 192,
+# d256 with 0/1; ping-pong on/off), compiled in parallel: spills and wgmma serialization (C7510/C7514/C7520
+# "Potential Performance Loss"). Expected: one line "ptxas fp8: 12 0 bytes stack frame, 0 bytes spill stores, 0
 # bytes spill loads" and no other.
 ptxas_fp8() {
   local f
-  for f in d128 d128_r1 d128_r2 d128_r1_bn192 d128_r1_bn224 d256 d256_r1; do
+  for f in d128 d128_r1 d128_r2 d128_r1_bn192 d256 d256_r1; do
     nvcc -std=c++20 --expt-relaxed-constexpr -O3 -DNDEBUG -DFLASHKIT_HAVE_SM90A -DFLASHKIT_WITH_CUDA -Iinclude -Isrc \
       --generate-code=arch=compute_90a,code=sm_90a -Xptxas -v -c src/kernels/cuda/fp8/flash_fwd_fp8_sm90_$f.cu \
       -o "$BUILD/fp8_${f}_ptxas.o" > "$BUILD/fp8_${f}_ptxas.log" 2>&1 &
@@ -99,11 +100,17 @@ for st in "${STAGES[@]}"; do
         "^fp8 cuda" 'Grid/Fp8Cuda.MatchesTheRoundedPReference/13:Grid/Fp8Cuda.MatchesTheRoundedPReference/11' \
         --dims 128,256 || break ;;
     keytile)
-      # KeyTiles index 2 * case + (0: 192, 1: 224). Smoke: one key at 224, 255 x 1000 keys at 192 and 224. memcheck:
-      # 130 x 449 keys (a 1-key last tile at 224) at 192 and 224, batch 2 x 255 keys GQA causal at 224.
+      # KeyTiles index = case (BN 192). Smoke: one key, 255 x 1000 keys. memcheck: 130 x 449 keys (a 65-key last
+      # tile), batch 2 x 255 keys GQA causal, 1000 x 1000 causal.
       K=KeyTiles/Fp8CudaKeyTile.MatchesTheRoundedPReference
-      variant_checks keytile "$K/1:$K/8:$K/9" "^fp8 cuda r1 bn(192|224)" "$K/16:$K/17:$K/7" \
-        --dims 128 --modes "" --key-tiles 128,192,224 || break ;;
+      L=KeyTilesLastKey/Fp8CudaKeyTile.MatchesTheRoundedPReference
+      variant_checks keytile "$K/0:$K/4" "^fp8 cuda r1 bn192" "$L/0:$K/3:$K/5" \
+        --dims 128 --modes "" --key-tiles 128,192 --rounds 3 || break ;;
+    keybench)
+      # The key tiles alone, alternated 7 times a point, 1k-32k (after build).
+      run bench_fp8_keybench timeout 300 python3 bench/cuda/bench_attention_fp8.py --shim "$SHIM" --out "$OUT" \
+        --dims 128 --modes "" --key-tiles 128,192 --rounds 7 --seqlens 1024,2048,4096,8192,16384,32768
+      grep -E "^fp8 d|unavailable" "$LOG" | tail -12 ;;
     test)
       # One small case first: a kernel that hangs (an mbarrier protocol error) costs 60 s here, not the whole run.
       # Grid index 3 * case + RESCALE: /3 is 17 x 17 keys on RESCALE 0.

@@ -59,8 +59,8 @@ struct Fp8WsCfg {
   static constexpr int kLaunchRegs = 168, kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumers <= kLaunchRegs * NT, "register budgets exceed the pool");
   static constexpr int kPanel = 128;                               // elements (bytes) per panel row
-  // V^T panels per key tile: D rows x 128 keys each. A wide tile (192, 224 keys) takes two, the second loaded whole
-  // (its last 64 / 32 keys belong to the next tile and are never read): one TMA box and one swizzle for every panel.
+  // V^T panels per key tile: D rows x 128 keys each. A wide tile (192 keys) takes two, the second loaded whole (its
+  // last 64 keys belong to the next tile and are never read): one TMA box and one swizzle for every panel.
   static constexpr int kVtPanels = (BN + kPanel - 1) / kPanel;
   static constexpr uint32_t q_bytes = BM * D, k_bytes = BN * D, vt_bytes = D * kPanel * kVtPanels;
   static constexpr uint32_t bar_off = q_bytes + STAGES * (k_bytes + vt_bytes);
@@ -426,7 +426,7 @@ Fp8LaunchResult launch_fwd_fp8_sm90_cfg(const Fp8FwdParams& p, const uint8_t* vt
 
 template <int D, int RESCALE, int BN>
 Fp8LaunchResult launch_flash_fwd_fp8_sm90(const Fp8FwdParams& p, const uint8_t* vt, bool pingpong, cudaStream_t stream) {
-  // d128: 16 KB of Q + 3 x (16 KB K + 16 KB V^T) = 112 KB (BN 192: 3 x (24 + 32 KB) + 16 = 184 KB; BN 224: 196 KB);
+  // d128: 16 KB of Q + 3 x (16 KB K + 16 KB V^T) = 112 KB (BN 192: 3 x (24 + 32 KB) + 16 = 184 KB);
   // d256: 32 KB + 2 x (32 KB + 32 KB) = 160 KB.
   constexpr int STAGES = D == 128 ? 3 : 2;
   return pingpong ? launch_fwd_fp8_sm90_cfg<D, BN, STAGES, true, RESCALE>(p, vt, stream)

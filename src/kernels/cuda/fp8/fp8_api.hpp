@@ -10,10 +10,9 @@
 
 namespace flashkit::cuda {
 
-// Keys per tile of the fp8 kernel: 128 (one 128-byte V^T panel), the default; d128 also has the wide tiles 192 and
-// 224 (two panels; docs/worklog/attention-fp8-cuda.md v5). V^T's keys are padded to a multiple of the call's tile.
+// Keys per tile of the fp8 kernel: 128 (one 128-byte V^T panel); d128 also has the wide tile of 192 (two panels;
+// docs/worklog/attention-fp8-cuda.md v5). V^T's keys are padded to a multiple of the call's tile.
 constexpr int kFp8KeyTile = 128;
-constexpr int kFp8WideKeyTiles[] = {192, 224};
 // Named barriers of the fp8 kernel (0 is __syncthreads): Q in shared memory, and the two warpgroups' turns.
 constexpr int kWsBarQFp8 = 1, kWsBarTurnFp8 = 4;
 
@@ -29,7 +28,7 @@ struct Fp8LaunchResult {
 
 // The warp-specialized sm_90a kernel for head dim D with O-rescale mode RESCALE (0 every tile, 1 skipped by warps
 // whose maxima all stayed, 2 lazy max) and key tile BN (instantiated: d128 with RESCALE 0, 1, 2 at BN 128 and with 1
-// at BN 192 and 224, d256 with 0 and 1 at BN 128 -- fp8_rescale never picks the lazy mode there -- one file each);
+// at BN 192, d256 with 0 and 1 at BN 128 -- fp8_rescale never picks the lazy mode there -- one file each);
 // vt: the prep kernel's V^T for key tile BN. RESCALE and BN are fp8_rescale()'s and fp8_key_tile()'s choices
 // (ops/attention_fp8_choice.hpp).
 template <int D, int RESCALE, int BN>
