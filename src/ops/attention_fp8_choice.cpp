@@ -25,7 +25,7 @@ int fp8_rescale(int64_t head_dim, const Tuning& tuning) {
   return head_dim == 256 ? kFp8RescaleAutoD256 : kFp8RescaleAutoD128;
 }
 
-int fp8_key_tile(int64_t head_dim, int rescale, bool causal, int64_t seqlen_k, const Tuning& tuning) {
+int fp8_key_tile(int64_t head_dim, int rescale, int64_t seqlen_k, const Tuning& tuning) {
   const bool wide_ok = head_dim == 128 && rescale == 1;  // the instantiated wide tiles
   const int knob = tuning.fp8_key_tile;
   if (knob == 128) return 128;

@@ -33,7 +33,7 @@ int fp8_rescale(int64_t head_dim, const Tuning& tuning);
 // its prologue); 224 never beat 192 (removed).
 inline constexpr int kFp8WideKeyTile = 192;
 inline constexpr int64_t kFp8WideKeyTileMinKeys = 8192;
-int fp8_key_tile(int64_t head_dim, int rescale, bool causal, int64_t seqlen_k, const Tuning& tuning);
+int fp8_key_tile(int64_t head_dim, int rescale, int64_t seqlen_k, const Tuning& tuning);
 
 // OpCost's kernel name for the choice, e.g. "cuda.flash.fwd.sm90ws.e4m3.d128.r1" (key tile 128) or
 // "cuda.flash.fwd.sm90ws.e4m3.d128.r1.bn192".

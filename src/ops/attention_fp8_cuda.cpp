@@ -73,7 +73,7 @@ void cuda_attention_forward_fp8(const kernels::AttentionFp8Args& args, const Tun
   keep_pool(cuda_current_device());
   const cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream());
   const int rescale = fp8_rescale(sh.head_dim, tuning);
-  const int bn = fp8_key_tile(sh.head_dim, rescale, args.fwd.mask.causal, sh.seqlen_k, tuning);
+  const int bn = fp8_key_tile(sh.head_dim, rescale, sh.seqlen_k, tuning);
   const int64_t keys = cuda::fp8_vt_keys(sh.seqlen_k, bn);
   const size_t vt_bytes = size_t(sh.batch * sh.kv_heads * sh.head_dim * keys);
   DeviceBuffer vt(vt_bytes, stream, "cudaMallocAsync(fp8 V^T workspace)");

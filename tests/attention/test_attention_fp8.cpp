@@ -488,28 +488,26 @@ TEST(Fp8Choice, KeyTileFollowsTheKnobWhereInstantiated) {
   EXPECT_EQ(t.fp8_key_tile, 0);
   EXPECT_EQ(kFp8WideKeyTile, 192);
   EXPECT_EQ(kFp8WideKeyTileMinKeys, 8192);  // run s21-2: 192 level with 128 at 4k, behind below, ahead from 8k
-  for (int64_t keys : {1, 4096, 8191, 8192, 16384, 1 << 20})
-    for (bool causal : {false, true}) {
-      EXPECT_EQ(fp8_key_tile(128, 1, causal, keys, t), keys >= 8192 ? 192 : 128) << keys << causal;
-      EXPECT_EQ(fp8_key_tile(128, 0, causal, keys, t), 128);
-      EXPECT_EQ(fp8_key_tile(128, 2, causal, keys, t), 128);
-      EXPECT_EQ(fp8_key_tile(256, 1, causal, keys, t), 128);
-    }
+  for (int64_t keys : {1, 4096, 8191, 8192, 16384, 1 << 20}) {  // causal or not (run s21-2: both gain from 8k)
+    EXPECT_EQ(fp8_key_tile(128, 1, keys, t), keys >= 8192 ? 192 : 128) << keys;
+    EXPECT_EQ(fp8_key_tile(128, 0, keys, t), 128);
+    EXPECT_EQ(fp8_key_tile(128, 2, keys, t), 128);
+    EXPECT_EQ(fp8_key_tile(256, 1, keys, t), 128);
+  }
   for (int bn : {192}) {
     t.fp8_key_tile = bn;
-    EXPECT_EQ(fp8_key_tile(128, 1, false, 1000, t), bn);
-    EXPECT_EQ(fp8_key_tile(128, 1, true, 17, t), bn);  // forced: also causal and short
-    EXPECT_EQ(fp8_key_tile(128, 0, false, 1000, t), 128);
-    EXPECT_EQ(fp8_key_tile(128, 2, false, 1000, t), 128);
-    EXPECT_EQ(fp8_key_tile(256, 1, false, 1000, t), 128);
+    EXPECT_EQ(fp8_key_tile(128, 1, 1000, t), bn);  // forced: also short
+    EXPECT_EQ(fp8_key_tile(128, 1, 17, t), bn);
+    EXPECT_EQ(fp8_key_tile(128, 0, 1000, t), 128);
+    EXPECT_EQ(fp8_key_tile(128, 2, 1000, t), 128);
+    EXPECT_EQ(fp8_key_tile(256, 1, 1000, t), 128);
   }
   t.fp8_key_tile = 128;
-  EXPECT_EQ(fp8_key_tile(128, 1, false, 1 << 20, t), 128);
-  EXPECT_EQ(fp8_key_tile(128, 1, true, 1 << 20, t), 128);
+  EXPECT_EQ(fp8_key_tile(128, 1, 1 << 20, t), 128);
   for (int bn : {64, 176, 224, 256, -1}) {  // no kernel (a Tuning built in code): the automatic choice
     t.fp8_key_tile = bn;
     Tuning a;
-    EXPECT_EQ(fp8_key_tile(128, 1, false, 16384, t), fp8_key_tile(128, 1, false, 16384, a)) << bn;
+    EXPECT_EQ(fp8_key_tile(128, 1, 16384, t), fp8_key_tile(128, 1, 16384, a)) << bn;
   }
   EXPECT_EQ(fp8_kernel_name(128, 1, 128), "cuda.flash.fwd.sm90ws.e4m3.d128.r1");
   EXPECT_EQ(fp8_kernel_name(128, 1, 192), "cuda.flash.fwd.sm90ws.e4m3.d128.r1.bn192");
