@@ -65,9 +65,8 @@ struct Tuning {
   int fp8_rescale = -1;             // FLASHKIT_FP8_RESCALE=auto|0|1|2: the fp8 forward's O rescale: 0 after every
                                     // key tile, 1 skipped by warps whose row maxima all stayed (exact), 2 lazy max
                                     // (moves past 2^8 only); -1 (auto): fp8_rescale()'s choice per head dim
-  int fp8_key_tile = 0;             // FLASHKIT_FP8_KEY_TILE=auto|96|128|192: the fp8 forward's key tile (worklog
-                                    // v5; 192, and 96 with three consumer warpgroups (v6), at d128 with the exact
-                                    // rescale skip only); 0 (auto): fp8_key_tile()
+  int fp8_key_tile = 0;             // FLASHKIT_FP8_KEY_TILE=auto|128|192: the fp8 forward's key tile (worklog v5;
+                                    // 192 at d128 with the exact rescale skip only); 0 (auto): fp8_key_tile()
   // -- end fp8 forward O rescale --
   int decode_max_splits = 0;        // FLASHKIT_DECODE_MAX_SPLITS (1..512); 0: the kernel's own cap
   DecodeCombine decode_combine = DecodeCombine::automatic;  // FLASHKIT_DECODE_COMBINE=auto|kernel|cluster|last

@@ -109,8 +109,8 @@ Tuning tuning_from_env() {
   t.sm90_bwd_ws = kBwdWs[env::choice("FLASHKIT_SM90_BWD_WS", {"auto", "0", "1", "off", "on"}, 0)];
   // fp8 forward O rescale (worklog attention-fp8-cuda v4)
   t.fp8_rescale = env::choice("FLASHKIT_FP8_RESCALE", {"auto", "0", "1", "2"}, 0) - 1;  // auto: -1
-  static constexpr int kFp8KeyTile[] = {0, 96, 128, 192};
-  t.fp8_key_tile = kFp8KeyTile[env::choice("FLASHKIT_FP8_KEY_TILE", {"auto", "96", "128", "192"}, 0)];
+  static constexpr int kFp8KeyTile[] = {0, 128, 192};
+  t.fp8_key_tile = kFp8KeyTile[env::choice("FLASHKIT_FP8_KEY_TILE", {"auto", "128", "192"}, 0)];
   t.decode_max_splits = int(env::integer("FLASHKIT_DECODE_MAX_SPLITS", 0, 1, 512));
   t.decode_combine = DecodeCombine(env::choice("FLASHKIT_DECODE_COMBINE", {"auto", "kernel", "cluster", "last"}, 0));
   t.decode_pdl = env::flag("FLASHKIT_DECODE_PDL", t.decode_pdl);

@@ -26,18 +26,17 @@ int fp8_rescale(int64_t head_dim, const Tuning& tuning) {
 }
 
 int fp8_key_tile(int64_t head_dim, int rescale, int64_t seqlen_k, const Tuning& tuning) {
-  const bool d128_r1 = head_dim == 128 && rescale == 1;  // where the 96- and 192-key kernels are instantiated
+  const bool wide_ok = head_dim == 128 && rescale == 1;  // the instantiated wide tiles
   const int knob = tuning.fp8_key_tile;
   if (knob == 128) return 128;
-  if ((knob == kFp8WideKeyTile || knob == kFp8ThreeWarpgroupKeyTile) && d128_r1) return knob;
-  if (d128_r1 && seqlen_k >= kFp8WideKeyTileMinKeys) return kFp8WideKeyTile;
+  if (knob == 192 && wide_ok) return knob;
+  if (wide_ok && seqlen_k >= kFp8WideKeyTileMinKeys) return kFp8WideKeyTile;
   return 128;
 }
 
 std::string fp8_kernel_name(int64_t head_dim, int rescale, int key_tile) {
   return "cuda.flash.fwd.sm90ws.e4m3.d" + std::to_string(head_dim) + ".r" + std::to_string(rescale) +
-         (key_tile == 128 ? "" : ".bn" + std::to_string(key_tile)) +
-         (fp8_warpgroups(key_tile) == 2 ? "" : ".wg" + std::to_string(fp8_warpgroups(key_tile)));
+         (key_tile == 128 ? "" : ".bn" + std::to_string(key_tile));
 }
 
 }  // namespace flashkit

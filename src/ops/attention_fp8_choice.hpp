@@ -27,24 +27,16 @@ int fp8_rescale(int64_t head_dim, const Tuning& tuning);
 
 // The kernel's key tile (BN, worklog v5): 128 keys (one V^T panel); at d128 with the exact skip (rescale 1) also the
 // wide tile of 192 (two V^T panels; the per-tile softmax chains spread over 1.5x the tensor work). Tuning::fp8_key_tile
-// (96, 128, 192) forces one where it is instantiated, otherwise (0, auto; or a tile without a kernel) the automatic
+// (128, 192) forces one where it is instantiated, otherwise (0, auto; or a tile without a kernel) the automatic
 // choice: 192 from kFp8WideKeyTileMinKeys keys, causal or not. Run s21-2 (H200, 32k tokens a call, 7 alternations):
 // 192 against 128 +3-5% at 8k, +4-5% at 16k-32k, level at 4k, -4 to -13% at 1k-2k (fewer tiles a CTA to hide
 // its prologue); 224 never beat 192 (removed).
-// Key tile 96 (worklog v6, d128 with rescale 1, forced only until measured) is the kernel with three consumer
-// warpgroups (fp8_warpgroups): 192 query rows a CTA, 160 registers a consumer thread, which hold the S, P and O of
-// 96 keys but not of 128.
 inline constexpr int kFp8WideKeyTile = 192;
-inline constexpr int kFp8ThreeWarpgroupKeyTile = 96;
 inline constexpr int64_t kFp8WideKeyTileMinKeys = 8192;
 int fp8_key_tile(int64_t head_dim, int rescale, int64_t seqlen_k, const Tuning& tuning);
 
-// Consumer warpgroups (64 query rows each) of the kernel with key tile `key_tile`: 3 at 96, 2 otherwise; the CTA's
-// query tile is 64 times that.
-constexpr int fp8_warpgroups(int key_tile) { return key_tile == kFp8ThreeWarpgroupKeyTile ? 3 : 2; }
-
-// OpCost's kernel name for the choice, e.g. "cuda.flash.fwd.sm90ws.e4m3.d128.r1" (key tile 128),
-// "cuda.flash.fwd.sm90ws.e4m3.d128.r1.bn192" or "cuda.flash.fwd.sm90ws.e4m3.d128.r1.bn96.wg3".
+// OpCost's kernel name for the choice, e.g. "cuda.flash.fwd.sm90ws.e4m3.d128.r1" (key tile 128) or
+// "cuda.flash.fwd.sm90ws.e4m3.d128.r1.bn192".
 std::string fp8_kernel_name(int64_t head_dim, int rescale, int key_tile = 128);
 
 }  // namespace flashkit

@@ -86,18 +86,17 @@ void cuda_attention_forward_fp8(const kernels::AttentionFp8Args& args, const Tun
   const bool pp = tuning.sm90_ws_pingpong;
   const bool d256 = sh.head_dim == 256;
   const cuda::Fp8LaunchResult r =
-      bn == 192 ? cuda::launch_flash_fwd_fp8_sm90<128, 1, 192, 2>(p, vtp, pp, stream)  // d128 r1 only (fp8_key_tile)
-      : bn == 96 ? cuda::launch_flash_fwd_fp8_sm90<128, 1, 96, 3>(p, vtp, pp, stream)  // likewise; fp8_warpgroups
-      : rescale == 1 ? (d256 ? cuda::launch_flash_fwd_fp8_sm90<256, 1, 128, 2>(p, vtp, pp, stream)
-                             : cuda::launch_flash_fwd_fp8_sm90<128, 1, 128, 2>(p, vtp, pp, stream))
-      : rescale == 2 ? cuda::launch_flash_fwd_fp8_sm90<128, 2, 128, 2>(p, vtp, pp, stream)  // d128 only (fp8_rescale)
-                     : (d256 ? cuda::launch_flash_fwd_fp8_sm90<256, 0, 128, 2>(p, vtp, pp, stream)
-                             : cuda::launch_flash_fwd_fp8_sm90<128, 0, 128, 2>(p, vtp, pp, stream));
+      bn == 192 ? cuda::launch_flash_fwd_fp8_sm90<128, 1, 192>(p, vtp, pp, stream)  // d128 r1 only (fp8_key_tile)
+      : rescale == 1 ? (d256 ? cuda::launch_flash_fwd_fp8_sm90<256, 1, 128>(p, vtp, pp, stream)
+                             : cuda::launch_flash_fwd_fp8_sm90<128, 1, 128>(p, vtp, pp, stream))
+      : rescale == 2 ? cuda::launch_flash_fwd_fp8_sm90<128, 2, 128>(p, vtp, pp, stream)  // d128 only (fp8_rescale)
+                     : (d256 ? cuda::launch_flash_fwd_fp8_sm90<256, 0, 128>(p, vtp, pp, stream)
+                             : cuda::launch_flash_fwd_fp8_sm90<128, 0, 128>(p, vtp, pp, stream));
   if (!r.launched) fail(Status::unsupported, std::string("attention_forward_fp8: ") + r.why_not);
   if (!cost) return;
   OpCost c = kernels::attention_forward_fp8_cost(args, "");
   c.kernel = fp8_kernel_name(sh.head_dim, rescale, bn);
-  c.flops = 4.0 * kernels::attention_tiled_pairs(sh, args.fwd.mask, 64 * fp8_warpgroups(bn), bn) * double(sh.head_dim);
+  c.flops = 4.0 * kernels::attention_tiled_pairs(sh, args.fwd.mask, 128, bn) * double(sh.head_dim);
   c.bytes_read += double(vt_bytes);     // the kernel reads V^T (the prep read V: bytes_read already has it)
   c.bytes_written += double(vt_bytes);  // the prep writes it
   c.workspace_bytes = double(vt_bytes);

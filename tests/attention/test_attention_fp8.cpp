@@ -494,7 +494,7 @@ TEST(Fp8Choice, KeyTileFollowsTheKnobWhereInstantiated) {
     EXPECT_EQ(fp8_key_tile(128, 2, keys, t), 128);
     EXPECT_EQ(fp8_key_tile(256, 1, keys, t), 128);
   }
-  for (int bn : {96, 192}) {
+  for (int bn : {192}) {
     t.fp8_key_tile = bn;
     EXPECT_EQ(fp8_key_tile(128, 1, 1000, t), bn);  // forced: also short
     EXPECT_EQ(fp8_key_tile(128, 1, 17, t), bn);
@@ -504,24 +504,19 @@ TEST(Fp8Choice, KeyTileFollowsTheKnobWhereInstantiated) {
   }
   t.fp8_key_tile = 128;
   EXPECT_EQ(fp8_key_tile(128, 1, 1 << 20, t), 128);
-  for (int bn : {64, 160, 176, 224, 256, -1}) {  // no kernel (a Tuning built in code): the automatic choice
+  for (int bn : {64, 176, 224, 256, -1}) {  // no kernel (a Tuning built in code): the automatic choice
     t.fp8_key_tile = bn;
     Tuning a;
     EXPECT_EQ(fp8_key_tile(128, 1, 16384, t), fp8_key_tile(128, 1, 16384, a)) << bn;
   }
   EXPECT_EQ(fp8_kernel_name(128, 1, 128), "cuda.flash.fwd.sm90ws.e4m3.d128.r1");
   EXPECT_EQ(fp8_kernel_name(128, 1, 192), "cuda.flash.fwd.sm90ws.e4m3.d128.r1.bn192");
-  EXPECT_EQ(fp8_kernel_name(128, 1, 96), "cuda.flash.fwd.sm90ws.e4m3.d128.r1.bn96.wg3");
-  // The 96-key kernel is the one with three consumer warpgroups (a query tile of 192 rows).
-  EXPECT_EQ(fp8_warpgroups(96), 3);
-  EXPECT_EQ(fp8_warpgroups(128), 2);
-  EXPECT_EQ(fp8_warpgroups(192), 2);
 }
 
-// FLASHKIT_FP8_KEY_TILE through tuning_from_env(): auto|96|128|192; anything else warns once and keeps auto.
+// FLASHKIT_FP8_KEY_TILE through tuning_from_env(): auto|128|192; anything else warns once and keeps auto.
 TEST(Fp8Choice, KeyTileKnobFromTheEnvironment) {
   expect_env_knob("FLASHKIT_FP8_KEY_TILE", [] { return tuning_from_env().fp8_key_tile; }, 0,
-                  {{"auto", 0}, {"96", 96}, {"128", 128}, {"192", 192}}, "224");
+                  {{"auto", 0}, {"128", 128}, {"192", 192}}, "224");
 }
 
 // FLASHKIT_FP8_RESCALE through tuning_from_env(): auto|0|1|2; anything else warns once and keeps auto.

@@ -16,10 +16,7 @@
 #             verdict on the 14 fp8 kernels, a smoke case per tile, all fp8 tests (KeyTiles: every Grid case at BN
 #             192 against the reference with p_tile = BN), memcheck on three wide-tile cases, the bench at d128
 #             ({bn128 .. bn192 ..}, alternated 3 times, both masks, 1k-16k)
-#   wg3       v6 (three consumer warpgroups with 96-key tiles; worklog v6): as keytile, its tests ThreeWarpgroups*,
-#             the bench {bn96 .. bn128 .. bn192 ..} at 1k/4k/16k
-#   keybench  the key tiles' bench alone (after build; KEY_TILES=96,128,192 to add v6's): alternated 7 times a
-#             point, d128, both masks, 1k-32k
+#   keybench  the key tiles' bench alone (after build): alternated 7 times a point, d128, both masks, 1k-32k
 #   python    tools/gpu/fp8_python_check.py (not a default stage; after build): flashkit.torch.quantize_e4m3 and
 #             attention_forward_fp8 on CUDA float8_e4m3fn tensors against the CPU path on the same bytes (~30 s);
 #             prints "python fp8: ok rel_rms X"
@@ -48,21 +45,20 @@ build() {
   run build cmake --build "$BUILD" -j"$(nproc)" --target flashkit_core flashkit_fp8_cuda_tests || exit 1
   run shim g++ -std=c++20 -O2 -shared -fPIC -Iinclude -Isrc -I/usr/local/cuda/include bench/cuda/fp8_shim.cpp \
     -L"$BUILD/lib" -lflashkit_core -Wl,-rpath,"$PWD/$BUILD/lib" -L/usr/local/cuda/lib64 -lcudart -o "$SHIM" || exit 1
-  # Registers and spills of the fp8 kernels (REG:168 STACK:0 LOCAL:0 expected, REG:128 for the three-warpgroup
-  # kernel: the setmaxnreg budgets, no spills).
-  for f in d128 d128_r1 d128_r2 d128_r1_bn192 d128_r1_bn96_wg3 d256 d256_r1; do
+  # Registers and spills of the fp8 kernels (REG:168 STACK:0 LOCAL:0 expected: the setmaxnreg budget, no spills).
+  for f in d128 d128_r1 d128_r2 d128_r1_bn192 d256 d256_r1; do
     cuobjdump --dump-resource-usage "$BUILD"/src/CMakeFiles/flashkit_core.dir/kernels/cuda/fp8/flash_fwd_fp8_sm90_$f.cu.o \
       2>/dev/null | grep -E "REG" | sed -E 's/^ *//' | tee -a "$LOG"
   done
   return 0
 }
-# ptxas's own verdict with this machine's nvcc on the 14 fp8 kernels (d128 with RESCALE 0/1/2, with 1 at BN 192 and
-# at BN 96 with three consumer warpgroups, d256 with 0/1; ping-pong on/off), compiled in parallel: spills and wgmma
-# serialization (C7510/C7512/C7514/C7520 "Potential Performance Loss"). Expected: one line "ptxas fp8: 14 0 bytes
-# stack frame, 0 bytes spill stores, 0 bytes spill loads" and no other.
+# ptxas's own verdict with this machine's nvcc on the 12 fp8 kernels (d128 with RESCALE 0/1/2 and with 1 at BN 192,
+# d256 with 0/1; ping-pong on/off), compiled in parallel: spills and wgmma serialization (C7510/C7514/C7520
+# "Potential Performance Loss"). Expected: one line "ptxas fp8: 12 0 bytes stack frame, 0 bytes spill stores, 0
+# bytes spill loads" and no other.
 ptxas_fp8() {
   local f
-  for f in d128 d128_r1 d128_r2 d128_r1_bn192 d128_r1_bn96_wg3 d256 d256_r1; do
+  for f in d128 d128_r1 d128_r2 d128_r1_bn192 d256 d256_r1; do
     nvcc -std=c++20 --expt-relaxed-constexpr -O3 -DNDEBUG -DFLASHKIT_HAVE_SM90A -DFLASHKIT_WITH_CUDA -Iinclude -Isrc \
       --generate-code=arch=compute_90a,code=sm_90a -Xptxas -v -c src/kernels/cuda/fp8/flash_fwd_fp8_sm90_$f.cu \
       -o "$BUILD/fp8_${f}_ptxas.o" > "$BUILD/fp8_${f}_ptxas.log" 2>&1 &
@@ -110,17 +106,10 @@ for st in "${STAGES[@]}"; do
       L=KeyTilesLastKey/Fp8CudaKeyTile.MatchesTheRoundedPReference
       variant_checks keytile "$K/0:$K/4" "^fp8 cuda r1 bn192" "$L/0:$K/3:$K/5" \
         --dims 128 --modes "" --key-tiles 128,192 --rounds 3 || break ;;
-    wg3)
-      # v6 (three consumer warpgroups, BN 96). ThreeWarpgroups index = case. Smoke: one key, 255 x 1000 keys.
-      # memcheck: 130 x 449 keys, batch 2 x 255 keys GQA causal, 1000 x 1000 causal (the third warpgroup idle).
-      K=ThreeWarpgroups/Fp8CudaKeyTile.MatchesTheRoundedPReference
-      L=ThreeWarpgroupsLastKey/Fp8CudaKeyTile.MatchesTheRoundedPReference
-      variant_checks wg3 "$K/0:$K/4" "^fp8 cuda r1 bn96" "$L/0:$K/3:$K/5" \
-        --dims 128 --modes "" --key-tiles 96,128,192 --rounds 3 --seqlens 1024,4096,16384 || break ;;
     keybench)
-      # The key tiles alone (KEY_TILES, default 128,192), alternated 7 times a point, 1k-32k (after build).
+      # The key tiles alone, alternated 7 times a point, 1k-32k (after build).
       run bench_fp8_keybench timeout 300 python3 bench/cuda/bench_attention_fp8.py --shim "$SHIM" --out "$OUT" \
-        --dims 128 --modes "" --key-tiles "${KEY_TILES:-128,192}" --rounds 7 --seqlens 1024,2048,4096,8192,16384,32768
+        --dims 128 --modes "" --key-tiles 128,192 --rounds 7 --seqlens 1024,2048,4096,8192,16384,32768
       grep -E "^fp8 d|unavailable" "$LOG" | tail -12 ;;
     test)
       # One small case first: a kernel that hangs (an mbarrier protocol error) costs 60 s here, not the whole run.

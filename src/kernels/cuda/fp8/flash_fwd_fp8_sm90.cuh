@@ -52,14 +52,11 @@ __device__ __forceinline__ uint32_t cvt_e4m3x2(float, float) {
 }
 #endif
 
-// NWG consumer warpgroups of 64 rows each (2 or 3) and one producer warpgroup. The register pool (64K) sets the
-// budgets: 2 consumers get 240 each (launch 168), 3 consumers 160 (launch 128).
-template <int D, int BN, int STAGES, int NWG = 2>
+template <int D, int BN, int STAGES>
 struct Fp8WsCfg {
-  static_assert(NWG == 2 || NWG == 3, "2 or 3 consumer warpgroups");
-  static constexpr int BM = 64 * NWG, kConsumers = 128 * NWG, NT = kConsumers + 128;
+  static constexpr int BM = 128, kConsumers = 256, NT = kConsumers + 128;
   static constexpr int kProducerWarp = kConsumers / 32;
-  static constexpr int kLaunchRegs = NWG == 2 ? 168 : 128, kProducerRegs = 24, kConsumerRegs = NWG == 2 ? 240 : 160;
+  static constexpr int kLaunchRegs = 168, kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumers <= kLaunchRegs * NT, "register budgets exceed the pool");
   static constexpr int kPanel = 128;                               // elements (bytes) per panel row
   // V^T panels per key tile: D rows x 128 keys each. A wide tile (192 keys) takes two, the second loaded whole (its
@@ -179,12 +176,12 @@ __device__ __forceinline__ void fp8_load_q(uint32_t sQ, const uint8_t* qbase, co
   }
 }
 
-template <int D, int BN, int STAGES, bool PINGPONG, int RESCALE, int NWG>
-__global__ void __launch_bounds__(Fp8WsCfg<D, BN, STAGES, NWG>::NT, 1)
+template <int D, int BN, int STAGES, bool PINGPONG, int RESCALE>
+__global__ void __launch_bounds__(Fp8WsCfg<D, BN, STAGES>::NT, 1)
     flash_fwd_fp8_sm90_kernel(const Fp8FwdParams p, const __grid_constant__ CUtensorMap tmap_k,
                               const __grid_constant__ CUtensorMap tmap_vt) {
 #if FK_SM90_ENABLED
-  using Cfg = Fp8WsCfg<D, BN, STAGES, NWG>;
+  using Cfg = Fp8WsCfg<D, BN, STAGES>;
   using Rows = Fp8Rows<D, BN, Cfg::BM, RESCALE>;
   constexpr int BM = Cfg::BM;
   extern __shared__ uint8_t smem_raw[];
@@ -276,16 +273,12 @@ __global__ void __launch_bounds__(Fp8WsCfg<D, BN, STAGES, NWG>::NT, 1)
     __syncwarp();
     if (lane == 0) mbar_arrive(empty_v(stage_of(k)));
   };
-  // Turns go round the warpgroups in order (0, 1, .., NWG - 1, 0, ..): a warpgroup's turn k opens when the one
-  // before it has issued its products of turn k; the last warpgroup's final turn opens nothing.
   auto turn_begin = [&]() {
     if constexpr (PINGPONG) named_barrier(kWsBarTurnFp8 + wg, 256);
   };
   auto turn_end = [&](int k) {
     if constexpr (PINGPONG) {
-      // (wg ^ 1 for two: the modulo's form costs d256's kernels 8 bytes of spill, ptxas of nvcc 13.)
-      const int next = NWG == 2 ? (wg ^ 1) : (wg + 1 == NWG ? 0 : wg + 1);
-      if (wg < NWG - 1 || k < nb_end) named_barrier_arrive(kWsBarTurnFp8 + next, 256);
+      if (wg == 0 || k < nb_end) named_barrier_arrive(kWsBarTurnFp8 + (wg ^ 1), 256);
     }
   };
   auto idle_slot = [&](int k) {
@@ -309,7 +302,7 @@ __global__ void __launch_bounds__(Fp8WsCfg<D, BN, STAGES, NWG>::NT, 1)
     fence_proxy_async();
     named_barrier(kWsBarQFp8, Cfg::kConsumers);
     if constexpr (PINGPONG) {
-      if (wg == NWG - 1) named_barrier_arrive(kWsBarTurnFp8 + 0, 256);  // warpgroup 0 takes the first turn
+      if (wg == 1) named_barrier_arrive(kWsBarTurnFp8 + 0, 256);
     }
 
     float alpha[2];
@@ -387,15 +380,15 @@ inline bool encode_fp8_tmap_4d(CUtensorMap* map, const void* base, const cuuint6
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int D, int BN, int STAGES, bool PINGPONG, int RESCALE, int NWG>
+template <int D, int BN, int STAGES, bool PINGPONG, int RESCALE>
 Fp8LaunchResult launch_fwd_fp8_sm90_cfg(const Fp8FwdParams& p, const uint8_t* vt, cudaStream_t stream) {
-  using Cfg = Fp8WsCfg<D, BN, STAGES, NWG>;
+  using Cfg = Fp8WsCfg<D, BN, STAGES>;
   static_assert(Cfg::smem <= 227 * 1024, "shared memory per CTA exceeds the opt-in limit");
-  auto kern = flash_fwd_fp8_sm90_kernel<D, BN, STAGES, PINGPONG, RESCALE, NWG>;
+  auto kern = flash_fwd_fp8_sm90_kernel<D, BN, STAGES, PINGPONG, RESCALE>;
   if (!sm90_kernel_usable(kern)) return {false, "the fp8 kernel has no sm_90a code for this device"};
   // setmaxnreg needs the launch's register count (kernel_has_regs, launch.hpp).
   const bool regs_ok = kernel_has_regs(kern, Cfg::kLaunchRegs);
-  if (!regs_ok) return {false, "the fp8 kernel was not built with its launch register count (setmaxnreg budget)"};
+  if (!regs_ok) return {false, "the fp8 kernel was not built with 168 registers per thread (setmaxnreg budget)"};
   const auto& sh = p.a.shape;
   // cp.async reads Q in 16-byte chunks; O is written in 4-byte pairs.
   const auto aligned = [](const kernels::AttnOperand& t, int align, int es) {
@@ -431,13 +424,13 @@ Fp8LaunchResult launch_fwd_fp8_sm90_cfg(const Fp8FwdParams& p, const uint8_t* vt
   return {true, ""};
 }
 
-template <int D, int RESCALE, int BN, int NWG>
+template <int D, int RESCALE, int BN>
 Fp8LaunchResult launch_flash_fwd_fp8_sm90(const Fp8FwdParams& p, const uint8_t* vt, bool pingpong, cudaStream_t stream) {
-  // d128: 16 KB of Q + 3 x (16 KB K + 16 KB V^T) = 112 KB (BN 192: 3 x (24 + 32 KB) + 16 = 184 KB; 3 warpgroups:
-  // 24 KB of Q); d256: 32 KB + 2 x (32 KB + 32 KB) = 160 KB.
+  // d128: 16 KB of Q + 3 x (16 KB K + 16 KB V^T) = 112 KB (BN 192: 3 x (24 + 32 KB) + 16 = 184 KB);
+  // d256: 32 KB + 2 x (32 KB + 32 KB) = 160 KB.
   constexpr int STAGES = D == 128 ? 3 : 2;
-  return pingpong ? launch_fwd_fp8_sm90_cfg<D, BN, STAGES, true, RESCALE, NWG>(p, vt, stream)
-                  : launch_fwd_fp8_sm90_cfg<D, BN, STAGES, false, RESCALE, NWG>(p, vt, stream);
+  return pingpong ? launch_fwd_fp8_sm90_cfg<D, BN, STAGES, true, RESCALE>(p, vt, stream)
+                  : launch_fwd_fp8_sm90_cfg<D, BN, STAGES, false, RESCALE>(p, vt, stream);
 }
 
 }  // namespace flashkit::cuda

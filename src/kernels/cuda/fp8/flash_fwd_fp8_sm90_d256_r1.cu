@@ -3,5 +3,5 @@
 #include "kernels/cuda/fp8/flash_fwd_fp8_sm90.cuh"
 
 namespace flashkit::cuda {
-template Fp8LaunchResult launch_flash_fwd_fp8_sm90<256, 1, 128, 2>(const Fp8FwdParams&, const uint8_t*, bool, cudaStream_t);
+template Fp8LaunchResult launch_flash_fwd_fp8_sm90<256, 1, 128>(const Fp8FwdParams&, const uint8_t*, bool, cudaStream_t);
 }  // namespace flashkit::cuda

@@ -83,8 +83,8 @@ unsigned grid_for(int64_t n) {
 
 void launch_fp8_vt_prep(const kernels::AttnOperand& v, const kernels::AttentionShape& sh, int key_tile, uint8_t* vt,
                         cudaStream_t stream) {
-  // keys: a multiple of the tile (96, 128, 192), so of 32; a 96-key tile can end the last block half way (its
-  // second 32-key chunk pair), where the writes stop at keys.
+  // keys: a multiple of the tile (128, 192), so of 64 today; a tile of 32 x odd keys would end in a partial block,
+  // which stops at keys.
   const int64_t keys = fp8_vt_keys(sh.seqlen_k, key_tile);
   const dim3 grid(unsigned((keys + kPrepKeys - 1) / kPrepKeys), unsigned((sh.head_dim + kPrepDims - 1) / kPrepDims),
                   unsigned(sh.batch * sh.kv_heads));
