@@ -16,6 +16,8 @@
 #             verdict on the 14 fp8 kernels, a smoke case per tile, all fp8 tests (KeyTiles: every Grid case at BN
 #             192 against the reference with p_tile = BN), memcheck on three wide-tile cases, the bench at d128
 #             ({bn128 .. bn192 ..}, alternated 3 times, both masks, 1k-16k)
+#   flagab    a compile-time variant (FP8_AB_FLAGS, e.g. -DNAME=VALUE) against the default build: two builds, the
+#             bench alternated 3 times (d128, d256, 4k-32k), the SM clock and power logged (nvidia-smi, 200 ms)
 #   keybench  the key tiles' bench alone (after build): alternated 7 times a point, d128, both masks, 1k-32k
 #   python    tools/gpu/fp8_python_check.py (not a default stage; after build): flashkit.torch.quantize_e4m3 and
 #             attention_forward_fp8 on CUDA float8_e4m3fn tensors against the CPU path on the same bytes (~30 s);
@@ -106,6 +108,34 @@ for st in "${STAGES[@]}"; do
       L=KeyTilesLastKey/Fp8CudaKeyTile.MatchesTheRoundedPReference
       variant_checks keytile "$K/0:$K/4" "^fp8 cuda r1 bn192" "$L/0:$K/3:$K/5" \
         --dims 128 --modes "" --key-tiles 128,192 --rounds 3 || break ;;
+    flagab)
+      # A compile-time variant against the default build, in one process each, alternated: the library built again
+      # in $BUILD-ab with CUDAFLAGS=$FP8_AB_FLAGS (required: e.g. a -D of a macro the variant's code reads; worklog
+      # v7 used -DFLASHKIT_FP8_SOFTMAX_PARTS=4), then the bench's automatic call (and BN 192 at d128) with each shim,
+      # 3 rounds, d128 and d256, 4k-32k, both masks; nvidia-smi's SM clock and power every 200 ms ($OUT/smi.csv).
+      FLAGS=${FP8_AB_FLAGS:?flagab needs FP8_AB_FLAGS}
+      build || exit 1
+      BUILD_AB=$BUILD-ab
+      run configure_ab env CUDAFLAGS="$FLAGS" cmake -S . -B "$BUILD_AB" -G Ninja -DFLASHKIT_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 \
+        -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 || exit 1
+      run build_ab cmake --build "$BUILD_AB" -j"$(nproc)" --target flashkit_core || exit 1
+      run shim_ab g++ -std=c++20 -O2 -shared -fPIC -Iinclude -Isrc -I/usr/local/cuda/include bench/cuda/fp8_shim.cpp \
+        -L"$BUILD_AB/lib" -lflashkit_core -Wl,-rpath,"$PWD/$BUILD_AB/lib" -L/usr/local/cuda/lib64 -lcudart \
+        -o "$BUILD_AB/lib/libfk_fp8_shim.so" || exit 1
+      nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 200 \
+        > "$OUT/smi.csv" 2>&1 &
+      SMI=$!
+      for round in 1 2 3; do
+        for side in base ab; do
+          shim=$SHIM; [ $side = ab ] && shim=$BUILD_AB/lib/libfk_fp8_shim.so
+          log "flagab round $round side $side ($FLAGS)"
+          run bench_fp8_${side}_$round timeout 200 python3 bench/cuda/bench_attention_fp8.py --shim "$shim" \
+            --out "$OUT/flagab-$side-$round" --dims 128,256 --modes "" --key-tiles 192 --seqlens 4096,16384,32768
+          grep -E "^fp8 d" "$LOG" | tail -12 | sed -E "s/^/$side $round: /; s/\(rel_rms [0-9.e-]+\)//g; s/flashkit_bf16.*//"
+        done
+      done
+      kill $SMI ;;
     keybench)
       # The key tiles alone, alternated 7 times a point, 1k-32k (after build).
       run bench_fp8_keybench timeout 300 python3 bench/cuda/bench_attention_fp8.py --shim "$SHIM" --out "$OUT" \
