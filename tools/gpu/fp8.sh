@@ -18,6 +18,8 @@
 #             ({bn128 .. bn192 ..}, alternated 3 times, both masks, 1k-16k)
 #   flagab    a compile-time variant (FP8_AB_FLAGS, e.g. -DNAME=VALUE) against the default build: two builds, the
 #             bench alternated 3 times (d128, d256, 4k-32k), the SM clock and power logged (nvidia-smi, 200 ms)
+#   power     bench/cuda/power_clock_probe.py (after build): each forward run back to back for 3 s, its TFLOP/s beside
+#             the SM clock and power nvidia-smi saw meanwhile (fp8 and bf16 d128 16k, bf16 d64 causal 1k; SDPA too)
 #   keybench  the key tiles' bench alone (after build): alternated 7 times a point, d128, both masks, 1k-32k
 #   python    tools/gpu/fp8_python_check.py (not a default stage; after build): flashkit.torch.quantize_e4m3 and
 #             attention_forward_fp8 on CUDA float8_e4m3fn tensors against the CPU path on the same bytes (~30 s);
@@ -136,6 +138,10 @@ for st in "${STAGES[@]}"; do
         done
       done
       kill $SMI ;;
+    power)
+      # Sustained TFLOP/s, SM clock and power of the fp8 and bf16 forwards beside SDPA (after build; ~40 s).
+      run power_probe timeout 150 python3 bench/cuda/power_clock_probe.py --shim "$SHIM" --out "$OUT"
+      grep -E "^power probe|unavailable" "$LOG" | tail -8 ;;
     keybench)
       # The key tiles alone, alternated 7 times a point, 1k-32k (after build).
       run bench_fp8_keybench timeout 300 python3 bench/cuda/bench_attention_fp8.py --shim "$SHIM" --out "$OUT" \
