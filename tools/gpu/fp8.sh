@@ -13,7 +13,7 @@
 #             case with RESCALE 0, 1, 2: 1 byte for byte against 0, 2 against the lazy reference; d256 with 0 and 1),
 #             memcheck on two cases of RESCALE 1 and 2, the bench at d128 and d256 ([r0 .. r1 .. r2 ..])
 #   keytile   v5 (the wide key tiles of d128, Tuning::fp8_key_tile; worklog v5), in ~5 minutes: build, ptxas's
-#             verdict on the 14 fp8 kernels, a smoke case per tile, all fp8 tests (KeyTiles: every Grid case at BN
+#             verdict on the 12 fp8 kernels, a smoke case per tile, all fp8 tests (KeyTiles: every Grid case at BN
 #             192 against the reference with p_tile = BN), memcheck on three wide-tile cases, the bench at d128
 #             ({bn128 .. bn192 ..}, alternated 3 times, both masks, 1k-16k)
 #   flagab    a compile-time variant (FP8_AB_FLAGS, e.g. -DNAME=VALUE) against the default build: two builds, the
