@@ -43,12 +43,20 @@ export PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1; } >> "$LOG" 2>&1
 T=$BUILD/tests/attention/flashkit_fp8_cuda_tests
 SHIM=$BUILD/lib/libfk_fp8_shim.so
+# DIR STEP_SUFFIX TARGETS...: configure and build DIR (CUDAFLAGS from the environment reach nvcc at configure time),
+# then link the benchmark's ctypes shim into DIR/lib/libfk_fp8_shim.so.
+build_tree() {
+  local dir=$1 sfx=$2
+  shift 2
+  run configure$sfx cmake -S . -B "$dir" -G Ninja -DFLASHKIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
+    -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 || return 1
+  run build$sfx cmake --build "$dir" -j"$(nproc)" --target "$@" || return 1
+  run shim$sfx g++ -std=c++20 -O2 -shared -fPIC -Iinclude -Isrc -I/usr/local/cuda/include bench/cuda/fp8_shim.cpp \
+    -L"$dir/lib" -lflashkit_core -Wl,-rpath,"$PWD/$dir/lib" -L/usr/local/cuda/lib64 -lcudart \
+    -o "$dir/lib/libfk_fp8_shim.so" || return 1
+}
 build() {
-  run configure cmake -S . -B "$BUILD" -G Ninja -DFLASHKIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
-    -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 || exit 1
-  run build cmake --build "$BUILD" -j"$(nproc)" --target flashkit_core flashkit_fp8_cuda_tests || exit 1
-  run shim g++ -std=c++20 -O2 -shared -fPIC -Iinclude -Isrc -I/usr/local/cuda/include bench/cuda/fp8_shim.cpp \
-    -L"$BUILD/lib" -lflashkit_core -Wl,-rpath,"$PWD/$BUILD/lib" -L/usr/local/cuda/lib64 -lcudart -o "$SHIM" || exit 1
+  build_tree "$BUILD" "" flashkit_core flashkit_fp8_cuda_tests || exit 1
   # Registers and spills of the fp8 kernels (REG:168 STACK:0 LOCAL:0 expected: the setmaxnreg budget, no spills).
   for f in d128 d128_r1 d128_r2 d128_r1_bn192 d256 d256_r1; do
     cuobjdump --dump-resource-usage "$BUILD"/src/CMakeFiles/flashkit_core.dir/kernels/cuda/fp8/flash_fwd_fp8_sm90_$f.cu.o \
@@ -118,13 +126,7 @@ for st in "${STAGES[@]}"; do
       FLAGS=${FP8_AB_FLAGS:?flagab needs FP8_AB_FLAGS}
       build || exit 1
       BUILD_AB=$BUILD-ab
-      run configure_ab env CUDAFLAGS="$FLAGS" cmake -S . -B "$BUILD_AB" -G Ninja -DFLASHKIT_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 \
-        -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 || exit 1
-      run build_ab cmake --build "$BUILD_AB" -j"$(nproc)" --target flashkit_core || exit 1
-      run shim_ab g++ -std=c++20 -O2 -shared -fPIC -Iinclude -Isrc -I/usr/local/cuda/include bench/cuda/fp8_shim.cpp \
-        -L"$BUILD_AB/lib" -lflashkit_core -Wl,-rpath,"$PWD/$BUILD_AB/lib" -L/usr/local/cuda/lib64 -lcudart \
-        -o "$BUILD_AB/lib/libfk_fp8_shim.so" || exit 1
+      CUDAFLAGS="$FLAGS" build_tree "$BUILD_AB" _ab flashkit_core || exit 1
       nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 200 \
         > "$OUT/smi.csv" 2>&1 &
       SMI=$!
